@@ -1,0 +1,118 @@
+# ckptfs build. `make` builds everything, `make demo` runs the demo,
+# `make check` runs all tests (unit tests also under ASan+UBSan).
+CC      ?= cc
+CLANG   ?= clang
+PREFIX  ?= /usr/local
+OPT     ?= -O2 -g
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+ifeq ($(WERROR),1)
+WARN    += -Werror
+endif
+CSTD    := -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64
+CFLAGS_ALL = $(CSTD) $(OPT) $(WARN) -pthread -fPIC -Icore/include -Icore/src $(CFLAGS)
+CORE_LIBS  := -lsodium -lz -ljansson -pthread
+FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
+FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
+SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+B := build
+CORE_SRC := $(wildcard core/src/*.c)
+CORE_OBJ := $(CORE_SRC:%.c=$(B)/%.o)
+CORE_ASAN_OBJ := $(CORE_SRC:%.c=$(B)/asan/%.o)
+CKPT_SRC := $(wildcard tools/ckpt/*.c)
+GEN_SRC  := $(wildcard tools/gen/*.c)
+FS_SRC   := $(wildcard fs/*.c)
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
+UNIT_ASAN_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/asan/tests/%)
+FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
+FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%)
+
+BINS := $(B)/bin/ckpt $(B)/bin/ckpt-gen
+ifneq ($(FS_SRC),)
+BINS += $(B)/bin/ckptfs
+endif
+
+.PHONY: all deps demo check unit unit-asan integration fuzz bench clean install
+all: $(B)/lib/libckpt.a $(B)/lib/libckpt.so $(BINS)
+
+deps:
+	@scripts/deps.sh build
+
+$(B)/%.o: %.c $(wildcard core/include/*.h core/src/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(if $(filter fs/%,$<),$(FUSE_CFLAGS)) -c $< -o $@
+
+$(B)/asan/%.o: %.c $(wildcard core/include/*.h core/src/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(SAN) -c $< -o $@
+
+$(B)/lib/libckpt.a: $(CORE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(B)/lib/libckpt.so: $(CORE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libckpt.so.0 -o $@ $^ $(CORE_LIBS)
+
+$(B)/lib/libckpt-asan.a: $(CORE_ASAN_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(B)/bin/ckpt: $(CKPT_SRC:%.c=$(B)/%.o) $(B)/lib/libckpt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) -o $@ $^ $(CORE_LIBS)
+
+$(B)/bin/ckpt-gen: $(GEN_SRC:%.c=$(B)/%.o) $(B)/lib/libckpt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) -o $@ $^ $(CORE_LIBS) -lm
+
+$(B)/bin/ckptfs: $(FS_SRC:%.c=$(B)/%.o) $(B)/lib/libckpt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) -o $@ $^ $(FUSE_LIBS) $(CORE_LIBS)
+
+$(B)/tests/%: tests/unit/%.c $(B)/lib/libckpt.a tests/unit/testutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests/unit -o $@ $< $(B)/lib/libckpt.a -lcriterion $(CORE_LIBS) -lm
+
+$(B)/asan/tests/%: tests/unit/%.c $(B)/lib/libckpt-asan.a tests/unit/testutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(SAN) -Itests/unit -o $@ $< $(B)/lib/libckpt-asan.a -lcriterion $(CORE_LIBS) -lm
+
+$(B)/fuzz/%: fuzz/%.c $(CORE_SRC)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(CSTD) -O1 -g -Icore/include -Icore/src -fsanitize=fuzzer,address,undefined -o $@ $< $(CORE_SRC) $(CORE_LIBS)
+
+demo:
+	@scripts/deps.sh build
+	@$(MAKE) --no-print-directory all
+	@scripts/demo.sh
+
+unit: $(UNIT_BIN)
+	@scripts/run-unit.sh $(UNIT_BIN)
+
+unit-asan: $(UNIT_ASAN_BIN)
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  scripts/run-unit.sh $(UNIT_ASAN_BIN)
+
+integration: all
+	@tests/integration/run.sh
+
+check:
+	@scripts/deps.sh test
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory unit-asan
+	@$(MAKE) --no-print-directory integration
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-20}
+
+FUZZ_SECONDS ?= 60
+fuzz: $(FUZZ_BIN)
+	@scripts/run-fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BIN)
+
+bench: all
+	@scripts/deps.sh bench
+	@bench/run.sh $(BENCH_ARGS)
+
+clean:
+	rm -rf $(B)

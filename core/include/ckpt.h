@@ -1,0 +1,251 @@
+/*
+ * libckpt: read and write packed checkpoints (.tpack).
+ *
+ * A pack holds files (byte-identical) and tensors (named views of byte ranges
+ * inside those files). Every byte is stored in chunks that are compressed,
+ * optionally encrypted, and indexed, so any byte range can be read by decoding
+ * only the chunks that cover it. core/FORMAT.md describes the bytes on disk.
+ *
+ * Conventions
+ *  - Functions that can fail return 0 (or a non-negative count) on success and
+ *    a negative errno value on failure, and fill *err (which may be NULL) with
+ *    the same code and a one-line message that names the file and the fault.
+ *  - Error codes: -EIO corrupt or unreadable data (bad checksum, failed
+ *    authentication, truncated pack); -EACCES missing or wrong key;
+ *    -EINVAL bad argument or malformed input; -ENOENT no such file/tensor;
+ *    -ENOMEM; -ENOTSUP unknown version or unsupported feature; other errno
+ *    values pass through from the operating system.
+ *  - Reads on one open pack are thread-safe. Writers are used from one thread
+ *    (they run their own worker threads internally).
+ *  - Strings returned by the library live as long as the object they came from.
+ */
+#ifndef CKPT_H
+#define CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CKPT_VERSION_STRING "0.1.0"
+#define CKPT_FORMAT_VERSION 1
+
+#define CKPT_CHUNK_MIN (64u * 1024u)
+#define CKPT_CHUNK_MAX (16u * 1024u * 1024u)
+#define CKPT_CHUNK_DEFAULT (1024u * 1024u)
+#define CKPT_KEY_BYTES 32
+
+typedef struct ckpt_err {
+    int code;       /* negative errno, 0 when no error */
+    char msg[512];  /* "<file>: <fault>" */
+} ckpt_err;
+
+/* Progress: done and total are byte counts of logical (plaintext) data. */
+typedef void (*ckpt_progress_fn)(void *ud, uint64_t done, uint64_t total);
+
+/* ------------------------------------------------------------------ keys */
+
+/* A key lives in locked, non-dumpable memory and is wiped when freed. */
+typedef struct ckpt_key ckpt_key;
+
+/* Key file: exactly 32 raw bytes, or 64 hex digits with an optional newline.
+ * Refused if the file is readable by group or others. */
+int ckpt_key_load_file(const char *path, ckpt_key **out, ckpt_err *err);
+/* Passphrase file: its contents, less one trailing newline. The pack key is
+ * derived with Argon2id using the salt and limits stored in each pack. */
+int ckpt_key_load_passphrase_file(const char *path, ckpt_key **out, ckpt_err *err);
+/* Raw 32-byte key from memory (copied). */
+int ckpt_key_from_bytes(const uint8_t key[CKPT_KEY_BYTES], ckpt_key **out, ckpt_err *err);
+int ckpt_key_is_passphrase(const ckpt_key *key);
+void ckpt_key_free(ckpt_key *key);
+/* Writes 32 random bytes to path with mode 0600; refuses to overwrite. */
+int ckpt_keygen(const char *path, ckpt_err *err);
+
+/* --------------------------------------------------------------- reading */
+
+typedef struct ckpt_pack ckpt_pack;
+
+typedef struct ckpt_pack_info {
+    uint32_t format_version;
+    uint32_t chunk_size;
+    const char *cipher;       /* "none", "xchacha20poly1305", "aes256gcm" */
+    const char *kdf;          /* "none", "keyfile", "argon2id" */
+    uint8_t pack_id[16];
+    uint64_t stored_bytes;    /* size of the .tpack file */
+    uint64_t logical_bytes;   /* sum of file sizes */
+    size_t n_files, n_tensors, n_chunks;
+} ckpt_pack_info;
+
+typedef struct ckpt_file_info {
+    const char *path;         /* relative, '/'-separated, validated */
+    uint32_t mode;            /* permission bits only (07777) */
+    int64_t mtime_sec;
+    uint32_t mtime_nsec;
+    uint64_t size;
+    uint8_t sha256[32];
+} ckpt_file_info;
+
+typedef struct ckpt_tensor_info {
+    const char *name;
+    const char *dtype;        /* safetensors dtype name: "BF16", "F32", ... */
+    uint32_t ndim;
+    const uint64_t *shape;
+    uint64_t nbytes;
+    size_t file_index;        /* the file whose bytes hold the tensor */
+    uint64_t file_offset;     /* where the tensor starts inside that file */
+    uint8_t sha256[32];
+} ckpt_tensor_info;
+
+/* Opens and validates a pack: header, footer and the whole index. key may be
+ * NULL for an unencrypted pack; an encrypted pack then fails with -EACCES and
+ * "no key", and a wrong key with -EACCES and "wrong key". */
+int ckpt_open(const char *path, const ckpt_key *key, ckpt_pack **out, ckpt_err *err);
+void ckpt_close(ckpt_pack *p);
+
+/* Reads only the header: whether the pack is encrypted and how. Cheap; does
+ * not need a key. Returns -EIO/-EINVAL/-ENOTSUP for bad headers. */
+int ckpt_probe(const char *path, ckpt_pack_info *info, ckpt_err *err);
+
+void ckpt_info(const ckpt_pack *p, ckpt_pack_info *info);
+const char *ckpt_path(const ckpt_pack *p);
+
+size_t ckpt_file_count(const ckpt_pack *p);
+const ckpt_file_info *ckpt_file_at(const ckpt_pack *p, size_t i);
+/* Index of the file with this path, or -1. */
+long ckpt_file_find(const ckpt_pack *p, const char *path);
+
+size_t ckpt_tensor_count(const ckpt_pack *p);
+const ckpt_tensor_info *ckpt_tensor_at(const ckpt_pack *p, size_t i);
+long ckpt_tensor_find(const ckpt_pack *p, const char *name);
+
+/* pread() on a file or a tensor: decodes only the chunks covering the range.
+ * Returns the number of bytes read (short only at end of file), or -errno.
+ * A corrupt chunk fails the call with -EIO; other ranges stay readable. */
+ssize_t ckpt_file_pread(ckpt_pack *p, size_t file_index, void *buf, size_t len,
+                        uint64_t off, ckpt_err *err);
+ssize_t ckpt_tensor_pread(ckpt_pack *p, size_t tensor_index, void *buf, size_t len,
+                          uint64_t off, ckpt_err *err);
+
+/* ---- chunk-level access, for callers that cache or decode in parallel ---- */
+
+typedef struct ckpt_chunk_ref {
+    size_t id;                /* global chunk number */
+    uint64_t file_offset;     /* where the chunk's bytes start in its file */
+    uint32_t size;            /* decoded size */
+} ckpt_chunk_ref;
+
+/* The chunk of file_index that holds byte off (off < file size). */
+int ckpt_chunk_locate(const ckpt_pack *p, size_t file_index, uint64_t off,
+                      ckpt_chunk_ref *out, ckpt_err *err);
+/* Decodes chunk id into out, which holds at least its decoded size.
+ * Thread-safe; independent chunks can be decoded in parallel. */
+int ckpt_chunk_decode(ckpt_pack *p, size_t id, void *out, ckpt_err *err);
+/* If chunk id is stored raw and unencrypted, its bytes can be read straight
+ * from the pack file at *pack_offset (for zero-copy); returns 1, else 0. */
+int ckpt_chunk_plain_at(const ckpt_pack *p, size_t id, uint64_t *pack_offset);
+/* The pack's file descriptor (read-only). */
+int ckpt_fd(const ckpt_pack *p);
+
+/* In-order streaming of a byte range of a file, with chunks decoded ahead on
+ * `threads` worker threads (0 = all cores). The sink is called in order with
+ * each piece; for a corrupt chunk it gets data == NULL and chunk_err set, and
+ * streaming continues. A non-zero return from the sink stops the stream and is
+ * returned. */
+typedef int (*ckpt_sink_fn)(void *ud, uint64_t file_offset, const void *data, size_t len,
+                            const ckpt_err *chunk_err);
+int ckpt_file_stream(ckpt_pack *p, size_t file_index, uint64_t off, uint64_t len,
+                     unsigned threads, ckpt_sink_fn sink, void *ud, ckpt_err *err);
+
+/* Decodes everything, checks every chunk and every file and tensor SHA-256.
+ * fault() is called once per problem (kind is "chunk", "file" or "tensor").
+ * Returns the number of faults found (0 = pack is good), or -errno if the
+ * verification itself could not run. */
+typedef void (*ckpt_fault_fn)(void *ud, const char *kind, const char *name,
+                              uint64_t offset, const char *fault);
+long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *fault_ud,
+                 ckpt_progress_fn progress, void *progress_ud, ckpt_err *err);
+
+/* --------------------------------------------------------------- writing */
+
+typedef enum ckpt_cipher {
+    CKPT_CIPHER_NONE = 0,
+    CKPT_CIPHER_XCHACHA20POLY1305 = 1,
+    CKPT_CIPHER_AES256GCM = 2,
+} ckpt_cipher;
+
+typedef struct ckpt_write_opts {
+    uint32_t chunk_size;      /* power of two in [CKPT_CHUNK_MIN, CKPT_CHUNK_MAX]; 0 = default */
+    int level;                /* zlib level 1..9; 0 = store everything raw; -1 = default (6) */
+    ckpt_cipher cipher;       /* NONE unless key is set; key set + NONE means XChaCha20 */
+    const ckpt_key *key;      /* NULL = unencrypted */
+    unsigned threads;         /* compression/encryption workers; 0 = all cores */
+    ckpt_progress_fn progress;/* called from the writer's thread */
+    void *progress_ud;
+    uint64_t progress_total;  /* total bytes expected, for progress; may be 0 */
+} ckpt_write_opts;
+
+/* Parses the names used on the command line ("xchacha20poly1305", ...). */
+int ckpt_cipher_parse(const char *name, ckpt_cipher *out);
+const char *ckpt_cipher_name(ckpt_cipher c);
+int ckpt_cipher_available(ckpt_cipher c);
+
+typedef struct ckpt_writer ckpt_writer;
+
+/* The pack is written to tmp_path (NULL = "<final_path>.tmp") in one
+ * sequential pass; ckpt_writer_finish() writes the index, fsyncs, renames it
+ * to final_path and fsyncs the directory. Until then final_path is untouched. */
+int ckpt_writer_open(const char *final_path, const char *tmp_path,
+                     const ckpt_write_opts *opts, ckpt_writer **out, ckpt_err *err);
+
+/* Streaming: begin a file, append its bytes as opaque data and/or tensors in
+ * order, end it. Tensor data must be exactly numel * dtype size bytes and
+ * may arrive in several ckpt_writer_tensor_data() calls. */
+int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode,
+                           int64_t mtime_sec, uint32_t mtime_nsec, ckpt_err *err);
+int ckpt_writer_write(ckpt_writer *w, const void *data, size_t len, ckpt_err *err);
+int ckpt_writer_begin_tensor(ckpt_writer *w, const char *name, const char *dtype,
+                             uint32_t ndim, const uint64_t *shape, ckpt_err *err);
+int ckpt_writer_tensor_data(ckpt_writer *w, const void *data, size_t len, ckpt_err *err);
+int ckpt_writer_end_tensor(ckpt_writer *w, ckpt_err *err);
+int ckpt_writer_end_file(ckpt_writer *w, ckpt_err *err);
+
+/* Adds one file from disk. "*.safetensors" and "*.npy" files are validated and
+ * their tensors indexed (an invalid header is an error naming the file and the
+ * fault); everything else is stored as an opaque file. */
+int ckpt_writer_add_path(ckpt_writer *w, const char *pack_path, const char *src_path,
+                         ckpt_err *err);
+/* Adds a directory tree recursively (regular files only; symlinks and special
+ * files are refused with an error), paths relative to src_dir, sorted. */
+int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err);
+
+typedef struct ckpt_write_stats {
+    uint64_t logical_bytes;   /* bytes in */
+    uint64_t stored_bytes;    /* size of the finished pack */
+    size_t n_files, n_tensors, n_chunks;
+} ckpt_write_stats;
+
+int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err);
+/* Abandons the pack: frees everything and removes the temporary file. */
+void ckpt_writer_abort(ckpt_writer *w);
+
+/* Total size in bytes of the regular files under path (a file or a tree);
+ * for progress bars. */
+int ckpt_tree_size(const char *path, uint64_t *out, ckpt_err *err);
+
+/* ----------------------------------------------------------------- utils */
+
+/* Bytes per element of a safetensors dtype name, or 0 if unknown. */
+unsigned ckpt_dtype_size(const char *dtype);
+/* Is this a safe relative path (no "..", ".", empty components, NUL,
+ * leading '/', over-long names)? */
+int ckpt_path_is_safe(const char *path);
+/* Lower-case hex of a 32-byte digest into out[65]. */
+void ckpt_hex32(const uint8_t digest[32], char out[65]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

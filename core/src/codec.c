@@ -1,0 +1,222 @@
+/* Byte-grouping exposes the low-entropy exponent bytes of float tensors as
+ * their own plane, where Huffman coding alone gets most of the gain; the
+ * mantissa planes are close to random and are stored as they are. */
+#include "codec.h"
+#include "format.h"
+#include "common.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* A plane or chunk is compressed only if that saves at least 1/50 of it. */
+static int worth_it(size_t packed, size_t raw) { return packed + raw / 50 < raw; }
+
+void chunk_encoder_init(chunk_encoder *e) { memset(e, 0, sizeof *e); }
+
+void chunk_encoder_free(chunk_encoder *e)
+{
+    if (e->z_ready) deflateEnd(&e->z);
+    free(e->planes);
+    memset(e, 0, sizeof *e);
+}
+
+static int deflater(chunk_encoder *e, int level, int strategy)
+{
+    if (e->z_ready && e->z_level == level && e->z_strategy == strategy) return deflateReset(&e->z) == Z_OK ? 0 : -ENOMEM;
+    if (e->z_ready) deflateEnd(&e->z);
+    e->z_ready = 0;
+    memset(&e->z, 0, sizeof e->z);
+    if (deflateInit2(&e->z, level, Z_DEFLATED, -15, 8, strategy) != Z_OK) return -ENOMEM;
+    e->z_ready = 1;
+    e->z_level = level;
+    e->z_strategy = strategy;
+    return 0;
+}
+
+/* Deflates into out, giving up once the result is not worth keeping.
+ * Returns the compressed size, or 0 if it did not pay. */
+static size_t deflate_bounded(chunk_encoder *e, const uint8_t *in, size_t n, int level, int strategy, uint8_t *out)
+{
+    if (n < 64 || deflater(e, level, strategy) < 0) return 0;
+    size_t limit = n - n / 50 - 1;
+    e->z.next_in = (Bytef *)in;
+    e->z.avail_in = (uInt)n;
+    e->z.next_out = out;
+    e->z.avail_out = (uInt)limit;
+    int rc = deflate(&e->z, Z_FINISH);
+    if (rc != Z_STREAM_END) return 0;
+    size_t got = limit - e->z.avail_out;
+    return worth_it(got, n) ? got : 0;
+}
+
+/* Order-0 entropy in bits per byte: a plane above the threshold cannot
+ * shrink enough under Huffman coding, so it is not even tried. */
+static double entropy(const uint8_t *p, size_t n)
+{
+    uint32_t h[256] = {0};
+    for (size_t i = 0; i < n; i++) h[p[i]]++;
+    double bits = 0;
+    for (int i = 0; i < 256; i++)
+        if (h[i]) {
+            double q = (double)h[i] / (double)n;
+            bits -= q * log2(q);
+        }
+    return bits;
+}
+
+static void split_planes(const uint8_t *raw, size_t n, unsigned k, uint8_t *planes)
+{
+    size_t m = n / k;
+    if (k == 2) {
+        uint8_t *a = planes, *b = planes + m;
+        for (size_t i = 0; i < m; i++) { a[i] = raw[2 * i]; b[i] = raw[2 * i + 1]; }
+        return;
+    }
+    if (k == 4) {
+        uint8_t *a = planes, *b = planes + m, *c = planes + 2 * m, *d = planes + 3 * m;
+        for (size_t i = 0; i < m; i++) {
+            a[i] = raw[4 * i]; b[i] = raw[4 * i + 1]; c[i] = raw[4 * i + 2]; d[i] = raw[4 * i + 3];
+        }
+        return;
+    }
+    for (unsigned j = 0; j < k; j++)
+        for (size_t i = 0; i < m; i++) planes[j * m + i] = raw[i * k + j];
+}
+
+static void join_planes(const uint8_t *const *pl, size_t m, unsigned k, uint8_t *out)
+{
+    if (k == 2) {
+        const uint8_t *a = pl[0], *b = pl[1];
+        for (size_t i = 0; i < m; i++) { out[2 * i] = a[i]; out[2 * i + 1] = b[i]; }
+        return;
+    }
+    if (k == 4) {
+        const uint8_t *a = pl[0], *b = pl[1], *c = pl[2], *d = pl[3];
+        for (size_t i = 0; i < m; i++) {
+            out[4 * i] = a[i]; out[4 * i + 1] = b[i]; out[4 * i + 2] = c[i]; out[4 * i + 3] = d[i];
+        }
+        return;
+    }
+    for (unsigned j = 0; j < k; j++)
+        for (size_t i = 0; i < m; i++) out[i * k + j] = pl[j][i];
+}
+
+static int encode_bytegroup(chunk_encoder *e, const uint8_t *raw, size_t n, unsigned k, int level,
+                            uint8_t *out, size_t *out_len)
+{
+    /* planes holds the transposed chunk plus room for level 9's second trial. */
+    if (e->planes_cap < 2 * n) {
+        uint8_t *p = realloc(e->planes, 2 * n);
+        if (!p) return -ENOMEM;
+        e->planes = p;
+        e->planes_cap = 2 * n;
+    }
+    split_planes(raw, n, k, e->planes);
+    size_t m = n / k, pos = 5 * (size_t)k;
+    for (unsigned j = 0; j < k; j++) {
+        const uint8_t *plane = e->planes + j * m;
+        uint8_t *dst = out + pos;
+        size_t got = 0;
+        if (entropy(plane, m) < 7.84) {
+            got = deflate_bounded(e, plane, m, level, Z_HUFFMAN_ONLY, dst);
+            if (level >= 9) {
+                /* Highest level: also try LZ77, which helps integer and sparse data. */
+                uint8_t *alt = e->planes + n;
+                size_t got2 = deflate_bounded(e, plane, m, level, Z_DEFAULT_STRATEGY, alt);
+                if (got2 && (!got || got2 < got)) { memmove(dst, alt, got2); got = got2; }
+            }
+        }
+        if (!got) memcpy(dst, plane, m);
+        out[5 * j] = got ? PLANE_DEFLATE : PLANE_STORED;
+        put_u32(out + 5 * j + 1, (uint32_t)(got ? got : m));
+        pos += got ? got : m;
+    }
+    *out_len = pos;
+    return 0;
+}
+
+int chunk_encode(chunk_encoder *e, const uint8_t *raw, size_t n, unsigned elem, int level,
+                 uint8_t *out, size_t *out_len, uint8_t *codec)
+{
+    if (level > 0 && (elem == 2 || elem == 4 || elem == 8) && n % elem == 0 && n >= 64) {
+        int rc = encode_bytegroup(e, raw, n, elem, level, out, out_len);
+        if (rc < 0) return rc;
+        if (worth_it(*out_len, n)) { *codec = CODEC_BYTEGROUP; return 0; }
+    } else if (level > 0) {
+        size_t got = deflate_bounded(e, raw, n, level, Z_DEFAULT_STRATEGY, out);
+        if (got) { *out_len = got; *codec = CODEC_DEFLATE; return 0; }
+    }
+    memcpy(out, raw, n);
+    *out_len = n;
+    *codec = CODEC_STORED;
+    return 0;
+}
+
+static int inflate_exact(const uint8_t *in, size_t len, uint8_t *out, size_t want)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, -15) != Z_OK) return -ENOMEM;
+    z.next_in = (Bytef *)in;
+    z.avail_in = (uInt)len;
+    z.next_out = out;
+    z.avail_out = (uInt)want;
+    int rc = inflate(&z, Z_FINISH);
+    int ok = rc == Z_STREAM_END && z.avail_out == 0 && z.avail_in == 0;
+    inflateEnd(&z);
+    return ok ? 0 : -EIO;
+}
+
+int chunk_shape_valid(uint8_t codec, unsigned elem, uint32_t raw_size, uint32_t payload_size)
+{
+    switch (codec) {
+    case CODEC_STORED: return payload_size == raw_size;
+    case CODEC_DEFLATE: return payload_size > 0 && payload_size < raw_size;
+    case CODEC_BYTEGROUP:
+        return (elem == 2 || elem == 4 || elem == 8) && raw_size % elem == 0 &&
+               payload_size >= 5 * elem && payload_size <= raw_size + 5 * elem;
+    }
+    return 0;
+}
+
+int chunk_decode(const uint8_t *payload, size_t len, uint8_t codec, unsigned elem,
+                 uint8_t *out, size_t raw_size, uint8_t *scratch, const char **why)
+{
+    if (codec == CODEC_STORED) {
+        if (len != raw_size) { *why = "stored chunk has the wrong length"; return -EIO; }
+        if (out != payload) memcpy(out, payload, len);
+        return 0;
+    }
+    if (codec == CODEC_DEFLATE) {
+        if (inflate_exact(payload, len, out, raw_size) < 0) { *why = "deflate stream is corrupt"; return -EIO; }
+        return 0;
+    }
+    if (codec != CODEC_BYTEGROUP || !chunk_shape_valid(codec, elem, (uint32_t)raw_size, (uint32_t)len)) {
+        *why = "unknown codec";
+        return -EIO;
+    }
+    size_t m = raw_size / elem, pos = 5 * (size_t)elem;
+    const uint8_t *planes[8];
+    for (unsigned j = 0; j < elem; j++) {
+        uint8_t method = payload[5 * j];
+        uint32_t plen = get_u32(payload + 5 * j + 1);
+        if (plen > len - pos) { *why = "plane runs past the chunk"; return -EIO; }
+        if (method == PLANE_STORED) {
+            if (plen != m) { *why = "stored plane has the wrong length"; return -EIO; }
+            planes[j] = payload + pos;
+        } else if (method == PLANE_DEFLATE) {
+            if (inflate_exact(payload + pos, plen, scratch + j * m, m) < 0) {
+                *why = "deflate stream of a plane is corrupt";
+                return -EIO;
+            }
+            planes[j] = scratch + j * m;
+        } else {
+            *why = "unknown plane method";
+            return -EIO;
+        }
+        pos += plen;
+    }
+    if (pos != len) { *why = "trailing bytes after the planes"; return -EIO; }
+    join_planes(planes, m, elem, out);
+    return 0;
+}

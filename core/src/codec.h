@@ -1,0 +1,34 @@
+/* Chunk payload encoding: byte-grouping by element size, then per-plane
+ * deflate (Huffman-only by default) or stored, whichever is smaller. */
+#ifndef CKPT_CODEC_H
+#define CKPT_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <zlib.h>
+
+typedef struct chunk_encoder {
+    z_stream z;
+    int z_level, z_strategy, z_ready;
+    uint8_t *planes;        /* transposed copy of the chunk */
+    size_t planes_cap;
+} chunk_encoder;
+
+void chunk_encoder_init(chunk_encoder *e);
+void chunk_encoder_free(chunk_encoder *e);
+
+/* Encodes raw[0..n). elem is the element size for tensor data (1 for opaque
+ * bytes). out must hold n + TPACK_CHUNK_OVERHEAD bytes. Returns 0 or -ENOMEM;
+ * sets the codec and the payload length. */
+int chunk_encode(chunk_encoder *e, const uint8_t *raw, size_t n, unsigned elem, int level,
+                 uint8_t *out, size_t *out_len, uint8_t *codec);
+
+/* Decodes a payload into out (exactly raw_size bytes). scratch must hold
+ * raw_size bytes for BYTEGROUP payloads. Returns 0 or -EIO with *why set. */
+int chunk_decode(const uint8_t *payload, size_t len, uint8_t codec, unsigned elem,
+                 uint8_t *out, size_t raw_size, uint8_t *scratch, const char **why);
+
+/* Is this (codec, elem, raw size, payload size) combination well-formed? */
+int chunk_shape_valid(uint8_t codec, unsigned elem, uint32_t raw_size, uint32_t payload_size);
+
+#endif

@@ -1,0 +1,228 @@
+/* Adding files and trees from disk: safetensors and npy files are checked
+ * and their tensors indexed; everything else is stored as opaque bytes. */
+#include "ingest.h"
+#include "writer.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define READ_BLOCK (1u << 20)
+/* npy headers are tiny in practice; this bounds what a hostile one can make us read. */
+#define NPY_MAX_HEADER (64u << 20)
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int read_at(int fd, uint8_t *buf, size_t len, uint64_t off, const char *src, ckpt_err *err)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t r = pread(fd, buf + done, len - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return ckpt_fail(err, -errno, "%s: read failed: %s", src, strerror(errno));
+        if (r == 0) return ckpt_fail(err, -EIO, "%s: file shrank while being packed", src);
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+/* Reads as much of the head as the parser asks for, then parses it. */
+static int parse_layout(int fd, const char *src, const char *pack_path, uint64_t size, int is_npy, ingest_layout *lay,
+                        ckpt_err *err)
+{
+    size_t have = size < 4096 ? (size_t)size : 4096;
+    uint8_t *head = malloc(have ? have : 1);
+    if (!head) return ckpt_fail(err, -ENOMEM, "out of memory");
+    int rc = read_at(fd, head, have, 0, src, err);
+    for (int round = 0; rc == 0 && round < 3; round++) {
+        uint64_t need = 0;
+        char msg[400] = "";
+        rc = is_npy ? ingest_npy(head, have, size, pack_path, lay, &need, msg, sizeof msg)
+                    : ingest_safetensors(head, have, size, lay, &need, msg, sizeof msg);
+        if (rc != -EAGAIN) {
+            if (rc < 0) rc = ckpt_fail(err, rc, "%s: invalid %s: %s", src, is_npy ? "npy file" : "safetensors file", msg);
+            break;
+        }
+        if (need <= have || need > size || need > (is_npy ? NPY_MAX_HEADER : CKPT_SAFETENSORS_MAX_HEADER + 8)) {
+            rc = ckpt_fail(err, -EINVAL, "%s: invalid %s: header length %llu does not fit the file", src,
+                           is_npy ? "npy file" : "safetensors file", (unsigned long long)need);
+            break;
+        }
+        uint8_t *bigger = realloc(head, (size_t)need);
+        if (!bigger) { rc = ckpt_fail(err, -ENOMEM, "out of memory"); break; }
+        head = bigger;
+        rc = read_at(fd, head + have, (size_t)need - have, have, src, err);
+        have = (size_t)need;
+    }
+    free(head);
+    return rc;
+}
+
+/* Streams [off, off+len) of the source into the writer as opaque data or tensor data. */
+static int copy_range(ckpt_writer *w, int fd, uint8_t *buf, uint64_t off, uint64_t len, int tensor, const char *src,
+                      ckpt_err *err)
+{
+    while (len) {
+        size_t n = len < READ_BLOCK ? (size_t)len : READ_BLOCK;
+        int rc = read_at(fd, buf, n, off, src, err);
+        if (rc == 0) rc = tensor ? ckpt_writer_tensor_data(w, buf, n, err) : ckpt_writer_write(w, buf, n, err);
+        if (rc < 0) return rc;
+        off += n;
+        len -= n;
+    }
+    return 0;
+}
+
+static int add_fd(ckpt_writer *w, const char *pack_path, int fd, const char *src, const struct stat *st, ckpt_err *err)
+{
+    uint64_t size = (uint64_t)st->st_size;
+    ingest_layout lay;
+    memset(&lay, 0, sizeof lay);
+    int is_st = ends_with(pack_path, ".safetensors"), is_npy = ends_with(pack_path, ".npy");
+    int structured = 0, rc = 0;
+    if (is_st || is_npy) {
+        rc = parse_layout(fd, src, pack_path, size, is_npy, &lay, err);
+        if (rc < 0) return rc;
+        structured = rc == 0; /* 1 means a valid npy we keep as opaque bytes */
+        rc = 0;
+    }
+    uint8_t *buf = malloc(READ_BLOCK);
+    if (!buf) { ingest_layout_free(&lay); return ckpt_fail(err, -ENOMEM, "out of memory"); }
+    rc = ckpt_writer_begin_file(w, pack_path, (uint32_t)st->st_mode, (int64_t)st->st_mtim.tv_sec,
+                                (uint32_t)st->st_mtim.tv_nsec, err);
+    if (rc == 0 && !structured) {
+        rc = copy_range(w, fd, buf, 0, size, 0, src, err);
+    } else if (rc == 0) {
+        rc = copy_range(w, fd, buf, 0, lay.header_bytes, 0, src, err);
+        for (size_t i = 0; rc == 0 && i < lay.n; i++) {
+            const ingest_tensor *t = &lay.t[i];
+            rc = ckpt_writer_begin_tensor(w, t->name, t->dtype, t->ndim, t->shape, err);
+            if (rc == 0) rc = copy_range(w, fd, buf, t->offset, t->nbytes, 1, src, err);
+            if (rc == 0) rc = ckpt_writer_end_tensor(w, err);
+        }
+    }
+    if (rc == 0) rc = ckpt_writer_end_file(w, err);
+    free(buf);
+    ingest_layout_free(&lay);
+    if (rc == 0) {
+        struct stat now;
+        if (fstat(fd, &now) == 0 && (now.st_size != st->st_size || now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+                                     now.st_mtim.tv_nsec != st->st_mtim.tv_nsec))
+            rc = ckpt_fail(err, -EAGAIN, "%s: file changed while being packed", src);
+    }
+    return rc;
+}
+
+int ckpt_writer_add_path(ckpt_writer *w, const char *pack_path, const char *src_path, ckpt_err *err)
+{
+    int fd = open(src_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        if (errno == ELOOP) return ckpt_fail(err, -ELOOP, "%s: is a symbolic link; refusing to follow it", src_path);
+        return ckpt_fail(err, -errno, "%s: cannot open: %s", src_path, strerror(errno));
+    }
+    struct stat st;
+    int rc;
+    if (fstat(fd, &st) < 0) rc = ckpt_fail(err, -errno, "%s: stat failed: %s", src_path, strerror(errno));
+    else if (!S_ISREG(st.st_mode)) rc = ckpt_fail(err, -EINVAL, "%s: not a regular file", src_path);
+    else rc = add_fd(w, pack_path, fd, src_path, &st, err);
+    close(fd);
+    return rc;
+}
+
+/* ------------------------------------------------------------ tree walk */
+
+typedef struct pathlist {
+    char **v;
+    size_t n, cap;
+} pathlist;
+
+static void pathlist_free(pathlist *l)
+{
+    for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Collects regular files below root/rel; anything else is an error, so
+ * nothing is silently left out of a checkpoint. */
+static int walk(const char *root, const char *rel, pathlist *out, dev_t skip_dev, ino_t skip_ino, uint64_t *bytes,
+                int depth, ckpt_err *err)
+{
+    if (depth > 64) return ckpt_fail(err, -ELOOP, "%s/%s: directories nested too deeply", root, rel);
+    char *dirpath;
+    if (asprintf(&dirpath, "%s%s%s", root, *rel ? "/" : "", rel) < 0) return ckpt_fail(err, -ENOMEM, "out of memory");
+    DIR *d = opendir(dirpath);
+    if (!d) {
+        int rc = ckpt_fail(err, -errno, "%s: cannot open directory: %s", dirpath, strerror(errno));
+        free(dirpath);
+        return rc;
+    }
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        char *child, *full;
+        if (asprintf(&child, "%s%s%s", rel, *rel ? "/" : "", de->d_name) < 0) { rc = -ENOMEM; break; }
+        if (asprintf(&full, "%s/%s", dirpath, de->d_name) < 0) { free(child); rc = -ENOMEM; break; }
+        struct stat st;
+        if (lstat(full, &st) < 0) {
+            rc = ckpt_fail(err, -errno, "%s: stat failed: %s", full, strerror(errno));
+        } else if (S_ISDIR(st.st_mode)) {
+            rc = walk(root, child, out, skip_dev, skip_ino, bytes, depth + 1, err);
+        } else if (S_ISLNK(st.st_mode)) {
+            rc = ckpt_fail(err, -ELOOP, "%s: is a symbolic link; refusing to follow it (copy the target in instead)", full);
+        } else if (!S_ISREG(st.st_mode)) {
+            rc = ckpt_fail(err, -EINVAL, "%s: not a regular file or directory", full);
+        } else if (!(st.st_dev == skip_dev && st.st_ino == skip_ino)) {
+            if (bytes) *bytes += (uint64_t)st.st_size;
+            if (out) {
+                if (grow_array((void **)&out->v, &out->cap, out->n, sizeof *out->v) < 0) rc = -ENOMEM;
+                else { out->v[out->n++] = child; child = NULL; }
+            }
+        }
+        free(child);
+        free(full);
+    }
+    if (rc == -ENOMEM) ckpt_fail(err, rc, "out of memory");
+    closedir(d);
+    free(dirpath);
+    return rc;
+}
+
+int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err)
+{
+    pathlist l = {0};
+    dev_t dev;
+    ino_t ino;
+    writer_output_id(w, &dev, &ino);
+    int rc = walk(src_dir, "", &l, dev, ino, NULL, 0, err);
+    if (rc == 0) qsort(l.v, l.n, sizeof *l.v, cmp_str);
+    for (size_t i = 0; rc == 0 && i < l.n; i++) {
+        char *full;
+        if (asprintf(&full, "%s/%s", src_dir, l.v[i]) < 0) { rc = ckpt_fail(err, -ENOMEM, "out of memory"); break; }
+        rc = ckpt_writer_add_path(w, l.v[i], full, err);
+        free(full);
+    }
+    pathlist_free(&l);
+    return rc;
+}
+
+int ckpt_tree_size(const char *path, uint64_t *out, ckpt_err *err)
+{
+    struct stat st;
+    if (stat(path, &st) < 0) return ckpt_fail(err, -errno, "%s: %s", path, strerror(errno));
+    *out = 0;
+    if (S_ISREG(st.st_mode)) {
+        *out = (uint64_t)st.st_size;
+        return 0;
+    }
+    return walk(path, "", NULL, 0, 0, out, 0, err);
+}

@@ -1,0 +1,192 @@
+/* Keys: loading, locked storage, passphrase derivation, keygen. */
+#include "crypto.h"
+#include "format.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct ckpt_key {
+    int is_passphrase;
+    size_t len;
+    uint8_t *bytes;            /* sodium_malloc: guarded, locked, not dumped */
+    pthread_mutex_t lock;      /* guards the derivation cache */
+    int cached;
+    kdf_params cached_params;
+    uint8_t *cached_master;    /* sodium_malloc'd, 32 bytes */
+};
+
+static int key_new(const uint8_t *bytes, size_t len, int is_passphrase, ckpt_key **out, ckpt_err *err)
+{
+    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
+    ckpt_key *k = calloc(1, sizeof *k);
+    if (!k) return ckpt_fail(err, -ENOMEM, "out of memory");
+    k->bytes = sodium_malloc(len ? len : 1);
+    k->cached_master = sodium_malloc(CKPT_KEY_BYTES);
+    if (!k->bytes || !k->cached_master) {
+        sodium_free(k->bytes);
+        sodium_free(k->cached_master);
+        free(k);
+        return ckpt_fail(err, -ENOMEM, "cannot allocate locked memory for the key");
+    }
+    memcpy(k->bytes, bytes, len);
+    k->len = len;
+    k->is_passphrase = is_passphrase;
+    pthread_mutex_init(&k->lock, NULL);
+    *out = k;
+    return 0;
+}
+
+void ckpt_key_free(ckpt_key *k)
+{
+    if (!k) return;
+    sodium_free(k->bytes);
+    sodium_free(k->cached_master);
+    pthread_mutex_destroy(&k->lock);
+    free(k);
+}
+
+int ckpt_key_is_passphrase(const ckpt_key *k) { return k && k->is_passphrase; }
+
+int ckpt_key_from_bytes(const uint8_t key[CKPT_KEY_BYTES], ckpt_key **out, ckpt_err *err)
+{
+    return key_new(key, CKPT_KEY_BYTES, 0, out, err);
+}
+
+/* Reads a small secret file into locked memory, refusing files others can read. */
+static int read_secret_file(const char *path, uint8_t **buf, size_t *len, size_t max, ckpt_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ckpt_fail(err, -errno, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ckpt_fail(err, -EINVAL, "%s: not a regular file", path);
+    }
+    if (st.st_mode & 077) {
+        close(fd);
+        return ckpt_fail(err, -EACCES, "%s: key file is accessible by group or others (mode %04o); run chmod 600",
+                         path, (unsigned)(st.st_mode & 07777));
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        return ckpt_fail(err, -EINVAL, "%s: too large for a key (%lld bytes)", path, (long long)st.st_size);
+    }
+    uint8_t *b = sodium_malloc(max + 1);
+    if (!b) { close(fd); return ckpt_fail(err, -ENOMEM, "cannot allocate locked memory for the key"); }
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, b + n, max + 1 - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            int e = errno;
+            sodium_free(b);
+            close(fd);
+            return ckpt_fail(err, -e, "%s: read failed: %s", path, strerror(e));
+        }
+        if (r == 0 || (n += (size_t)r) > max) break;
+    }
+    close(fd);
+    if (n > max) { sodium_free(b); return ckpt_fail(err, -EINVAL, "%s: too large for a key", path); }
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+int ckpt_key_load_file(const char *path, ckpt_key **out, ckpt_err *err)
+{
+    uint8_t *b;
+    size_t n;
+    int rc = read_secret_file(path, &b, &n, 128, err);
+    if (rc < 0) return rc;
+    uint8_t *raw = sodium_malloc(CKPT_KEY_BYTES);
+    if (!raw) { sodium_free(b); return ckpt_fail(err, -ENOMEM, "out of locked memory"); }
+    size_t hexlen = n;
+    while (hexlen && (b[hexlen - 1] == '\n' || b[hexlen - 1] == '\r')) hexlen--;
+    size_t binlen = 0;
+    if (n == CKPT_KEY_BYTES) {
+        memcpy(raw, b, CKPT_KEY_BYTES);
+        rc = 0;
+    } else if (hexlen == 2 * CKPT_KEY_BYTES &&
+               sodium_hex2bin(raw, CKPT_KEY_BYTES, (const char *)b, hexlen, NULL, &binlen, NULL) == 0 &&
+               binlen == CKPT_KEY_BYTES) {
+        rc = 0;
+    } else {
+        rc = ckpt_fail(err, -EINVAL, "%s: a key file holds 32 raw bytes or 64 hex digits, this one has %zu bytes",
+                       path, n);
+    }
+    sodium_free(b);
+    if (rc == 0) rc = key_new(raw, CKPT_KEY_BYTES, 0, out, err);
+    sodium_free(raw);
+    return rc;
+}
+
+int ckpt_key_load_passphrase_file(const char *path, ckpt_key **out, ckpt_err *err)
+{
+    uint8_t *b;
+    size_t n;
+    int rc = read_secret_file(path, &b, &n, 4096, err);
+    if (rc < 0) return rc;
+    if (n && b[n - 1] == '\n') n--;
+    if (n && b[n - 1] == '\r') n--;
+    if (n == 0) rc = ckpt_fail(err, -EINVAL, "%s: passphrase is empty", path);
+    else rc = key_new(b, n, 1, out, err);
+    sodium_free(b);
+    return rc;
+}
+
+int key_master(const ckpt_key *key, const kdf_params *kp, uint8_t *master, ckpt_err *err)
+{
+    if (!key->is_passphrase) {
+        if (kp->kdf != TPACK_KDF_KEYFILE)
+            return ckpt_fail(err, -EACCES, "wrong key: pack expects a passphrase, got a key file");
+        memcpy(master, key->bytes, CKPT_KEY_BYTES);
+        return 0;
+    }
+    if (kp->kdf != TPACK_KDF_ARGON2ID)
+        return ckpt_fail(err, -EACCES, "wrong key: pack expects a key file, got a passphrase");
+    ckpt_key *k = (ckpt_key *)key; /* the cache is internal, the key itself is unchanged */
+    pthread_mutex_lock(&k->lock);
+    if (k->cached && memcmp(&k->cached_params, kp, sizeof *kp) == 0) {
+        memcpy(master, k->cached_master, CKPT_KEY_BYTES);
+        pthread_mutex_unlock(&k->lock);
+        return 0;
+    }
+    int rc = crypto_pwhash(master, CKPT_KEY_BYTES, (const char *)k->bytes, k->len, kp->salt,
+                           kp->ops, (size_t)kp->mem, crypto_pwhash_ALG_ARGON2ID13);
+    if (rc == 0) {
+        memcpy(k->cached_master, master, CKPT_KEY_BYTES);
+        k->cached_params = *kp;
+        k->cached = 1;
+    }
+    pthread_mutex_unlock(&k->lock);
+    if (rc != 0) return ckpt_fail(err, -ENOMEM, "Argon2id key derivation failed (out of memory?)");
+    return 0;
+}
+
+int ckpt_keygen(const char *path, ckpt_err *err)
+{
+    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        if (errno == EEXIST) return ckpt_fail(err, -EEXIST, "%s: already exists; not overwriting a key", path);
+        return ckpt_fail(err, -errno, "%s: cannot create: %s", path, strerror(errno));
+    }
+    uint8_t *k = sodium_malloc(CKPT_KEY_BYTES);
+    if (!k) { close(fd); unlink(path); return ckpt_fail(err, -ENOMEM, "out of locked memory"); }
+    randombytes_buf(k, CKPT_KEY_BYTES);
+    ssize_t w = write(fd, k, CKPT_KEY_BYTES);
+    int e = errno;
+    sodium_free(k);
+    if (w != CKPT_KEY_BYTES || fsync(fd) < 0) {
+        if (w == CKPT_KEY_BYTES) e = errno;
+        close(fd);
+        unlink(path);
+        return ckpt_fail(err, -e, "%s: write failed: %s", path, strerror(e));
+    }
+    close(fd);
+    return 0;
+}

@@ -1,0 +1,598 @@
+/* Opening a pack: every header, footer and index field is checked before
+ * any of it is used, so later reads can trust the in-memory index. */
+#include "pack.h"
+#include "codec.h"
+#include "format.h"
+
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define MAX_INDEX_BYTES (1ull << 31)
+
+static int pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+    uint8_t *b = buf;
+    while (len) {
+        ssize_t r = pread(fd, b, len, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -errno;
+        if (r == 0) return -ENODATA;
+        b += r;
+        len -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+/* Bounds-checked reader over the plaintext index. */
+typedef struct rd {
+    const uint8_t *p;
+    size_t len, pos;
+    int bad;
+} rd;
+
+static const uint8_t *rd_take(rd *r, size_t n)
+{
+    if (r->bad || n > r->len - r->pos) { r->bad = 1; return NULL; }
+    const uint8_t *q = r->p + r->pos;
+    r->pos += n;
+    return q;
+}
+static uint8_t rd_u8(rd *r) { const uint8_t *q = rd_take(r, 1); return q ? q[0] : 0; }
+static uint16_t rd_u16(rd *r) { const uint8_t *q = rd_take(r, 2); return q ? get_u16(q) : 0; }
+static uint32_t rd_u32(rd *r) { const uint8_t *q = rd_take(r, 4); return q ? get_u32(q) : 0; }
+static uint64_t rd_u64(rd *r) { const uint8_t *q = rd_take(r, 8); return q ? get_u64(q) : 0; }
+
+/* Copies a length-prefixed string into the arena as a C string. */
+static char *rd_str(rd *r, size_t n, char **arena)
+{
+    const uint8_t *q = rd_take(r, n);
+    if (!q || memchr(q, 0, n)) { r->bad = 1; return NULL; }
+    char *s = *arena;
+    memcpy(s, q, n);
+    s[n] = 0;
+    *arena += n + 1;
+    return s;
+}
+
+#define BAD(...) do { rc = ckpt_fail(err, -EIO, __VA_ARGS__); goto fail; } while (0)
+
+static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t index_offset, ckpt_err *err)
+{
+    int rc = 0;
+    rd r = {idx, len, 0, 0};
+    if (rd_u32(&r) != TPACK_INDEX_MAGIC) return ckpt_fail(err, -EIO, "index: bad magic");
+    uint64_t nf = rd_u32(&r), nt = rd_u32(&r);
+    rd_u32(&r);
+    uint64_t ne = rd_u64(&r), nc = rd_u64(&r);
+    /* Each record has a minimum size, so counts larger than the index allows are lies. */
+    if (r.bad || nf > len / 70 || nt > len / 48 || ne > len / TPACK_EXTENT_RECORD || nc > len / TPACK_CHUNK_RECORD)
+        return ckpt_fail(err, -EIO, "index: record counts do not fit the index size");
+    p->n_files = nf; p->n_tensors = nt; p->n_extents = ne; p->n_chunks = nc;
+    p->files = calloc(nf ? nf : 1, sizeof *p->files);
+    p->tensors = calloc(nt ? nt : 1, sizeof *p->tensors);
+    p->extents = calloc(ne ? ne : 1, sizeof *p->extents);
+    p->chunks = calloc(nc ? nc : 1, sizeof *p->chunks);
+    p->index = malloc(len + 1);
+    if (!p->files || !p->tensors || !p->extents || !p->chunks || !p->index)
+        return ckpt_fail(err, -ENOMEM, "out of memory for the index");
+    char *arena = (char *)p->index;
+    if (strmap_init(&p->file_map, nf) < 0 || strmap_init(&p->tensor_map, nt) < 0)
+        return ckpt_fail(err, -ENOMEM, "out of memory for the index");
+
+    uint64_t next_extent = 0;
+    for (size_t i = 0; i < nf; i++) {
+        file_rec *f = &p->files[i];
+        uint16_t plen = rd_u16(&r);
+        f->info.path = rd_str(&r, plen, &arena);
+        f->info.mode = rd_u32(&r);
+        f->info.mtime_sec = (int64_t)rd_u64(&r);
+        f->info.mtime_nsec = rd_u32(&r);
+        f->info.size = rd_u64(&r);
+        const uint8_t *sha = rd_take(&r, 32);
+        uint64_t first = rd_u64(&r);
+        uint32_t n = rd_u32(&r);
+        if (r.bad) BAD("index: file record %zu is truncated", i);
+        memcpy(f->info.sha256, sha, 32);
+        if (!ckpt_path_is_safe(f->info.path)) BAD("index: file %zu has an unsafe path '%s'", i, f->info.path);
+        if (f->info.mode & ~07777u) BAD("index: file '%s' has invalid mode %o", f->info.path, f->info.mode);
+        if (f->info.mtime_nsec >= 1000000000u) BAD("index: file '%s' has invalid mtime", f->info.path);
+        if (first != next_extent || n > ne - next_extent) BAD("index: file '%s' has extents out of range", f->info.path);
+        f->first_extent = first;
+        f->n_extents = n;
+        next_extent += n;
+        size_t dup;
+        int put = strmap_put(&p->file_map, f->info.path, i, &dup);
+        if (put < 0) return ckpt_fail(err, -ENOMEM, "out of memory");
+        if (put == 1) BAD("index: duplicate file path '%s'", f->info.path);
+    }
+    if (next_extent != ne) BAD("index: files cover %llu of %llu extents", (unsigned long long)next_extent, (unsigned long long)ne);
+
+    uint64_t next_chunk = 0;
+    for (size_t i = 0; i < ne; i++) {
+        extent *e = &p->extents[i];
+        e->length = rd_u64(&r);
+        e->first_chunk = rd_u64(&r);
+        e->kind = rd_u8(&r);
+        e->elem_size = rd_u8(&r);
+        rd_u16(&r);
+        rd_u32(&r);
+        e->tensor_index = -1;
+        if (r.bad) BAD("index: extent record %zu is truncated", i);
+        if (e->kind > EXTENT_TENSOR || !(e->elem_size == 1 || e->elem_size == 2 || e->elem_size == 4 || e->elem_size == 8))
+            BAD("index: extent %zu has an invalid kind or element size", i);
+        uint64_t n = e->length / p->chunk_size + (e->length % p->chunk_size != 0);
+        if (e->first_chunk != next_chunk || n > nc - next_chunk) BAD("index: extent %zu has chunks out of range", i);
+        next_chunk += n;
+    }
+    if (next_chunk != nc) BAD("index: extents cover %llu of %llu chunks", (unsigned long long)next_chunk, (unsigned long long)nc);
+
+    for (size_t i = 0; i < nf; i++) {
+        file_rec *f = &p->files[i];
+        uint64_t off = 0;
+        for (size_t j = 0; j < f->n_extents; j++) {
+            extent *e = &p->extents[f->first_extent + j];
+            e->file_index = i;
+            e->file_offset = off;
+            if (e->length > UINT64_MAX - off) BAD("index: file '%s' extents overflow", f->info.path);
+            off += e->length;
+        }
+        if (off != f->info.size) BAD("index: file '%s' extents hold %llu bytes, not its size %llu", f->info.path,
+                                     (unsigned long long)off, (unsigned long long)f->info.size);
+        if (f->info.size > UINT64_MAX - p->logical_bytes) BAD("index: total size overflows");
+        p->logical_bytes += f->info.size;
+    }
+
+    for (size_t i = 0; i < nt; i++) {
+        tensor_rec *t = &p->tensors[i];
+        uint16_t nlen = rd_u16(&r);
+        t->info.name = rd_str(&r, nlen, &arena);
+        uint8_t dlen = rd_u8(&r);
+        const uint8_t *d = rd_take(&r, dlen);
+        uint8_t ndim = rd_u8(&r);
+        if (r.bad) BAD("index: tensor record %zu is truncated", i);
+        if (nlen == 0) BAD("index: tensor %zu has an empty name", i);
+        if (dlen >= sizeof t->dtype || ndim > 64) BAD("index: tensor '%s' has an invalid dtype or rank", t->info.name);
+        memcpy(t->dtype, d, dlen);
+        t->dtype[dlen] = 0;
+        t->shape = calloc(ndim ? ndim : 1, sizeof *t->shape);
+        if (!t->shape) return ckpt_fail(err, -ENOMEM, "out of memory");
+        for (unsigned j = 0; j < ndim; j++) t->shape[j] = rd_u64(&r);
+        uint32_t fi = rd_u32(&r);
+        uint64_t ei = rd_u64(&r);
+        const uint8_t *sha = rd_take(&r, 32);
+        if (r.bad) BAD("index: tensor record '%s' is truncated", t->info.name);
+        uint64_t nbytes;
+        if (!ckpt_dtype_valid(t->dtype)) BAD("index: tensor '%s' has unknown dtype '%s'", t->info.name, t->dtype);
+        if (ckpt_tensor_bytes(t->dtype, ndim, t->shape, &nbytes) < 0) BAD("index: tensor '%s' shape overflows", t->info.name);
+        if (fi >= nf || ei >= ne) BAD("index: tensor '%s' points outside the index", t->info.name);
+        extent *e = &p->extents[ei];
+        if (e->kind != EXTENT_TENSOR || e->file_index != fi || e->tensor_index != -1)
+            BAD("index: tensor '%s' does not own its extent", t->info.name);
+        if (e->length != nbytes || e->elem_size != ckpt_dtype_size(t->dtype))
+            BAD("index: tensor '%s' is %llu bytes but %s%s needs %llu", t->info.name, (unsigned long long)e->length,
+                t->dtype, "", (unsigned long long)nbytes);
+        e->tensor_index = (long)i;
+        t->extent_index = ei;
+        t->info.dtype = t->dtype;
+        t->info.ndim = ndim;
+        t->info.shape = t->shape;
+        t->info.nbytes = nbytes;
+        t->info.file_index = fi;
+        t->info.file_offset = e->file_offset;
+        memcpy(t->info.sha256, sha, 32);
+        size_t dup;
+        int put = strmap_put(&p->tensor_map, t->info.name, i, &dup);
+        if (put < 0) return ckpt_fail(err, -ENOMEM, "out of memory");
+        if (put == 1) BAD("index: duplicate tensor name '%s'", t->info.name);
+    }
+    for (size_t i = 0; i < ne; i++)
+        if (p->extents[i].kind == EXTENT_TENSOR && p->extents[i].tensor_index < 0)
+            BAD("index: tensor extent %zu has no tensor", i);
+
+    uint64_t pos = TPACK_HEADER_SIZE;
+    size_t ext = 0;
+    uint32_t tag = p->keys.subkey ? TPACK_AEAD_TAG : 0;
+    for (size_t i = 0; i < nc; i++) {
+        chunk *c = &p->chunks[i];
+        c->offset = rd_u64(&r);
+        c->stored_size = rd_u32(&r);
+        c->raw_size = rd_u32(&r);
+        c->crc = rd_u32(&r);
+        c->codec = rd_u8(&r);
+        c->elem_size = rd_u8(&r);
+        rd_u16(&r);
+        if (r.bad) BAD("index: chunk record %zu is truncated", i);
+        while (ext < ne && i >= p->extents[ext].first_chunk + (p->extents[ext].length + p->chunk_size - 1) / p->chunk_size)
+            ext++;
+        extent *e = &p->extents[ext];
+        uint64_t k = i - e->first_chunk, start = k * p->chunk_size;
+        uint64_t want = e->length - start < p->chunk_size ? e->length - start : p->chunk_size;
+        c->extent_index = ext;
+        if (c->offset != pos) BAD("index: chunk %zu is at offset %llu, expected %llu", i, (unsigned long long)c->offset, (unsigned long long)pos);
+        if (c->raw_size != want) BAD("index: chunk %zu has size %u, expected %llu", i, c->raw_size, (unsigned long long)want);
+        if (c->stored_size < tag || c->stored_size > index_offset - pos ||
+            !chunk_shape_valid(c->codec, c->elem_size, c->raw_size, c->stored_size - tag))
+            BAD("index: chunk %zu has an invalid codec or stored size", i);
+        if (c->codec == CODEC_BYTEGROUP && c->elem_size != e->elem_size) BAD("index: chunk %zu element size mismatch", i);
+        pos += c->stored_size;
+    }
+    if (pos != index_offset) BAD("index: chunk data ends at %llu but the index starts at %llu", (unsigned long long)pos,
+                                 (unsigned long long)index_offset);
+    if (r.pos != r.len) BAD("index: %zu unexpected bytes at its end", r.len - r.pos);
+
+    /* A file path must not also be a directory of another file ("a" and "a/b"). */
+    for (size_t i = 0; i < nf; i++) {
+        char tmp[4096];
+        const char *path = p->files[i].info.path;
+        for (const char *s = strchr(path, '/'); s; s = strchr(s + 1, '/')) {
+            memcpy(tmp, path, (size_t)(s - path));
+            tmp[s - path] = 0;
+            if (strmap_get(&p->file_map, tmp) >= 0) BAD("index: '%s' is both a file and a directory", tmp);
+        }
+    }
+    return 0;
+fail:
+    return rc;
+}
+
+static int read_header(int fd, const char *path, uint64_t size, uint8_t hdr[128], ckpt_err *err)
+{
+    if (size < TPACK_HEADER_SIZE + TPACK_FOOTER_SIZE)
+        return ckpt_fail(err, -EIO, "%s: truncated: %llu bytes is less than a header and footer", path, (unsigned long long)size);
+    int rc = pread_full(fd, hdr, TPACK_HEADER_SIZE, 0);
+    if (rc < 0) return ckpt_fail(err, rc, "%s: cannot read header: %s", path, strerror(-rc));
+    if (memcmp(hdr + HDR_MAGIC, TPACK_MAGIC, 8) != 0) return ckpt_fail(err, -EINVAL, "%s: not a tpack file (bad magic)", path);
+    uint32_t version = get_u32(hdr + HDR_VERSION);
+    if (version != CKPT_FORMAT_VERSION)
+        return ckpt_fail(err, -ENOTSUP, "%s: unsupported format version %u (this build reads version %d)", path, version,
+                         CKPT_FORMAT_VERSION);
+    if (get_u32(hdr + HDR_CRC) != (uint32_t)crc32(0, hdr, HDR_CRC))
+        return ckpt_fail(err, -EIO, "%s: header checksum mismatch (corrupt header)", path);
+    if (get_u32(hdr + HDR_SIZE) != TPACK_HEADER_SIZE) return ckpt_fail(err, -EIO, "%s: bad header size", path);
+    uint32_t flags = get_u32(hdr + HDR_FLAGS), cipher = get_u32(hdr + HDR_CIPHER), kdf = get_u32(hdr + HDR_KDF);
+    uint32_t cs = get_u32(hdr + HDR_CHUNK_SIZE);
+    if (flags & ~TPACK_FLAG_ENCRYPTED) return ckpt_fail(err, -ENOTSUP, "%s: unknown header flags %#x", path, flags);
+    int enc = flags & TPACK_FLAG_ENCRYPTED;
+    if (cipher > CKPT_CIPHER_AES256GCM || kdf > TPACK_KDF_ARGON2ID || (enc != 0) != (cipher != 0) || (enc != 0) != (kdf != 0))
+        return ckpt_fail(err, -ENOTSUP, "%s: unknown cipher %u or key derivation %u", path, cipher, kdf);
+    if (cs < CKPT_CHUNK_MIN || cs > CKPT_CHUNK_MAX || (cs & (cs - 1)))
+        return ckpt_fail(err, -EIO, "%s: invalid chunk size %u", path, cs);
+    if (kdf == TPACK_KDF_ARGON2ID) {
+        uint64_t ops = get_u64(hdr + HDR_KDF_OPS), mem = get_u64(hdr + HDR_KDF_MEM);
+        if (ops < crypto_pwhash_OPSLIMIT_MIN || ops > TPACK_KDF_OPS_MAX || mem < crypto_pwhash_MEMLIMIT_MIN || mem > TPACK_KDF_MEM_MAX)
+            return ckpt_fail(err, -EIO, "%s: passphrase limits out of range (ops %llu, mem %llu)", path,
+                             (unsigned long long)ops, (unsigned long long)mem);
+    }
+    return 0;
+}
+
+static void fill_info_from_header(const uint8_t *hdr, uint64_t size, ckpt_pack_info *info)
+{
+    static const char *kdfs[] = {"none", "keyfile", "argon2id"};
+    memset(info, 0, sizeof *info);
+    info->format_version = get_u32(hdr + HDR_VERSION);
+    info->chunk_size = get_u32(hdr + HDR_CHUNK_SIZE);
+    info->cipher = ckpt_cipher_name((ckpt_cipher)get_u32(hdr + HDR_CIPHER));
+    info->kdf = kdfs[get_u32(hdr + HDR_KDF)];
+    memcpy(info->pack_id, hdr + HDR_PACK_ID, 16);
+    info->stored_bytes = size;
+}
+
+static int open_fd(const char *path, int *fd_out, uint64_t *size, ckpt_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ckpt_fail(err, -errno, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ckpt_fail(err, -EINVAL, "%s: not a regular file", path);
+    }
+    *fd_out = fd;
+    *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+int ckpt_probe(const char *path, ckpt_pack_info *info, ckpt_err *err)
+{
+    int fd;
+    uint64_t size;
+    uint8_t hdr[TPACK_HEADER_SIZE];
+    int rc = open_fd(path, &fd, &size, err);
+    if (rc < 0) return rc;
+    rc = read_header(fd, path, size, hdr, err);
+    close(fd);
+    if (rc == 0) fill_info_from_header(hdr, size, info);
+    return rc;
+}
+
+static int unlock_keys(ckpt_pack *p, const ckpt_key *key, ckpt_err *err)
+{
+    const uint8_t *h = p->header;
+    ckpt_cipher cipher = (ckpt_cipher)get_u32(h + HDR_CIPHER);
+    if (!key)
+        return ckpt_fail(err, -EACCES, "%s: no key: the pack is encrypted with %s; give a key file or passphrase file",
+                         p->path, ckpt_cipher_name(cipher));
+    if (!ckpt_cipher_available(cipher))
+        return ckpt_fail(err, -ENOTSUP, "%s: cipher %s is not available on this CPU", p->path, ckpt_cipher_name(cipher));
+    kdf_params kp;
+    memset(&kp, 0, sizeof kp);
+    kp.kdf = p->kdf;
+    kp.ops = get_u64(h + HDR_KDF_OPS);
+    kp.mem = get_u64(h + HDR_KDF_MEM);
+    memcpy(kp.salt, h + HDR_KDF_SALT, 16);
+    uint8_t *master = sodium_malloc(CKPT_KEY_BYTES);
+    if (!master) return ckpt_fail(err, -ENOMEM, "out of locked memory");
+    int rc = key_master(key, &kp, master, err);
+    if (rc < 0) {
+        sodium_free(master);
+        return ckpt_fail_prefix(err, p->path);
+    }
+    uint8_t check[16];
+    key_check_value(master, p->pack_id, check);
+    if (sodium_memcmp(check, h + HDR_KEY_CHECK, 16) != 0) {
+        sodium_free(master);
+        return ckpt_fail(err, -EACCES, "%s: wrong key: this key does not open the pack", p->path);
+    }
+    rc = pack_keys_derive(&p->keys, cipher, master, p->pack_id);
+    sodium_free(master);
+    return rc < 0 ? ckpt_fail(err, rc, "out of locked memory") : 0;
+}
+
+static int load_index(ckpt_pack *p, ckpt_err *err)
+{
+    uint8_t ftr[TPACK_FOOTER_SIZE];
+    int rc = pread_full(p->fd, ftr, sizeof ftr, p->file_size - TPACK_FOOTER_SIZE);
+    if (rc < 0) return ckpt_fail(err, rc, "%s: cannot read footer: %s", p->path, strerror(-rc));
+    if (memcmp(ftr + FTR_MAGIC, TPACK_END_MAGIC, 8) != 0)
+        return ckpt_fail(err, -EIO, "%s: truncated or unfinished pack (no footer)", p->path);
+    uint64_t ioff = get_u64(ftr + FTR_INDEX_OFFSET), istored = get_u64(ftr + FTR_INDEX_STORED);
+    uint64_t iraw = get_u64(ftr + FTR_INDEX_RAW);
+    uint64_t tag = p->keys.subkey ? TPACK_AEAD_TAG : 0;
+    if (ioff < TPACK_HEADER_SIZE || istored > p->file_size || ioff > p->file_size - TPACK_FOOTER_SIZE - istored ||
+        ioff + istored + TPACK_FOOTER_SIZE != p->file_size || iraw > MAX_INDEX_BYTES || istored != iraw + tag || iraw < 32)
+        return ckpt_fail(err, -EIO, "%s: footer points outside the file (index at %llu, %llu bytes)", p->path,
+                         (unsigned long long)ioff, (unsigned long long)istored);
+    uint8_t *stored = malloc(istored);
+    uint8_t *plain = p->keys.subkey ? malloc(iraw) : stored;
+    if (!stored || !plain) {
+        free(stored);
+        if (plain != stored) free(plain);
+        return ckpt_fail(err, -ENOMEM, "%s: out of memory for the index", p->path);
+    }
+    rc = pread_full(p->fd, stored, istored, ioff);
+    if (rc < 0) {
+        rc = ckpt_fail(err, -EIO, "%s: cannot read index: %s", p->path, strerror(-rc));
+    } else if (p->keys.subkey) {
+        if (aead_open(&p->keys, TPACK_INDEX_NONCE_ID, p->header, TPACK_HEADER_SIZE, stored, istored, plain) < 0)
+            rc = ckpt_fail(err, -EIO, "%s: index or header failed authentication (corrupt or tampered)", p->path);
+    } else {
+        crypto_hash_sha256_state st;
+        uint8_t digest[32];
+        crypto_hash_sha256_init(&st);
+        crypto_hash_sha256_update(&st, p->header, TPACK_HEADER_SIZE);
+        crypto_hash_sha256_update(&st, plain, iraw);
+        crypto_hash_sha256_final(&st, digest);
+        if (memcmp(digest, ftr + FTR_DIGEST, 32) != 0)
+            rc = ckpt_fail(err, -EIO, "%s: index checksum mismatch (corrupt index or header)", p->path);
+    }
+    if (rc == 0) {
+        rc = parse_index(p, plain, iraw, ioff, err);
+        if (rc < 0) ckpt_fail_prefix(err, p->path);
+    }
+    if (plain != stored) free(plain);
+    free(stored);
+    return rc;
+}
+
+int ckpt_open(const char *path, const ckpt_key *key, ckpt_pack **out, ckpt_err *err)
+{
+    *out = NULL;
+    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
+    ckpt_pack *p = calloc(1, sizeof *p);
+    if (!p || !(p->path = strdup(path))) {
+        free(p);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    p->fd = -1;
+    int rc = open_fd(path, &p->fd, &p->file_size, err);
+    if (rc == 0) rc = read_header(p->fd, path, p->file_size, p->header, err);
+    if (rc == 0) {
+        memcpy(p->pack_id, p->header + HDR_PACK_ID, 16);
+        p->chunk_size = get_u32(p->header + HDR_CHUNK_SIZE);
+        p->kdf = get_u32(p->header + HDR_KDF);
+        if (get_u32(p->header + HDR_FLAGS) & TPACK_FLAG_ENCRYPTED) rc = unlock_keys(p, key, err);
+    }
+    if (rc == 0) rc = load_index(p, err);
+    if (rc < 0) {
+        ckpt_close(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+void ckpt_close(ckpt_pack *p)
+{
+    if (!p) return;
+    if (p->fd >= 0) close(p->fd);
+    pack_keys_free(&p->keys);
+    if (p->tensors)
+        for (size_t i = 0; i < p->n_tensors; i++) free(p->tensors[i].shape);
+    free(p->files);
+    free(p->tensors);
+    free(p->extents);
+    free(p->chunks);
+    free(p->index);
+    strmap_free(&p->file_map);
+    strmap_free(&p->tensor_map);
+    free(p->path);
+    free(p);
+}
+
+void ckpt_info(const ckpt_pack *p, ckpt_pack_info *info)
+{
+    fill_info_from_header(p->header, p->file_size, info);
+    info->logical_bytes = p->logical_bytes;
+    info->n_files = p->n_files;
+    info->n_tensors = p->n_tensors;
+    info->n_chunks = p->n_chunks;
+}
+
+const char *ckpt_path(const ckpt_pack *p) { return p->path; }
+int ckpt_fd(const ckpt_pack *p) { return p->fd; }
+size_t ckpt_file_count(const ckpt_pack *p) { return p->n_files; }
+size_t ckpt_tensor_count(const ckpt_pack *p) { return p->n_tensors; }
+
+const ckpt_file_info *ckpt_file_at(const ckpt_pack *p, size_t i)
+{
+    return i < p->n_files ? &p->files[i].info : NULL;
+}
+const ckpt_tensor_info *ckpt_tensor_at(const ckpt_pack *p, size_t i)
+{
+    return i < p->n_tensors ? &p->tensors[i].info : NULL;
+}
+long ckpt_file_find(const ckpt_pack *p, const char *path) { return strmap_get(&p->file_map, path); }
+long ckpt_tensor_find(const ckpt_pack *p, const char *name) { return strmap_get(&p->tensor_map, name); }
+
+void pack_chunk_where(const ckpt_pack *p, size_t id, char *buf, size_t len)
+{
+    const chunk *c = &p->chunks[id];
+    const extent *e = &p->extents[c->extent_index];
+    uint64_t off = e->file_offset + (id - e->first_chunk) * (uint64_t)p->chunk_size;
+    const char *path = p->files[e->file_index].info.path;
+    if (e->tensor_index >= 0)
+        snprintf(buf, len, "chunk %zu (file '%s' at offset %llu, tensor '%s')", id, path, (unsigned long long)off,
+                 p->tensors[e->tensor_index].info.name);
+    else
+        snprintf(buf, len, "chunk %zu (file '%s' at offset %llu)", id, path, (unsigned long long)off);
+}
+
+static int chunk_fault(ckpt_pack *p, size_t id, const char *why, ckpt_err *err)
+{
+    char where[300];
+    pack_chunk_where(p, id, where, sizeof where);
+    return ckpt_fail(err, -EIO, "%s: %s: %s", p->path, where, why);
+}
+
+int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
+{
+    const chunk *c = &p->chunks[id];
+    int enc = p->keys.subkey != NULL;
+    if (c->codec == CODEC_STORED && !enc) {
+        int rc = pread_full(p->fd, out, c->raw_size, c->offset);
+        if (rc < 0) return chunk_fault(p, id, rc == -ENODATA ? "pack file is shorter than its index says" : strerror(-rc), err);
+        if ((uint32_t)crc32(0, out, c->raw_size) != c->crc) return chunk_fault(p, id, "checksum mismatch", err);
+        return 0;
+    }
+    uint8_t *stored = malloc(c->stored_size);
+    uint8_t *scratch = c->codec == CODEC_BYTEGROUP ? malloc(c->raw_size) : NULL;
+    uint8_t *payload = stored;
+    size_t plen = c->stored_size;
+    int rc = 0;
+    if (!stored || (c->codec == CODEC_BYTEGROUP && !scratch)) { rc = ckpt_fail(err, -ENOMEM, "out of memory"); goto done; }
+    rc = pread_full(p->fd, stored, c->stored_size, c->offset);
+    if (rc < 0) { rc = chunk_fault(p, id, rc == -ENODATA ? "pack file is shorter than its index says" : strerror(-rc), err); goto done; }
+    if (enc) {
+        const extent *e = &p->extents[c->extent_index];
+        uint8_t ad[CHUNK_AD_BYTES];
+        chunk_ad(ad, p->pack_id, id, c->extent_index, id - e->first_chunk, c->raw_size, c->codec, c->elem_size);
+        plen = c->stored_size - TPACK_AEAD_TAG;
+        /* Stored chunks decrypt straight into the caller's buffer. */
+        payload = c->codec == CODEC_STORED ? out : malloc(plen ? plen : 1);
+        if (!payload) { rc = ckpt_fail(err, -ENOMEM, "out of memory"); goto done; }
+        if (aead_open(&p->keys, id, ad, sizeof ad, stored, c->stored_size, payload) < 0) {
+            rc = chunk_fault(p, id, "authentication failed", err);
+            goto done;
+        }
+    }
+    const char *why = NULL;
+    if (chunk_decode(payload, plen, c->codec, c->elem_size, out, c->raw_size, scratch, &why) < 0) {
+        rc = chunk_fault(p, id, why, err);
+        goto done;
+    }
+    if (!enc && (uint32_t)crc32(0, out, c->raw_size) != c->crc) rc = chunk_fault(p, id, "checksum mismatch", err);
+done:
+    if (payload != stored && payload != out) free(payload);
+    free(stored);
+    free(scratch);
+    return rc;
+}
+
+int ckpt_chunk_decode(ckpt_pack *p, size_t id, void *out, ckpt_err *err)
+{
+    if (id >= p->n_chunks) return ckpt_fail(err, -EINVAL, "%s: no chunk %zu", p->path, id);
+    return pack_chunk_decode(p, id, out, err);
+}
+
+int ckpt_chunk_plain_at(const ckpt_pack *p, size_t id, uint64_t *pack_offset)
+{
+    if (id >= p->n_chunks || p->keys.subkey || p->chunks[id].codec != CODEC_STORED) return 0;
+    *pack_offset = p->chunks[id].offset;
+    return 1;
+}
+
+int ckpt_chunk_locate(const ckpt_pack *p, size_t file_index, uint64_t off, ckpt_chunk_ref *out, ckpt_err *err)
+{
+    if (file_index >= p->n_files) return ckpt_fail(err, -ENOENT, "%s: no file %zu", p->path, file_index);
+    const file_rec *f = &p->files[file_index];
+    if (off >= f->info.size) return ckpt_fail(err, -EINVAL, "%s: offset %llu is past the end of '%s'", p->path,
+                                              (unsigned long long)off, f->info.path);
+    /* First extent whose end lies beyond off; empty extents end where they start, so they are skipped. */
+    size_t lo = f->first_extent, hi = f->first_extent + f->n_extents;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const extent *e = &p->extents[mid];
+        if (e->file_offset + e->length <= off) lo = mid + 1;
+        else hi = mid;
+    }
+    const extent *e = &p->extents[lo];
+    uint64_t k = (off - e->file_offset) / p->chunk_size;
+    out->id = e->first_chunk + k;
+    out->file_offset = e->file_offset + k * p->chunk_size;
+    out->size = p->chunks[out->id].raw_size;
+    return 0;
+}
+
+ssize_t ckpt_file_pread(ckpt_pack *p, size_t file_index, void *buf, size_t len, uint64_t off, ckpt_err *err)
+{
+    if (file_index >= p->n_files) return ckpt_fail(err, -ENOENT, "%s: no file %zu", p->path, file_index);
+    uint64_t size = p->files[file_index].info.size;
+    if (off >= size || len == 0) return 0;
+    if (len > size - off) len = (size_t)(size - off);
+    if (len > SSIZE_MAX) len = SSIZE_MAX;
+    uint8_t *dst = buf, *tmp = NULL;
+    size_t done = 0;
+    while (done < len) {
+        ckpt_chunk_ref ref;
+        int rc = ckpt_chunk_locate(p, file_index, off + done, &ref, err);
+        if (rc < 0) { free(tmp); return rc; }
+        uint64_t skip = off + done - ref.file_offset;
+        size_t n = ref.size - skip < len - done ? (size_t)(ref.size - skip) : len - done;
+        if (skip == 0 && n == ref.size) {
+            rc = pack_chunk_decode(p, ref.id, dst + done, err);
+        } else {
+            if (!tmp && !(tmp = malloc(p->chunk_size))) return ckpt_fail(err, -ENOMEM, "out of memory");
+            rc = pack_chunk_decode(p, ref.id, tmp, err);
+            if (rc == 0) memcpy(dst + done, tmp + skip, n);
+        }
+        if (rc < 0) { free(tmp); return rc; }
+        done += n;
+    }
+    free(tmp);
+    return (ssize_t)done;
+}
+
+ssize_t ckpt_tensor_pread(ckpt_pack *p, size_t tensor_index, void *buf, size_t len, uint64_t off, ckpt_err *err)
+{
+    if (tensor_index >= p->n_tensors) return ckpt_fail(err, -ENOENT, "%s: no tensor %zu", p->path, tensor_index);
+    const ckpt_tensor_info *t = &p->tensors[tensor_index].info;
+    if (off >= t->nbytes) return 0;
+    if (len > t->nbytes - off) len = (size_t)(t->nbytes - off);
+    return ckpt_file_pread(p, t->file_index, buf, len, t->file_offset + off, err);
+}

@@ -1,0 +1,745 @@
+/* The streaming writer. Three stages run at once: the caller's thread copies
+ * bytes into chunk slots and hashes each file; worker threads compress and
+ * encrypt slots; one output thread hashes tensors and appends finished chunks
+ * to the pack in order. Slots are used round-robin, so order is kept without
+ * any reordering buffer. */
+#include "writer.h"
+#include "codec.h"
+#include "crypto.h"
+#include "format.h"
+
+#include <fcntl.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+enum { SLOT_FREE, SLOT_FILLING, SLOT_QUEUED, SLOT_ENCODED };
+
+typedef struct tensor_hash {
+    crypto_hash_sha256_state st;
+    uint8_t digest[32];
+} tensor_hash;
+
+typedef struct wslot {
+    uint8_t *in, *out;
+    size_t in_len, out_len;
+    uint64_t id, extent_id, in_extent;
+    tensor_hash *th;          /* tensor this chunk belongs to, or NULL */
+    int last_of_tensor;
+    uint8_t codec, elem;
+    uint32_t crc;
+    int state;
+} wslot;
+
+typedef struct wfile {
+    char *path;
+    uint32_t mode;
+    int64_t mtime_sec;
+    uint32_t mtime_nsec;
+    uint64_t size;
+    uint8_t sha256[32];
+    uint64_t first_extent, n_extents;
+} wfile;
+
+typedef struct wextent {
+    uint64_t length, first_chunk;
+    uint8_t kind, elem;
+} wextent;
+
+typedef struct wtensor {
+    char *name;
+    char dtype[16];
+    uint32_t ndim;
+    uint64_t *shape;
+    uint64_t nbytes;
+    uint32_t file_index;
+    uint64_t extent_index;
+    tensor_hash *hash;
+} wtensor;
+
+typedef struct wchunk {
+    uint64_t offset;
+    uint32_t stored, raw, crc;
+    uint8_t codec, elem;
+} wchunk;
+
+struct ckpt_writer {
+    int fd;
+    char *final_path, *tmp_path;
+    dev_t dev;
+    ino_t ino;
+    uint32_t chunk_size;
+    int level;
+    ckpt_write_opts opts;
+    uint8_t header[TPACK_HEADER_SIZE];
+    uint8_t pack_id[16];
+    pack_keys keys;
+
+    wfile *files; size_t n_files, cap_files;
+    wextent *extents; size_t n_extents, cap_extents;
+    wtensor *tensors; size_t n_tensors, cap_tensors;
+    wchunk *chunks; size_t n_chunks, cap_chunks;      /* output thread only until finish */
+    strmap file_map, dir_map, tensor_map;
+
+    /* Producer state. */
+    int in_file, in_tensor, extent_open;
+    crypto_hash_sha256_state file_hash;
+    uint64_t file_bytes, tensor_received, fed;
+    wslot *filling;
+
+    /* Pipeline. */
+    pthread_mutex_t mu;
+    pthread_cond_t to_encode, to_write, to_fill;
+    wslot *slots;
+    size_t n_slots;
+    uint64_t submitted, next_encode, next_write;
+    int stopping, failed;
+    ckpt_err fail_err;
+    pthread_t *workers;
+    unsigned n_workers;
+    pthread_t out_thread;
+    int out_started;
+    uint64_t write_pos;
+};
+
+static int writer_failed(ckpt_writer *w, ckpt_err *err)
+{
+    pthread_mutex_lock(&w->mu);
+    int f = w->failed;
+    if (f && err) *err = w->fail_err;
+    pthread_mutex_unlock(&w->mu);
+    return f ? (w->fail_err.code ? w->fail_err.code : -EIO) : 0;
+}
+
+static void set_failed(ckpt_writer *w, const ckpt_err *e)
+{
+    pthread_mutex_lock(&w->mu);
+    if (!w->failed) {
+        w->failed = 1;
+        w->fail_err = *e;
+    }
+    pthread_cond_broadcast(&w->to_fill);
+    pthread_cond_broadcast(&w->to_write);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void *encode_worker(void *arg)
+{
+    ckpt_writer *w = arg;
+    chunk_encoder enc;
+    chunk_encoder_init(&enc);
+    uint8_t *payload = w->keys.subkey ? malloc(w->chunk_size + TPACK_CHUNK_OVERHEAD) : NULL;
+    if (w->keys.subkey && !payload) {
+        ckpt_err e;
+        ckpt_fail(&e, -ENOMEM, "%s: out of memory", w->final_path);
+        set_failed(w, &e);
+    }
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->stopping && w->next_encode >= w->submitted) pthread_cond_wait(&w->to_encode, &w->mu);
+        if (w->next_encode >= w->submitted) break;
+        wslot *s = &w->slots[w->next_encode++ % w->n_slots];
+        pthread_mutex_unlock(&w->mu);
+        int rc = -ENOMEM;
+        uint8_t *dst = payload ? payload : s->out;
+        size_t plen = 0;
+        if (dst) rc = chunk_encode(&enc, s->in, s->in_len, s->elem, w->level, dst, &plen, &s->codec);
+        if (rc == 0 && payload) {
+            uint8_t ad[CHUNK_AD_BYTES];
+            chunk_ad(ad, w->pack_id, s->id, s->extent_id, s->in_extent, (uint32_t)s->in_len, s->codec, s->elem);
+            aead_seal(&w->keys, s->id, ad, sizeof ad, payload, plen, s->out);
+            plen += TPACK_AEAD_TAG;
+        }
+        /* Encrypted chunks are authenticated by their tag; a CRC would only cost decode time. */
+        s->crc = payload ? 0 : (uint32_t)crc32(0, s->in, (uInt)s->in_len);
+        s->out_len = plen;
+        if (rc < 0) {
+            ckpt_err e;
+            ckpt_fail(&e, rc, "%s: out of memory while compressing", w->final_path);
+            set_failed(w, &e);
+        }
+        pthread_mutex_lock(&w->mu);
+        s->state = SLOT_ENCODED;
+        pthread_cond_broadcast(&w->to_write);
+    }
+    pthread_mutex_unlock(&w->mu);
+    chunk_encoder_free(&enc);
+    free(payload);
+    return NULL;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t r = write(fd, p, len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -errno;
+        p += r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
+static void *output_worker(void *arg)
+{
+    ckpt_writer *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        wslot *s = &w->slots[w->next_write % w->n_slots];
+        while (!(w->next_write < w->submitted && s->state == SLOT_ENCODED) && !(w->stopping && w->next_write >= w->submitted))
+            pthread_cond_wait(&w->to_write, &w->mu);
+        if (w->next_write >= w->submitted) break;
+        int failed = w->failed;
+        pthread_mutex_unlock(&w->mu);
+        if (!failed) {
+            if (s->th) {
+                crypto_hash_sha256_update(&s->th->st, s->in, s->in_len);
+                if (s->last_of_tensor) crypto_hash_sha256_final(&s->th->st, s->th->digest);
+            }
+            int rc = write_all(w->fd, s->out, s->out_len);
+            if (rc == 0 && grow_array((void **)&w->chunks, &w->cap_chunks, w->n_chunks, sizeof *w->chunks) < 0) rc = -ENOMEM;
+            if (rc < 0) {
+                ckpt_err e;
+                ckpt_fail(&e, rc, "%s: write failed: %s", w->tmp_path, strerror(-rc));
+                set_failed(w, &e);
+            } else {
+                w->chunks[w->n_chunks++] = (wchunk){w->write_pos, (uint32_t)s->out_len, (uint32_t)s->in_len, s->crc, s->codec, s->elem};
+                w->write_pos += s->out_len;
+            }
+        }
+        pthread_mutex_lock(&w->mu);
+        s->state = SLOT_FREE;
+        w->next_write++;
+        pthread_cond_broadcast(&w->to_fill);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ producer */
+
+static int acquire_slot(ckpt_writer *w, ckpt_err *err)
+{
+    pthread_mutex_lock(&w->mu);
+    uint64_t seq = w->submitted;
+    wslot *s = &w->slots[seq % w->n_slots];
+    while (s->state != SLOT_FREE && !w->failed) pthread_cond_wait(&w->to_fill, &w->mu);
+    int failed = w->failed;
+    pthread_mutex_unlock(&w->mu);
+    if (failed) return writer_failed(w, err);
+    wextent *e = &w->extents[w->n_extents - 1];
+    s->state = SLOT_FILLING;
+    s->in_len = 0;
+    s->id = seq;
+    s->extent_id = w->n_extents - 1;
+    s->in_extent = seq - e->first_chunk;
+    s->elem = e->elem;
+    s->th = w->in_tensor ? w->tensors[w->n_tensors - 1].hash : NULL;
+    s->last_of_tensor = 0;
+    w->filling = s;
+    return 0;
+}
+
+static void submit_slot(ckpt_writer *w)
+{
+    wslot *s = w->filling;
+    w->filling = NULL;
+    s->last_of_tensor = w->in_tensor && w->tensor_received == w->tensors[w->n_tensors - 1].nbytes;
+    w->extents[w->n_extents - 1].length += s->in_len;
+    pthread_mutex_lock(&w->mu);
+    s->state = SLOT_QUEUED;
+    w->submitted++;
+    pthread_cond_signal(&w->to_encode);
+    pthread_mutex_unlock(&w->mu);
+    if (w->opts.progress) w->opts.progress(w->opts.progress_ud, w->fed, w->opts.progress_total);
+}
+
+static int open_extent(ckpt_writer *w, uint8_t kind, uint8_t elem, ckpt_err *err)
+{
+    if (grow_array((void **)&w->extents, &w->cap_extents, w->n_extents, sizeof *w->extents) < 0)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    w->extents[w->n_extents++] = (wextent){0, w->submitted, kind, elem};
+    w->files[w->n_files - 1].n_extents++;
+    w->extent_open = 1;
+    return 0;
+}
+
+static void close_extent(ckpt_writer *w)
+{
+    if (w->filling) submit_slot(w);
+    w->extent_open = 0;
+}
+
+/* Appends bytes to the open extent, cutting chunks as slots fill. */
+static int feed(ckpt_writer *w, const uint8_t *data, size_t len, ckpt_err *err)
+{
+    crypto_hash_sha256_update(&w->file_hash, data, len);
+    w->file_bytes += len;
+    while (len) {
+        if (!w->filling) {
+            int rc = acquire_slot(w, err);
+            if (rc < 0) return rc;
+        }
+        wslot *s = w->filling;
+        size_t n = w->chunk_size - s->in_len;
+        if (n > len) n = len;
+        memcpy(s->in + s->in_len, data, n);
+        s->in_len += n;
+        data += n;
+        len -= n;
+        w->fed += n;
+        if (w->in_tensor) w->tensor_received += n;
+        if (s->in_len == w->chunk_size || (w->in_tensor && w->tensor_received == w->tensors[w->n_tensors - 1].nbytes))
+            submit_slot(w);
+    }
+    return writer_failed(w, err);
+}
+
+int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec,
+                           ckpt_err *err)
+{
+    if (w->in_file) return ckpt_fail(err, -EINVAL, "%s: begin_file('%s') inside another file", w->final_path, path);
+    if (!ckpt_path_is_safe(path))
+        return ckpt_fail(err, -EINVAL, "%s: unsafe path '%s' (absolute, empty, '.', '..' or too long)", w->final_path, path);
+    if (strlen(path) > UINT16_MAX) return ckpt_fail(err, -EINVAL, "%s: path too long", w->final_path);
+    if (strmap_get(&w->file_map, path) >= 0) return ckpt_fail(err, -EEXIST, "%s: duplicate path '%s'", w->final_path, path);
+    if (strmap_get(&w->dir_map, path) >= 0)
+        return ckpt_fail(err, -EEXIST, "%s: '%s' is already a directory in the pack", w->final_path, path);
+    char *copy = strdup(path);
+    if (!copy || grow_array((void **)&w->files, &w->cap_files, w->n_files, sizeof *w->files) < 0) {
+        free(copy);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    char tmp[4096];
+    for (const char *s = strchr(path, '/'); s; s = strchr(s + 1, '/')) {
+        memcpy(tmp, path, (size_t)(s - path));
+        tmp[s - path] = 0;
+        if (strmap_get(&w->file_map, tmp) >= 0) {
+            free(copy);
+            return ckpt_fail(err, -EEXIST, "%s: '%s' is already a file in the pack", w->final_path, tmp);
+        }
+    }
+    for (const char *s = strchr(copy, '/'); s; s = strchr(s + 1, '/')) {
+        /* Directory keys live in a copy owned by the map entry list below. */
+        char *dir = strndup(copy, (size_t)(s - copy));
+        if (!dir) { free(copy); return ckpt_fail(err, -ENOMEM, "out of memory"); }
+        if (strmap_put(&w->dir_map, dir, 0, NULL) != 0) free(dir);
+    }
+    if (strmap_put(&w->file_map, copy, w->n_files, NULL) < 0) {
+        free(copy);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    w->files[w->n_files++] = (wfile){copy, mode & 07777, mtime_sec, mtime_nsec, 0, {0}, w->n_extents, 0};
+    crypto_hash_sha256_init(&w->file_hash);
+    w->file_bytes = 0;
+    w->in_file = 1;
+    return 0;
+}
+
+int ckpt_writer_write(ckpt_writer *w, const void *data, size_t len, ckpt_err *err)
+{
+    if (!w->in_file || w->in_tensor) return ckpt_fail(err, -EINVAL, "%s: write outside a file or inside a tensor", w->final_path);
+    if (!w->extent_open) {
+        int rc = open_extent(w, EXTENT_DATA, 1, err);
+        if (rc < 0) return rc;
+    }
+    return feed(w, data, len, err);
+}
+
+int ckpt_writer_begin_tensor(ckpt_writer *w, const char *name, const char *dtype, uint32_t ndim, const uint64_t *shape,
+                             ckpt_err *err)
+{
+    if (!w->in_file || w->in_tensor) return ckpt_fail(err, -EINVAL, "%s: tensor '%s' outside a file", w->final_path, name);
+    if (!name || !*name || strlen(name) > UINT16_MAX) return ckpt_fail(err, -EINVAL, "%s: invalid tensor name", w->final_path);
+    unsigned es = ckpt_dtype_size(dtype);
+    if (!es) return ckpt_fail(err, -EINVAL, "%s: tensor '%s': unknown dtype '%s'", w->final_path, name, dtype ? dtype : "");
+    if (ndim > 64) return ckpt_fail(err, -EINVAL, "%s: tensor '%s': too many dimensions (%u)", w->final_path, name, ndim);
+    uint64_t nbytes;
+    if (ckpt_tensor_bytes(dtype, ndim, shape, &nbytes) < 0)
+        return ckpt_fail(err, -EINVAL, "%s: tensor '%s': shape overflows", w->final_path, name);
+    if (strmap_get(&w->tensor_map, name) >= 0) return ckpt_fail(err, -EEXIST, "%s: duplicate tensor name '%s'", w->final_path, name);
+    if (grow_array((void **)&w->tensors, &w->cap_tensors, w->n_tensors, sizeof *w->tensors) < 0)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    wtensor *t = &w->tensors[w->n_tensors];
+    memset(t, 0, sizeof *t);
+    t->name = strdup(name);
+    t->shape = malloc((ndim ? ndim : 1) * sizeof *t->shape);
+    t->hash = malloc(sizeof *t->hash);
+    if (!t->name || !t->shape || !t->hash || strmap_put(&w->tensor_map, t->name, w->n_tensors, NULL) < 0) {
+        free(t->name); free(t->shape); free(t->hash);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    snprintf(t->dtype, sizeof t->dtype, "%s", dtype);
+    t->ndim = ndim;
+    if (ndim) memcpy(t->shape, shape, ndim * sizeof *shape);
+    t->nbytes = nbytes;
+    t->file_index = (uint32_t)(w->n_files - 1);
+    crypto_hash_sha256_init(&t->hash->st);
+    w->n_tensors++;
+    if (w->extent_open) close_extent(w);
+    int rc = open_extent(w, EXTENT_TENSOR, (uint8_t)es, err);
+    if (rc < 0) return rc;
+    t->extent_index = w->n_extents - 1;
+    w->in_tensor = 1;
+    w->tensor_received = 0;
+    if (nbytes == 0) crypto_hash_sha256_final(&t->hash->st, t->hash->digest);
+    return 0;
+}
+
+int ckpt_writer_tensor_data(ckpt_writer *w, const void *data, size_t len, ckpt_err *err)
+{
+    if (!w->in_tensor) return ckpt_fail(err, -EINVAL, "%s: tensor data outside a tensor", w->final_path);
+    wtensor *t = &w->tensors[w->n_tensors - 1];
+    if (len > t->nbytes - w->tensor_received)
+        return ckpt_fail(err, -EINVAL, "%s: tensor '%s': more data than its %llu bytes", w->final_path, t->name,
+                         (unsigned long long)t->nbytes);
+    return feed(w, data, len, err);
+}
+
+int ckpt_writer_end_tensor(ckpt_writer *w, ckpt_err *err)
+{
+    if (!w->in_tensor) return ckpt_fail(err, -EINVAL, "%s: end_tensor outside a tensor", w->final_path);
+    wtensor *t = &w->tensors[w->n_tensors - 1];
+    if (w->tensor_received != t->nbytes)
+        return ckpt_fail(err, -EINVAL, "%s: tensor '%s' got %llu of its %llu bytes", w->final_path, t->name,
+                         (unsigned long long)w->tensor_received, (unsigned long long)t->nbytes);
+    close_extent(w);
+    w->in_tensor = 0;
+    return writer_failed(w, err);
+}
+
+int ckpt_writer_end_file(ckpt_writer *w, ckpt_err *err)
+{
+    if (!w->in_file || w->in_tensor) return ckpt_fail(err, -EINVAL, "%s: end_file without a file", w->final_path);
+    if (w->extent_open) close_extent(w);
+    wfile *f = &w->files[w->n_files - 1];
+    f->size = w->file_bytes;
+    crypto_hash_sha256_final(&w->file_hash, f->sha256);
+    w->in_file = 0;
+    return writer_failed(w, err);
+}
+
+/* --------------------------------------------------------- open/finish */
+
+static void build_header(ckpt_writer *w, uint32_t kdf, const kdf_params *kp, const uint8_t check[16])
+{
+    uint8_t *h = w->header;
+    memset(h, 0, TPACK_HEADER_SIZE);
+    memcpy(h + HDR_MAGIC, TPACK_MAGIC, 8);
+    put_u32(h + HDR_VERSION, CKPT_FORMAT_VERSION);
+    put_u32(h + HDR_SIZE, TPACK_HEADER_SIZE);
+    memcpy(h + HDR_PACK_ID, w->pack_id, 16);
+    put_u32(h + HDR_FLAGS, w->keys.subkey ? TPACK_FLAG_ENCRYPTED : 0);
+    put_u32(h + HDR_CIPHER, w->keys.subkey ? (uint32_t)w->keys.cipher : 0);
+    put_u32(h + HDR_KDF, kdf);
+    put_u32(h + HDR_CHUNK_SIZE, w->chunk_size);
+    if (kdf == TPACK_KDF_ARGON2ID) {
+        put_u64(h + HDR_KDF_OPS, kp->ops);
+        put_u64(h + HDR_KDF_MEM, kp->mem);
+        memcpy(h + HDR_KDF_SALT, kp->salt, 16);
+    }
+    if (check) memcpy(h + HDR_KEY_CHECK, check, 16);
+    put_u32(h + HDR_CRC, (uint32_t)crc32(0, h, HDR_CRC));
+}
+
+static int setup_keys(ckpt_writer *w, ckpt_err *err)
+{
+    if (!w->opts.key) return 0;
+    ckpt_cipher c = w->opts.cipher == CKPT_CIPHER_NONE ? CKPT_CIPHER_XCHACHA20POLY1305 : w->opts.cipher;
+    if (!ckpt_cipher_available(c))
+        return ckpt_fail(err, -ENOTSUP, "cipher %s is not available on this CPU", ckpt_cipher_name(c));
+    kdf_params kp;
+    memset(&kp, 0, sizeof kp);
+    kp.kdf = ckpt_key_is_passphrase(w->opts.key) ? TPACK_KDF_ARGON2ID : TPACK_KDF_KEYFILE;
+    if (kp.kdf == TPACK_KDF_ARGON2ID) {
+        kp.ops = crypto_pwhash_OPSLIMIT_INTERACTIVE;
+        kp.mem = crypto_pwhash_MEMLIMIT_INTERACTIVE;
+        randombytes_buf(kp.salt, sizeof kp.salt);
+    }
+    uint8_t *master = sodium_malloc(CKPT_KEY_BYTES);
+    if (!master) return ckpt_fail(err, -ENOMEM, "out of locked memory");
+    int rc = key_master(w->opts.key, &kp, master, err);
+    if (rc == 0) {
+        uint8_t check[16];
+        key_check_value(master, w->pack_id, check);
+        rc = pack_keys_derive(&w->keys, c, master, w->pack_id);
+        if (rc < 0) rc = ckpt_fail(err, rc, "out of locked memory");
+        else build_header(w, kp.kdf, &kp, check);
+    }
+    sodium_free(master);
+    return rc;
+}
+
+static void stop_threads(ckpt_writer *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->stopping = 1;
+    pthread_cond_broadcast(&w->to_encode);
+    pthread_cond_broadcast(&w->to_write);
+    pthread_mutex_unlock(&w->mu);
+    for (unsigned i = 0; i < w->n_workers; i++) pthread_join(w->workers[i], NULL);
+    w->n_workers = 0;
+    if (w->out_started) pthread_join(w->out_thread, NULL);
+    w->out_started = 0;
+}
+
+static void writer_free(ckpt_writer *w)
+{
+    stop_threads(w);
+    if (w->fd >= 0) close(w->fd);
+    for (size_t i = 0; i < w->n_files; i++) free(w->files[i].path);
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        free(w->tensors[i].name);
+        free(w->tensors[i].shape);
+        free(w->tensors[i].hash);
+    }
+    for (size_t i = 0; i < w->dir_map.cap; i++) free((char *)w->dir_map.keys[i]);
+    strmap_free(&w->file_map);
+    strmap_free(&w->dir_map);
+    strmap_free(&w->tensor_map);
+    if (w->slots)
+        for (size_t i = 0; i < w->n_slots; i++) {
+            free(w->slots[i].in);
+            free(w->slots[i].out);
+        }
+    free(w->slots);
+    free(w->workers);
+    free(w->files);
+    free(w->extents);
+    free(w->tensors);
+    free(w->chunks);
+    pack_keys_free(&w->keys);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->to_encode);
+    pthread_cond_destroy(&w->to_write);
+    pthread_cond_destroy(&w->to_fill);
+    free(w->final_path);
+    free(w->tmp_path);
+    free(w);
+}
+
+int ckpt_writer_open(const char *final_path, const char *tmp_path, const ckpt_write_opts *opts, ckpt_writer **out,
+                     ckpt_err *err)
+{
+    *out = NULL;
+    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
+    ckpt_write_opts o = opts ? *opts : (ckpt_write_opts){0};
+    if (!opts) o.level = -1;
+    uint32_t cs = o.chunk_size ? o.chunk_size : CKPT_CHUNK_DEFAULT;
+    if (cs < CKPT_CHUNK_MIN || cs > CKPT_CHUNK_MAX || (cs & (cs - 1)))
+        return ckpt_fail(err, -EINVAL, "chunk size %u is not a power of two between 64K and 16M", cs);
+    if (o.level < -1 || o.level > 9) return ckpt_fail(err, -EINVAL, "compression level %d is not in 0..9", o.level);
+    if (o.cipher != CKPT_CIPHER_NONE && !o.key) return ckpt_fail(err, -EINVAL, "a cipher was chosen but no key given");
+    ckpt_writer *w = calloc(1, sizeof *w);
+    if (!w) return ckpt_fail(err, -ENOMEM, "out of memory");
+    w->fd = -1;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->to_encode, NULL);
+    pthread_cond_init(&w->to_write, NULL);
+    pthread_cond_init(&w->to_fill, NULL);
+    w->opts = o;
+    w->chunk_size = cs;
+    w->level = o.level < 0 ? 6 : o.level;
+    w->final_path = strdup(final_path);
+    if (tmp_path) w->tmp_path = strdup(tmp_path);
+    else if (w->final_path && asprintf(&w->tmp_path, "%s.tmp", final_path) < 0) w->tmp_path = NULL;
+    int rc = 0;
+    if (!w->final_path || !w->tmp_path || strmap_init(&w->file_map, 64) < 0 || strmap_init(&w->dir_map, 64) < 0 ||
+        strmap_init(&w->tensor_map, 256) < 0) {
+        rc = ckpt_fail(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    randombytes_buf(w->pack_id, sizeof w->pack_id);
+    build_header(w, TPACK_KDF_NONE, NULL, NULL);
+    if ((rc = setup_keys(w, err)) < 0) goto fail;
+
+    unsigned threads = o.threads ? o.threads : ckpt_default_threads();
+    /* Two slots per worker keep everyone busy; cap the memory they pin. */
+    size_t n = 2 * (size_t)threads + 2, cap = (512u << 20) / (2 * (size_t)cs);
+    w->n_slots = n < cap ? n : cap < 3 ? 3 : cap;
+    w->slots = calloc(w->n_slots, sizeof *w->slots);
+    w->workers = calloc(threads, sizeof *w->workers);
+    if (!w->slots || !w->workers) { rc = ckpt_fail(err, -ENOMEM, "out of memory"); goto fail; }
+    for (size_t i = 0; i < w->n_slots; i++) {
+        w->slots[i].in = malloc(cs);
+        w->slots[i].out = malloc(cs + TPACK_CHUNK_OVERHEAD);
+        if (!w->slots[i].in || !w->slots[i].out) { rc = ckpt_fail(err, -ENOMEM, "out of memory for chunk buffers"); goto fail; }
+    }
+    w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) { rc = ckpt_fail(err, -errno, "%s: cannot create: %s", w->tmp_path, strerror(errno)); goto fail; }
+    struct stat st;
+    if (fstat(w->fd, &st) == 0) { w->dev = st.st_dev; w->ino = st.st_ino; }
+    if ((rc = write_all(w->fd, w->header, TPACK_HEADER_SIZE)) < 0) {
+        rc = ckpt_fail(err, rc, "%s: write failed: %s", w->tmp_path, strerror(-rc));
+        goto fail_unlink;
+    }
+    w->write_pos = TPACK_HEADER_SIZE;
+    for (unsigned i = 0; i < threads; i++) {
+        if (pthread_create(&w->workers[i], NULL, encode_worker, w) != 0) break;
+        w->n_workers++;
+    }
+    if (w->n_workers == 0 || pthread_create(&w->out_thread, NULL, output_worker, w) != 0) {
+        rc = ckpt_fail(err, -EAGAIN, "cannot start writer threads");
+        goto fail_unlink;
+    }
+    w->out_started = 1;
+    *out = w;
+    return 0;
+fail_unlink:
+    unlink(w->tmp_path);
+fail:
+    writer_free(w);
+    return rc;
+}
+
+void writer_output_id(const ckpt_writer *w, dev_t *dev, ino_t *ino)
+{
+    *dev = w->dev;
+    *ino = w->ino;
+}
+
+void ckpt_writer_abort(ckpt_writer *w)
+{
+    if (!w) return;
+    stop_threads(w);
+    unlink(w->tmp_path);
+    writer_free(w);
+}
+
+static void build_index(ckpt_writer *w, bytebuf *b)
+{
+    bb_u32(b, TPACK_INDEX_MAGIC);
+    bb_u32(b, (uint32_t)w->n_files);
+    bb_u32(b, (uint32_t)w->n_tensors);
+    bb_u32(b, 0);
+    bb_u64(b, w->n_extents);
+    bb_u64(b, w->n_chunks);
+    for (size_t i = 0; i < w->n_files; i++) {
+        const wfile *f = &w->files[i];
+        size_t len = strlen(f->path);
+        bb_u16(b, (uint16_t)len);
+        bb_put(b, f->path, len);
+        bb_u32(b, f->mode);
+        bb_u64(b, (uint64_t)f->mtime_sec);
+        bb_u32(b, f->mtime_nsec);
+        bb_u64(b, f->size);
+        bb_put(b, f->sha256, 32);
+        bb_u64(b, f->first_extent);
+        bb_u32(b, (uint32_t)f->n_extents);
+    }
+    for (size_t i = 0; i < w->n_extents; i++) {
+        const wextent *e = &w->extents[i];
+        bb_u64(b, e->length);
+        bb_u64(b, e->first_chunk);
+        bb_u8(b, e->kind);
+        bb_u8(b, e->elem);
+        bb_u16(b, 0);
+        bb_u32(b, 0);
+    }
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        const wtensor *t = &w->tensors[i];
+        size_t len = strlen(t->name), dl = strlen(t->dtype);
+        bb_u16(b, (uint16_t)len);
+        bb_put(b, t->name, len);
+        bb_u8(b, (uint8_t)dl);
+        bb_put(b, t->dtype, dl);
+        bb_u8(b, (uint8_t)t->ndim);
+        for (uint32_t j = 0; j < t->ndim; j++) bb_u64(b, t->shape[j]);
+        bb_u32(b, t->file_index);
+        bb_u64(b, t->extent_index);
+        bb_put(b, t->hash->digest, 32);
+    }
+    for (size_t i = 0; i < w->n_chunks; i++) {
+        const wchunk *c = &w->chunks[i];
+        bb_u64(b, c->offset);
+        bb_u32(b, c->stored);
+        bb_u32(b, c->raw);
+        bb_u32(b, c->crc);
+        bb_u8(b, c->codec);
+        bb_u8(b, c->elem);
+        bb_u16(b, 0);
+    }
+}
+
+static int fsync_dir_of(const char *path)
+{
+    char *copy = strdup(path);
+    if (!copy) return -ENOMEM;
+    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(copy);
+    if (dfd < 0) return -errno;
+    int rc = fsync(dfd) < 0 ? -errno : 0;
+    close(dfd);
+    return rc;
+}
+
+int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
+{
+    int rc = 0;
+    if (w->in_file) {
+        rc = ckpt_fail(err, -EINVAL, "%s: finish with a file still open", w->final_path);
+        goto fail;
+    }
+    stop_threads(w); /* drains every submitted chunk first */
+    if ((rc = writer_failed(w, err)) < 0) goto fail;
+    bytebuf idx = {0};
+    build_index(w, &idx);
+    uint8_t *stored = idx.p;
+    size_t stored_len = idx.len;
+    uint8_t ftr[TPACK_FOOTER_SIZE] = {0};
+    if (idx.oom) { bb_free(&idx); rc = ckpt_fail(err, -ENOMEM, "out of memory for the index"); goto fail; }
+    if (w->keys.subkey) {
+        stored = malloc(idx.len + TPACK_AEAD_TAG);
+        if (!stored) { bb_free(&idx); rc = ckpt_fail(err, -ENOMEM, "out of memory"); goto fail; }
+        aead_seal(&w->keys, TPACK_INDEX_NONCE_ID, w->header, TPACK_HEADER_SIZE, idx.p, idx.len, stored);
+        stored_len = idx.len + TPACK_AEAD_TAG;
+    } else {
+        crypto_hash_sha256_state st;
+        crypto_hash_sha256_init(&st);
+        crypto_hash_sha256_update(&st, w->header, TPACK_HEADER_SIZE);
+        crypto_hash_sha256_update(&st, idx.p, idx.len);
+        crypto_hash_sha256_final(&st, ftr + FTR_DIGEST);
+    }
+    put_u64(ftr + FTR_INDEX_OFFSET, w->write_pos);
+    put_u64(ftr + FTR_INDEX_STORED, stored_len);
+    put_u64(ftr + FTR_INDEX_RAW, idx.len);
+    memcpy(ftr + FTR_MAGIC, TPACK_END_MAGIC, 8);
+    rc = write_all(w->fd, stored, stored_len);
+    if (rc == 0) rc = write_all(w->fd, ftr, sizeof ftr);
+    if (stored != idx.p) free(stored);
+    bb_free(&idx);
+    if (rc < 0) { rc = ckpt_fail(err, rc, "%s: write failed: %s", w->tmp_path, strerror(-rc)); goto fail; }
+    uint64_t total = w->write_pos + stored_len + TPACK_FOOTER_SIZE;
+    if (fsync(w->fd) < 0) { rc = ckpt_fail(err, -errno, "%s: fsync failed: %s", w->tmp_path, strerror(errno)); goto fail; }
+    close(w->fd);
+    w->fd = -1;
+    if (rename(w->tmp_path, w->final_path) < 0) {
+        rc = ckpt_fail(err, -errno, "%s: cannot rename to %s: %s", w->tmp_path, w->final_path, strerror(errno));
+        goto fail;
+    }
+    if ((rc = fsync_dir_of(w->final_path)) < 0) {
+        /* The pack is complete and in place; only its durability is in doubt. */
+        ckpt_fail(err, rc, "%s: directory fsync failed: %s", w->final_path, strerror(-rc));
+        writer_free(w);
+        return rc;
+    }
+    if (stats) {
+        stats->logical_bytes = 0;
+        for (size_t i = 0; i < w->n_files; i++) stats->logical_bytes += w->files[i].size;
+        stats->stored_bytes = total;
+        stats->n_files = w->n_files;
+        stats->n_tensors = w->n_tensors;
+        stats->n_chunks = w->n_chunks;
+    }
+    writer_free(w);
+    return 0;
+fail:
+    ckpt_writer_abort(w);
+    return rc;
+}
