@@ -37,6 +37,9 @@ static int read_at(int fd, uint8_t *buf, size_t len, uint64_t off, const char *s
 static int parse_layout(int fd, const char *src, const char *pack_path, uint64_t size, int is_npy, ingest_layout *lay,
                         ckpt_err *err)
 {
+    /* An npy file's one tensor is named by its path without the extension. */
+    char name[4096];
+    snprintf(name, sizeof name, "%.*s", (int)(strlen(pack_path) - (is_npy ? 4 : 0)), pack_path);
     size_t have = size < 4096 ? (size_t)size : 4096;
     uint8_t *head = malloc(have ? have : 1);
     if (!head) return ckpt_fail(err, -ENOMEM, "out of memory");
@@ -44,7 +47,7 @@ static int parse_layout(int fd, const char *src, const char *pack_path, uint64_t
     for (int round = 0; rc == 0 && round < 3; round++) {
         uint64_t need = 0;
         char msg[400] = "";
-        rc = is_npy ? ingest_npy(head, have, size, pack_path, lay, &need, msg, sizeof msg)
+        rc = is_npy ? ingest_npy(head, have, size, name, lay, &need, msg, sizeof msg)
                     : ingest_safetensors(head, have, size, lay, &need, msg, sizeof msg);
         if (rc != -EAGAIN) {
             if (rc < 0) rc = ckpt_fail(err, rc, "%s: invalid %s: %s", src, is_npy ? "npy file" : "safetensors file", msg);

@@ -59,6 +59,7 @@ int ckpt_key_from_bytes(const uint8_t key[CKPT_KEY_BYTES], ckpt_key **out, ckpt_
 /* Reads a small secret file into locked memory, refusing files others can read. */
 static int read_secret_file(const char *path, uint8_t **buf, size_t *len, size_t max, ckpt_err *err)
 {
+    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ckpt_fail(err, -errno, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
