@@ -10,7 +10,7 @@ WARN    += -Werror
 endif
 CSTD    := -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64
 CFLAGS_ALL = $(CSTD) $(OPT) $(WARN) -pthread -fPIC -Icore/include -Icore/src $(CFLAGS)
-CORE_LIBS  := -lsodium -lz -ljansson -pthread
+CORE_LIBS  := -lsodium -lz -ljansson -lm -pthread
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -81,7 +81,7 @@ $(B)/asan/tests/%: tests/unit/%.c $(B)/lib/libckpt-asan.a tests/unit/testutil.h
 
 $(B)/fuzz/%: fuzz/%.c $(CORE_SRC)
 	@mkdir -p $(dir $@)
-	$(CLANG) $(CSTD) -O1 -g -Icore/include -Icore/src -fsanitize=fuzzer,address,undefined -o $@ $< $(CORE_SRC) $(CORE_LIBS)
+	$(CLANG) $(CSTD) $(WARN) -O1 -g -Icore/include -Icore/src -fsanitize=fuzzer,address,undefined -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -o $@ $< $(CORE_SRC) $(CORE_LIBS) -lm
 
 demo:
 	@scripts/deps.sh build
