@@ -50,7 +50,7 @@ static int parse_layout(int fd, const char *src, const char *pack_path, uint64_t
         rc = is_npy ? ingest_npy(head, have, size, name, lay, &need, msg, sizeof msg)
                     : ingest_safetensors(head, have, size, lay, &need, msg, sizeof msg);
         if (rc != -EAGAIN) {
-            if (rc < 0) rc = ckpt_fail(err, rc, "%s: invalid %s: %s", src, is_npy ? "npy file" : "safetensors file", msg);
+            if (rc < 0) rc = ckpt_fail(err, rc, "%s: %s", src, msg); /* msg names the part: "safetensors header: ..." */
             break;
         }
         if (need <= have || need > size || need > (is_npy ? NPY_MAX_HEADER : CKPT_SAFETENSORS_MAX_HEADER + 8)) {
