@@ -1,0 +1,107 @@
+/* Shared plumbing of the `ckpt` tool: exit codes, option helpers, key
+ * loading, the progress bar and the subcommand entry points. Everything here
+ * is a thin layer over ckpt.h; the tool holds no format knowledge. */
+#ifndef CKPT_CLI_H
+#define CKPT_CLI_H
+
+#include "ckpt.h"
+
+#include <getopt.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+/* ----------------------------------------------------------- messages */
+
+/* "ckpt CMD: <msg>" plus a hint at the command's help; returns EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
+/* Explains a '?' or ':' from getopt_long; returns EXIT_USAGE. */
+int cli_bad_option(const char *cmd, int c, char **argv);
+/* "ckpt: <msg>"; returns EXIT_FAIL. */
+int cli_fail(const char *fmt, ...) CLI_PRINTF(1, 2);
+int cli_fail_err(const ckpt_err *err);
+
+/* ------------------------------------------------------------ parsing */
+
+/* Chunk sizes: digits with an optional K or M suffix (binary), a power of two
+ * in [CKPT_CHUNK_MIN, CKPT_CHUNK_MAX]. Returns 0 or -1. */
+int cli_parse_chunk_size(const char *s, uint32_t *out);
+int cli_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out);
+
+/* getopt_long values of the options with no short form; above any char so
+ * they cannot clash with one, and shared so every command's table agrees. */
+enum {
+    OPT_KEY_FILE = 0x100, OPT_PASS_FILE, OPT_THREADS, OPT_CIPHER, OPT_CHUNK_SIZE,
+    OPT_LEVEL, OPT_NO_COMPRESS, OPT_TENSORS, OPT_TENSOR, OPT_JSON,
+};
+
+#define CLI_KEY_OPTIONS                                                  \
+    {"key-file", required_argument, NULL, OPT_KEY_FILE},                 \
+    {"passphrase-file", required_argument, NULL, OPT_PASS_FILE}
+
+/* getopt_long optstring prefix: '-' hands positionals over in order (so
+ * options may follow them even under POSIXLY_CORRECT) and ':' reports a
+ * missing argument distinctly. */
+#define CLI_OPTSTRING_PREFIX "-:"
+
+typedef struct cli_keyopts {
+    const char *key_file;
+    const char *pass_file;
+} cli_keyopts;
+
+/* Records --key-file/--passphrase-file; returns 1 if c was one of them. */
+int cli_keyopt(int c, const char *arg, cli_keyopts *k);
+/* Both kinds of key at once is a usage error: returns 0 or EXIT_USAGE. */
+int cli_keyopts_check(const char *cmd, const cli_keyopts *k);
+/* Loads the key the options name; *out stays NULL when none was given. */
+int cli_load_key(const cli_keyopts *k, ckpt_key **out, ckpt_err *err);
+/* Opens a pack with the key options; prints the error and returns EXIT_FAIL
+ * on failure. Close with cli_close_pack, which also frees *key. */
+int cli_open_pack(const char *path, const cli_keyopts *k, ckpt_pack **out, ckpt_key **key);
+void cli_close_pack(ckpt_pack *p, ckpt_key *key);
+
+/* ----------------------------------------------------------- numbers */
+
+/* Decimal units, as in "709.4 MB". buf holds at least 16 bytes. */
+const char *cli_fmt_bytes(uint64_t n, char *buf, size_t len);
+/* "221 MB/s"; buf holds at least 16 bytes. */
+const char *cli_fmt_rate(uint64_t bytes, double secs, char *buf, size_t len);
+double cli_now(void);
+
+/* -------------------------------------------------------- progress bar */
+
+/* A one-line bar on stderr, drawn only when stderr is a terminal. Updates may
+ * come from library worker threads, so the state is guarded; a busy lock
+ * just skips a redraw. */
+typedef struct progress {
+    int enabled;
+    int drawn;
+    const char *label;
+    uint64_t done, total;
+    double start, last_draw;
+    pthread_mutex_t mu;
+} progress;
+
+void progress_start(progress *pg, const char *label, uint64_t total);
+void progress_set(progress *pg, uint64_t done, uint64_t total);
+void progress_add(progress *pg, uint64_t delta);
+/* Erases the bar so a message can be printed; the next update redraws it. */
+void progress_clear(progress *pg);
+void progress_end(progress *pg);
+/* ckpt_progress_fn adapter; ud is a progress. */
+void progress_cb(void *ud, uint64_t done, uint64_t total);
+
+/* -------------------------------------------------------- subcommands */
+
+int cmd_pack(int argc, char **argv);
+int cmd_unpack(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_cat(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
+
+#endif

@@ -1,0 +1,300 @@
+/* `ckpt pack`: a directory or a single file into a .tpack.
+ *
+ * The library writes OUT.tmp and renames it into place only when the pack is
+ * complete, so the one thing left to this command is never to leave the
+ * temporary file behind: on errors it aborts the writer, and on SIGINT or
+ * SIGTERM it stops at the next progress callback. */
+#include "cli.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char pack_help[] =
+    "usage: ckpt pack SRC -o OUT.tpack [options]\n"
+    "\n"
+    "Packs SRC, a directory (recursively; regular files only) or a single file,\n"
+    "into OUT.tpack. *.safetensors and *.npy files are checked and their tensors\n"
+    "indexed; other files are stored as they are.\n"
+    "\n"
+    "options:\n"
+    "  -o, --output FILE         the pack to write (required)\n"
+    "  --key-file FILE           encrypt with the key in FILE (see 'ckpt keygen')\n"
+    "  --passphrase-file FILE    encrypt with a key derived from a passphrase\n"
+    "  --cipher NAME             xchacha20poly1305 (default) or aes256gcm;\n"
+    "                            needs a key\n"
+    "  --chunk-size SIZE         64K..16M, a power of two (default 1M)\n"
+    "  --level N                 compression level 1..9 (default 6)\n"
+    "  --no-compress             store the data without compressing it\n"
+    "  --threads N               worker threads (default: all cores)\n"
+    "  -f, --force               replace OUT if it exists\n"
+    "  -h, --help                show this help\n";
+
+struct pack_opts {
+    const char *src, *out;
+    cli_keyopts keys;
+    const char *cipher;
+    uint32_t chunk_size;
+    int level;
+    int no_compress;
+    unsigned threads;
+    int force;
+};
+
+static int parse_pack_opts(int argc, char **argv, struct pack_opts *o)
+{
+    static const struct option opts[] = {
+        {"output", required_argument, NULL, 'o'},
+        CLI_KEY_OPTIONS,
+        {"cipher", required_argument, NULL, OPT_CIPHER},
+        {"chunk-size", required_argument, NULL, OPT_CHUNK_SIZE},
+        {"level", required_argument, NULL, OPT_LEVEL},
+        {"no-compress", no_argument, NULL, OPT_NO_COMPRESS},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"force", no_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},
+        {0, 0, 0, 0},
+    };
+    unsigned level;
+    int c;
+    optind = 0;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, CLI_OPTSTRING_PREFIX "o:fh", opts, NULL)) != -1) {
+        if (cli_keyopt(c, optarg, &o->keys))
+            continue;
+        switch (c) {
+        case 1:
+            if (o->src)
+                return cli_usage_error("pack", "unexpected argument '%s' (one SRC only)", optarg);
+            o->src = optarg;
+            break;
+        case 'o':
+            o->out = optarg;
+            break;
+        case OPT_CIPHER:
+            o->cipher = optarg;
+            break;
+        case OPT_CHUNK_SIZE:
+            if (cli_parse_chunk_size(optarg, &o->chunk_size) < 0)
+                return cli_usage_error("pack", "bad --chunk-size '%s': expected a power of two "
+                                       "from 64K to 16M", optarg);
+            break;
+        case OPT_LEVEL:
+            if (cli_parse_uint(optarg, 1, 9, &level) < 0)
+                return cli_usage_error("pack", "bad --level '%s': expected 1..9", optarg);
+            o->level = (int)level;
+            break;
+        case OPT_NO_COMPRESS:
+            o->no_compress = 1;
+            break;
+        case OPT_THREADS:
+            if (cli_parse_uint(optarg, 0, 1024, &o->threads) < 0)
+                return cli_usage_error("pack", "bad --threads '%s': expected 0..1024", optarg);
+            break;
+        case 'f':
+            o->force = 1;
+            break;
+        case 'h':
+            fputs(pack_help, stdout);
+            return -1;
+        default:
+            return cli_bad_option("pack", c, argv);
+        }
+    }
+    if (optind < argc && !o->src)
+        o->src = argv[optind++];
+    if (optind < argc)
+        return cli_usage_error("pack", "unexpected argument '%s' (one SRC only)", argv[optind]);
+    if (!o->src)
+        return cli_usage_error("pack", "missing SRC");
+    if (!o->out)
+        return cli_usage_error("pack", "missing -o OUT.tpack");
+    if (o->no_compress && o->level > 0)
+        return cli_usage_error("pack", "--level and --no-compress contradict each other");
+    if (o->cipher && !o->keys.key_file && !o->keys.pass_file)
+        return cli_usage_error("pack", "--cipher needs --key-file or --passphrase-file");
+    return cli_keyopts_check("pack", &o->keys);
+}
+
+static volatile sig_atomic_t interrupted;
+static const char *tmp_to_remove;
+
+static void on_signal(int sig)
+{
+    /* A second signal means the user will not wait for the next progress
+     * callback; unlink and _exit are both async-signal-safe. */
+    if (interrupted && tmp_to_remove) {
+        unlink(tmp_to_remove);
+        _exit(128 + sig);
+    }
+    interrupted = sig;
+}
+
+static void set_signals(void (*handler)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    /* Restart interrupted I/O: the library should not see a spurious EINTR
+     * and report it as a write error; the flag is what stops the work. */
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+struct pack_ctx {
+    progress pg;
+    const char *tmp;
+};
+
+static void pack_progress(void *ud, uint64_t done, uint64_t total)
+{
+    struct pack_ctx *ctx = ud;
+    if (interrupted) {
+        /* The writer cannot be unwound from inside its own callback, and
+         * freeing it here would pull it out from under its caller. Removing
+         * the temporary file is all that ckpt_writer_abort would leave
+         * visible, so do that and leave; the worker threads die with us. */
+        progress_clear(&ctx->pg);
+        unlink(ctx->tmp);
+        fprintf(stderr, "ckpt: interrupted; nothing was written\n");
+        _exit(128 + interrupted);
+    }
+    progress_set(&ctx->pg, done, total);
+}
+
+static const char *plural(size_t n, const char *one, const char *many)
+{
+    return n == 1 ? one : many;
+}
+
+static void print_summary(const ckpt_write_stats *st, double secs)
+{
+    char in[16], out[16], rate[16];
+    double ratio = st->stored_bytes ? (double)st->logical_bytes / (double)st->stored_bytes : 0.0;
+    printf("packed %zu %s, %zu %s: %s -> %s (ratio %.3f) in %.2f s, %s\n", st->n_files,
+           plural(st->n_files, "file", "files"), st->n_tensors,
+           plural(st->n_tensors, "tensor", "tensors"),
+           cli_fmt_bytes(st->logical_bytes, in, sizeof in),
+           cli_fmt_bytes(st->stored_bytes, out, sizeof out), ratio, secs,
+           cli_fmt_rate(st->logical_bytes, secs, rate, sizeof rate));
+}
+
+static int write_pack(const struct pack_opts *o, int src_is_dir, ckpt_write_opts *wo,
+                      const char *tmp, int out_existed)
+{
+    ckpt_err err = {0};
+    ckpt_writer *w;
+    ckpt_write_stats st;
+    struct pack_ctx ctx = {.tmp = tmp};
+
+    if (ckpt_tree_size(o->src, &wo->progress_total, &err) < 0)
+        return cli_fail_err(&err);
+    wo->progress = pack_progress;
+    wo->progress_ud = &ctx;
+
+    double t0 = cli_now();
+    tmp_to_remove = tmp;
+    set_signals(on_signal);
+    if (ckpt_writer_open(o->out, tmp, wo, &w, &err) < 0) {
+        set_signals(SIG_DFL);
+        return cli_fail_err(&err);
+    }
+    progress_start(&ctx.pg, "packing", wo->progress_total);
+    int rc;
+    if (src_is_dir) {
+        rc = ckpt_writer_add_tree(w, o->src, &err);
+    } else {
+        /* A single file is packed under its own name, without the
+         * directories that led to it. */
+        const char *base = strrchr(o->src, '/');
+        rc = ckpt_writer_add_path(w, base ? base + 1 : o->src, o->src, &err);
+    }
+    if (rc < 0 || interrupted) {
+        int sig = interrupted;
+        progress_end(&ctx.pg);
+        ckpt_writer_abort(w);
+        set_signals(SIG_DFL);
+        if (!sig)
+            return cli_fail_err(&err);
+        cli_fail("interrupted; nothing was written");
+        return 128 + sig;
+    }
+    rc = ckpt_writer_finish(w, &st, &err);
+    progress_end(&ctx.pg);
+    double secs = cli_now() - t0;
+    int sig = interrupted;
+    set_signals(SIG_DFL);
+    if (rc < 0)
+        return cli_fail_err(&err);
+    if (sig) {
+        /* The signal came while the index was being written. Honour it, but
+         * a pack that replaced an older one stays: removing it now would
+         * lose both. */
+        if (!out_existed) {
+            unlink(o->out);
+            cli_fail("interrupted; nothing was written");
+        } else {
+            cli_fail("interrupted after %s was complete; it is kept", o->out);
+        }
+        return 128 + sig;
+    }
+    print_summary(&st, secs);
+    return EXIT_OK;
+}
+
+int cmd_pack(int argc, char **argv)
+{
+    struct pack_opts o = {.level = -1};
+    int rc = parse_pack_opts(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+
+    struct stat sst, ost;
+    if (stat(o.src, &sst) < 0)
+        return cli_fail("%s: %s", o.src, strerror(errno));
+    if (!S_ISDIR(sst.st_mode) && !S_ISREG(sst.st_mode))
+        return cli_fail("%s: not a regular file or a directory", o.src);
+    int out_existed = lstat(o.out, &ost) == 0;
+    if (out_existed && S_ISDIR(ost.st_mode))
+        return cli_fail("%s: is a directory", o.out);
+    if (out_existed && !o.force)
+        return cli_fail("%s: already exists (use --force to replace it)", o.out);
+
+    ckpt_write_opts wo = {
+        .chunk_size = o.chunk_size,
+        .level = o.no_compress ? 0 : o.level,
+        .threads = o.threads,
+    };
+    if (o.cipher) {
+        if (ckpt_cipher_parse(o.cipher, &wo.cipher) < 0 || wo.cipher == CKPT_CIPHER_NONE)
+            return cli_usage_error("pack", "unknown --cipher '%s': expected xchacha20poly1305 "
+                                   "or aes256gcm", o.cipher);
+        if (!ckpt_cipher_available(wo.cipher))
+            return cli_fail("cipher %s is not available on this machine (no hardware "
+                            "support); use xchacha20poly1305", o.cipher);
+    }
+
+    ckpt_err err = {0};
+    ckpt_key *key;
+    if (cli_load_key(&o.keys, &key, &err) < 0)
+        return cli_fail_err(&err);
+    wo.key = key;
+
+    size_t tmp_len = strlen(o.out) + sizeof ".tmp";
+    char *tmp = malloc(tmp_len);
+    if (!tmp) {
+        ckpt_key_free(key);
+        return cli_fail("out of memory");
+    }
+    snprintf(tmp, tmp_len, "%s.tmp", o.out);
+    rc = write_pack(&o, S_ISDIR(sst.st_mode), &wo, tmp, out_existed);
+    free(tmp);
+    ckpt_key_free(key);
+    return rc;
+}

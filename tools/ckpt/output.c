@@ -1,0 +1,56 @@
+/* Failure messages and the human-readable numbers used in summaries. Sizes
+ * use decimal units so that "MB/s" compares directly with disk and network
+ * figures quoted elsewhere. */
+#include "cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+int cli_fail(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("ckpt: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return EXIT_FAIL;
+}
+
+int cli_fail_err(const ckpt_err *err)
+{
+    return cli_fail("%s", err->msg[0] ? err->msg : "unknown error");
+}
+
+const char *cli_fmt_bytes(uint64_t n, char *buf, size_t len)
+{
+    static const char *const unit[] = {"kB", "MB", "GB", "TB", "PB"};
+    if (n < 1000) {
+        snprintf(buf, len, "%u B", (unsigned)n);
+        return buf;
+    }
+    double v = (double)n / 1000.0;
+    size_t u = 0;
+    while (v >= 999.95 && u + 1 < sizeof unit / sizeof unit[0]) {
+        v /= 1000.0;
+        u++;
+    }
+    snprintf(buf, len, "%.1f %s", v, unit[u]);
+    return buf;
+}
+
+const char *cli_fmt_rate(uint64_t bytes, double secs, char *buf, size_t len)
+{
+    double mbs = secs > 0 ? (double)bytes / secs / 1e6 : 0.0;
+    /* Small rates keep a decimal so a tiny demo does not read "0 MB/s". */
+    snprintf(buf, len, mbs >= 10.0 ? "%.0f MB/s" : "%.1f MB/s", mbs);
+    return buf;
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
