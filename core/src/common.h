@@ -48,11 +48,14 @@ void bb_free(bytebuf *b);
 /* Grows *arr (of elem-sized items) so it holds at least n+1 items. */
 int grow_array(void **arr, size_t *cap, size_t n, size_t elem);
 
-/* String -> index map (open addressing), for path and tensor-name lookup. */
+/* String -> index map (open addressing), for path and tensor-name lookup.
+ * Keys come from untrusted packs and safetensors headers, so the hash is
+ * keyed (SipHash, random key per map): chosen keys cannot all collide. */
 typedef struct strmap {
     const char **keys;
     size_t *vals;
     size_t cap, n;
+    uint8_t hash_key[16];
 } strmap;
 int strmap_init(strmap *m, size_t expected);
 /* Returns 0 if inserted, 1 if the key already exists (*old set), -ENOMEM. */

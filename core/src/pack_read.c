@@ -68,6 +68,16 @@ static char *rd_str(rd *r, size_t n, char **arena)
     return s;
 }
 
+/* Orders paths bytewise but with '/' below every other byte, so all of
+ * "a/..." comes straight after "a", before "a-b" or "a.b". */
+static int cmp_path_slash_first(const void *x, const void *y)
+{
+    const unsigned char *a = *(const unsigned char *const *)x, *b = *(const unsigned char *const *)y;
+    while (*a && *a == *b) a++, b++;
+    int ra = *a == '/' ? 1 : *a ? *a + 1 : 0, rb = *b == '/' ? 1 : *b ? *b + 1 : 0;
+    return ra - rb;
+}
+
 #define BAD(...) do { rc = ckpt_fail(err, -EIO, __VA_ARGS__); goto fail; } while (0)
 
 static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t index_offset, ckpt_err *err)
@@ -132,7 +142,8 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
         rd_u32(&r);
         e->tensor_index = -1;
         if (r.bad) BAD("index: extent record %zu is truncated", i);
-        if (e->kind > EXTENT_TENSOR || !(e->elem_size == 1 || e->elem_size == 2 || e->elem_size == 4 || e->elem_size == 8))
+        if (e->kind > EXTENT_TENSOR || !(e->elem_size == 1 || e->elem_size == 2 || e->elem_size == 4 || e->elem_size == 8) ||
+            (e->kind == EXTENT_DATA && e->elem_size != 1))
             BAD("index: extent %zu has an invalid kind or element size", i);
         uint64_t n = e->length / p->chunk_size + (e->length % p->chunk_size != 0);
         if (e->first_chunk != next_chunk || n > nc - next_chunk) BAD("index: extent %zu has chunks out of range", i);
@@ -165,7 +176,8 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
         uint8_t ndim = rd_u8(&r);
         if (r.bad) BAD("index: tensor record %zu is truncated", i);
         if (nlen == 0) BAD("index: tensor %zu has an empty name", i);
-        if (dlen >= sizeof t->dtype || ndim > 64) BAD("index: tensor '%s' has an invalid dtype or rank", t->info.name);
+        if (dlen >= sizeof t->dtype || memchr(d, 0, dlen) || ndim > 64)
+            BAD("index: tensor '%s' has an invalid dtype or rank", t->info.name);
         memcpy(t->dtype, d, dlen);
         t->dtype[dlen] = 0;
         t->shape = calloc(ndim ? ndim : 1, sizeof *t->shape);
@@ -227,24 +239,28 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
         if (c->stored_size < tag || c->stored_size > index_offset - pos ||
             !chunk_shape_valid(c->codec, c->elem_size, c->raw_size, c->stored_size - tag))
             BAD("index: chunk %zu has an invalid codec or stored size", i);
-        if (c->codec == CODEC_BYTEGROUP && c->elem_size != e->elem_size) BAD("index: chunk %zu element size mismatch", i);
+        /* Checked for every codec: elem_size is in the chunk's associated data. */
+        if (c->elem_size != e->elem_size) BAD("index: chunk %zu element size mismatch", i);
         pos += c->stored_size;
     }
     if (pos != index_offset) BAD("index: chunk data ends at %llu but the index starts at %llu", (unsigned long long)pos,
                                  (unsigned long long)index_offset);
     if (r.pos != r.len) BAD("index: %zu unexpected bytes at its end", r.len - r.pos);
 
-    /* A file path must not also be a directory of another file ("a" and "a/b"). */
-    for (size_t i = 0; i < nf; i++) {
-        char tmp[4096];
-        const char *path = p->files[i].info.path;
-        for (const char *s = strchr(path, '/'); s; s = strchr(s + 1, '/')) {
-            memcpy(tmp, path, (size_t)(s - path));
-            tmp[s - path] = 0;
-            if (strmap_get(&p->file_map, tmp) >= 0) BAD("index: '%s' is both a file and a directory", tmp);
-        }
+    /* A file path must not also be a directory of another file ("a" and "a/b").
+     * Looking up every prefix of every path would cost the square of the path
+     * length; sorted with '/' first, a clash is always between neighbours. */
+    const char **sorted = malloc((nf ? nf : 1) * sizeof *sorted);
+    if (!sorted) return ckpt_fail(err, -ENOMEM, "out of memory for the index");
+    for (size_t i = 0; i < nf; i++) sorted[i] = p->files[i].info.path;
+    qsort(sorted, nf, sizeof *sorted, cmp_path_slash_first);
+    for (size_t i = 0; i + 1 < nf && rc == 0; i++) {
+        size_t n = strlen(sorted[i]);
+        if (strncmp(sorted[i], sorted[i + 1], n) == 0 && sorted[i + 1][n] == '/')
+            rc = ckpt_fail(err, -EIO, "index: '%s' is both a file and a directory", sorted[i]);
     }
-    return 0;
+    free(sorted);
+    return rc;
 fail:
     return rc;
 }
@@ -335,7 +351,7 @@ static int unlock_keys(ckpt_pack *p, const ckpt_key *key, ckpt_err *err)
     kp.mem = get_u64(h + HDR_KDF_MEM);
     memcpy(kp.salt, h + HDR_KDF_SALT, 16);
     uint8_t *master = sodium_malloc(CKPT_KEY_BYTES);
-    if (!master) return ckpt_fail(err, -ENOMEM, "out of locked memory");
+    if (!master) return ckpt_fail(err, -ENOMEM, "%s: out of locked memory", p->path);
     int rc = key_master(key, &kp, master, err);
     if (rc < 0) {
         sodium_free(master);
@@ -349,7 +365,7 @@ static int unlock_keys(ckpt_pack *p, const ckpt_key *key, ckpt_err *err)
     }
     rc = pack_keys_derive(&p->keys, cipher, master, p->pack_id);
     sodium_free(master);
-    return rc < 0 ? ckpt_fail(err, rc, "out of locked memory") : 0;
+    return rc < 0 ? ckpt_fail(err, rc, "%s: out of locked memory", p->path) : 0;
 }
 
 static int load_index(ckpt_pack *p, ckpt_err *err)
@@ -362,7 +378,11 @@ static int load_index(ckpt_pack *p, ckpt_err *err)
     uint64_t ioff = get_u64(ftr + FTR_INDEX_OFFSET), istored = get_u64(ftr + FTR_INDEX_STORED);
     uint64_t iraw = get_u64(ftr + FTR_INDEX_RAW);
     uint64_t tag = p->keys.subkey ? TPACK_AEAD_TAG : 0;
-    if (ioff < TPACK_HEADER_SIZE || istored > p->file_size || ioff > p->file_size - TPACK_FOOTER_SIZE - istored ||
+    /* read_header() made sure file_size holds a header and a footer, and the
+     * subtraction below must not wrap: an offset matching the wrap would
+     * pass the sum check too. */
+    if (ioff < TPACK_HEADER_SIZE || istored > p->file_size - TPACK_FOOTER_SIZE ||
+        ioff > p->file_size - TPACK_FOOTER_SIZE - istored ||
         ioff + istored + TPACK_FOOTER_SIZE != p->file_size || iraw > MAX_INDEX_BYTES || istored != iraw + tag || iraw < 32)
         return ckpt_fail(err, -EIO, "%s: footer points outside the file (index at %llu, %llu bytes)", p->path,
                          (unsigned long long)ioff, (unsigned long long)istored);
@@ -401,11 +421,11 @@ static int load_index(ckpt_pack *p, ckpt_err *err)
 int ckpt_open(const char *path, const ckpt_key *key, ckpt_pack **out, ckpt_err *err)
 {
     *out = NULL;
-    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
+    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "%s: libsodium failed to initialise", path);
     ckpt_pack *p = calloc(1, sizeof *p);
     if (!p || !(p->path = strdup(path))) {
         free(p);
-        return ckpt_fail(err, -ENOMEM, "out of memory");
+        return ckpt_fail(err, -ENOMEM, "%s: out of memory", path);
     }
     p->fd = -1;
     int rc = open_fd(path, &p->fd, &p->file_size, err);
@@ -503,7 +523,7 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
     uint8_t *payload = stored;
     size_t plen = c->stored_size;
     int rc = 0;
-    if (!stored || (c->codec == CODEC_BYTEGROUP && !scratch)) { rc = ckpt_fail(err, -ENOMEM, "out of memory"); goto done; }
+    if (!stored || (c->codec == CODEC_BYTEGROUP && !scratch)) { rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path); goto done; }
     rc = pread_full(p->fd, stored, c->stored_size, c->offset);
     if (rc < 0) { rc = chunk_fault(p, id, rc == -ENODATA ? "pack file is shorter than its index says" : strerror(-rc), err); goto done; }
     if (enc) {
@@ -513,7 +533,7 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
         plen = c->stored_size - TPACK_AEAD_TAG;
         /* Stored chunks decrypt straight into the caller's buffer. */
         payload = c->codec == CODEC_STORED ? out : malloc(plen ? plen : 1);
-        if (!payload) { rc = ckpt_fail(err, -ENOMEM, "out of memory"); goto done; }
+        if (!payload) { rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path); goto done; }
         if (aead_open(&p->keys, id, ad, sizeof ad, stored, c->stored_size, payload) < 0) {
             rc = chunk_fault(p, id, "authentication failed", err);
             goto done;
@@ -585,7 +605,7 @@ ssize_t ckpt_file_pread(ckpt_pack *p, size_t file_index, void *buf, size_t len, 
         if (skip == 0 && n == ref.size) {
             rc = pack_chunk_decode(p, ref.id, dst + done, err);
         } else {
-            if (!tmp && !(tmp = malloc(p->chunk_size))) return ckpt_fail(err, -ENOMEM, "out of memory");
+            if (!tmp && !(tmp = malloc(p->chunk_size))) return ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
             rc = pack_chunk_decode(p, ref.id, tmp, err);
             if (rc == 0) memcpy(dst + done, tmp + skip, n);
         }

@@ -533,9 +533,11 @@ int ckpt_writer_open(const char *final_path, const char *tmp_path, const ckpt_wr
     if (!opts) o.level = -1;
     uint32_t cs = o.chunk_size ? o.chunk_size : CKPT_CHUNK_DEFAULT;
     if (cs < CKPT_CHUNK_MIN || cs > CKPT_CHUNK_MAX || (cs & (cs - 1)))
-        return ckpt_fail(err, -EINVAL, "chunk size %u is not a power of two between 64K and 16M", cs);
-    if (o.level < -1 || o.level > 9) return ckpt_fail(err, -EINVAL, "compression level %d is not in 0..9", o.level);
-    if (o.cipher != CKPT_CIPHER_NONE && !o.key) return ckpt_fail(err, -EINVAL, "a cipher was chosen but no key given");
+        return ckpt_fail(err, -EINVAL, "%s: chunk size %u is not a power of two between 64K and 16M", final_path, cs);
+    if (o.level < -1 || o.level > 9)
+        return ckpt_fail(err, -EINVAL, "%s: compression level %d is not in 0..9", final_path, o.level);
+    if (o.cipher != CKPT_CIPHER_NONE && !o.key)
+        return ckpt_fail(err, -EINVAL, "%s: a cipher was chosen but no key given", final_path);
     ckpt_writer *w = calloc(1, sizeof *w);
     if (!w) return ckpt_fail(err, -ENOMEM, "out of memory");
     w->fd = -1;
@@ -571,7 +573,8 @@ int ckpt_writer_open(const char *final_path, const char *tmp_path, const ckpt_wr
         w->slots[i].out = malloc(cs + TPACK_CHUNK_OVERHEAD);
         if (!w->slots[i].in || !w->slots[i].out) { rc = ckpt_fail(err, -ENOMEM, "out of memory for chunk buffers"); goto fail; }
     }
-    w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* O_NOFOLLOW: a symlink planted at the temporary name must not redirect the write. */
+    w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (w->fd < 0) { rc = ckpt_fail(err, -errno, "%s: cannot create: %s", w->tmp_path, strerror(errno)); goto fail; }
     struct stat st;
     if (fstat(w->fd, &st) == 0) { w->dev = st.st_dev; w->ino = st.st_ino; }

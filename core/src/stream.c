@@ -54,7 +54,7 @@ static void *stream_worker(void *arg)
 static int stream_inline(ckpt_pack *p, size_t first, size_t end, chunk_cb cb, void *ud, ckpt_err *err)
 {
     uint8_t *buf = malloc(p->chunk_size);
-    if (!buf) return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (!buf) return ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
     int rc = 0;
     for (size_t id = first; id < end && rc == 0; id++) {
         ckpt_err e = {0, ""};
@@ -75,13 +75,16 @@ int pack_stream_chunks(ckpt_pack *p, size_t first, size_t end, unsigned threads,
     s.p = p;
     s.next_assign = s.next_consume = first;
     s.end = end;
-    s.window = 2 * (size_t)threads + 2;
+    /* Two chunks in flight per worker, but never more than 256 MiB of them. */
+    size_t cap = (256u << 20) / p->chunk_size;
+    s.window = 2 * (size_t)threads + 2 < cap ? 2 * (size_t)threads + 2 : cap;
+    if (threads > s.window - 1) threads = (unsigned)(s.window - 1);
     s.slots = calloc(s.window, sizeof *s.slots);
     pthread_t *tids = calloc(threads, sizeof *tids);
     int rc = 0;
-    if (!s.slots || !tids) rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    if (!s.slots || !tids) rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
     for (size_t i = 0; rc == 0 && i < s.window; i++)
-        if (!(s.slots[i].buf = malloc(p->chunk_size))) rc = ckpt_fail(err, -ENOMEM, "out of memory");
+        if (!(s.slots[i].buf = malloc(p->chunk_size))) rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
     if (rc < 0) goto out;
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.work, NULL);
@@ -223,7 +226,7 @@ long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *faul
     v.tensor_bad = calloc(p->n_tensors + 1, 1);
     long rc = 0;
     if (!v.fh || !v.th || !v.file_bad || !v.tensor_bad) {
-        rc = ckpt_fail(err, -ENOMEM, "out of memory");
+        rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
         goto out;
     }
     for (size_t i = 0; i < p->n_files; i++) crypto_hash_sha256_init(&v.fh[i]);

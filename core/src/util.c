@@ -84,11 +84,14 @@ int grow_array(void **arr, size_t *cap, size_t n, size_t elem)
     return 0;
 }
 
-static uint64_t str_hash(const char *s)
+_Static_assert(sizeof ((strmap *)0)->hash_key == crypto_shorthash_KEYBYTES, "strmap hash key size");
+
+/* Callers have run ckpt_sodium_init() (ckpt_open, ckpt_writer_open). */
+static uint64_t str_hash(const strmap *m, const char *s)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
+    uint8_t h[crypto_shorthash_BYTES];
+    crypto_shorthash(h, (const unsigned char *)s, strlen(s), m->hash_key);
+    return get_u64(h);
 }
 
 int strmap_init(strmap *m, size_t expected)
@@ -99,6 +102,7 @@ int strmap_init(strmap *m, size_t expected)
     m->vals = calloc(cap, sizeof *m->vals);
     m->cap = cap;
     m->n = 0;
+    randombytes_buf(m->hash_key, sizeof m->hash_key);
     if (!m->keys || !m->vals) { strmap_free(m); return -ENOMEM; }
     return 0;
 }
@@ -117,7 +121,7 @@ static int strmap_grow(strmap *m)
 int strmap_put(strmap *m, const char *key, size_t val, size_t *old)
 {
     if ((m->n + 1) * 2 > m->cap && strmap_grow(m) < 0) return -ENOMEM;
-    size_t i = str_hash(key) & (m->cap - 1);
+    size_t i = str_hash(m, key) & (m->cap - 1);
     while (m->keys[i]) {
         if (strcmp(m->keys[i], key) == 0) {
             if (old) *old = m->vals[i];
@@ -134,7 +138,7 @@ int strmap_put(strmap *m, const char *key, size_t val, size_t *old)
 long strmap_get(const strmap *m, const char *key)
 {
     if (!m->cap) return -1;
-    size_t i = str_hash(key) & (m->cap - 1);
+    size_t i = str_hash(m, key) & (m->cap - 1);
     while (m->keys[i]) {
         if (strcmp(m->keys[i], key) == 0) return (long)m->vals[i];
         i = (i + 1) & (m->cap - 1);
