@@ -27,14 +27,14 @@ for dtype in bf16 f32; do
   for mode in compressed encrypted stored; do
     out=$work/$dtype-$mode.tpack
     rm -f "$out"
-    args=()
-    [ $mode = encrypted ] && args=(--key-file "$work/key")
+    args=() keys=()
+    [ $mode = encrypted ] && keys=(--key-file "$work/key")
     [ $mode = stored ] && args=(--no-compress)
     sync
-    t0=$(now); "$bin/ckpt" pack "$src" -o "$out" "${args[@]}" >/dev/null; t1=$(now)
+    t0=$(now); "$bin/ckpt" pack "$src" -o "$out" "${args[@]}" "${keys[@]}" >/dev/null; t1=$(now)
     stored=$(stat -c %s "$out")
     rm -rf "$work/out"
-    t2=$(now); "$bin/ckpt" unpack "$out" -o "$work/out" "${args[@]/--no-compress/}" >/dev/null; t3=$(now)
+    t2=$(now); "$bin/ckpt" unpack "$out" -o "$work/out" "${keys[@]}" >/dev/null; t3=$(now)
     cmp -s "$work/out/model.safetensors" "$src/model.safetensors" || { echo "round trip FAILED for $out" >&2; exit 1; }
     printf '| %s %s MB | ckpt %s | %.3f | %s | %s |\n' $dtype $((logical / 1000000)) $mode \
       "$(awk -v a=$logical -v b=$stored 'BEGIN{print a/b}')" "$(mbps $logical $t0 $t1)" \
