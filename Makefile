@@ -34,7 +34,18 @@ BINS += $(B)/bin/ckptfs
 endif
 
 .PHONY: all deps demo check unit unit-asan integration fuzz bench bench-pack bench-mount clean
-all: $(B)/lib/libckpt.a $(B)/lib/libckpt.so $(BINS)
+all: $(B)/lib/libckpt.a $(B)/lib/libckpt.so $(BINS) cuda
+
+# The optional CUDA tool lives in its own makefile: it defines the targets
+# `cuda` (build, or one line saying why not) and `cuda-check` (its tests).
+CUDA_MK := $(wildcard tools/cuda/cuda.mk)
+ifneq ($(CUDA_MK),)
+include $(CUDA_MK)
+else
+.PHONY: cuda cuda-check
+cuda:
+cuda-check:
+endif
 
 deps:
 	@scripts/deps.sh build
@@ -104,6 +115,7 @@ check:
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory unit-asan
 	@$(MAKE) --no-print-directory integration
+	@$(MAKE) --no-print-directory cuda-check
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-20}
 
 FUZZ_SECONDS ?= 60
