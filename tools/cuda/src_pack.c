@@ -1,0 +1,138 @@
+/* Tensors of a .tpack, decoded with libckpt on the reading threads.
+ *
+ * A chunk that lies wholly inside the requested range is decoded straight
+ * into the caller's (pinned) buffer. A chunk that straddles the range's
+ * edge goes through a one-chunk cache per reader: neighbouring small
+ * tensors (biases, norms) share chunks, and without the cache each of them
+ * would decode the whole shared chunk again. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "source.h"
+#include "util.h"
+
+typedef struct pack_src {
+    cc_source base;
+    ckpt_pack *p;
+    cc_tensor *tensors;
+    uint32_t chunk_size;
+} pack_src;
+
+typedef struct pack_reader {
+    uint8_t *buf;       /* one decoded chunk */
+    size_t id;
+    int valid;
+} pack_reader;
+
+static int pack_reader_new(cc_source *s, void **out, ckpt_err *err)
+{
+    pack_reader *rd = calloc(1, sizeof *rd);
+    if (!rd)
+        return cc_fail(err, -ENOMEM, "%s: out of memory", s->origin);
+    *out = rd;
+    return 0;
+}
+
+static void pack_reader_free(cc_source *s, void *p)
+{
+    pack_reader *rd = p;
+    if (rd) {
+        free(rd->buf);
+        free(rd);
+    }
+}
+
+static int pack_read(cc_source *s, void *p, size_t i, uint64_t off, void *buf, size_t len,
+                     ckpt_err *err)
+{
+    pack_src *ps = (pack_src *)s;
+    pack_reader *rd = p;
+    const ckpt_tensor_info *t = ckpt_tensor_at(ps->p, i);
+    if (!t || off > t->nbytes || len > t->nbytes - off)
+        return cc_fail(err, -EINVAL, "%s: read past the end of tensor %zu", s->origin, i);
+    uint64_t pos = t->file_offset + off, end = pos + len;
+    uint8_t *dst = buf;
+    while (pos < end) {
+        ckpt_chunk_ref ref;
+        int rc = ckpt_chunk_locate(ps->p, t->file_index, pos, &ref, err);
+        if (rc < 0)
+            return rc;
+        uint64_t cend = ref.file_offset + ref.size;
+        uint64_t n = (cend < end ? cend : end) - pos;
+        if (ref.file_offset == pos && cend <= end) {
+            rc = ckpt_chunk_decode(ps->p, ref.id, dst, err);
+            if (rc < 0)
+                return rc;
+        } else {
+            if (!rd->buf && !(rd->buf = malloc(ps->chunk_size)))
+                return cc_fail(err, -ENOMEM, "%s: out of memory", s->origin);
+            if (!rd->valid || rd->id != ref.id) {
+                rd->valid = 0;
+                rc = ckpt_chunk_decode(ps->p, ref.id, rd->buf, err);
+                if (rc < 0)
+                    return rc;
+                rd->id = ref.id;
+                rd->valid = 1;
+            }
+            memcpy(dst, rd->buf + (pos - ref.file_offset), (size_t)n);
+        }
+        dst += n;
+        pos += n;
+    }
+    return 0;
+}
+
+static void pack_close(cc_source *s)
+{
+    pack_src *ps = (pack_src *)s;
+    ckpt_close(ps->p);
+    free(ps->tensors);
+    free(ps);
+}
+
+int cc_source_open_pack(const char *path, const ckpt_key *key, cc_source **out, ckpt_err *err)
+{
+    *out = NULL;
+    pack_src *ps = calloc(1, sizeof *ps);
+    if (!ps)
+        return cc_fail(err, -ENOMEM, "%s: out of memory", path);
+    int rc = ckpt_open(path, key, &ps->p, err);
+    if (rc < 0) {
+        free(ps);
+        return rc;
+    }
+    ckpt_pack_info info;
+    ckpt_info(ps->p, &info);
+    ps->chunk_size = info.chunk_size;
+    size_t n = ckpt_tensor_count(ps->p);
+    ps->tensors = calloc(n ? n : 1, sizeof *ps->tensors);
+    if (!ps->tensors) {
+        ckpt_close(ps->p);
+        free(ps);
+        return cc_fail(err, -ENOMEM, "%s: out of memory", path);
+    }
+    /* The strings live in the open pack, which outlives the source's users. */
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_tensor_info *t = ckpt_tensor_at(ps->p, i);
+        cc_tensor *d = &ps->tensors[i];
+        d->name = t->name;
+        d->dtype = t->dtype;
+        d->ndim = t->ndim;
+        d->shape = t->shape;
+        d->nbytes = t->nbytes;
+        memcpy(d->sha256, t->sha256, 32);
+        d->has_sha256 = 1;
+    }
+    ps->base.origin = ckpt_path(ps->p);
+    ps->base.kind = "pack";
+    ps->base.granule = info.chunk_size;
+    ps->base.n = n;
+    ps->base.tensors = ps->tensors;
+    ps->base.reader_new = pack_reader_new;
+    ps->base.reader_free = pack_reader_free;
+    ps->base.read = pack_read;
+    ps->base.close = pack_close;
+    *out = &ps->base;
+    return 0;
+}
