@@ -50,7 +50,7 @@ endif
 deps:
 	@scripts/deps.sh build
 
-$(B)/%.o: %.c $(wildcard core/include/*.h core/src/*.h)
+$(B)/%.o: %.c $(wildcard core/include/*.h core/src/*.h fs/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(if $(filter fs/%,$<),$(FUSE_CFLAGS)) -c $< -o $@
 
@@ -107,7 +107,7 @@ unit-asan: $(UNIT_ASAN_BIN)
 	  scripts/run-unit.sh $(UNIT_ASAN_BIN)
 
 integration: all
-	@tests/integration/run.sh
+	@B=$(B) tests/integration/run.sh
 
 check:
 	@scripts/deps.sh test
@@ -128,11 +128,11 @@ bench: bench-pack bench-mount
 
 bench-pack: all
 	@scripts/deps.sh bench
-	@bench/bench-pack.sh $(BENCH_ARGS)
+	@B=$(B) bench/bench-pack.sh $(BENCH_ARGS)
 
 bench-mount: all
 	@scripts/deps.sh bench
-	@bench/bench-mount.sh $(BENCH_ARGS)
+	@B=$(B) bench/bench-mount.sh $(BENCH_ARGS)
 
 clean:
 	rm -rf $(B)

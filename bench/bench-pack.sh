@@ -6,7 +6,7 @@
 # Usage: bench/bench-pack.sh [--quick] [WORKDIR]   (quick = 4 layers)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/build/bin
+bin=$root/${B:-build}/bin
 quick=0
 [ "${1:-}" = --quick ] && { quick=1; shift; }
 work=${1:-$(mktemp -d /tmp/ckpt-bench-pack.XXXXXX)}

@@ -16,7 +16,10 @@ CKPT=$B/bin/ckpt
 GEN=$B/bin/ckpt-gen
 DEMO=demo
 SRC=$DEMO/checkpoint
-PACK=$DEMO/checkpoint.tpack
+PACKS=$DEMO/packs
+PACK=$PACKS/checkpoint.tpack
+MNT=$DEMO/mnt
+CKPTFS=$B/bin/ckptfs
 KEY=$DEMO/demo.key
 OUT=$DEMO/unpacked
 
@@ -34,8 +37,9 @@ run() { printf '$ %s\n' "$*"; "$@"; }
 
 step_clean() {
     step "Start from a clean demo/ directory"
-    run rm -rf "$SRC" "$PACK" "$PACK.tmp" "$KEY" "$OUT"
-    run mkdir -p "$DEMO"
+    mountpoint -q "$MNT" 2>/dev/null && fusermount3 -u "$MNT"
+    run rm -rf "$SRC" "$PACKS" "$KEY" "$OUT" "$MNT"
+    run mkdir -p "$DEMO" "$PACKS"
 }
 
 step_generate() {
@@ -86,6 +90,28 @@ step_compare() {
     echo "all $(manifest "$SRC" | wc -l) files identical"
 }
 
+step_mount() {
+    step "Mount the packs and read the checkpoint through ckptfs"
+    if [ ! -e /dev/fuse ] || ! command -v fusermount3 >/dev/null; then
+        echo "skipped: no /dev/fuse or fusermount3 here (apt-get install fuse3)"
+        return
+    fi
+    run mkdir -p "$MNT"
+    run "$CKPTFS" -o key_file="$KEY" "$PACKS" "$MNT"
+    trap 'fusermount3 -u "$MNT" 2>/dev/null' EXIT
+    run ls -l "$MNT/checkpoint"
+    printf '$ sed -n 1,12p %s\n' "$MNT/checkpoint/manifest.json"
+    sed -n 1,12p "$MNT/checkpoint/manifest.json"
+    run getfattr -d "$MNT/checkpoint/tensors/wte.weight"
+    printf '$ diff <(sha256sum of %s) <(sha256sum of %s)\n' "$SRC" "$MNT/checkpoint (packed files)"
+    for f in $(cd "$SRC" && find . -type f); do
+        cmp -s "$SRC/$f" "$MNT/checkpoint/$f" || { echo "demo: FAILED: $f differs through the mount" >&2; exit 1; }
+    done
+    echo "every file reads back identical through the mount"
+    run fusermount3 -u "$MNT"
+    trap - EXIT
+}
+
 step_clean
 step_generate
 step_keygen
@@ -94,6 +120,7 @@ step_inspect
 step_verify
 step_unpack
 step_compare
+step_mount
 
 printf '\n%sdemo OK:%s %s packed to %s (%s), verified, and unpacked byte-identical into %s\n' \
     "$GREEN" "$PLAIN" "$SRC" "$PACK" "$(du -h "$PACK" | cut -f1)" "$OUT"

@@ -1,0 +1,400 @@
+#include "checkpoints.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fslog.h"
+#include "manifest.h"
+
+#define SUFFIX_LEN (sizeof CKPT_SUFFIX - 1)
+/* A pack with this many distinct damaged chunks is hopeless; stop keeping
+ * track (and keep logging) rather than grow without bound. */
+#define MAX_LOGGED_CHUNKS 4096
+
+int checkpoints_init(checkpoint_table *t, const char *backing_path, int backing_fd,
+                     const ckpt_key *key, chunk_cache *cache)
+{
+    memset(t, 0, sizeof *t);
+    t->backing_path = strdup(backing_path);
+    if (!t->backing_path)
+        return -ENOMEM;
+    pthread_mutex_init(&t->lock, NULL);
+    t->backing_fd = backing_fd;
+    t->key = key;
+    t->cache = cache;
+    t->next_serial = 1;
+    return 0;
+}
+
+static void checkpoint_free(checkpoint_table *t, checkpoint *c)
+{
+    chunk_cache_drop_pack(t->cache, c->serial);
+    pack_tree_free(c->tree);
+    if (c->pack)
+        ckpt_close(c->pack);
+    pthread_mutex_destroy(&c->open_lock);
+    pthread_mutex_destroy(&c->fault_lock);
+    free(c->logged_chunks);
+    free(c->name);
+    free(c->pack_path);
+    free(c);
+}
+
+void checkpoints_destroy(checkpoint_table *t)
+{
+    checkpoint *c = t->all;
+    while (c) {
+        checkpoint *next = c->next;
+        checkpoint_free(t, c);
+        c = next;
+    }
+    t->all = NULL;
+    pthread_mutex_destroy(&t->lock);
+    free(t->backing_path);
+}
+
+/* Frees c if nothing can reach it any more. Called with t->lock held. */
+static void release_if_unused(checkpoint_table *t, checkpoint *c)
+{
+    if (c->current || c->refs || c->nlookup)
+        return;
+    for (checkpoint **link = &t->all; *link; link = &(*link)->next) {
+        if (*link == c) {
+            *link = c->next;
+            break;
+        }
+    }
+    checkpoint_free(t, c);
+}
+
+static void retire(checkpoint_table *t, checkpoint *c)
+{
+    c->current = 0;
+    release_if_unused(t, c);
+}
+
+static int same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* Shown names: not hidden, not empty, and NAME.tpack must fit in a name. */
+static int pack_file_name(const char *name, char *out, size_t out_len)
+{
+    size_t len = strlen(name);
+    if (len == 0 || name[0] == '.' || len + SUFFIX_LEN > NAME_MAX || len + SUFFIX_LEN >= out_len)
+        return -ENOENT;
+    memcpy(out, name, len);
+    memcpy(out + len, CKPT_SUFFIX, SUFFIX_LEN + 1);
+    return 0;
+}
+
+static checkpoint *checkpoint_new(checkpoint_table *t, const char *name, const char *file_name,
+                                  const struct stat *st)
+{
+    checkpoint *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    size_t path_len = strlen(t->backing_path) + strlen(file_name) + 2;
+    c->name = strdup(name);
+    c->pack_path = malloc(path_len);
+    if (!c->name || !c->pack_path) {
+        free(c->name);
+        free(c->pack_path);
+        free(c);
+        return NULL;
+    }
+    snprintf(c->pack_path, path_len, "%s/%s", t->backing_path, file_name);
+    c->identity = *st;
+    c->current = 1;
+    c->state = CHECKPOINT_UNOPENED;
+    pthread_mutex_init(&c->open_lock, NULL);
+    pthread_mutex_init(&c->fault_lock, NULL);
+    return c;
+}
+
+/* The current checkpoint for name whose file is st, created or replaced as
+ * needed. Called with t->lock held. */
+static checkpoint *current_for(checkpoint_table *t, const char *name, const char *file_name,
+                               const struct stat *st)
+{
+    for (checkpoint *c = t->all; c; c = c->next) {
+        if (!c->current || strcmp(c->name, name) != 0)
+            continue;
+        if (same_file(&c->identity, st))
+            return c;
+        retire(t, c);
+        break;
+    }
+    if (t->next_serial == UINT32_MAX)
+        return NULL;
+    checkpoint *c = checkpoint_new(t, name, file_name, st);
+    if (!c)
+        return NULL;
+    c->serial = t->next_serial++;
+    c->next = t->all;
+    t->all = c;
+    return c;
+}
+
+checkpoint *checkpoints_lookup(checkpoint_table *t, const char *name, int count_lookup, int *err)
+{
+    char file_name[NAME_MAX + 1];
+    struct stat st;
+    *err = pack_file_name(name, file_name, sizeof file_name);
+    if (*err)
+        return NULL;
+    if (fstatat(t->backing_fd, file_name, &st, 0) || !S_ISREG(st.st_mode)) {
+        *err = -ENOENT;
+        pthread_mutex_lock(&t->lock);
+        for (checkpoint *c = t->all; c; c = c->next) {
+            if (c->current && strcmp(c->name, name) == 0) {
+                retire(t, c);
+                break;
+            }
+        }
+        pthread_mutex_unlock(&t->lock);
+        return NULL;
+    }
+    pthread_mutex_lock(&t->lock);
+    checkpoint *c = current_for(t, name, file_name, &st);
+    if (c && count_lookup)
+        c->nlookup++;
+    pthread_mutex_unlock(&t->lock);
+    if (!c)
+        *err = -ENOMEM;
+    return c;
+}
+
+static int listing_add(root_listing *l, size_t *cap, const char *name, uint64_t ino)
+{
+    if (l->n == *cap) {
+        size_t grown_cap = *cap ? *cap * 2 : 16;
+        struct root_entry *grown = realloc(l->entries, grown_cap * sizeof *grown);
+        if (!grown)
+            return -ENOMEM;
+        l->entries = grown;
+        *cap = grown_cap;
+    }
+    l->entries[l->n].name = strdup(name);
+    if (!l->entries[l->n].name)
+        return -ENOMEM;
+    l->entries[l->n].ino = ino;
+    l->n++;
+    return 0;
+}
+
+int checkpoints_list(checkpoint_table *t, root_listing *out)
+{
+    memset(out, 0, sizeof *out);
+    int fd = openat(t->backing_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    DIR *dir = fdopendir(fd);
+    if (!dir) {
+        int rc = -errno;
+        close(fd);
+        return rc;
+    }
+    pthread_mutex_lock(&t->lock);
+    int generation = ++t->scan_generation;
+    uint32_t first_new_serial = t->next_serial;
+    pthread_mutex_unlock(&t->lock);
+
+    size_t cap = 0;
+    int rc = 0;
+    struct dirent *d;
+    while (rc == 0 && (d = readdir(dir))) {
+        size_t len = strlen(d->d_name);
+        if (d->d_name[0] == '.' || len <= SUFFIX_LEN ||
+            strcmp(d->d_name + len - SUFFIX_LEN, CKPT_SUFFIX) != 0)
+            continue;
+        struct stat st;
+        if (fstatat(t->backing_fd, d->d_name, &st, 0) || !S_ISREG(st.st_mode))
+            continue;
+        char name[NAME_MAX + 1];
+        memcpy(name, d->d_name, len - SUFFIX_LEN);
+        name[len - SUFFIX_LEN] = '\0';
+        pthread_mutex_lock(&t->lock);
+        checkpoint *c = current_for(t, name, d->d_name, &st);
+        if (c) {
+            c->scan_seen = generation;
+            rc = listing_add(out, &cap, name, checkpoint_ino(c, TREE_ROOT));
+        } else {
+            rc = -ENOMEM;
+        }
+        pthread_mutex_unlock(&t->lock);
+    }
+    closedir(dir);
+    if (rc) {
+        root_listing_free(out);
+        return rc;
+    }
+    /* Packs that are gone. One found by a lookup while this scan ran (a
+     * newer serial) was not missed, just not seen yet. */
+    pthread_mutex_lock(&t->lock);
+    checkpoint *c = t->all;
+    while (c) {
+        checkpoint *next = c->next;
+        if (c->current && c->scan_seen != generation && c->serial < first_new_serial)
+            retire(t, c);
+        c = next;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return 0;
+}
+
+void root_listing_free(root_listing *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->entries[i].name);
+    free(l->entries);
+    memset(l, 0, sizeof *l);
+}
+
+checkpoint *checkpoints_find(checkpoint_table *t, uint64_t ino, uint32_t *node)
+{
+    uint32_t serial = (uint32_t)(ino >> 32);
+    uint32_t low = (uint32_t)ino;
+    if (serial == 0 || low == 0)
+        return NULL;
+    pthread_mutex_lock(&t->lock);
+    checkpoint *c = t->all;
+    while (c && c->serial != serial)
+        c = c->next;
+    pthread_mutex_unlock(&t->lock);
+    if (c)
+        *node = low - 1;
+    return c;
+}
+
+void checkpoint_count_lookup(checkpoint_table *t, checkpoint *c)
+{
+    pthread_mutex_lock(&t->lock);
+    c->nlookup++;
+    pthread_mutex_unlock(&t->lock);
+}
+
+void checkpoint_forget(checkpoint_table *t, checkpoint *c, uint64_t n)
+{
+    pthread_mutex_lock(&t->lock);
+    c->nlookup = n > c->nlookup ? 0 : c->nlookup - n;
+    release_if_unused(t, c);
+    pthread_mutex_unlock(&t->lock);
+}
+
+void checkpoint_ref(checkpoint_table *t, checkpoint *c)
+{
+    pthread_mutex_lock(&t->lock);
+    c->refs++;
+    pthread_mutex_unlock(&t->lock);
+}
+
+void checkpoint_unref(checkpoint_table *t, checkpoint *c)
+{
+    pthread_mutex_lock(&t->lock);
+    c->refs--;
+    release_if_unused(t, c);
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* Opening failures that say something about the pack (or the key) are
+ * remembered; running out of memory or descriptors is not. */
+static int is_lasting(int err)
+{
+    return err == -EACCES || err == -EIO || err == -EINVAL || err == -ENOTSUP ||
+           err == -ENOENT || err == -EBADMSG || err == -EOVERFLOW;
+}
+
+static int open_pack(checkpoint_table *t, checkpoint *c)
+{
+    ckpt_err err = {0};
+    ckpt_pack *pack = NULL;
+    int rc = ckpt_open(c->pack_path, t->key, &pack, &err);
+    if (rc < 0) {
+        fslog("checkpoint '%s': %s", c->name, err.msg[0] ? err.msg : strerror(-rc));
+        return rc;
+    }
+    /* The file we stat'ed may have been replaced since; never show one
+     * pack's contents under another's identity. */
+    struct stat st;
+    if (fstat(ckpt_fd(pack), &st) || !same_file(&st, &c->identity)) {
+        ckpt_close(pack);
+        return -ESTALE;
+    }
+    pack_tree *tree = NULL;
+    rc = pack_tree_build(pack, c->name, c->identity.st_mtim.tv_sec,
+                         (uint32_t)c->identity.st_mtim.tv_nsec, &tree);
+    char *manifest = NULL;
+    size_t manifest_len = 0;
+    if (rc == 0)
+        rc = manifest_build(pack, c->name, tree, &manifest, &manifest_len);
+    if (rc) {
+        fslog("checkpoint '%s': cannot show the pack: %s", c->name, strerror(-rc));
+        pack_tree_free(tree);
+        ckpt_close(pack);
+        return rc;
+    }
+    pack_tree_set_manifest(tree, manifest, manifest_len);
+    ckpt_pack_info info;
+    ckpt_info(pack, &info);
+    c->chunk_size = info.chunk_size;
+    c->pack = pack;
+    c->tree = tree;
+    return 0;
+}
+
+int checkpoint_open(checkpoint_table *t, checkpoint *c)
+{
+    int state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+    if (state == CHECKPOINT_OPEN)
+        return 0;
+    if (state == CHECKPOINT_FAILED)
+        return c->open_err;
+    pthread_mutex_lock(&c->open_lock);
+    int rc = 0;
+    state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+    if (state == CHECKPOINT_FAILED) {
+        rc = c->open_err;
+    } else if (state == CHECKPOINT_UNOPENED) {
+        rc = open_pack(t, c);
+        if (rc == 0) {
+            __atomic_store_n(&c->state, CHECKPOINT_OPEN, __ATOMIC_RELEASE);
+        } else if (is_lasting(rc)) {
+            c->open_err = rc == -EACCES ? -EACCES : -EIO;
+            rc = c->open_err;
+            __atomic_store_n(&c->state, CHECKPOINT_FAILED, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&c->open_lock);
+    return rc;
+}
+
+int checkpoint_first_fault(checkpoint *c, size_t chunk_id)
+{
+    int first = 1;
+    pthread_mutex_lock(&c->fault_lock);
+    for (size_t i = 0; i < c->n_logged && first; i++)
+        first = c->logged_chunks[i] != chunk_id;
+    if (first && c->n_logged < MAX_LOGGED_CHUNKS) {
+        if (c->n_logged == c->logged_cap) {
+            size_t cap = c->logged_cap ? c->logged_cap * 2 : 8;
+            size_t *grown = realloc(c->logged_chunks, cap * sizeof *grown);
+            if (grown) {
+                c->logged_chunks = grown;
+                c->logged_cap = cap;
+            }
+        }
+        if (c->n_logged < c->logged_cap)
+            c->logged_chunks[c->n_logged++] = chunk_id;
+    }
+    pthread_mutex_unlock(&c->fault_lock);
+    return first;
+}

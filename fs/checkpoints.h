@@ -1,0 +1,103 @@
+/* The checkpoints of the backing directory: one per NAME.tpack, opened on
+ * first use and kept open while the file stays the same (same inode, size
+ * and mtime). When a pack changes or disappears its checkpoint is retired:
+ * it stays alive, unlisted, until the kernel forgets its inodes and the
+ * last open file and job let go of it.
+ *
+ * Inode numbers: the root is 1; every node of a checkpoint's tree is
+ * (serial << 32) | (node + 1), so a checkpoint dir is (serial << 32) | 1.
+ * Serials are never reused, so a stale inode never names another file. */
+#ifndef CKPTFS_CHECKPOINTS_H
+#define CKPTFS_CHECKPOINTS_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "chunk_cache.h"
+#include "ckpt.h"
+#include "pack_tree.h"
+
+#define CKPT_SUFFIX ".tpack"
+
+enum { CHECKPOINT_UNOPENED, CHECKPOINT_OPEN, CHECKPOINT_FAILED };
+
+typedef struct checkpoint {
+    struct checkpoint *next;
+    uint32_t serial;
+    char *name;               /* NAME, shown as the directory name */
+    char *pack_path;          /* absolute path of NAME.tpack */
+    struct stat identity;     /* the file as it was when found */
+    int current;              /* still what NAME means */
+    uint64_t nlookup;         /* kernel references to its inodes */
+    unsigned refs;            /* open files and jobs */
+    int scan_seen;            /* last scan generation that saw it */
+
+    pthread_mutex_t open_lock;
+    int state;                /* CHECKPOINT_*, read with acquire ordering */
+    int open_err;             /* negative errno once FAILED */
+    ckpt_pack *pack;          /* once OPEN */
+    uint32_t chunk_size;
+    pack_tree *tree;
+
+    pthread_mutex_t fault_lock;
+    size_t *logged_chunks;    /* chunks whose fault was already logged */
+    size_t n_logged, logged_cap;
+} checkpoint;
+
+typedef struct checkpoint_table {
+    pthread_mutex_t lock;
+    int backing_fd;
+    char *backing_path;
+    const ckpt_key *key;
+    chunk_cache *cache;
+    checkpoint *all;
+    uint32_t next_serial;
+    int scan_generation;
+} checkpoint_table;
+
+/* One root directory listing, taken when the root is opened. */
+typedef struct root_listing {
+    size_t n;
+    struct root_entry {
+        char *name;
+        uint64_t ino;
+    } *entries;
+} root_listing;
+
+int checkpoints_init(checkpoint_table *t, const char *backing_path, int backing_fd,
+                     const ckpt_key *key, chunk_cache *cache);
+void checkpoints_destroy(checkpoint_table *t);
+
+static inline uint64_t checkpoint_ino(const checkpoint *c, uint32_t node)
+{
+    return ((uint64_t)c->serial << 32) | ((uint64_t)node + 1);
+}
+
+/* NAME -> its current checkpoint, with one kernel reference taken when
+ * count_lookup; NULL with *err = -ENOENT (or another errno). */
+checkpoint *checkpoints_lookup(checkpoint_table *t, const char *name, int count_lookup, int *err);
+/* Rescans the backing directory. */
+int checkpoints_list(checkpoint_table *t, root_listing *out);
+void root_listing_free(root_listing *l);
+
+/* The checkpoint of an inode and the node inside it; NULL if none. The
+ * caller must hold a kernel reference to the inode (any request on it
+ * does), which keeps the checkpoint alive. */
+checkpoint *checkpoints_find(checkpoint_table *t, uint64_t ino, uint32_t *node);
+
+void checkpoint_count_lookup(checkpoint_table *t, checkpoint *c);
+void checkpoint_forget(checkpoint_table *t, checkpoint *c, uint64_t n);
+void checkpoint_ref(checkpoint_table *t, checkpoint *c);
+void checkpoint_unref(checkpoint_table *t, checkpoint *c);
+
+/* Opens the pack on first use. 0, or -EACCES (no key, wrong key), -EIO
+ * (damaged pack), or a transient errno. Failures are logged once. */
+int checkpoint_open(checkpoint_table *t, checkpoint *c);
+
+/* 1 the first time a fault in this chunk is reported, then 0: one damaged
+ * chunk read many times (kernel readahead retries) logs one line. */
+int checkpoint_first_fault(checkpoint *c, size_t chunk_id);
+
+#endif

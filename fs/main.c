@@ -1,0 +1,220 @@
+/* ckptfs: mount a directory of packed checkpoints read-only.
+ * Parses options, loads the key before daemonizing (so errors reach the
+ * terminal), mounts, runs the FUSE loop and frees everything at unmount. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "ckptfs.h"
+#include "fslog.h"
+#include "options.h"
+
+#define EXIT_USAGE 2
+/* Prefetch and read-ahead jobs waiting for a decode worker. */
+#define MAX_QUEUED_JOBS 4096
+/* The largest request FUSE sends (256 pages): one 1 MiB chunk per read. */
+#define READAHEAD_KIB 1024
+
+static int load_key(const fs_options *o, ckpt_key **key)
+{
+    ckpt_err err = {0};
+    int rc = 0;
+    *key = NULL;
+    if (o->key_file)
+        rc = ckpt_key_load_file(o->key_file, key, &err);
+    else if (o->passphrase_file)
+        rc = ckpt_key_load_passphrase_file(o->passphrase_file, key, &err);
+    if (rc < 0)
+        fslog("cannot load key: %s", err.msg[0] ? err.msg : strerror(-rc));
+    return rc;
+}
+
+/* A core dump would hold the key (and decrypted chunks). */
+static int forbid_core_dumps(void)
+{
+    struct rlimit none = {0, 0};
+    return setrlimit(RLIMIT_CORE, &none);
+}
+
+/* fork() in fuse_daemonize drops memory locks; a key loaded again in the
+ * daemon is locked again. If the file is gone by now, the first copy still
+ * works, just unlocked. */
+static void reload_key_after_fork(const fs_options *o, ckpt_key **key, checkpoint_table *t)
+{
+    ckpt_key *fresh = NULL;
+    if (!*key || load_key(o, &fresh) < 0)
+        return;
+    ckpt_key_free(*key);
+    *key = fresh;
+    t->key = fresh;
+}
+
+/* libckpt allocates up to three chunk-sized buffers for every chunk it
+ * decodes. With glibc's defaults those are mapped and unmapped each time
+ * (or trimmed away and faulted back in): page faults on every chunk,
+ * measured at about 7% of the daemon's CPU on compressed packs. Keeping
+ * them in the heap recycles the memory; what stays reserved is bounded by
+ * the decodes that can run at once (request threads plus workers) times
+ * three chunks, and a few arenas keep it from multiplying. */
+static void tune_malloc(void)
+{
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    mallopt(M_ARENA_MAX, 4);
+}
+
+static void print_version(void)
+{
+    printf("ckptfs %s (pack format %d)\n", CKPT_VERSION_STRING, CKPT_FORMAT_VERSION);
+    fflush(stdout); /* before libfuse runs fusermount3 --version */
+    fuse_lowlevel_version();
+}
+
+static void print_help(const char *prog)
+{
+    fs_options_usage(prog);
+    printf("FUSE options:\n");
+    fuse_cmdline_help();
+    fuse_lowlevel_help();
+}
+
+static int run_loop(struct fuse_session *se, const struct fuse_cmdline_opts *cmd)
+{
+    if (cmd->singlethread)
+        return fuse_session_loop(se);
+    struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+    if (!cfg)
+        return -ENOMEM;
+    fuse_loop_cfg_set_clone_fd(cfg, (unsigned)cmd->clone_fd);
+    /* UINT_MAX means "not given": keep libfuse's defaults. */
+    if (cmd->max_idle_threads != UINT_MAX)
+        fuse_loop_cfg_set_idle_threads(cfg, cmd->max_idle_threads);
+    if (cmd->max_threads != UINT_MAX)
+        fuse_loop_cfg_set_max_threads(cfg, cmd->max_threads);
+    int rc = fuse_session_loop_mt(se, cfg);
+    fuse_loop_cfg_destroy(cfg);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+    struct fuse_cmdline_opts cmd;
+    fs_options o;
+    ckptfs fs;
+    ckpt_key *key = NULL;
+    struct fuse_session *se = NULL;
+    int backing_fd = -1, exit_code = EXIT_USAGE, table_ready = 0;
+    char backing_path[PATH_MAX], mount_path[PATH_MAX];
+    memset(&cmd, 0, sizeof cmd);
+    memset(&fs, 0, sizeof fs);
+    fs.handles.next = fs.handles.prev = &fs.handles;
+    pthread_mutex_init(&fs.handles_lock, NULL);
+
+    if (fs_options_parse(&args, &o) != 0 || fuse_parse_cmdline(&args, &cmd) != 0)
+        goto out;
+    if (cmd.show_help) {
+        print_help(argv[0]);
+        exit_code = 0;
+        goto out;
+    }
+    if (cmd.show_version) {
+        print_version();
+        exit_code = 0;
+        goto out;
+    }
+    if (!o.backing_dir || !cmd.mountpoint) {
+        fprintf(stderr, "ckptfs: need BACKING_DIR and MOUNTPOINT (see %s --help)\n", argv[0]);
+        goto out;
+    }
+
+    exit_code = EXIT_FAILURE;
+    if (!realpath(o.backing_dir, backing_path) ||
+        (backing_fd = open(backing_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        fprintf(stderr, "ckptfs: cannot use backing directory '%s': %s\n", o.backing_dir,
+                strerror(errno));
+        goto out;
+    }
+    if (load_key(&o, &key) < 0)
+        goto out;
+    if (key && forbid_core_dumps() != 0) {
+        fprintf(stderr, "ckptfs: cannot disable core dumps: %s\n", strerror(errno));
+        goto out;
+    }
+
+    tune_malloc();
+    fs.uid = getuid();
+    fs.gid = getgid();
+    fs.cache = chunk_cache_new(o.cache_bytes);
+    if (!fs.cache || checkpoints_init(&fs.table, backing_path, backing_fd, key, fs.cache) != 0) {
+        fprintf(stderr, "ckptfs: out of memory\n");
+        goto out;
+    }
+    table_ready = 1;
+    reader_init(&fs.reader, &fs.table, fs.cache, NULL, o.cache_bytes, o.threads);
+
+    /* Read-only in the kernel too, and the mode bits we show are enforced. */
+    if (fuse_opt_add_arg(&args, "-oro,default_permissions,subtype=ckptfs,fsname=ckptfs") != 0)
+        goto out;
+    se = fuse_session_new(&args, &ckptfs_ops, sizeof ckptfs_ops, &fs);
+    if (!se) {
+        exit_code = EXIT_USAGE; /* libfuse said which option it did not know */
+        goto out;
+    }
+    if (fuse_set_signal_handlers(se) != 0)
+        goto out;
+    /* Resolved now: once mounted, looking at the path would wait for the
+     * FUSE loop that is not running yet. */
+    int have_mount_path = realpath(cmd.mountpoint, mount_path) != NULL;
+    if (fuse_session_mount(se, cmd.mountpoint) != 0)
+        goto out_handlers;
+    if (have_mount_path) {
+        fs.mount_path = mount_path;
+        fs.readahead_kib = READAHEAD_KIB;
+        fs.readahead_pending = 1;
+    }
+    if (fuse_daemonize(cmd.foreground) != 0)
+        goto out_unmount;
+    if (!cmd.foreground) {
+        fslog_use_syslog();
+        reload_key_after_fork(&o, &key, &fs.table);
+    }
+    /* Threads only now: they would not survive the daemon's fork. */
+    fs.pool = worker_pool_new(o.threads, MAX_QUEUED_JOBS);
+    if (!fs.pool)
+        fslog("cannot start decode workers (%s); decoding on request threads", strerror(errno));
+    reader_set_pool(&fs.reader, fs.pool);
+
+    exit_code = run_loop(se, &cmd) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+
+out_unmount:
+    fuse_session_unmount(se);
+out_handlers:
+    fuse_remove_signal_handlers(se);
+out:
+    if (se)
+        fuse_session_destroy(se);
+    worker_pool_free(fs.pool);
+    if (table_ready)
+        reader_destroy(&fs.reader);
+    ckptfs_free_handles(&fs);
+    if (table_ready)
+        checkpoints_destroy(&fs.table);
+    chunk_cache_free(fs.cache);
+    if (key)
+        ckpt_key_free(key);
+    if (backing_fd >= 0)
+        close(backing_fd);
+    pthread_mutex_destroy(&fs.handles_lock);
+    free(cmd.mountpoint);
+    fs_options_free(&o);
+    fuse_opt_free_args(&args);
+    fslog_close();
+    return exit_code;
+}

@@ -1,0 +1,127 @@
+#include "options.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define OPT(templ, field) { templ, offsetof(fs_options, field), 0 }
+
+static const struct fuse_opt ckptfs_opts[] = {
+    OPT("key_file=%s", key_file),
+    OPT("passphrase_file=%s", passphrase_file),
+    OPT("cache_size=%s", cache_size_text),
+    OPT("threads=%s", threads_text),
+    FUSE_OPT_END,
+};
+
+int fs_parse_size(const char *text, uint64_t *out)
+{
+    if (!text || !isdigit((unsigned char)text[0]))
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno)
+        return -1;
+    unsigned shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case '\0': break;
+    case 'K': shift = 10; end++; break;
+    case 'M': shift = 20; end++; break;
+    case 'G': shift = 30; end++; break;
+    case 'T': shift = 40; end++; break;
+    default: return -1;
+    }
+    if (*end != '\0')
+        return -1;
+    if (shift && v > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+static int keep_mountpoint(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+    fs_options *o = data;
+    (void)outargs;
+    if (key != FUSE_OPT_KEY_NONOPT)
+        return 1;
+    o->positional++;
+    if (o->positional == 1) {
+        o->backing_dir = strdup(arg);
+        return o->backing_dir ? 0 : -1;
+    }
+    if (o->positional == 2)
+        return 1; /* the mountpoint, for fuse_parse_cmdline */
+    fprintf(stderr, "ckptfs: unexpected argument '%s'\n", arg);
+    return -1;
+}
+
+static long online_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+}
+
+int fs_options_parse(struct fuse_args *args, fs_options *o)
+{
+    memset(o, 0, sizeof *o);
+    if (fuse_opt_parse(args, o, ckptfs_opts, keep_mountpoint) == -1)
+        return -1;
+    if (o->key_file && o->passphrase_file) {
+        fprintf(stderr, "ckptfs: key_file and passphrase_file are mutually exclusive\n");
+        return -1;
+    }
+    o->cache_bytes = CKPTFS_DEFAULT_CACHE;
+    if (o->cache_size_text &&
+        (fs_parse_size(o->cache_size_text, &o->cache_bytes) || o->cache_bytes < CKPTFS_MIN_CACHE)) {
+        fprintf(stderr, "ckptfs: bad cache_size '%s' (want a size of at least 1M, e.g. 512M)\n",
+                o->cache_size_text);
+        return -1;
+    }
+    long threads = online_cpus();
+    if (o->threads_text) {
+        char *end;
+        errno = 0;
+        threads = strtol(o->threads_text, &end, 10);
+        if (errno || end == o->threads_text || *end || threads < 1 || threads > CKPTFS_MAX_THREADS) {
+            fprintf(stderr, "ckptfs: bad threads '%s' (want 1..%u)\n", o->threads_text,
+                    CKPTFS_MAX_THREADS);
+            return -1;
+        }
+    }
+    o->threads = threads > CKPTFS_MAX_THREADS ? CKPTFS_MAX_THREADS : (unsigned)threads;
+    return 0;
+}
+
+void fs_options_free(fs_options *o)
+{
+    free(o->backing_dir);
+    free(o->key_file);
+    free(o->passphrase_file);
+    free(o->cache_size_text);
+    free(o->threads_text);
+    memset(o, 0, sizeof *o);
+}
+
+void fs_options_usage(const char *prog)
+{
+    printf("usage: %s [options] BACKING_DIR MOUNTPOINT\n"
+           "\n"
+           "Shows every BACKING_DIR/NAME.tpack as a read-only directory MOUNTPOINT/NAME/.\n"
+           "\n"
+           "ckptfs options:\n"
+           "    -o key_file=PATH         key for encrypted packs (32 raw bytes or 64 hex digits)\n"
+           "    -o passphrase_file=PATH  passphrase for encrypted packs\n"
+           "    -o cache_size=SIZE       decoded-chunk cache (default 256M; K/M/G suffixes)\n"
+           "    -o threads=N             decode workers (default: number of CPUs)\n"
+           "\n"
+           "Files inside a checkpoint are read-only; manifest.json describes the pack and\n"
+           "tensors/ holds one raw file per tensor (see also the user.ckptfs.* xattrs).\n"
+           "\n",
+           prog);
+}

@@ -1,0 +1,34 @@
+/* ckptfs's own command-line options (-o key_file=... and friends). */
+#ifndef CKPTFS_OPTIONS_H
+#define CKPTFS_OPTIONS_H
+
+#include <stdint.h>
+
+#include "fuse_api.h"
+
+#define CKPTFS_DEFAULT_CACHE (256ull << 20)
+#define CKPTFS_MIN_CACHE (1ull << 20)
+#define CKPTFS_MAX_THREADS 256u
+
+typedef struct fs_options {
+    char *backing_dir;        /* first positional argument */
+    char *key_file;
+    char *passphrase_file;
+    char *cache_size_text;
+    char *threads_text;
+    uint64_t cache_bytes;
+    unsigned threads;
+    int positional;           /* positional arguments seen */
+} fs_options;
+
+/* Takes ckptfs's options out of args and leaves FUSE's (the mountpoint
+ * included) for fuse_parse_cmdline. Returns 0, or -1 after printing why. */
+int fs_options_parse(struct fuse_args *args, fs_options *o);
+void fs_options_free(fs_options *o);
+
+/* "4096", "64K", "256M", "2G" (binary units); 0 on success, -1 if malformed. */
+int fs_parse_size(const char *text, uint64_t *out);
+
+void fs_options_usage(const char *prog);
+
+#endif

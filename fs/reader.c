@@ -1,0 +1,342 @@
+#include "reader.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fslog.h"
+
+/* Reads this close to where the last one ended still count as sequential:
+ * the kernel's readahead requests arrive on several threads, a little out
+ * of order. */
+#define SEQUENTIAL_SLACK (1u << 20)
+#define PREFETCH_PER_THREAD (4ull << 20)
+#define PREFETCH_MIN (8ull << 20)
+
+typedef struct decode_job {
+    reader *r;
+    checkpoint *checkpoint;   /* referenced */
+    chunk_entry *entry;       /* pinned */
+    size_t id;
+} decode_job;
+
+void reader_init(reader *r, checkpoint_table *table, chunk_cache *cache, worker_pool *pool,
+                 uint64_t cache_bytes, unsigned threads)
+{
+    memset(r, 0, sizeof *r);
+    pthread_mutex_init(&r->streams_lock, NULL);
+    r->table = table;
+    r->cache = cache;
+    r->pool = pool;
+    uint64_t ahead = (uint64_t)threads * PREFETCH_PER_THREAD;
+    if (ahead < PREFETCH_MIN)
+        ahead = PREFETCH_MIN;
+    /* Leave most of the cache to chunks that were asked for. */
+    if (ahead > cache_bytes / 4)
+        ahead = cache_bytes / 4;
+    r->prefetch_bytes = ahead;
+    r->spill_chunks = threads;
+}
+
+void reader_set_pool(reader *r, worker_pool *pool)
+{
+    r->pool = pool;
+}
+
+void reader_destroy(reader *r)
+{
+    pthread_mutex_destroy(&r->streams_lock);
+}
+
+static void decode_into(chunk_cache *cache, checkpoint *c, chunk_entry *e, size_t id)
+{
+    ckpt_err err = {0};
+    int rc = ckpt_chunk_decode(c->pack, id, chunk_entry_buffer(e), &err);
+    chunk_cache_filled(cache, e, rc < 0 ? rc : 0, err.msg);
+}
+
+static void run_decode_job(void *arg, int cancelled)
+{
+    decode_job *job = arg;
+    if (cancelled)
+        chunk_cache_filled(job->r->cache, job->entry, -ECANCELED, "ckptfs is shutting down");
+    else
+        decode_into(job->r->cache, job->checkpoint, job->entry, job->id);
+    chunk_cache_release(job->r->cache, job->entry);
+    checkpoint_unref(job->r->table, job->checkpoint);
+    free(job);
+}
+
+/* Hands a LOADING entry (one pin of which the job takes over) to the pool.
+ * 0, or -EAGAIN with the pin still the caller's. */
+static int submit_decode(reader *r, checkpoint *c, chunk_entry *e, size_t id, int urgent)
+{
+    if (!r->pool)
+        return -EAGAIN;
+    decode_job *job = malloc(sizeof *job);
+    if (!job)
+        return -EAGAIN;
+    *job = (decode_job){.r = r, .checkpoint = c, .entry = e, .id = id};
+    checkpoint_ref(r->table, c);
+    if (worker_pool_submit(r->pool, run_decode_job, job, urgent) == 0)
+        return 0;
+    checkpoint_unref(r->table, c);
+    free(job);
+    return -EAGAIN;
+}
+
+static void plan_init(read_plan *plan)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->iov = plan->inline_iov;
+    plan->chunks = plan->inline_chunks;
+    plan->cap = READ_PLAN_INLINE;
+}
+
+static int plan_grow(read_plan *plan)
+{
+    size_t cap = plan->cap * 2;
+    struct iovec *iov = malloc(cap * sizeof *iov);
+    plan_chunk *chunks = malloc(cap * sizeof *chunks);
+    if (!iov || !chunks) {
+        free(iov);
+        free(chunks);
+        return -ENOMEM;
+    }
+    memcpy(iov, plan->iov, plan->n * sizeof *iov);
+    memcpy(chunks, plan->chunks, plan->n * sizeof *chunks);
+    if (plan->iov != plan->inline_iov) {
+        free(plan->iov);
+        free(plan->chunks);
+    }
+    plan->iov = iov;
+    plan->chunks = chunks;
+    plan->cap = cap;
+    return 0;
+}
+
+void read_plan_release(reader *r, read_plan *plan)
+{
+    for (size_t i = 0; i < plan->n; i++)
+        if (plan->chunks[i].entry)
+            chunk_cache_release(r->cache, plan->chunks[i].entry);
+    if (plan->iov != plan->inline_iov) {
+        free(plan->iov);
+        free(plan->chunks);
+    }
+    plan_init(plan);
+}
+
+static void log_fault(const checkpoint *c, const tree_node *n, uint64_t position,
+                      const char *msg)
+{
+    const pack_tree *t = c->tree;
+    const char *file = ckpt_file_at(c->pack, n->file_index)->path;
+    char *shown = pack_tree_path(t, (uint32_t)(n - t->nodes));
+    int other_name = shown && strcmp(shown, file) != 0;
+    fslog("checkpoint '%s': read of '%s' at offset %" PRIu64 "%s%s%s failed: %s", c->name, file,
+          position, other_name ? " (via '" : "", other_name ? shown : "",
+          other_name ? "')" : "", msg && msg[0] ? msg : "corrupt chunk");
+    free(shown);
+}
+
+/* How far prefetch may run for a read of node n: to the node's end, and for
+ * a tensor a little into the bytes that follow it in its file. Tensors are
+ * usually stored in name order, the order in which a shell glob over
+ * tensors/, cp -r and most loaders read them, so those bytes are likely the
+ * next file asked for; decoding its first chunks keeps every core busy
+ * while the last chunks of this tensor finish. One chunk per worker bounds
+ * the waste when the guess is wrong. */
+static uint64_t prefetch_limit(const reader *r, const checkpoint *c, const tree_node *n)
+{
+    uint64_t node_end = n->file_offset + n->size;
+    if (n->kind != TREE_TENSOR)
+        return node_end;
+    uint64_t file_size = ckpt_file_at(c->pack, n->file_index)->size;
+    uint64_t spill = (uint64_t)r->spill_chunks * c->chunk_size;
+    if (spill > r->prefetch_bytes)
+        spill = r->prefetch_bytes;
+    return file_size - node_end < spill ? file_size : node_end + spill;
+}
+
+static int near(uint64_t offset, uint64_t expected)
+{
+    return offset + SEQUENTIAL_SLACK >= expected && offset <= expected + SEQUENTIAL_SLACK;
+}
+
+/* Follows the reader of [offset, offset + len) of file ino. Returns 1 if it
+ * reads sequentially, with the file positions [*from, *to) still to
+ * prefetch (limited by limit). Called with streams_lock held. */
+static int follow_stream(reader *r, uint64_t ino, uint64_t offset, uint64_t len,
+                         uint64_t file_base, uint64_t limit, uint64_t *from, uint64_t *to)
+{
+    size_t set_index = (size_t)((ino * 0x9E3779B97F4A7C15ull) >> 32) % STREAM_SETS;
+    read_stream *set = &r->streams[set_index * STREAM_WAYS];
+    read_stream *s = NULL, *victim = &set[0];
+    uint64_t best = UINT64_MAX;
+    for (int w = 0; w < STREAM_WAYS; w++) {
+        read_stream *way = &set[w];
+        if (way->ino == ino && near(offset, way->next_offset)) {
+            uint64_t d = offset > way->next_offset ? offset - way->next_offset
+                                                   : way->next_offset - offset;
+            if (d < best) {
+                best = d;
+                s = way;
+            }
+        }
+        if (way->last_use < victim->last_use)
+            victim = way;
+    }
+    int sequential = s != NULL;
+    if (!s) {
+        /* A new reader; one that starts at the beginning is sequential. */
+        s = victim;
+        *s = (read_stream){.ino = ino};
+        sequential = near(offset, 0);
+    }
+    s->last_use = ++r->clock;
+    if (offset + len > s->next_offset || !sequential)
+        s->next_offset = offset + len;
+    if (!sequential)
+        return 0;
+    uint64_t read_end = file_base + offset + len;
+    *from = read_end > s->prefetched_to ? read_end : s->prefetched_to;
+    *to = read_end + r->prefetch_bytes < limit ? read_end + r->prefetch_bytes : limit;
+    if (*to > s->prefetched_to)
+        s->prefetched_to = *to;
+    return 1;
+}
+
+/* Sequential readers get the chunks ahead of them decoded in the
+ * background, as far as the cache has unpinned room. */
+static void prefetch(reader *r, checkpoint *c, uint32_t node, uint64_t offset, uint64_t len)
+{
+    if (!r->pool || r->prefetch_bytes == 0)
+        return;
+    const tree_node *n = &c->tree->nodes[node];
+    uint64_t from = 0, to = 0;
+    pthread_mutex_lock(&r->streams_lock);
+    int sequential = follow_stream(r, checkpoint_ino(c, node), offset, len, n->file_offset,
+                                   prefetch_limit(r, c, n), &from, &to);
+    pthread_mutex_unlock(&r->streams_lock);
+    if (!sequential)
+        return;
+
+    for (uint64_t pos = from; pos < to;) {
+        ckpt_chunk_ref ref;
+        if (ckpt_chunk_locate(c->pack, n->file_index, pos, &ref, NULL) < 0 || ref.size == 0 ||
+            ref.file_offset > pos)
+            return;
+        chunk_entry *e;
+        int rc = chunk_cache_reserve(r->cache, c->serial, ref.id, ref.size, &e);
+        if (rc < 0)
+            return; /* no room: the reader will catch up first */
+        if (rc == 1 && submit_decode(r, c, e, ref.id, 0)) {
+            /* A reader may already be waiting on the entry: fill it. */
+            decode_into(r->cache, c, e, ref.id);
+            chunk_cache_release(r->cache, e);
+            return;
+        }
+        pos = ref.file_offset + ref.size;
+    }
+}
+
+/* Pins every chunk under [start, end) of the node's file into the plan. */
+static int plan_chunks(reader *r, checkpoint *c, const tree_node *n, uint64_t start,
+                       uint64_t end, read_plan *plan)
+{
+    ckpt_err err = {0};
+    for (uint64_t pos = start; pos < end;) {
+        ckpt_chunk_ref ref;
+        int rc = ckpt_chunk_locate(c->pack, n->file_index, pos, &ref, &err);
+        if (rc < 0 || ref.file_offset > pos || pos - ref.file_offset >= ref.size) {
+            fslog("checkpoint '%s': no chunk holds offset %" PRIu64 " of '%s'%s%s", c->name, pos,
+                  ckpt_file_at(c->pack, n->file_index)->path, rc < 0 ? ": " : "",
+                  rc < 0 ? err.msg : "");
+            return -EIO;
+        }
+        if (plan->n == plan->cap && plan_grow(plan))
+            return -ENOMEM;
+        int must_fill;
+        chunk_entry *e = chunk_cache_acquire(r->cache, c->serial, ref.id, ref.size, &must_fill);
+        if (!e)
+            return -ENOMEM;
+        uint64_t skip = pos - ref.file_offset;
+        uint64_t take = ref.size - skip < end - pos ? ref.size - skip : end - pos;
+        plan->chunks[plan->n] = (plan_chunk){
+            .entry = e, .id = ref.id, .file_offset = ref.file_offset, .must_fill = must_fill};
+        plan->iov[plan->n] = (struct iovec){
+            .iov_base = (void *)(chunk_entry_data(e) + skip), .iov_len = (size_t)take};
+        plan->n++;
+        pos += take;
+    }
+    return 0;
+}
+
+/* Decodes the chunks this read created: all but one on the pool, so a
+ * read that spans several chunks decodes them in parallel, and the first
+ * right here. */
+static void fill_chunks(reader *r, checkpoint *c, read_plan *plan)
+{
+    plan_chunk *here = NULL;
+    for (size_t i = 0; i < plan->n; i++) {
+        plan_chunk *pc = &plan->chunks[i];
+        if (!pc->must_fill)
+            continue;
+        if (!here) {
+            here = pc;
+            continue;
+        }
+        chunk_cache_pin(r->cache, pc->entry);
+        if (submit_decode(r, c, pc->entry, pc->id, 1) == 0) {
+            pc->must_fill = 0;
+        } else {
+            chunk_cache_release(r->cache, pc->entry);
+        }
+    }
+    for (size_t i = 0; i < plan->n; i++) {
+        plan_chunk *pc = &plan->chunks[i];
+        if (pc->must_fill) {
+            decode_into(r->cache, c, pc->entry, pc->id);
+            pc->must_fill = 0;
+        }
+    }
+}
+
+int reader_read(reader *r, checkpoint *c, uint32_t node, uint64_t offset, size_t size,
+                read_plan *plan)
+{
+    plan_init(plan);
+    const tree_node *n = &c->tree->nodes[node];
+    if (offset >= n->size || size == 0)
+        return 0;
+    uint64_t len = n->size - offset < size ? n->size - offset : size;
+    if (n->kind == TREE_MANIFEST) {
+        plan->iov[0] = (struct iovec){.iov_base = c->tree->manifest + offset, .iov_len = len};
+        plan->chunks[0] = (plan_chunk){0};
+        plan->n = 1;
+        return 0;
+    }
+    uint64_t start = n->file_offset + offset;
+    int rc = plan_chunks(r, c, n, start, start + len, plan);
+    if (rc == 0)
+        prefetch(r, c, node, offset, len);
+    /* Even when planning failed half way: other readers may be waiting on
+     * the entries this read created. */
+    fill_chunks(r, c, plan);
+    for (size_t i = 0; i < plan->n && rc == 0; i++) {
+        plan_chunk *pc = &plan->chunks[i];
+        const char *msg = NULL;
+        int failed = chunk_cache_wait(r->cache, pc->entry, &msg);
+        if (failed) {
+            uint64_t position = pc->file_offset > start ? pc->file_offset : start;
+            if (failed != -ECANCELED && checkpoint_first_fault(c, pc->id))
+                log_fault(c, n, position, msg);
+            rc = failed == -ENOMEM ? -ENOMEM : -EIO;
+        }
+    }
+    if (rc)
+        read_plan_release(r, plan);
+    return rc;
+}

@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# End to end tests of the ckptfs mount: packs in every storage mode are
+# mounted for real and read back through cat, cp -r, dd at odd offsets and
+# real clients (numpy, torch, mmap), and must match the sources byte for
+# byte; plus the layout, manifest.json, xattrs, read-only refusals, many
+# readers at once, the cache bound, options and daemon mode.
+. "$(dirname "$0")/lib.sh"
+
+CKPTFS=${CKPTFS:-$BUILD/bin/ckptfs}
+CLIENTS=$ROOT/tests/integration/mount_clients.py
+
+[ -c /dev/fuse ] || skip_all "no /dev/fuse"
+command -v fusermount3 >/dev/null || skip_all "no fusermount3"
+if [ ! -x "$CKPTFS" ] || [ ! -x "$CKPT" ]; then
+    fail "binaries built" "$CKPTFS or $CKPT is missing; run make first"
+    finish
+fi
+
+# ------------------------------------------------------------ mount helpers
+
+declare -A DAEMON_OF=()
+# Never leave a stale mount behind, whatever happened.
+unmount_all() {
+    local m
+    for m in "${!DAEMON_OF[@]}"; do
+        mountpoint -q "$m" && fusermount3 -u -z "$m" 2>/dev/null
+        kill "${DAEMON_OF[$m]}" 2>/dev/null
+    done
+}
+trap 'unmount_all; cleanup_tmp' EXIT
+
+# mount_ckptfs BACKING MNT LOG [options...]: runs ckptfs -f in the
+# background with its stderr in LOG and waits until MNT is mounted.
+mount_ckptfs() {
+    local back=$1 mnt=$2 log=$3 i
+    shift 3
+    mkdir -p "$mnt"
+    "$CKPTFS" -f "$@" "$back" "$mnt" 2>"$log" &
+    DAEMON_OF[$mnt]=$!
+    for i in $(seq 200); do
+        mountpoint -q "$mnt" && return 0
+        kill -0 "${DAEMON_OF[$mnt]}" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
+
+# unmount_ckptfs MNT: unmounts; returns the daemon's exit status.
+unmount_ckptfs() {
+    local pid=${DAEMON_OF[$1]}
+    fusermount3 -u "$1"
+    wait "$pid"
+    local rc=$?
+    unset "DAEMON_OF[$1]"
+    return $rc
+}
+
+# ------------------------------------------------------------------ inputs
+
+cd "$TMP" || exit 1
+SRC=$TMP/src
+BACK=$TMP/back
+MNT=$TMP/mnt
+mkdir -p "$BACK"
+expect_ok "sources generated" $PY "$CLIENTS" make-data "$SRC"
+if [ -x "$CKPT_GEN" ]; then
+    expect_ok "ckpt-gen adds a tiny checkpoint" "$CKPT_GEN" "$SRC/gen" --preset tiny --dtype bf16 --format both
+else
+    skip "ckpt-gen checkpoint" "$CKPT_GEN not built"
+fi
+"$CKPT" keygen -o "$TMP/key" >/dev/null
+printf 'correct horse battery staple\n' >"$TMP/pass"
+chmod 600 "$TMP/pass"
+
+# Every storage mode, with 64K chunks so files span many chunks.
+PACKS=(plain comp enc both)
+expect_ok "pack plain" "$CKPT" pack "$SRC" -o "$BACK/plain.tpack" --no-compress --chunk-size 64K
+expect_ok "pack comp" "$CKPT" pack "$SRC" -o "$BACK/comp.tpack" --chunk-size 64K
+expect_ok "pack enc" "$CKPT" pack "$SRC" -o "$BACK/enc.tpack" --no-compress --chunk-size 64K --key-file "$TMP/key"
+expect_ok "pack both" "$CKPT" pack "$SRC" -o "$BACK/both.tpack" --chunk-size 64K --key-file "$TMP/key"
+expect_ok "pack dflt (1M chunks)" "$CKPT" pack "$SRC" -o "$BACK/dflt.tpack"
+PACKS+=(dflt)
+# Not checkpoints: must not show.
+cp "$BACK/comp.tpack" "$BACK/.hidden.tpack"
+echo "not a pack" >"$BACK/notes.txt"
+mkdir "$BACK/dir.tpack"
+
+if ! mount_ckptfs "$BACK" "$MNT" "$TMP/ckptfs.log" -o key_file="$TMP/key"; then
+    fail "ckptfs mounts" "$(cat "$TMP/ckptfs.log")"
+    finish
+fi
+pass "ckptfs mounts"
+
+# ------------------------------------------------------------------ layout
+
+listing=$(ls "$MNT" | tr '\n' ' ')
+if [ "$listing" = "both comp dflt enc plain " ]; then pass "root lists one directory per pack"
+else fail "root lists one directory per pack" "got: $listing"; fi
+expect_absent "hidden packs, other files and directories do not show" "$MNT/.hidden" "$MNT/notes" \
+    "$MNT/notes.txt" "$MNT/dir" "$MNT/.hidden.tpack"
+
+# shown PATH: where a packed path appears (reserved names move to .packed/).
+shown() {
+    case $1 in manifest.json | tensors/* | .packed/*) echo ".packed/$1" ;; *) echo "$1" ;; esac
+}
+FILES=$(cd "$SRC" && find . -type f -printf '%P\n' | LC_ALL=C sort)
+
+for p in "${PACKS[@]}"; do
+    bad=()
+    while IFS= read -r f; do
+        cmp -s "$SRC/$f" "$MNT/$p/$(shown "$f")" || bad+=("$f")
+    done <<<"$FILES"
+    if [ ${#bad[@]} -eq 0 ]; then pass "$p: every file byte-identical through cat"
+    else fail "$p: every file byte-identical through cat" "differ: ${bad[*]:0:5}"; fi
+
+    bad=()
+    while IFS= read -r f; do
+        want=$(printf '%o' $((0$(stat -c %a "$SRC/$f") & 0555)))
+        got=$(stat -c '%a %Y %s' "$MNT/$p/$(shown "$f")")
+        [ "$got" = "$want $(stat -c '%Y %s' "$SRC/$f")" ] || bad+=("$f: $got, want $want")
+    done <<<"$FILES"
+    if [ ${#bad[@]} -eq 0 ]; then pass "$p: modes (no write bits), mtimes and sizes"
+    else fail "$p: modes (no write bits), mtimes and sizes" "${bad[@]:0:5}"; fi
+
+    rm -rf "$TMP/copy"
+    cp -r "$MNT/$p" "$TMP/copy"
+    bad=()
+    while IFS= read -r f; do
+        cmp -s "$SRC/$f" "$TMP/copy/$(shown "$f")" || bad+=("$f")
+    done <<<"$FILES"
+    if [ ${#bad[@]} -eq 0 ]; then pass "$p: cp -r copies every file intact"
+    else fail "$p: cp -r copies every file intact" "differ: ${bad[*]:0:5}"; fi
+
+    # dd at offsets and sizes that straddle 64K chunk boundaries.
+    bad=()
+    for spec in "blob.bin 65530 20" "blob.bin 0 1" "blob.bin 131071 65538" "blob.bin 299990 100" \
+        "big.safetensors 1 4097" "big.safetensors 4194000 300000" "big.safetensors 8388000 5000" \
+        "model.safetensors 65535 2" "ints.npy 123457 98765"; do
+        set -- $spec
+        a=$(dd if="$SRC/$1" iflag=skip_bytes,count_bytes skip="$2" count="$3" bs=7919 2>/dev/null | sha256sum)
+        b=$(dd if="$MNT/$p/$1" iflag=skip_bytes,count_bytes skip="$2" count="$3" bs=7919 2>/dev/null | sha256sum)
+        [ "$a" = "$b" ] || bad+=("$spec")
+    done
+    if [ ${#bad[@]} -eq 0 ]; then pass "$p: dd at odd offsets and sizes across chunks"
+    else fail "$p: dd at odd offsets and sizes across chunks" "${bad[@]}"; fi
+
+    expect_ok "$p: manifest.json describes files and tensors" $PY "$CLIENTS" manifest "$MNT/$p" "$SRC" "$BACK/$p.tpack"
+    expect_ok "$p: np.memmap and np.fromfile on tensors/*" $PY "$CLIENTS" tensors "$MNT/$p" "$SRC"
+    expect_ok "$p: np.load(mmap_mode='r') on packed .npy" $PY "$CLIENTS" npy "$MNT/$p" "$SRC"
+    expect_ok "$p: torch.from_file on BF16 tensors" $PY "$CLIENTS" torch-file "$MNT/$p" "$SRC"
+    expect_ok "$p: torch.load on packed .pt files" $PY "$CLIENTS" torch-load "$MNT/$p" "$SRC"
+    expect_ok "$p: safetensors read through mmap" $PY "$CLIENTS" safetensors "$MNT/$p" "$SRC"
+    expect_ok "$p: random preads" $PY "$CLIENTS" random-reads "$MNT/$p" "$SRC" 300
+done
+
+# manifest.json itself: pretty-printed JSON with the pack's parameters.
+expect_ok "manifest.json is pretty-printed JSON" $PY -c '
+import json, sys
+text = open(sys.argv[1]).read()
+m = json.loads(text)
+assert text.startswith("{\n  \""), "not indented"
+assert m["cipher"] == "xchacha20poly1305" and m["kdf"] == "keyfile", m
+assert m["chunk_size"] == 65536 and m["format_version"] == 1, m
+' "$MNT/both/manifest.json"
+expect_ok "packed manifest.json and tensors/ are under .packed/" \
+    grep -q '"packed": "manifest"' "$MNT/comp/.packed/manifest.json"
+expect_same_sha256 "packed tensors/raw.bin is under .packed/tensors/" "$SRC/tensors/raw.bin" \
+    "$MNT/comp/.packed/tensors/raw.bin"
+if [ -f "$MNT/comp/tensors/%2E%2E" ] && [ -f "$MNT/comp/tensors/a%2F/b" ] && [ -f "$MNT/comp/tensors/%2Flead" ] &&
+    [ -f "$MNT/comp/tensors/deep/er/name" ]; then
+    pass "odd tensor names are percent-escaped; '/' makes directories"
+else
+    fail "odd tensor names are percent-escaped; '/' makes directories" "$(ls -R "$MNT/comp/tensors" | head -20)"
+fi
+
+# --------------------------------------------------------------- xattrs
+
+T=$MNT/comp/tensors/embed.weight
+expect_ok "getfattr dtype" getfattr --only-values -n user.ckptfs.dtype "$T"
+[ "$(cat "$LAST_OUT")" = BF16 ] && pass "user.ckptfs.dtype is BF16" || fail "user.ckptfs.dtype is BF16" "$(cat "$LAST_OUT")"
+expect_ok "getfattr shape" getfattr --only-values -n user.ckptfs.shape "$T"
+[ "$(cat "$LAST_OUT")" = "[512, 384]" ] && pass "user.ckptfs.shape is JSON style" ||
+    fail "user.ckptfs.shape is JSON style" "$(cat "$LAST_OUT")"
+expect_ok "getfattr sha256" getfattr --only-values -n user.ckptfs.sha256 "$T"
+[ "$(cat "$LAST_OUT")" = "$(sha256sum <"$T" | cut -d' ' -f1)" ] && pass "user.ckptfs.sha256 is the tensor's digest" ||
+    fail "user.ckptfs.sha256 is the tensor's digest" "$(cat "$LAST_OUT")"
+expect_ok "getfattr -d lists the three attributes" getfattr -d "$T"
+last_stdout_has "listxattr names them" user.ckptfs.dtype user.ckptfs.shape user.ckptfs.sha256
+expect_ok "scalar shape" getfattr --only-values -n user.ckptfs.shape "$MNT/comp/tensors/scalar"
+[ "$(cat "$LAST_OUT")" = "[]" ] && pass "a scalar's shape is []" || fail "a scalar's shape is []" "$(cat "$LAST_OUT")"
+expect_fail "a missing attribute fails" getfattr -n user.ckptfs.nope "$T"
+last_stderr_has "a missing attribute is ENODATA" "No such attribute"
+expect_fail "plain files have no tensor attributes" getfattr -n user.ckptfs.dtype "$MNT/comp/config.json"
+
+# ---------------------------------------------------------------- read-only
+
+expect_fail "touch is refused" touch "$MNT/comp/new"
+last_stderr_has "touch gets EROFS" "Read-only file system"
+expect_fail "mkdir is refused" mkdir "$MNT/comp/newdir"
+last_stderr_has "mkdir gets EROFS" "Read-only file system"
+expect_fail "rm is refused" rm -f "$MNT/comp/config.json"
+last_stderr_has "rm gets EROFS" "Read-only file system"
+expect_fail "mv is refused" mv "$MNT/comp/config.json" "$MNT/comp/c2.json"
+last_stderr_has "mv gets EROFS" "Read-only file system"
+expect_fail "chmod is refused" chmod 777 "$MNT/comp/config.json"
+last_stderr_has "chmod gets EROFS" "Read-only file system"
+expect_fail "truncate is refused" truncate -s 0 "$MNT/comp/config.json"
+expect_fail "setfattr is refused" setfattr -n user.x -v 1 "$T"
+last_stderr_has "setfattr gets EROFS" "Read-only file system"
+expect_fail "ln -s is refused" ln -s x "$MNT/comp/link"
+expect_fail "rmdir of a checkpoint is refused" rmdir "$MNT/comp/sub/dir"
+expect_ok "python open(..., 'w') gets errno 30" $PY "$CLIENTS" erofs "$MNT/comp"
+expect_same_sha256 "a refused write changed nothing" "$SRC/config.json" "$MNT/comp/config.json"
+
+# ------------------------------------------------------------- concurrency
+
+expect_ok "8 processes reading the same and different tensors" $PY "$CLIENTS" concurrent "$MNT/both" "$SRC" 8
+pids=()
+for p in plain comp enc both dflt; do
+    for f in big.safetensors blob.bin; do
+        (cmp -s "$SRC/$f" "$MNT/$p/$f" || echo "$p/$f" >>"$TMP/conc.bad") &
+        pids+=($!)
+    done
+done
+wait "${pids[@]}"
+if [ ! -s "$TMP/conc.bad" ]; then pass "10 cmp processes over 5 packs at once"
+else fail "10 cmp processes over 5 packs at once" "$(cat "$TMP/conc.bad")"; fi
+
+# A second read is answered from the kernel page cache.
+cat "$MNT/comp/big.safetensors" >/dev/null
+expect_same_sha256 "re-read through the page cache is intact" "$SRC/big.safetensors" "$MNT/comp/big.safetensors"
+
+if [ -s "$TMP/ckptfs.log" ]; then fail "no log lines while everything is healthy" "$(head -5 "$TMP/ckptfs.log")"
+else pass "no log lines while everything is healthy"; fi
+if unmount_ckptfs "$MNT"; then pass "unmount ends the daemon with status 0"
+else fail "unmount ends the daemon with status 0" "$(tail -3 "$TMP/ckptfs.log")"; fi
+expect_ok "nothing is left mounted" bash -c "! mountpoint -q '$MNT'"
+
+# ------------------------------------------------------------- cache bound
+
+# 64 MiB of data through an 8M cache: the daemon must stay near its bound.
+mkdir -p "$TMP/bigsrc" "$TMP/bigback"
+head -c $((64 << 20)) /dev/urandom >"$TMP/bigsrc/random.bin"
+$PY -c 'import numpy as np, sys; np.save(sys.argv[1], np.linspace(0, 1, 8 << 20, dtype=np.float32))' "$TMP/bigsrc/ramp.npy"
+"$CKPT" pack "$TMP/bigsrc" -o "$TMP/bigback/big.tpack" --key-file "$TMP/key" >/dev/null
+if mount_ckptfs "$TMP/bigback" "$MNT" "$TMP/big.log" -o key_file="$TMP/key",cache_size=8M,threads=2; then
+    expect_same_sha256 "64 MiB file through an 8M cache" "$TMP/bigsrc/random.bin" "$MNT/big/random.bin"
+    expect_same_sha256 "32 MiB tensor file through an 8M cache" "$TMP/bigsrc/ramp.npy" "$MNT/big/ramp.npy"
+    hwm=$(awk '/VmHWM/ {print $2}' "/proc/${DAEMON_OF[$MNT]}/status")
+    # 8M of cache plus libraries, threads and one read's chunks in flight.
+    if [ "$hwm" -lt $((40 << 10)) ]; then pass "daemon peak memory ${hwm} KiB stays within cache + constant"
+    else fail "daemon peak memory stays within cache + constant" "VmHWM ${hwm} KiB"; fi
+    unmount_ckptfs "$MNT"
+else
+    fail "mount with cache_size=8M" "$(cat "$TMP/big.log")"
+fi
+
+# ----------------------------------------------------------------- options
+
+expect_ok "--help" "$CKPTFS" --help
+last_stdout_has "--help describes the options" "BACKING_DIR MOUNTPOINT" key_file passphrase_file cache_size threads
+expect_ok "--version" "$CKPTFS" --version
+last_stdout_has "--version names the version" "ckptfs 0."
+expect_exit "no arguments is a usage error" 2 "$CKPTFS"
+last_stderr_has "no arguments says what is missing" "BACKING_DIR"
+expect_exit "one argument is a usage error" 2 "$CKPTFS" "$BACK"
+expect_exit "three arguments is a usage error" 2 "$CKPTFS" "$BACK" "$MNT" extra
+expect_exit "bad cache_size is a usage error" 2 "$CKPTFS" -o cache_size=lots "$BACK" "$MNT"
+last_stderr_has "bad cache_size is named" "cache_size" "lots"
+expect_exit "cache_size below 1M is refused" 2 "$CKPTFS" -o cache_size=10K "$BACK" "$MNT"
+expect_exit "bad threads is a usage error" 2 "$CKPTFS" -o threads=0 "$BACK" "$MNT"
+last_stderr_has "bad threads is named" "threads"
+expect_exit "unknown option is a usage error" 2 "$CKPTFS" -o no_such_option "$BACK" "$MNT"
+expect_exit "key_file with passphrase_file is a usage error" 2 \
+    "$CKPTFS" -o key_file="$TMP/key",passphrase_file="$TMP/pass" "$BACK" "$MNT"
+expect_exit "a missing key file fails before mounting" 1 "$CKPTFS" -f -o key_file="$TMP/nokey" "$BACK" "$MNT"
+last_stderr_has "the key error names the file" "nokey"
+chmod 644 "$TMP/key"
+expect_exit "a world-readable key file is refused" 1 "$CKPTFS" -f -o key_file="$TMP/key" "$BACK" "$MNT"
+chmod 600 "$TMP/key"
+expect_exit "a missing backing directory fails" 1 "$CKPTFS" -f "$TMP/nope" "$MNT"
+last_stderr_has "the backing error names the directory" "$TMP/nope"
+expect_ok "no mount was left by the failures" bash -c "! mountpoint -q '$MNT'"
+
+# ------------------------------------------------------------- daemon mode
+
+"$CKPT" pack "$SRC" -o "$BACK/pp.tpack" --passphrase-file "$TMP/pass" --chunk-size 64K >/dev/null
+expect_ok "daemon mode: starts and returns" "$CKPTFS" -o passphrase_file="$TMP/pass" "$BACK" "$MNT"
+if mountpoint -q "$MNT"; then
+    pass "daemon mode: mounted"
+    expect_same_sha256 "daemon mode: passphrase pack reads" "$SRC/big.safetensors" "$MNT/pp/big.safetensors"
+    pid=$(ps -eo pid=,args= | awk -v m="$MNT" '$2 ~ /ckptfs$/ && index($0, m) {print $1}' | head -n 1)
+    if [ -n "$pid" ] && grep -Eq '^Max core file size +0 +0' "/proc/$pid/limits"; then
+        pass "daemon mode: core dumps are off while a key is loaded"
+    else
+        fail "daemon mode: core dumps are off while a key is loaded" "pid '$pid'"
+    fi
+    fusermount3 -u "$MNT"
+    for _ in $(seq 100); do [ -n "$pid" ] && [ -d "/proc/$pid" ] || break; sleep 0.05; done
+    if [ -z "$pid" ] || [ ! -d "/proc/$pid" ]; then pass "daemon mode: exits at unmount"
+    else fail "daemon mode: exits at unmount" "pid $pid still running"; kill "$pid"; fi
+else
+    fail "daemon mode: mounted"
+fi
+
+finish

@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# ckptfs under faults: a damaged chunk fails exactly the reads that touch it
+# (EIO, one log line naming checkpoint, file and offset) while everything
+# else stays readable; missing or wrong keys give EACCES with the reason in
+# the log; garbage, truncated and empty packs give EIO without hurting the
+# daemon; packs added, replaced and removed while mounted come and go.
+. "$(dirname "$0")/lib.sh"
+
+CKPTFS=${CKPTFS:-$BUILD/bin/ckptfs}
+CLIENTS=$ROOT/tests/integration/mount_clients.py
+
+[ -c /dev/fuse ] || skip_all "no /dev/fuse"
+command -v fusermount3 >/dev/null || skip_all "no fusermount3"
+if [ ! -x "$CKPTFS" ] || [ ! -x "$CKPT" ]; then
+    fail "binaries built" "$CKPTFS or $CKPT is missing; run make first"
+    finish
+fi
+
+# ------------------------------------------------------------ mount helpers
+
+declare -A DAEMON_OF=()
+# Never leave a stale mount behind, whatever happened.
+unmount_all() {
+    local m
+    for m in "${!DAEMON_OF[@]}"; do
+        mountpoint -q "$m" && fusermount3 -u -z "$m" 2>/dev/null
+        kill "${DAEMON_OF[$m]}" 2>/dev/null
+    done
+}
+trap 'unmount_all; cleanup_tmp' EXIT
+
+# mount_ckptfs BACKING MNT LOG [options...]: runs ckptfs -f in the
+# background with its stderr in LOG and waits until MNT is mounted.
+mount_ckptfs() {
+    local back=$1 mnt=$2 log=$3 i
+    shift 3
+    mkdir -p "$mnt"
+    "$CKPTFS" -f "$@" "$back" "$mnt" 2>"$log" &
+    DAEMON_OF[$mnt]=$!
+    for i in $(seq 200); do
+        mountpoint -q "$mnt" && return 0
+        kill -0 "${DAEMON_OF[$mnt]}" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
+
+# unmount_ckptfs MNT: unmounts; returns the daemon's exit status.
+unmount_ckptfs() {
+    local pid=${DAEMON_OF[$1]}
+    fusermount3 -u "$1"
+    wait "$pid"
+    local rc=$?
+    unset "DAEMON_OF[$1]"
+    return $rc
+}
+
+# read_errno PATH OFFSET LENGTH: the errno of one pread (0 when it worked).
+read_errno() { $PY "$CLIENTS" read-errno "$@"; }
+
+# Flips the low bit of the byte at OFFSET of FILE in place.
+flip_bit() {
+    $PY - "$1" "$2" <<'EOF'
+import sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(int(sys.argv[2]))
+    b = f.read(1)
+    f.seek(int(sys.argv[2]))
+    f.write(bytes([b[0] ^ 1]))
+EOF
+}
+
+# ------------------------------------------------------------------ inputs
+
+cd "$TMP" || exit 1
+SRC=$TMP/src
+BACK=$TMP/back
+MNT=$TMP/mnt
+mkdir -p "$SRC" "$BACK"
+# a.bin fills most of each pack, so the pack's middle byte lies inside one
+# of its chunks; its chunks start at multiples of 64K, page aligned, so a
+# fault in one chunk cannot spill into reads of its neighbours.
+head -c $((1 << 20)) /dev/urandom >"$SRC/a.bin"
+head -c 100000 /dev/urandom >"$SRC/b.bin"
+echo "small and healthy" >"$SRC/c.txt"
+"$CKPT" keygen -o "$TMP/key" >/dev/null
+"$CKPT" keygen -o "$TMP/key2" >/dev/null
+
+MODES=(plain comp enc both)
+"$CKPT" pack "$SRC" -o "$BACK/plain.tpack" --no-compress --chunk-size 64K >/dev/null
+"$CKPT" pack "$SRC" -o "$BACK/comp.tpack" --chunk-size 64K >/dev/null
+"$CKPT" pack "$SRC" -o "$BACK/enc.tpack" --no-compress --chunk-size 64K --key-file "$TMP/key" >/dev/null
+"$CKPT" pack "$SRC" -o "$BACK/both.tpack" --chunk-size 64K --key-file "$TMP/key" >/dev/null
+for m in "${MODES[@]}"; do
+    cp "$BACK/$m.tpack" "$BACK/bad-$m.tpack"
+    size=$(stat -c %s "$BACK/bad-$m.tpack")
+    flip_bit "$BACK/bad-$m.tpack" $((size / 2))
+done
+# Not packs at all, or no longer whole ones.
+head -c 5000 /dev/urandom >"$BACK/garbage.tpack"
+: >"$BACK/empty.tpack"
+head -c $(($(stat -c %s "$BACK/comp.tpack") / 2)) "$BACK/comp.tpack" >"$BACK/truncated.tpack"
+
+# ------------------------------------------------------------ damaged chunks
+
+if ! mount_ckptfs "$BACK" "$MNT" "$TMP/faults.log" -o key_file="$TMP/key"; then
+    fail "ckptfs mounts" "$(cat "$TMP/faults.log")"
+    finish
+fi
+pass "ckptfs mounts"
+
+for m in "${MODES[@]}"; do
+    ck=bad-$m
+    expect_fail "$ck: reading the damaged file fails" cat "$MNT/$ck/a.bin"
+    last_stderr_has "$ck: with EIO" "Input/output error"
+    failing=()
+    for k in $(seq 0 15); do
+        e=$(read_errno "$MNT/$ck/a.bin" $((k * 65536)) 65536)
+        [ "$e" = 0 ] || failing+=("$k:$e")
+    done
+    if [ ${#failing[@]} -eq 1 ] && [ "${failing[0]#*:}" = 5 ]; then
+        pass "$ck: exactly one 64K chunk of a.bin fails, with EIO (chunk ${failing[0]%:*})"
+    else
+        fail "$ck: exactly one 64K chunk of a.bin fails, with EIO" "failing chunk:errno: ${failing[*]}"
+    fi
+    k=${failing[0]%:*}
+    bad=()
+    [ "$k" -eq 0 ] || [ "$(read_errno "$MNT/$ck/a.bin" $((k * 65536 - 1)) 1)" = 0 ] || bad+=("byte before")
+    [ "$k" -eq 15 ] || [ "$(read_errno "$MNT/$ck/a.bin" $((k * 65536 + 65536)) 1)" = 0 ] || bad+=("byte after")
+    [ "$(read_errno "$MNT/$ck/a.bin" $((k * 65536 + 65535)) 1)" = 5 ] || bad+=("last byte")
+    dd if="$MNT/$ck/a.bin" of=/dev/null bs=4096 skip=$((k * 16 + 3)) count=1 2>"$TMP/dd.err"
+    grep -q "Input/output error" "$TMP/dd.err" || bad+=("dd")
+    if [ ${#bad[@]} -eq 0 ]; then pass "$ck: dd and preads inside the chunk fail, beside it work"
+    else fail "$ck: dd and preads inside the chunk fail, beside it work" "${bad[*]}"; fi
+    expect_same_sha256 "$ck: another file of the pack reads fine" "$SRC/b.bin" "$MNT/$ck/b.bin"
+    expect_same_sha256 "$ck: a small file reads fine" "$SRC/c.txt" "$MNT/$ck/c.txt"
+    lines=$(grep -c "'$ck'" "$TMP/faults.log")
+    if [ "$lines" = 1 ] && grep "'$ck'" "$TMP/faults.log" | grep -q "a.bin" &&
+        grep "'$ck'" "$TMP/faults.log" | grep -q "offset $((k * 65536))"; then
+        pass "$ck: one log line names checkpoint, file and offset"
+    else
+        fail "$ck: one log line names checkpoint, file and offset" "$(grep "'$ck'" "$TMP/faults.log" | head -3)"
+    fi
+done
+expect_same_sha256 "the healthy copy of the same pack reads fine" "$SRC/a.bin" "$MNT/both/a.bin"
+
+# ------------------------------------------------------ broken pack files
+
+for g in garbage empty truncated; do
+    if ls "$MNT" | grep -qx "$g"; then pass "$g: still listed"; else fail "$g: still listed"; fi
+    expect_fail "$g: listing it fails" ls "$MNT/$g"
+    last_stderr_has "$g: with EIO" "Input/output error"
+    e=$(read_errno "$MNT/$g/a.bin" 0 10)
+    [ "$e" = 5 ] && pass "$g: opening a file inside gives EIO" || fail "$g: opening a file inside gives EIO" "errno $e"
+    expect_ok "$g: stat of the directory itself works" stat "$MNT/$g"
+done
+if grep -q "'garbage'" "$TMP/faults.log" && grep -q "'truncated'" "$TMP/faults.log"; then
+    pass "broken packs are logged by name"
+else
+    fail "broken packs are logged by name" "$(cat "$TMP/faults.log")"
+fi
+if kill -0 "${DAEMON_OF[$MNT]}" 2>/dev/null && cmp -s "$SRC/c.txt" "$MNT/comp/c.txt"; then
+    pass "the daemon survives every fault and still serves"
+else
+    fail "the daemon survives every fault and still serves"
+fi
+
+# ------------------------------------------------- packs come and go
+
+cp "$BACK/comp.tpack" "$BACK/new.tpack"
+if ls "$MNT" | grep -qx new; then pass "a pack added while mounted appears"; else fail "a pack added while mounted appears"; fi
+expect_same_sha256 "the added pack reads" "$SRC/a.bin" "$MNT/new/a.bin"
+exec 7<"$MNT/new/b.bin"
+rm "$BACK/new.tpack"
+if ! ls "$MNT" | grep -qx new && [ ! -e "$MNT/new" ]; then pass "a removed pack disappears"
+else fail "a removed pack disappears"; fi
+if cmp -s "$SRC/b.bin" /dev/fd/7; then pass "a file opened before removal still reads"
+else fail "a file opened before removal still reads"; fi
+exec 7<&-
+
+# Replaced under the same name: the new contents show, not cached old ones.
+mkdir -p "$TMP/src2"
+echo "second version" >"$TMP/src2/c.txt"
+cat "$MNT/comp/c.txt" >/dev/null
+"$CKPT" pack "$TMP/src2" -o "$BACK/comp.tpack.new" >/dev/null
+mv "$BACK/comp.tpack.new" "$BACK/comp.tpack"
+if [ "$(cat "$MNT/comp/c.txt")" = "second version" ] && [ ! -e "$MNT/comp/a.bin" ]; then
+    pass "a pack replaced while mounted shows its new contents"
+else
+    fail "a pack replaced while mounted shows its new contents" "$(cat "$MNT/comp/c.txt")"
+fi
+"$CKPT" pack "$SRC" -o "$BACK/comp.tpack" --chunk-size 64K --force >/dev/null
+expect_same_sha256 "and replaced back again" "$SRC/a.bin" "$MNT/comp/a.bin"
+unmount_ckptfs "$MNT"
+pass "unmounted"
+
+# ---------------------------------------------------------------- keys
+
+if mount_ckptfs "$BACK" "$MNT" "$TMP/nokey.log"; then
+    if ls "$MNT" | grep -qx enc; then pass "no key: encrypted packs are listed"; else fail "no key: encrypted packs are listed"; fi
+    expect_fail "no key: listing inside fails" ls "$MNT/enc"
+    last_stderr_has "no key: with EACCES" "Permission denied"
+    e=$(read_errno "$MNT/both/a.bin" 0 10)
+    [ "$e" = 13 ] && pass "no key: opening a file gives EACCES" || fail "no key: opening a file gives EACCES" "errno $e"
+    expect_same_sha256 "no key: unencrypted packs still read" "$SRC/a.bin" "$MNT/comp/a.bin"
+    grep -q "'enc'.*no key" "$TMP/nokey.log" && pass "no key: the log says 'no key'" ||
+        fail "no key: the log says 'no key'" "$(cat "$TMP/nokey.log")"
+    unmount_ckptfs "$MNT"
+else
+    fail "mount without a key" "$(cat "$TMP/nokey.log")"
+fi
+
+if mount_ckptfs "$BACK" "$MNT" "$TMP/wrongkey.log" -o key_file="$TMP/key2"; then
+    expect_fail "wrong key: listing inside fails" ls "$MNT/both"
+    last_stderr_has "wrong key: with EACCES" "Permission denied"
+    e=$(read_errno "$MNT/enc/c.txt" 0 10)
+    [ "$e" = 13 ] && pass "wrong key: opening a file gives EACCES" || fail "wrong key: opening a file gives EACCES" "errno $e"
+    expect_ok "wrong key: the directory itself can be stat'ed" stat "$MNT/both"
+    grep -q "'both'.*wrong key" "$TMP/wrongkey.log" && pass "wrong key: the log says 'wrong key'" ||
+        fail "wrong key: the log says 'wrong key'" "$(cat "$TMP/wrongkey.log")"
+    n=$(grep -c "'both'" "$TMP/wrongkey.log")
+    [ "$n" = 1 ] && pass "wrong key: logged once however often it is tried" ||
+        fail "wrong key: logged once however often it is tried" "$n lines"
+    if grep -qi "$(od -An -tx1 "$TMP/key2" | tr -d ' \n' | head -c 16)" "$TMP/wrongkey.log"; then
+        fail "the key never reaches the log"
+    else
+        pass "the key never reaches the log"
+    fi
+    unmount_ckptfs "$MNT"
+else
+    fail "mount with a wrong key" "$(cat "$TMP/wrongkey.log")"
+fi
+
+finish
