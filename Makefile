@@ -10,7 +10,7 @@ WARN    += -Werror
 endif
 CSTD    := -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64
 CFLAGS_ALL = $(CSTD) $(OPT) $(WARN) -pthread -fPIC -Icore/include -Icore/src $(CFLAGS)
-CORE_LIBS  := -lsodium -lz -ljansson -lm -pthread
+CORE_LIBS  := -lsodium -ldeflate -lz -ljansson -lm -pthread
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <libdeflate.h>
 #include <zlib.h>
 
 #define MAX_INDEX_BYTES (1ull << 31)
@@ -515,7 +516,7 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
     if (c->codec == CODEC_STORED && !enc) {
         int rc = pread_full(p->fd, out, c->raw_size, c->offset);
         if (rc < 0) return chunk_fault(p, id, rc == -ENODATA ? "pack file is shorter than its index says" : strerror(-rc), err);
-        if (!FUZZING_SKIPS_CHECKSUMS && (uint32_t)crc32(0, out, c->raw_size) != c->crc) return chunk_fault(p, id, "checksum mismatch", err);
+        if (!FUZZING_SKIPS_CHECKSUMS && (uint32_t)libdeflate_crc32(0, out, c->raw_size) != c->crc) return chunk_fault(p, id, "checksum mismatch", err);
         return 0;
     }
     uint8_t *stored = malloc(c->stored_size);
@@ -544,7 +545,7 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
         rc = chunk_fault(p, id, why, err);
         goto done;
     }
-    if (!FUZZING_SKIPS_CHECKSUMS && !enc && (uint32_t)crc32(0, out, c->raw_size) != c->crc) rc = chunk_fault(p, id, "checksum mismatch", err);
+    if (!FUZZING_SKIPS_CHECKSUMS && !enc && (uint32_t)libdeflate_crc32(0, out, c->raw_size) != c->crc) rc = chunk_fault(p, id, "checksum mismatch", err);
 done:
     if (payload != stored && payload != out) free(payload);
     free(stored);
