@@ -134,5 +134,8 @@ bench-mount: all
 	@scripts/deps.sh bench
 	@B=$(B) bench/bench-mount.sh $(BENCH_ARGS)
 
+# install, uninstall, man pages and the Debian package live in packaging/.
+-include packaging/install.mk
+
 clean:
 	rm -rf $(B)
