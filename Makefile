@@ -9,7 +9,7 @@ ifeq ($(WERROR),1)
 WARN    += -Werror
 endif
 CSTD    := -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64
-CFLAGS_ALL = $(CSTD) $(OPT) $(WARN) -pthread -fPIC -Icore/include -Icore/src $(CFLAGS)
+CFLAGS_ALL = $(CSTD) $(OPT) $(WARN) -pthread -fPIC -Icore/include -Icore/src $(CPPFLAGS) $(CFLAGS)
 CORE_LIBS  := -lsodium -ldeflate -lz -ljansson -lm -pthread
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
@@ -64,7 +64,7 @@ $(B)/lib/libckpt.a: $(CORE_OBJ)
 
 $(B)/lib/libckpt.so: $(CORE_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libckpt.so.0 -o $@ $^ $(CORE_LIBS)
+	$(CC) $(OPT) $(LDFLAGS) -shared -Wl,-soname,libckpt.so.0 -o $@ $^ $(CORE_LIBS)
 
 $(B)/lib/libckpt-asan.a: $(CORE_ASAN_OBJ)
 	@mkdir -p $(dir $@)
@@ -72,15 +72,15 @@ $(B)/lib/libckpt-asan.a: $(CORE_ASAN_OBJ)
 
 $(B)/bin/ckpt: $(CKPT_SRC:%.c=$(B)/%.o) $(B)/lib/libckpt.a
 	@mkdir -p $(dir $@)
-	$(CC) $(OPT) -o $@ $^ $(CORE_LIBS)
+	$(CC) $(OPT) $(LDFLAGS) -o $@ $^ $(CORE_LIBS)
 
 $(B)/bin/ckpt-gen: $(GEN_SRC:%.c=$(B)/%.o) $(B)/lib/libckpt.a
 	@mkdir -p $(dir $@)
-	$(CC) $(OPT) -o $@ $^ $(CORE_LIBS) -lm
+	$(CC) $(OPT) $(LDFLAGS) -o $@ $^ $(CORE_LIBS) -lm
 
 $(B)/bin/ckptfs: $(FS_SRC:%.c=$(B)/%.o) $(B)/lib/libckpt.a
 	@mkdir -p $(dir $@)
-	$(CC) $(OPT) -o $@ $^ $(FUSE_LIBS) $(CORE_LIBS)
+	$(CC) $(OPT) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(CORE_LIBS)
 
 $(B)/tests/%: tests/unit/%.c $(B)/lib/libckpt.a tests/unit/testutil.h
 	@mkdir -p $(dir $@)
