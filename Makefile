@@ -33,7 +33,7 @@ ifneq ($(FS_SRC),)
 BINS += $(B)/bin/ckptfs
 endif
 
-.PHONY: all deps demo check unit unit-asan integration fuzz bench bench-pack bench-mount clean
+.PHONY: all deps demo check unit unit-asan integration fuzz bench bench-pack bench-mount bench-write clean
 all: $(B)/lib/libckpt.a $(B)/lib/libckpt.so $(BINS) cuda
 
 # The optional CUDA tool lives in its own makefile: it defines the targets
@@ -124,7 +124,7 @@ fuzz: $(FUZZ_BIN)
 
 # Benchmarks take minutes and need root for dropping caches; BENCH_ARGS=--quick
 # runs them on a smaller checkpoint.
-bench: bench-pack bench-mount
+bench: bench-pack bench-mount bench-write
 
 bench-pack: all
 	@scripts/deps.sh bench
@@ -133,6 +133,10 @@ bench-pack: all
 bench-mount: all
 	@scripts/deps.sh bench
 	@B=$(B) bench/bench-mount.sh $(BENCH_ARGS)
+
+bench-write: all
+	@scripts/deps.sh bench
+	@B=$(B) bench/bench-write.sh $(BENCH_ARGS)
 
 # install, uninstall, man pages and the Debian package live in packaging/.
 -include packaging/install.mk

@@ -11,6 +11,7 @@
 
 #include "fslog.h"
 #include "manifest.h"
+#include "wckpt.h"
 
 #define SUFFIX_LEN (sizeof CKPT_SUFFIX - 1)
 /* A pack with this many distinct damaged chunks is hopeless; stop keeping
@@ -40,6 +41,8 @@ static void checkpoint_free(checkpoint_table *t, checkpoint *c)
         ckpt_close(c->pack);
     pthread_mutex_destroy(&c->open_lock);
     pthread_mutex_destroy(&c->fault_lock);
+    pthread_mutex_destroy(&c->hide_lock);
+    free(c->hidden);
     free(c->logged_chunks);
     free(c->name);
     free(c->pack_path);
@@ -117,6 +120,7 @@ static checkpoint *checkpoint_new(checkpoint_table *t, const char *name, const c
     c->state = CHECKPOINT_UNOPENED;
     pthread_mutex_init(&c->open_lock, NULL);
     pthread_mutex_init(&c->fault_lock, NULL);
+    pthread_mutex_init(&c->hide_lock, NULL);
     return c;
 }
 
@@ -133,7 +137,7 @@ static checkpoint *current_for(checkpoint_table *t, const char *name, const char
         retire(t, c);
         break;
     }
-    if (t->next_serial == UINT32_MAX)
+    if (t->next_serial >= WCKPT_SERIAL_BASE)
         return NULL;
     checkpoint *c = checkpoint_new(t, name, file_name, st);
     if (!c)

@@ -44,6 +44,12 @@ typedef struct checkpoint {
     pthread_mutex_t fault_lock;
     size_t *logged_chunks;    /* chunks whose fault was already logged */
     size_t n_logged, logged_cap;
+
+    /* Entries removed by `rm -r` on the way to removing the whole
+     * checkpoint: the pack cannot change, so they are only hidden. */
+    pthread_mutex_t hide_lock;
+    uint8_t *hidden;          /* per tree node, once anything is hidden */
+    int hide_logged;
 } checkpoint;
 
 typedef struct checkpoint_table {

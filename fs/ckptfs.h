@@ -10,6 +10,7 @@
 #include "chunk_cache.h"
 #include "fuse_api.h"
 #include "reader.h"
+#include "wckpt.h"
 #include "worker_pool.h"
 
 /* An open file (only while the kernel still sends opens, see op_open) or
@@ -18,12 +19,18 @@
 typedef struct fs_handle {
     struct fs_handle *prev, *next;
     int is_root_listing;
+    int is_wlisting;          /* a directory of a writable checkpoint */
     union {
         struct {
             checkpoint *checkpoint; /* referenced */
             uint32_t node;
         } file;
         root_listing listing;
+        struct {
+            wdirent *entries;
+            size_t n;
+            uint64_t self, parent;
+        } wlisting;
     } u;
 } fs_handle;
 
@@ -40,11 +47,17 @@ typedef struct ckptfs {
     unsigned readahead_kib;
     int readahead_pending;    /* raise it at the first request after INIT */
     int no_open;              /* the kernel can do without FUSE_OPEN */
+    wtable wtable;            /* checkpoints being written */
+    int writable;             /* the staging area could be set up */
+    struct fuse_session *se;  /* for invalidations, once mounted */
 } ckptfs;
 
 extern const struct fuse_lowlevel_ops ckptfs_ops;
 
 /* Frees handles the kernel did not release. */
 void ckptfs_free_handles(ckptfs *fs);
+/* Puts a handle on the list, or takes it off and frees it. */
+void ckptfs_track_handle(ckptfs *fs, fs_handle *h);
+void ckptfs_drop_handle(ckptfs *fs, fs_handle *h);
 
 #endif

@@ -1,5 +1,6 @@
-/* ckptfs: mount a directory of packed checkpoints read-only.
- * Parses options, loads the key before daemonizing (so errors reach the
+/* ckptfs: mount a directory of packed checkpoints, and pack new ones
+ * written into it. Parses options, loads the key and recovers checkpoints
+ * left by an earlier run before daemonizing (so errors reach the
  * terminal), mounts, runs the FUSE loop and frees everything at unmount. */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include "ckptfs.h"
 #include "fslog.h"
 #include "options.h"
+#include "wops.h"
 
 #define EXIT_USAGE 2
 /* Prefetch and read-ahead jobs waiting for a decode worker. */
@@ -45,14 +47,49 @@ static int forbid_core_dumps(void)
 /* fork() in fuse_daemonize drops memory locks; a key loaded again in the
  * daemon is locked again. If the file is gone by now, the first copy still
  * works, just unlocked. */
-static void reload_key_after_fork(const fs_options *o, ckpt_key **key, checkpoint_table *t)
+static void reload_key_after_fork(const fs_options *o, ckpt_key **key, ckptfs *fs)
 {
     ckpt_key *fresh = NULL;
     if (!*key || load_key(o, &fresh) < 0)
         return;
     ckpt_key_free(*key);
     *key = fresh;
-    t->key = fresh;
+    fs->table.key = fresh;
+    /* No thread uses it yet: they start after this. */
+    fs->wtable.key = fresh;
+    fs->wtable.root.key = fresh;
+}
+
+/* One descriptor per staged file being written, so many files written at
+ * once (one per tensor) need more than the usual soft limit. */
+static void raise_fd_limit(void)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+        r.rlim_cur = r.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &r);
+    }
+}
+
+/* The staging area for checkpoints written into the mount, and what an
+ * earlier run left there. Without it (a read-only backing directory) the
+ * mount still serves the packs. */
+static void setup_writing(ckptfs *fs, const fs_options *o, const char *backing_path,
+                          int backing_fd, const ckpt_key *key)
+{
+    ckpt_err err = {0};
+    wtable_opts wo = {.commit_delay = o->commit_delay, .pack_threads = 0};
+    if (wtable_init(&fs->wtable, backing_path, backing_fd, key, &wo, &err) != 0) {
+        fslog("cannot write checkpoints into this mount (%s); it is read-only", err.msg);
+        wtable_destroy(&fs->wtable);
+        return;
+    }
+    fs->wtable.drop_successor = wops_drop_successor;
+    fs->wtable.committed = wops_committed;
+    fs->wtable.successor_ud = fs;
+    fs->writable = 1;
+    raise_fd_limit();
+    wtable_recover(&fs->wtable);
 }
 
 /* libckpt allocates up to three chunk-sized buffers for every chunk it
@@ -158,9 +195,13 @@ int main(int argc, char **argv)
     }
     table_ready = 1;
     reader_init(&fs.reader, &fs.table, fs.cache, NULL, o.cache_bytes, o.threads);
+    if (!o.read_only)
+        setup_writing(&fs, &o, backing_path, backing_fd, key);
 
-    /* Read-only in the kernel too, and the mode bits we show are enforced. */
-    if (fuse_opt_add_arg(&args, "-oro,default_permissions,subtype=ckptfs,fsname=ckptfs") != 0)
+    /* The mode bits we show are enforced; without staging, read-only in
+     * the kernel too. */
+    if (fuse_opt_add_arg(&args, fs.writable ? "-odefault_permissions,subtype=ckptfs,fsname=ckptfs"
+                                            : "-oro,default_permissions,subtype=ckptfs,fsname=ckptfs") != 0)
         goto out;
     se = fuse_session_new(&args, &ckptfs_ops, sizeof ckptfs_ops, &fs);
     if (!se) {
@@ -183,27 +224,39 @@ int main(int argc, char **argv)
         goto out_unmount;
     if (!cmd.foreground) {
         fslog_use_syslog();
-        reload_key_after_fork(&o, &key, &fs.table);
+        reload_key_after_fork(&o, &key, &fs);
     }
     /* Threads only now: they would not survive the daemon's fork. */
     fs.pool = worker_pool_new(o.threads, MAX_QUEUED_JOBS);
     if (!fs.pool)
         fslog("cannot start decode workers (%s); decoding on request threads", strerror(errno));
     reader_set_pool(&fs.reader, fs.pool);
+    __atomic_store_n(&fs.se, se, __ATOMIC_RELEASE);
+    if (fs.writable && wtable_start(&fs.wtable) != 0)
+        fslog("cannot start the packer (%s); checkpoints written now stay unpacked until "
+              "the next mount", strerror(errno));
 
     exit_code = run_loop(se, &cmd) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 
 out_unmount:
+    __atomic_store_n(&fs.se, NULL, __ATOMIC_RELEASE);
     fuse_session_unmount(se);
 out_handlers:
     fuse_remove_signal_handlers(se);
 out:
+    /* Packing in progress resumes next time. Stopped before the session
+     * goes: the packer tells the kernel about commits through it. */
+    if (fs.writable)
+        wtable_stop(&fs.wtable);
     if (se)
         fuse_session_destroy(se);
     worker_pool_free(fs.pool);
     if (table_ready)
         reader_destroy(&fs.reader);
     ckptfs_free_handles(&fs);
+    /* Before the packs: committed checkpoints let go of theirs. */
+    if (fs.writable)
+        wtable_destroy(&fs.wtable);
     if (table_ready)
         checkpoints_destroy(&fs.table);
     chunk_cache_free(fs.cache);

@@ -2,6 +2,7 @@
  * answer from the tree, and hand reads to the reader. */
 #include "ckptfs.h"
 #include "readahead.h"
+#include "wops.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +24,10 @@
 #define XATTR_DTYPE "user.ckptfs.dtype"
 #define XATTR_SHAPE "user.ckptfs.shape"
 #define XATTR_SHA256 "user.ckptfs.sha256"
+#define XATTR_STATE "user.ckptfs.state"
+#define XATTR_PROGRESS "user.ckptfs.progress"
+#define XATTR_SIZE "user.ckptfs.size"
+#define XATTR_COMMIT "user.ckptfs.commit"
 
 /* The kernel applies the readahead negotiated at FUSE_INIT when it reads
  * our INIT reply, overwriting anything set before; any later request
@@ -51,7 +56,8 @@ static void root_attr(ckptfs *fs, struct stat *st)
         st->st_ctim = backing.st_ctim;
     }
     st->st_ino = FUSE_ROOT_ID;
-    st->st_mode = S_IFDIR | 0555;
+    /* Writable when checkpoints can be written: mkdir makes one. */
+    st->st_mode = S_IFDIR | (fs->writable ? 0755 : 0555);
     st->st_nlink = 1; /* unknown: keeps find from guessing subdirectories */
     st->st_uid = fs->uid;
     st->st_gid = fs->gid;
@@ -63,7 +69,9 @@ static void checkpoint_dir_attr(ckptfs *fs, const checkpoint *c, struct stat *st
     memset(st, 0, sizeof *st);
     mode_t readable = c->identity.st_mode & 0444;
     st->st_ino = checkpoint_ino(c, TREE_ROOT);
-    st->st_mode = S_IFDIR | readable | (readable >> 2);
+    /* Owner-writable when the mount is: removing the entries (only hides
+     * them) and then the directory is how a checkpoint is deleted. */
+    st->st_mode = S_IFDIR | readable | (readable >> 2) | (fs->writable ? 0200 : 0);
     st->st_nlink = 1;
     st->st_uid = fs->uid;
     st->st_gid = fs->gid;
@@ -88,7 +96,7 @@ static void node_attr(ckptfs *fs, const checkpoint *c, uint32_t node, struct sta
     st->st_atim = st->st_mtim;
     st->st_ctim = st->st_mtim;
     if (n->kind == TREE_DIR) {
-        st->st_mode = S_IFDIR | n->mode;
+        st->st_mode = S_IFDIR | n->mode | (fs->writable ? 0200 : 0);
         st->st_nlink = 2 + n->n_subdirs;
         return;
     }
@@ -104,6 +112,8 @@ static void node_attr(ckptfs *fs, const checkpoint *c, uint32_t node, struct sta
 /* The opened checkpoint and node of an inode inside a pack, or an errno. */
 static int resolve(ckptfs *fs, fuse_ino_t ino, checkpoint **c, uint32_t *node)
 {
+    if (wtable_owns(ino))
+        return wops_translate(fs, ino, c, node);
     *c = checkpoints_find(&fs->table, ino, node);
     if (!*c)
         return ESTALE;
@@ -132,6 +142,10 @@ static void reply_entry(fuse_req_t req, ckptfs *fs, checkpoint *c, uint32_t node
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     ckptfs *fs = fs_of(req);
+    if (parent == FUSE_ROOT_ID && wops_root_lookup(req, fs, name))
+        return;
+    if (wtable_owns(parent) && wops_lookup(req, fs, parent, name))
+        return;
     if (parent == FUSE_ROOT_ID) {
         int err;
         checkpoint *c = checkpoints_lookup(&fs->table, name, 1, &err);
@@ -154,6 +168,10 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
         return;
     }
     uint32_t child = pack_tree_lookup(c->tree, node, name);
+    if (child != TREE_NONE && wops_pack_hidden(c, child)) {
+        fuse_reply_err(req, ENOENT);
+        return;
+    }
     if (child == TREE_NONE) {
         /* A negative entry the kernel may keep: the pack never changes. */
         struct fuse_entry_param e;
@@ -170,7 +188,10 @@ static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
     ckptfs *fs = fs_of(req);
     uint32_t node;
-    checkpoint *c = ino == FUSE_ROOT_ID ? NULL : checkpoints_find(&fs->table, ino, &node);
+    if (wtable_owns(ino))
+        wops_forget(fs, ino, nlookup);
+    checkpoint *c = ino == FUSE_ROOT_ID || wtable_owns(ino) ? NULL
+                                                            : checkpoints_find(&fs->table, ino, &node);
     if (c)
         checkpoint_forget(&fs->table, c, nlookup);
     fuse_reply_none(req);
@@ -181,6 +202,10 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
     ckptfs *fs = fs_of(req);
     for (size_t i = 0; i < count; i++) {
         uint32_t node;
+        if (wtable_owns(forgets[i].ino)) {
+            wops_forget(fs, forgets[i].ino, forgets[i].nlookup);
+            continue;
+        }
         checkpoint *c = forgets[i].ino == FUSE_ROOT_ID
                             ? NULL
                             : checkpoints_find(&fs->table, forgets[i].ino, &node);
@@ -200,6 +225,8 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         fuse_reply_attr(req, &st, ROOT_ATTR_TIMEOUT);
         return;
     }
+    if (wtable_owns(ino) && wops_getattr(req, fs, ino))
+        return;
     uint32_t node;
     checkpoint *c = checkpoints_find(&fs->table, ino, &node);
     if (c && node == TREE_ROOT) {
@@ -239,10 +266,23 @@ static void handle_free(ckptfs *fs, fs_handle *h)
 {
     if (h->is_root_listing) {
         root_listing_free(&h->u.listing);
+    } else if (h->is_wlisting) {
+        wdirents_free(h->u.wlisting.entries, h->u.wlisting.n);
     } else {
         checkpoint_unref(&fs->table, h->u.file.checkpoint);
     }
     free(h);
+}
+
+void ckptfs_track_handle(ckptfs *fs, fs_handle *h)
+{
+    handle_track(fs, h);
+}
+
+void ckptfs_drop_handle(ckptfs *fs, fs_handle *h)
+{
+    handle_untrack(fs, h);
+    handle_free(fs, h);
 }
 
 void ckptfs_free_handles(ckptfs *fs)
@@ -254,9 +294,10 @@ void ckptfs_free_handles(ckptfs *fs)
     }
 }
 
-/* Opening a file needs nothing from us once its lookup worked: packs are
- * immutable, the mount is read-only, and the kernel checks permissions.
- * So, where the kernel supports it, the first open answers ENOSYS, which
+/* Opening a packed file needs nothing from us once its lookup worked:
+ * packs are immutable and the kernel checks permissions. So on a read-only
+ * mount (-o ro), where the kernel supports it, the first open answers
+ * ENOSYS, which
  * makes the kernel stop sending FUSE_OPEN and FUSE_RELEASE altogether and
  * keep cached pages across opens (its default for no-open). That saves
  * two round trips per file: about 15 us of some 37 us per small file,
@@ -268,6 +309,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_err(req, EISDIR);
         return;
     }
+    if (wtable_owns(ino) && wops_open(req, fs, ino, fi))
+        return;
     checkpoint *c;
     uint32_t node;
     int err = resolve(fs, ino, &c, &node);
@@ -283,7 +326,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_err(req, EROFS);
         return;
     }
-    if (fs->no_open) {
+    /* Only on a read-only mount: once the kernel stops sending opens, an
+     * open for writing of a packed file could no longer be refused. */
+    if (fs->no_open && !fs->writable) {
         fuse_reply_err(req, ENOSYS);
         return;
     }
@@ -312,6 +357,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     ckptfs *fs = fs_of(req);
     checkpoint *c;
     uint32_t node;
+    if (wtable_owns(ino) && wops_read(req, fs, ino, size, off))
+        return;
     if (fi->fh) {
         fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
         c = h->u.file.checkpoint;
@@ -346,7 +393,11 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
     ckptfs *fs = fs_of(req);
     fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
-    (void)ino;
+    if (wtable_owns(ino) || !h) {
+        /* Files of writable checkpoints have no handle (fh 0). */
+        wops_release(req, fs, ino);
+        return;
+    }
     handle_untrack(fs, h);
     handle_free(fs, h);
     fuse_reply_err(req, 0);
@@ -363,6 +414,11 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         }
         h->is_root_listing = 1;
         int rc = checkpoints_list(&fs->table, &h->u.listing);
+        if (rc == 0) {
+            rc = wops_root_listing_add(fs, &h->u.listing);
+            if (rc)
+                root_listing_free(&h->u.listing);
+        }
         if (rc) {
             free(h);
             fuse_reply_err(req, -rc);
@@ -376,6 +432,8 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         }
         return;
     }
+    if (wtable_owns(ino) && wops_opendir(req, fs, ino, fi))
+        return;
     checkpoint *c;
     uint32_t node;
     int err = resolve(fs, ino, &c, &node);
@@ -388,6 +446,8 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         return;
     }
     fi->fh = 0;
+    /* Cached listings are dropped by the kernel when an entry is removed
+     * (hidden) through this mount. */
     fi->cache_readdir = 1;
     fi->keep_cache = 1;
     fuse_reply_open(req, fi);
@@ -412,6 +472,10 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     checkpoint *c = NULL;
     uint32_t node = 0;
     const root_listing *listing = NULL;
+    if (fi->fh && ((fs_handle *)(uintptr_t)fi->fh)->is_wlisting) {
+        wops_readdir(req, (fs_handle *)(uintptr_t)fi->fh, size, off);
+        return;
+    }
     if (ino == FUSE_ROOT_ID) {
         listing = &((fs_handle *)(uintptr_t)fi->fh)->u.listing;
     } else {
@@ -443,6 +507,8 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             entry_ino = parent;
         } else if (c) {
             uint32_t child = dir->children[i - 2];
+            if (wops_pack_hidden(c, child))
+                continue;
             name = c->tree->nodes[child].name;
             entry_ino = checkpoint_ino(c, child);
             if (c->tree->nodes[child].kind != TREE_DIR)
@@ -463,7 +529,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
-    if (ino == FUSE_ROOT_ID && fi->fh) {
+    if (fi->fh) {
         fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
         handle_untrack(fs, h);
         handle_free(fs, h);
@@ -478,10 +544,12 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
     (void)ino;
     if (fstatvfs(fs->table.backing_fd, &sv) != 0)
         memset(&sv, 0, sizeof sv);
-    sv.f_bfree = sv.f_bavail = 0;
-    sv.f_ffree = sv.f_favail = 0;
+    if (!fs->writable) {
+        sv.f_bfree = sv.f_bavail = 0;
+        sv.f_ffree = sv.f_favail = 0;
+        sv.f_flag |= ST_RDONLY;
+    }
     sv.f_namemax = NAME_MAX;
-    sv.f_flag |= ST_RDONLY;
     fuse_reply_statfs(req, &sv);
 }
 
@@ -530,9 +598,39 @@ static const ckpt_tensor_info *tensor_of(ckptfs *fs, fuse_ino_t ino)
     return n->kind == TREE_TENSOR ? ckpt_tensor_at(c->pack, n->tensor_index) : NULL;
 }
 
+/* The state attributes of a committed checkpoint's directory, so that
+ * `ckpt status` and `ckpt commit --wait` read every checkpoint alike. */
+static long committed_xattr(const checkpoint *c, const char *name, char *buf, size_t cap)
+{
+    if (strcmp(name, XATTR_STATE) == 0)
+        return snprintf(buf, cap, "committed");
+    if (strcmp(name, XATTR_SIZE) == 0)
+        return snprintf(buf, cap, "%" PRIu64, (uint64_t)c->identity.st_size);
+    if (strcmp(name, XATTR_PROGRESS) == 0)
+        return snprintf(buf, cap, "%" PRIu64 " %" PRIu64 " 0", (uint64_t)c->identity.st_size,
+                        (uint64_t)c->identity.st_size);
+    return -1;
+}
+
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
-    const ckpt_tensor_info *t = tensor_of(fs_of(req), ino);
+    ckptfs *fs = fs_of(req);
+    if (wtable_owns(ino) && wops_getxattr(req, fs, ino, name, size))
+        return;
+    uint32_t node;
+    checkpoint *c = ino == FUSE_ROOT_ID ? NULL : checkpoints_find(&fs->table, ino, &node);
+    if (!c && wtable_owns(ino) && resolve(fs, ino, &c, &node) != 0)
+        c = NULL;
+    if (c && node == TREE_ROOT) {
+        char value[64];
+        long len = committed_xattr(c, name, value, sizeof value);
+        if (len < 0)
+            fuse_reply_err(req, ENODATA);
+        else
+            reply_xattr_value(req, value, (size_t)len, size);
+        return;
+    }
+    const ckpt_tensor_info *t = tensor_of(fs, ino);
     if (!t) {
         fuse_reply_err(req, ENODATA);
         return;
@@ -557,10 +655,39 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
     static const char names[] = XATTR_DTYPE "\0" XATTR_SHAPE "\0" XATTR_SHA256;
-    if (tensor_of(fs_of(req), ino))
+    static const char dir_names[] = XATTR_STATE "\0" XATTR_PROGRESS "\0" XATTR_SIZE;
+    ckptfs *fs = fs_of(req);
+    if (wtable_owns(ino) && wops_listxattr(req, fs, ino, size))
+        return;
+    uint32_t node;
+    checkpoint *c = ino == FUSE_ROOT_ID ? NULL : checkpoints_find(&fs->table, ino, &node);
+    if (c && node == TREE_ROOT)
+        reply_xattr_value(req, dir_names, sizeof dir_names, size);
+    else if (tensor_of(fs, ino))
         reply_xattr_value(req, names, sizeof names, size);
     else
         reply_xattr_value(req, "", 0, size);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+                        size_t size, int flags)
+{
+    ckptfs *fs = fs_of(req);
+    if (wtable_owns(ino) && wops_setxattr(req, fs, ino, name, value, size))
+        return;
+    uint32_t node;
+    checkpoint *c = ino == FUSE_ROOT_ID ? NULL : checkpoints_find(&fs->table, ino, &node);
+    /* `ckpt commit` on a checkpoint that is already committed: done. */
+    if (c && node == TREE_ROOT && strcmp(name, XATTR_COMMIT) == 0) {
+        fuse_reply_err(req, 0);
+        return;
+    }
+    fuse_reply_err(req, EROFS);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+    fuse_reply_err(req, wtable_owns(ino) ? ENODATA : EROFS);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -569,15 +696,19 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
     fuse_reply_err(req, EINVAL);
 }
 
+/* Not called with default_permissions (the kernel checks modes itself);
+ * kept for mounts without it. Packs are read-only, the rest is not. */
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
-    (void)ino;
-    fuse_reply_err(req, (mask & W_OK) ? EROFS : 0);
+    ckptfs *fs = fs_of(req);
+    int ro = !fs->writable || (ino != FUSE_ROOT_ID && !wtable_owns(ino));
+    fuse_reply_err(req, (mask & W_OK) && ro ? EROFS : 0);
 }
 
-/* Nothing to flush in a read-only file system: ENOSYS makes the kernel stop
- * sending FLUSH on every close (files opened without FUSE_OPEN cannot ask
- * for that with noflush). */
+/* Nothing to flush: packs are read-only and writes to checkpoints being
+ * written reach the staging area before they return. ENOSYS makes the
+ * kernel stop sending FLUSH on every close (files opened without
+ * FUSE_OPEN cannot ask for that with noflush). */
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     fuse_reply_err(req, ENOSYS);
@@ -585,88 +716,137 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-    (void)ino;
     (void)datasync;
     (void)fi;
+    ckptfs *fs = fs_of(req);
+    if (wtable_owns(ino) && wops_fsync(req, fs, ino))
+        return;
     fuse_reply_err(req, 0);
 }
 
-/* ---- everything that would change the tree: read-only ---- */
-
-static void erofs(fuse_req_t req)
+static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-    fuse_reply_err(req, EROFS);
+    op_fsync(req, ino, datasync, fi);
+}
+
+/* ---- changes: checkpoints being written take them; packs do not ---- */
+
+/* EROFS for a pack; an entry inside a committed checkpoint is for
+ * `rm -r`, see wops_pack_hide. */
+static void remove_in_pack(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name,
+                           int want_dir)
+{
+    checkpoint *c;
+    uint32_t node;
+    int err = resolve(fs, parent, &c, &node);
+    if (err) {
+        fuse_reply_err(req, err);
+        return;
+    }
+    if (c->tree->nodes[node].kind != TREE_DIR) {
+        fuse_reply_err(req, ENOTDIR);
+        return;
+    }
+    fuse_reply_err(req, -wops_pack_hide(fs, c, node, name, want_dir));
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
                        struct fuse_file_info *fi)
 {
-    erofs(req);
+    ckptfs *fs = fs_of(req);
+    if (wtable_owns(ino) && wops_setattr(req, fs, ino, attr, to_set))
+        return;
+    fuse_reply_err(req, EROFS);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-    erofs(req);
+    ckptfs *fs = fs_of(req);
+    if (parent == FUSE_ROOT_ID && fs->writable)
+        wops_root_refuse(req, name, "a file");
+    else if (!(wtable_owns(parent) && wops_mknod(req, fs, parent, name, mode)))
+        fuse_reply_err(req, EROFS);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-    erofs(req);
+    ckptfs *fs = fs_of(req);
+    if (parent == FUSE_ROOT_ID)
+        wops_root_mkdir(req, fs, name, mode);
+    else if (!(wtable_owns(parent) && wops_mkdir(req, fs, parent, name, mode)))
+        fuse_reply_err(req, EROFS);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-    erofs(req);
+    ckptfs *fs = fs_of(req);
+    if (parent == FUSE_ROOT_ID)
+        fuse_reply_err(req, fs->writable ? EISDIR : EROFS);
+    else if (!(wtable_owns(parent) && wops_unlink(req, fs, parent, name)))
+        remove_in_pack(req, fs, parent, name, 0);
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-    erofs(req);
+    ckptfs *fs = fs_of(req);
+    if (parent == FUSE_ROOT_ID)
+        wops_root_rmdir(req, fs, name);
+    else if (!(wtable_owns(parent) && wops_rmdir(req, fs, parent, name)))
+        remove_in_pack(req, fs, parent, name, 1);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
-    erofs(req);
+    ckptfs *fs = fs_of(req);
+    if (parent == FUSE_ROOT_ID && fs->writable)
+        wops_root_refuse(req, name, "a symbolic link");
+    else if (wtable_owns(parent))
+        fuse_reply_err(req, EPERM); /* a pack holds no links */
+    else
+        fuse_reply_err(req, EROFS);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
                       const char *newname, unsigned int flags)
 {
-    erofs(req);
+    ckptfs *fs = fs_of(req);
+    if (parent == FUSE_ROOT_ID && newparent == FUSE_ROOT_ID)
+        wops_root_rename(req, fs, name, newname, flags);
+    else if (wtable_owns(parent) || wtable_owns(newparent))
+        wops_rename(req, fs, parent, name, newparent, newname, flags);
+    else
+        fuse_reply_err(req, parent == FUSE_ROOT_ID || newparent == FUSE_ROOT_ID ? EXDEV : EROFS);
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
-    erofs(req);
+    fuse_reply_err(req, wtable_owns(newparent) ? EPERM : EROFS);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
                      struct fuse_file_info *fi)
 {
-    erofs(req);
-}
-
-static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
-                        size_t size, int flags)
-{
-    erofs(req);
-}
-
-static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
-{
-    erofs(req);
+    ckptfs *fs = fs_of(req);
+    if (!(wtable_owns(ino) && wops_write(req, fs, ino, buf, size, off)))
+        fuse_reply_err(req, EROFS);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                       struct fuse_file_info *fi)
 {
-    erofs(req);
+    ckptfs *fs = fs_of(req);
+    if (parent == FUSE_ROOT_ID && fs->writable)
+        wops_root_refuse(req, name, "a file");
+    else if (!(wtable_owns(parent) && wops_create(req, fs, parent, name, mode, fi)))
+        fuse_reply_err(req, EROFS);
 }
 
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                          struct fuse_file_info *fi)
 {
-    erofs(req);
+    ckptfs *fs = fs_of(req);
+    if (!(wtable_owns(ino) && wops_fallocate(req, fs, ino, mode, offset, length)))
+        fuse_reply_err(req, EROFS);
 }
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
@@ -679,6 +859,12 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     if (conn->congestion_threshold < 48)
         conn->congestion_threshold = 48;
     conn->time_gran = 1;
+    /* Writers into checkpoints: 1 MiB per request (st_blksize makes cp
+     * write that much at once) costs an eighth of the trips of 128 KiB. */
+    conn->max_write = 1u << 20;
+    /* No writeback cache: with it writes would return before reaching us,
+     * so EBUSY (packing) and ENOSPC would surface only at close, as EIO,
+     * and a commit could miss data still in the kernel. */
 }
 
 const struct fuse_lowlevel_ops ckptfs_ops = {
@@ -702,6 +888,7 @@ const struct fuse_lowlevel_ops ckptfs_ops = {
     .flush = op_flush,
     .release = op_release,
     .fsync = op_fsync,
+    .fsyncdir = op_fsyncdir,
     .opendir = op_opendir,
     .readdir = op_readdir,
     .releasedir = op_releasedir,

@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,12 +10,15 @@
 #include <unistd.h>
 
 #define OPT(templ, field) { templ, offsetof(fs_options, field), 0 }
+enum { KEY_RO = 1 };
 
 static const struct fuse_opt ckptfs_opts[] = {
     OPT("key_file=%s", key_file),
     OPT("passphrase_file=%s", passphrase_file),
     OPT("cache_size=%s", cache_size_text),
     OPT("threads=%s", threads_text),
+    OPT("commit_delay=%s", commit_delay_text),
+    FUSE_OPT_KEY("ro", KEY_RO),
     FUSE_OPT_END,
 };
 
@@ -48,6 +52,10 @@ static int keep_mountpoint(void *data, const char *arg, int key, struct fuse_arg
 {
     fs_options *o = data;
     (void)outargs;
+    if (key == KEY_RO) {
+        o->read_only = 1;
+        return 1; /* and the kernel mounts it read-only too */
+    }
     if (key != FUSE_OPT_KEY_NONOPT)
         return 1;
     o->positional++;
@@ -95,6 +103,19 @@ int fs_options_parse(struct fuse_args *args, fs_options *o)
         }
     }
     o->threads = threads > CKPTFS_MAX_THREADS ? CKPTFS_MAX_THREADS : (unsigned)threads;
+    o->commit_delay = CKPTFS_DEFAULT_COMMIT_DELAY;
+    if (o->commit_delay_text) {
+        char *end;
+        errno = 0;
+        double d = strtod(o->commit_delay_text, &end);
+        if (errno || end == o->commit_delay_text || *end || !isfinite(d) || d < 0 ||
+            d > CKPTFS_MAX_COMMIT_DELAY) {
+            fprintf(stderr, "ckptfs: bad commit_delay '%s' (want seconds, 0 to %d; 0 commits "
+                    "only on 'ckpt commit')\n", o->commit_delay_text, CKPTFS_MAX_COMMIT_DELAY);
+            return -1;
+        }
+        o->commit_delay = d;
+    }
     return 0;
 }
 
@@ -105,6 +126,7 @@ void fs_options_free(fs_options *o)
     free(o->passphrase_file);
     free(o->cache_size_text);
     free(o->threads_text);
+    free(o->commit_delay_text);
     memset(o, 0, sizeof *o);
 }
 
@@ -112,16 +134,25 @@ void fs_options_usage(const char *prog)
 {
     printf("usage: %s [options] BACKING_DIR MOUNTPOINT\n"
            "\n"
-           "Shows every BACKING_DIR/NAME.tpack as a read-only directory MOUNTPOINT/NAME/.\n"
+           "Shows every BACKING_DIR/NAME.tpack as a directory MOUNTPOINT/NAME/, and packs\n"
+           "new checkpoints written into the mount: mkdir MOUNTPOINT/NAME, copy or save\n"
+           "files into it, and it is packed to BACKING_DIR/NAME.tpack in the background.\n"
            "\n"
            "ckptfs options:\n"
            "    -o key_file=PATH         key for encrypted packs (32 raw bytes or 64 hex digits)\n"
            "    -o passphrase_file=PATH  passphrase for encrypted packs\n"
            "    -o cache_size=SIZE       decoded-chunk cache (default 256M; K/M/G suffixes)\n"
            "    -o threads=N             decode workers (default: number of CPUs)\n"
+           "    -o ro                    serve the packs only: no writing, no staging area\n"
+           "    -o commit_delay=SECONDS  commit a checkpoint being written once nothing in it\n"
+           "                             was open or changed for this long (default 2;\n"
+           "                             0: only 'ckpt commit MOUNTPOINT/NAME' commits)\n"
            "\n"
-           "Files inside a checkpoint are read-only; manifest.json describes the pack and\n"
+           "Committed checkpoints are read-only; manifest.json describes the pack and\n"
            "tensors/ holds one raw file per tensor (see also the user.ckptfs.* xattrs).\n"
+           "'ckpt status MOUNTPOINT' shows each checkpoint's state (writing, packing,\n"
+           "committed, failed); 'rm -r MOUNTPOINT/NAME' deletes one. Written data is staged\n"
+           "under BACKING_DIR/.ckptfs (encrypted when a key is given) until it is packed.\n"
            "\n",
            prog);
 }

@@ -9,6 +9,8 @@
 #define CKPTFS_DEFAULT_CACHE (256ull << 20)
 #define CKPTFS_MIN_CACHE (1ull << 20)
 #define CKPTFS_MAX_THREADS 256u
+#define CKPTFS_DEFAULT_COMMIT_DELAY 2.0
+#define CKPTFS_MAX_COMMIT_DELAY 86400
 
 typedef struct fs_options {
     char *backing_dir;        /* first positional argument */
@@ -16,7 +18,10 @@ typedef struct fs_options {
     char *passphrase_file;
     char *cache_size_text;
     char *threads_text;
+    char *commit_delay_text;
     uint64_t cache_bytes;
+    double commit_delay;      /* seconds; 0: only `ckpt commit` commits */
+    int read_only;            /* -o ro: serve packs only */
     unsigned threads;
     int positional;           /* positional arguments seen */
 } fs_options;

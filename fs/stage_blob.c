@@ -15,8 +15,8 @@
 
 #define REC_MAGIC 0x42534B43u /* "CKSB" */
 #define REC_HEADER 24u
-#define REC_NONCE crypto_aead_xchacha20poly1305_ietf_NPUBBYTES
-#define REC_TAG crypto_aead_xchacha20poly1305_ietf_ABYTES
+#define REC_NONCE STAGE_NONCE
+#define REC_TAG STAGE_TAG
 #define REC_OVERHEAD (REC_HEADER + REC_NONCE + REC_TAG)
 #define REC_AD (8u + REC_HEADER)
 enum { REC_DATA = 1, REC_SIZE = 2 };
@@ -37,7 +37,7 @@ struct stage_blob {
     int dirfd, fd;
     uint64_t id;
     char name[24];
-    const uint8_t *key;       /* NULL: plain */
+    const stage_key *key;     /* NULL: plain */
     uint64_t size;
     int unlinked;
     int need_dir_sync;        /* created; its name is not known durable yet */
@@ -68,8 +68,37 @@ static int fail_io(stage_blob *b, ckpt_err *err, int code, const char *what)
     return ckpt_fail(err, code, "staging file %s: %s: %s", b->name, what, strerror(-code));
 }
 
+/* Sealed blobs need two block-sized buffers while in use; they are
+ * dropped when the blob is parked, so thousands of idle files cost
+ * nothing but their maps. */
+static int ensure_bufs(stage_blob *b, ckpt_err *err)
+{
+    if (b->buf)
+        return 0;
+    b->buf = malloc(STAGE_BLOCK);
+    b->rec = malloc(STAGE_BLOCK + REC_OVERHEAD);
+    if (b->buf && b->rec)
+        return 0;
+    free(b->buf);
+    free(b->rec);
+    b->buf = b->rec = NULL;
+    return ckpt_fail(err, -ENOMEM, "staging file %s: out of memory", b->name);
+}
+
+static void drop_bufs(stage_blob *b)
+{
+    if (b->buf)
+        sodium_memzero(b->buf, STAGE_BLOCK);
+    free(b->buf);
+    free(b->rec);
+    b->buf = b->rec = NULL;
+    b->buf_valid = 0;
+}
+
 static int ensure_fd(stage_blob *b, ckpt_err *err)
 {
+    if (b->key && ensure_bufs(b, err) != 0)
+        return -ENOMEM;
     if (b->fd >= 0)
         return 0;
     b->fd = openat(b->dirfd, b->name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
@@ -117,11 +146,13 @@ static int pread_all(int fd, void *buf, size_t len, uint64_t off)
 
 /* ------------------------------------------------------------- records */
 
-static void make_header(uint8_t h[REC_HEADER], int type, uint64_t block, uint32_t plen)
+static void make_header(uint8_t h[REC_HEADER], const stage_blob *b, int type, uint64_t block,
+                        uint32_t plen)
 {
     memset(h, 0, REC_HEADER);
     put_u32(h, REC_MAGIC);
     h[4] = (uint8_t)type;
+    h[5] = (uint8_t)b->key->cipher;
     put_u64(h + 8, block);
     put_u32(h + 16, plen);
 }
@@ -132,24 +163,24 @@ static void make_ad(const stage_blob *b, const uint8_t *header, uint8_t ad[REC_A
     memcpy(ad + 8, header, REC_HEADER);
 }
 
-/* Seals and appends one record at the end of the log; on failure the log
- * is cut back so a half-written record never stays in the middle. */
-static int append_record(stage_blob *b, int type, uint64_t block, const uint8_t *plain,
-                         uint32_t plen, uint64_t *at, ckpt_err *err)
+/* Seals one record into r (REC_OVERHEAD + plen bytes). */
+static void seal_record(const stage_blob *b, uint8_t *r, int type, uint64_t block,
+                        const uint8_t *plain, uint32_t plen)
 {
-    int rc = ensure_fd(b, err);
-    if (rc)
-        return rc;
+    uint8_t ad[REC_AD];
+    make_header(r, b, type, block, plen);
+    make_ad(b, r, ad);
+    stage_seal(b->key, ad, sizeof ad, plain, plen, r + REC_HEADER, r + REC_HEADER + REC_NONCE);
+}
+
+/* Appends n bytes of sealed records at the end of the log; on failure the
+ * log is cut back so a half-written record never stays in the middle. */
+static int append_records(stage_blob *b, const uint8_t *recs, size_t n, uint64_t *at,
+                          ckpt_err *err)
+{
     if (b->log_end > MAP_MAX_OFF)
         return ckpt_fail(err, -EFBIG, "staging file %s: log too large", b->name);
-    uint8_t *r = b->rec, ad[REC_AD];
-    make_header(r, type, block, plen);
-    make_ad(b, r, ad);
-    randombytes_buf(r + REC_HEADER, REC_NONCE);
-    crypto_aead_xchacha20poly1305_ietf_encrypt(r + REC_HEADER + REC_NONCE, NULL, plain, plen, ad,
-                                               sizeof ad, NULL, r + REC_HEADER, b->key);
-    size_t n = REC_OVERHEAD + plen;
-    rc = pwrite_all(b->fd, r, n, b->log_end);
+    int rc = pwrite_all(b->fd, recs, n, b->log_end);
     if (rc) {
         if (ftruncate(b->fd, (off_t)b->log_end) != 0) {
             /* The partial record stays past log_end; replay cuts it. */
@@ -159,6 +190,16 @@ static int append_record(stage_blob *b, int type, uint64_t block, const uint8_t 
     *at = b->log_end;
     b->log_end += n;
     return 0;
+}
+
+static int append_record(stage_blob *b, int type, uint64_t block, const uint8_t *plain,
+                         uint32_t plen, uint64_t *at, ckpt_err *err)
+{
+    int rc = ensure_fd(b, err);
+    if (rc)
+        return rc;
+    seal_record(b, b->rec, type, block, plain, plen);
+    return append_records(b, b->rec, REC_OVERHEAD + plen, at, err);
 }
 
 /* Reads and opens the record at off into out (plen bytes). */
@@ -172,12 +213,11 @@ static int load_record(stage_blob *b, uint64_t off, int type, uint64_t block, ui
     rc = pread_all(b->fd, r, REC_OVERHEAD + plen, off);
     if (rc)
         return fail_io(b, err, rc, "read failed");
-    make_header(want, type, block, plen);
+    make_header(want, b, type, block, plen);
     make_ad(b, want, ad);
     if (memcmp(r, want, REC_HEADER) != 0 ||
-        crypto_aead_xchacha20poly1305_ietf_decrypt(out, NULL, NULL, r + REC_HEADER + REC_NONCE,
-                                                   plen + REC_TAG, ad, sizeof ad, r + REC_HEADER,
-                                                   b->key) != 0)
+        stage_unseal(b->key, ad, sizeof ad, r + REC_HEADER + REC_NONCE, plen, r + REC_HEADER,
+                     out) != 0)
         return ckpt_fail(err, -EIO,
                          "staging file %s: block %" PRIu64 " fails authentication (damaged)",
                          b->name, block);
@@ -319,6 +359,106 @@ static int compact(stage_blob *b, ckpt_err *err)
     return 0;
 }
 
+/* ---------------------------------------------------- parallel sealing */
+
+/* Whole blocks of a big write are sealed on every core at once: sealing
+ * is most of the cost of writing into an encrypted checkpoint, and the
+ * writing process (cp) waits for each write. One fork-join job at a time,
+ * shared by all blobs; the threads start on first use (after the daemon
+ * has forked) and live as long as the process. */
+#define BATCH_BLOCKS 16u
+#define BATCH_STRIDE (REC_OVERHEAD + STAGE_BLOCK)
+
+typedef struct seal_job {
+    const stage_blob *b;
+    const uint8_t *src;
+    uint8_t *dst;
+    uint64_t first_block;
+    size_t n, next;
+} seal_job;
+
+static pthread_mutex_t pool_one = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_work = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t pool_idle = PTHREAD_COND_INITIALIZER;
+static seal_job *pool_job;
+static uint64_t pool_gen;
+static unsigned pool_busy;
+static int pool_state; /* 0 not started, 1 running, -1 no helpers */
+
+static void seal_some(seal_job *j)
+{
+    for (;;) {
+        size_t i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (i >= j->n)
+            return;
+        seal_record(j->b, j->dst + i * BATCH_STRIDE, REC_DATA, j->first_block + i,
+                    j->src + i * STAGE_BLOCK, STAGE_BLOCK);
+    }
+}
+
+static void *pool_main(void *arg)
+{
+    (void)arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&pool_mu);
+    for (;;) {
+        while (pool_gen == seen)
+            pthread_cond_wait(&pool_work, &pool_mu);
+        seen = pool_gen;
+        seal_job *j = pool_job;
+        if (!j)
+            continue;
+        pool_busy++;
+        pthread_mutex_unlock(&pool_mu);
+        seal_some(j);
+        pthread_mutex_lock(&pool_mu);
+        if (--pool_busy == 0)
+            pthread_cond_broadcast(&pool_idle);
+    }
+    return NULL;
+}
+
+static void pool_start(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned helpers = cpus > 1 ? (unsigned)(cpus > 64 ? 63 : cpus - 1) : 0, started = 0;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    for (unsigned i = 0; i < helpers; i++) {
+        pthread_t t;
+        if (pthread_create(&t, &attr, pool_main, NULL) == 0)
+            started++;
+    }
+    pthread_attr_destroy(&attr);
+    pool_state = started ? 1 : -1;
+}
+
+static void seal_parallel(seal_job *j)
+{
+    pthread_mutex_lock(&pool_one);
+    if (pool_state == 0)
+        pool_start();
+    if (pool_state > 0) {
+        pthread_mutex_lock(&pool_mu);
+        pool_job = j;
+        pool_gen++;
+        pthread_cond_broadcast(&pool_work);
+        pthread_mutex_unlock(&pool_mu);
+    }
+    seal_some(j);
+    if (pool_state > 0) {
+        /* Every block is claimed; wait for the helpers still sealing one. */
+        pthread_mutex_lock(&pool_mu);
+        pool_job = NULL;
+        while (pool_busy)
+            pthread_cond_wait(&pool_idle, &pool_mu);
+        pthread_mutex_unlock(&pool_mu);
+    }
+    pthread_mutex_unlock(&pool_one);
+}
+
 /* --------------------------------------------------------- block buffer */
 
 /* Writes the buffered block to the log if it changed. */
@@ -352,6 +492,8 @@ static int load_buf(stage_blob *b, uint64_t block, int whole_overwrite, ckpt_err
     if (b->buf_valid && b->buf_block == block)
         return 0;
     int rc = flush_buf(b, err);
+    if (rc == 0)
+        rc = ensure_bufs(b, err);
     if (rc)
         return rc;
     b->buf_valid = 0;
@@ -413,7 +555,7 @@ static int replay(stage_blob *b, ckpt_err *err)
     return 0;
 }
 
-int stage_blob_open(int dirfd, uint64_t id, const uint8_t *key, int create, stage_blob **out,
+int stage_blob_open(int dirfd, uint64_t id, const stage_key *key, int create, stage_blob **out,
                     ckpt_err *err)
 {
     *out = NULL;
@@ -425,13 +567,7 @@ int stage_blob_open(int dirfd, uint64_t id, const uint8_t *key, int create, stag
     b->id = id;
     b->key = key;
     stage_blob_name(id, b->name);
-    int rc = 0;
-    if (key) {
-        b->buf = malloc(STAGE_BLOCK);
-        b->rec = malloc(STAGE_BLOCK + REC_OVERHEAD);
-        if (!b->buf || !b->rec)
-            rc = ckpt_fail(err, -ENOMEM, "out of memory");
-    }
+    int rc = key ? ensure_bufs(b, err) : 0;
     if (rc == 0) {
         int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT | O_EXCL : 0);
         b->fd = openat(dirfd, b->name, flags, 0600);
@@ -465,10 +601,7 @@ void stage_blob_free(stage_blob *b)
         return;
     if (b->fd >= 0)
         close(b->fd);
-    if (b->buf)
-        sodium_memzero(b->buf, STAGE_BLOCK);
-    free(b->buf);
-    free(b->rec);
+    drop_bufs(b);
     for (size_t p = 0; p < b->n_pages; p++)
         free(b->pages[p]);
     free(b->pages);
@@ -550,6 +683,40 @@ ssize_t stage_blob_pread(stage_blob *b, void *buf, size_t len, uint64_t off, ckp
 
 /* -------------------------------------------------------------- writing */
 
+/* Seals n whole blocks from src (block first onward) and appends them. */
+static int write_batch(stage_blob *b, const uint8_t *src, uint64_t first, size_t n, ckpt_err *err)
+{
+    if (b->buf_valid && b->buf_block >= first && b->buf_block < first + n) {
+        /* Overwritten whole: whatever the buffer held is superseded. */
+        b->buf_valid = 0;
+        b->buf_dirty = 0;
+    }
+    int rc = flush_buf(b, err);
+    if (rc == 0)
+        rc = ensure_fd(b, err);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (!map_slot(b, first + i, 1))
+            rc = ckpt_fail(err, (first + i) / MAP_PAGE >= MAP_MAX_PAGES ? -EFBIG : -ENOMEM,
+                           "staging file %s: cannot map block %" PRIu64, b->name, first + i);
+    uint8_t *recs = rc ? NULL : malloc(n * BATCH_STRIDE);
+    if (rc == 0 && !recs)
+        rc = ckpt_fail(err, -ENOMEM, "staging file %s: out of memory", b->name);
+    if (rc)
+        return rc;
+    seal_job j = {b, src, recs, first, n, 0};
+    seal_parallel(&j);
+    uint64_t at;
+    rc = append_records(b, recs, n * BATCH_STRIDE, &at, err);
+    free(recs);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        map_set(b, first + i, at + i * BATCH_STRIDE, STAGE_BLOCK);
+    if (b->log_end > 2 * b->live_bytes + COMPACT_SLACK)
+        return compact(b, err);
+    return 0;
+}
+
 static ssize_t sealed_write(stage_blob *b, const uint8_t *buf, size_t len, uint64_t off,
                             ckpt_err *err)
 {
@@ -557,6 +724,18 @@ static ssize_t sealed_write(stage_blob *b, const uint8_t *buf, size_t len, uint6
     while (done < len) {
         uint64_t pos = off + done, block = pos / STAGE_BLOCK;
         uint32_t in = (uint32_t)(pos % STAGE_BLOCK);
+        if (in == 0 && len - done >= 2 * STAGE_BLOCK) {
+            size_t nb = (len - done) / STAGE_BLOCK;
+            if (nb > BATCH_BLOCKS)
+                nb = BATCH_BLOCKS;
+            int rc = write_batch(b, buf + done, block, nb, err);
+            if (rc)
+                return done ? (ssize_t)done : rc;
+            done += nb * STAGE_BLOCK;
+            if (pos + nb * STAGE_BLOCK > b->size)
+                b->size = pos + nb * STAGE_BLOCK;
+            continue;
+        }
         size_t n = STAGE_BLOCK - in;
         if (n > len - done)
             n = len - done;
@@ -685,6 +864,8 @@ int stage_blob_park(stage_blob *b, ckpt_err *err)
         close(b->fd);
         b->fd = -1;
     }
+    if (rc == 0)
+        drop_bufs(b);
     pthread_mutex_unlock(&b->lock);
     return rc;
 }

@@ -5,11 +5,12 @@
  * a log of sealed records, appended and never overwritten:
  *
  *   record = header (24 bytes) || nonce (24) || ciphertext || tag (16)
- *   header = u32 magic "CKSB" | u8 type | 3 zero | u64 block | u32 plen | u32 0
+ *   header = u32 magic "CKSB" | u8 type | u8 cipher | 2 zero | u64 block | u32 plen
+ *            | u32 0
  *
  * A DATA record holds block `block` of the file (STAGE_BLOCK plaintext bytes,
  * fewer only at its end); a SIZE record holds the u64 file size set by a
- * truncate. Each is XChaCha20-Poly1305 with a random nonce and, as
+ * truncate. Each is sealed (stage_crypt.h) with a random nonce and, as
  * associated data, the blob id and the header. The newest record of a block
  * wins. Appending only means a crash can damage nothing but the unsynced
  * tail, so bytes synced before stay intact even when a block is rewritten;
@@ -21,7 +22,9 @@
  *
  * Writes gather in a one-block buffer (so small sequential writes make one
  * record per block, not one per write), which reaches the log when the write
- * fills the block, when another block is written, or on sync.
+ * fills the block, when another block is written, or on sync. Big writes
+ * (cp sends 1 MiB at a time) skip it: their whole blocks are sealed on all
+ * cores at once and appended with one write.
  *
  * The descriptor is opened on first use and can be closed while the blob is
  * idle (stage_blob_park); the blob and its map live on.
@@ -36,19 +39,19 @@
 #include <sys/types.h>
 
 #include "ckpt.h"
+#include "stage_crypt.h"
 
 #define STAGE_BLOCK (64u * 1024u)
-#define STAGE_KEY_BYTES 32
 /* The largest staged file (the reach of a sealed blob's map). */
 #define STAGE_MAX_SIZE (256ull << 40)
 
 typedef struct stage_blob stage_blob;
 
 /* The blob with this id in the directory dirfd (borrowed; it must outlive
- * the blob), named by its id in hex. key: NULL for plain staging, else
- * STAGE_KEY_BYTES (borrowed too). create: make a new empty blob (fails if
- * it exists); else open an existing one, replaying its log if sealed. */
-int stage_blob_open(int dirfd, uint64_t id, const uint8_t *key, int create, stage_blob **out,
+ * the blob), named by its id in hex. key: NULL for plain staging (borrowed
+ * too). create: make a new empty blob (fails if it exists); else open an
+ * existing one, replaying its log if sealed. */
+int stage_blob_open(int dirfd, uint64_t id, const stage_key *key, int create, stage_blob **out,
                     ckpt_err *err);
 /* Closes the descriptor and frees the blob; unsynced data is dropped. */
 void stage_blob_free(stage_blob *b);

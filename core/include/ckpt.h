@@ -61,6 +61,14 @@ int ckpt_key_load_passphrase_file(const char *path, ckpt_key **out, ckpt_err *er
 int ckpt_key_from_bytes(const uint8_t key[CKPT_KEY_BYTES], ckpt_key **out, ckpt_err *err);
 int ckpt_key_is_passphrase(const ckpt_key *key);
 void ckpt_key_free(ckpt_key *key);
+/* Derives a 32-byte secret for another purpose from the same key (ckptfs
+ * seals its staging area with one): keyed BLAKE2b-256, the key being the
+ * master key, over context (a NUL-terminated label) and salt. For a
+ * passphrase the master key is first derived from salt with Argon2id at
+ * libsodium's interactive limits, which takes a fraction of a second.
+ * Different contexts or salts give unrelated secrets. */
+int ckpt_key_derive(const ckpt_key *key, const char *context, const uint8_t salt[16],
+                    uint8_t out[CKPT_KEY_BYTES], ckpt_err *err);
 /* Writes 32 random bytes to path with mode 0600; refuses to overwrite. */
 int ckpt_keygen(const char *path, ckpt_err *err);
 
@@ -217,6 +225,20 @@ int ckpt_writer_end_file(ckpt_writer *w, ckpt_err *err);
  * fault); everything else is stored as an opaque file. */
 int ckpt_writer_add_path(ckpt_writer *w, const char *pack_path, const char *src_path,
                          ckpt_err *err);
+/* A source of bytes for ckpt_writer_add_reader: reads up to len bytes at off
+ * into buf and returns how many it read (0 only at the end), or a negative
+ * errno, which fails the add with that code. */
+typedef ssize_t (*ckpt_read_fn)(void *ud, void *buf, size_t len, uint64_t off);
+
+/* Adds one file of size bytes whose contents come from read(ud, ...) rather
+ * than from a path: for sources that are not plain files (ckptfs packs
+ * decrypted staging data this way). Detection, validation and indexing are
+ * those of ckpt_writer_add_path, keyed on pack_path's extension. src_name
+ * names the source in error messages (NULL: pack_path). The source must not
+ * change while it is added. */
+int ckpt_writer_add_reader(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud,
+                           uint64_t size, uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec,
+                           const char *src_name, ckpt_err *err);
 /* Adds a directory tree recursively (regular files only; symlinks and special
  * files are refused with an error), paths relative to src_dir, sorted. */
 int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err);

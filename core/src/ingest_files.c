@@ -20,21 +20,36 @@ static int ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-static int read_at(int fd, uint8_t *buf, size_t len, uint64_t off, const char *src, ckpt_err *err)
+/* Where a file's bytes come from: a descriptor (add_path) or the caller's
+ * callback (add_reader). Everything below reads through this. */
+typedef struct source {
+    ckpt_read_fn read;
+    void *ud;
+    const char *name;         /* for error messages */
+} source;
+
+static ssize_t fd_read(void *ud, void *buf, size_t len, uint64_t off)
+{
+    for (;;) {
+        ssize_t r = pread(*(const int *)ud, buf, len, (off_t)off);
+        if (r >= 0 || errno != EINTR) return r < 0 ? -errno : r;
+    }
+}
+
+static int read_at(const source *src, uint8_t *buf, size_t len, uint64_t off, ckpt_err *err)
 {
     size_t done = 0;
     while (done < len) {
-        ssize_t r = pread(fd, buf + done, len - done, (off_t)(off + done));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return ckpt_fail(err, -errno, "%s: read failed: %s", src, strerror(errno));
-        if (r == 0) return ckpt_fail(err, -EIO, "%s: file shrank while being packed", src);
+        ssize_t r = src->read(src->ud, buf + done, len - done, off + done);
+        if (r < 0) return ckpt_fail(err, (int)r, "%s: read failed: %s", src->name, strerror((int)-r));
+        if (r == 0) return ckpt_fail(err, -EIO, "%s: file shrank while being packed", src->name);
         done += (size_t)r;
     }
     return 0;
 }
 
 /* Reads as much of the head as the parser asks for, then parses it. */
-static int parse_layout(int fd, const char *src, const char *pack_path, uint64_t size, int is_npy, ingest_layout *lay,
+static int parse_layout(const source *src, const char *pack_path, uint64_t size, int is_npy, ingest_layout *lay,
                         ckpt_err *err)
 {
     /* An npy file's one tensor is named by its path without the extension. */
@@ -43,25 +58,25 @@ static int parse_layout(int fd, const char *src, const char *pack_path, uint64_t
     size_t have = size < 4096 ? (size_t)size : 4096;
     uint8_t *head = malloc(have ? have : 1);
     if (!head) return ckpt_fail(err, -ENOMEM, "out of memory");
-    int rc = read_at(fd, head, have, 0, src, err);
+    int rc = read_at(src, head, have, 0, err);
     for (int round = 0; rc == 0 && round < 3; round++) {
         uint64_t need = 0;
         char msg[400] = "";
         rc = is_npy ? ingest_npy(head, have, size, name, lay, &need, msg, sizeof msg)
                     : ingest_safetensors(head, have, size, lay, &need, msg, sizeof msg);
         if (rc != -EAGAIN) {
-            if (rc < 0) rc = ckpt_fail(err, rc, "%s: %s", src, msg); /* msg names the part: "safetensors header: ..." */
+            if (rc < 0) rc = ckpt_fail(err, rc, "%s: %s", src->name, msg); /* msg names the part: "safetensors header: ..." */
             break;
         }
         if (need <= have || need > size || need > (is_npy ? NPY_MAX_HEADER : CKPT_SAFETENSORS_MAX_HEADER + 8)) {
-            rc = ckpt_fail(err, -EINVAL, "%s: invalid %s: header length %llu does not fit the file", src,
+            rc = ckpt_fail(err, -EINVAL, "%s: invalid %s: header length %llu does not fit the file", src->name,
                            is_npy ? "npy file" : "safetensors file", (unsigned long long)need);
             break;
         }
         uint8_t *bigger = realloc(head, (size_t)need);
         if (!bigger) { rc = ckpt_fail(err, -ENOMEM, "out of memory"); break; }
         head = bigger;
-        rc = read_at(fd, head + have, (size_t)need - have, have, src, err);
+        rc = read_at(src, head + have, (size_t)need - have, have, err);
         have = (size_t)need;
     }
     free(head);
@@ -69,12 +84,12 @@ static int parse_layout(int fd, const char *src, const char *pack_path, uint64_t
 }
 
 /* Streams [off, off+len) of the source into the writer as opaque data or tensor data. */
-static int copy_range(ckpt_writer *w, int fd, uint8_t *buf, uint64_t off, uint64_t len, int tensor, const char *src,
+static int copy_range(ckpt_writer *w, const source *src, uint8_t *buf, uint64_t off, uint64_t len, int tensor,
                       ckpt_err *err)
 {
     while (len) {
         size_t n = len < READ_BLOCK ? (size_t)len : READ_BLOCK;
-        int rc = read_at(fd, buf, n, off, src, err);
+        int rc = read_at(src, buf, n, off, err);
         if (rc == 0) rc = tensor ? ckpt_writer_tensor_data(w, buf, n, err) : ckpt_writer_write(w, buf, n, err);
         if (rc < 0) return rc;
         off += n;
@@ -83,44 +98,61 @@ static int copy_range(ckpt_writer *w, int fd, uint8_t *buf, uint64_t off, uint64
     return 0;
 }
 
-static int add_fd(ckpt_writer *w, const char *pack_path, int fd, const char *src, const struct stat *st, ckpt_err *err)
+static int add_source(ckpt_writer *w, const char *pack_path, const source *src, uint64_t size, uint32_t mode,
+                      int64_t mtime_sec, uint32_t mtime_nsec, ckpt_err *err)
 {
-    uint64_t size = (uint64_t)st->st_size;
     ingest_layout lay;
     memset(&lay, 0, sizeof lay);
     int is_st = ends_with(pack_path, ".safetensors"), is_npy = ends_with(pack_path, ".npy");
     int structured = 0, rc = 0;
     if (is_st || is_npy) {
-        rc = parse_layout(fd, src, pack_path, size, is_npy, &lay, err);
+        rc = parse_layout(src, pack_path, size, is_npy, &lay, err);
         if (rc < 0) return rc;
         structured = rc == 0; /* 1 means a valid npy we keep as opaque bytes */
         rc = 0;
     }
     uint8_t *buf = malloc(READ_BLOCK);
     if (!buf) { ingest_layout_free(&lay); return ckpt_fail(err, -ENOMEM, "out of memory"); }
-    rc = ckpt_writer_begin_file(w, pack_path, (uint32_t)st->st_mode, (int64_t)st->st_mtim.tv_sec,
-                                (uint32_t)st->st_mtim.tv_nsec, err);
+    rc = ckpt_writer_begin_file(w, pack_path, mode, mtime_sec, mtime_nsec, err);
     if (rc == 0 && !structured) {
-        rc = copy_range(w, fd, buf, 0, size, 0, src, err);
+        rc = copy_range(w, src, buf, 0, size, 0, err);
     } else if (rc == 0) {
-        rc = copy_range(w, fd, buf, 0, lay.header_bytes, 0, src, err);
+        rc = copy_range(w, src, buf, 0, lay.header_bytes, 0, err);
         for (size_t i = 0; rc == 0 && i < lay.n; i++) {
             const ingest_tensor *t = &lay.t[i];
             rc = ckpt_writer_begin_tensor(w, t->name, t->dtype, t->ndim, t->shape, err);
-            if (rc == 0) rc = copy_range(w, fd, buf, t->offset, t->nbytes, 1, src, err);
+            if (rc == 0) rc = copy_range(w, src, buf, t->offset, t->nbytes, 1, err);
             if (rc == 0) rc = ckpt_writer_end_tensor(w, err);
         }
     }
     if (rc == 0) rc = ckpt_writer_end_file(w, err);
     free(buf);
     ingest_layout_free(&lay);
+    return rc;
+}
+
+static int add_fd(ckpt_writer *w, const char *pack_path, int fd, const char *src_path, const struct stat *st,
+                  ckpt_err *err)
+{
+    source src = {fd_read, &fd, src_path};
+    int rc = add_source(w, pack_path, &src, (uint64_t)st->st_size, (uint32_t)st->st_mode, (int64_t)st->st_mtim.tv_sec,
+                        (uint32_t)st->st_mtim.tv_nsec, err);
     if (rc == 0) {
         struct stat now;
         if (fstat(fd, &now) == 0 && (now.st_size != st->st_size || now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
                                      now.st_mtim.tv_nsec != st->st_mtim.tv_nsec))
-            rc = ckpt_fail(err, -EAGAIN, "%s: file changed while being packed", src);
+            rc = ckpt_fail(err, -EAGAIN, "%s: file changed while being packed", src_path);
     }
     return rc;
+}
+
+int ckpt_writer_add_reader(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud, uint64_t size,
+                           uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec, const char *src_name,
+                           ckpt_err *err)
+{
+    if (!read) return ckpt_fail(err, -EINVAL, "%s: no read callback", pack_path ? pack_path : "(null)");
+    source src = {read, ud, src_name ? src_name : pack_path};
+    return add_source(w, pack_path, &src, size, mode, mtime_sec, mtime_nsec, err);
 }
 
 int ckpt_writer_add_path(ckpt_writer *w, const char *pack_path, const char *src_path, ckpt_err *err)

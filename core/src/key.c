@@ -168,6 +168,35 @@ int key_master(const ckpt_key *key, const kdf_params *kp, uint8_t *master, ckpt_
     return 0;
 }
 
+int ckpt_key_derive(const ckpt_key *key, const char *context, const uint8_t salt[16], uint8_t out[CKPT_KEY_BYTES],
+                    ckpt_err *err)
+{
+    if (!key || !context || !salt || !out) return ckpt_fail(err, -EINVAL, "key derivation: missing argument");
+    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
+    kdf_params kp;
+    memset(&kp, 0, sizeof kp);
+    kp.kdf = key->is_passphrase ? TPACK_KDF_ARGON2ID : TPACK_KDF_KEYFILE;
+    if (key->is_passphrase) {
+        kp.ops = crypto_pwhash_OPSLIMIT_INTERACTIVE;
+        kp.mem = crypto_pwhash_MEMLIMIT_INTERACTIVE;
+        memcpy(kp.salt, salt, 16);
+    }
+    uint8_t *master = sodium_malloc(CKPT_KEY_BYTES);
+    if (!master) return ckpt_fail(err, -ENOMEM, "out of locked memory");
+    int rc = key_master(key, &kp, master, err);
+    if (rc == 0) {
+        /* The context's NUL keeps "ab"+salt apart from "a"+"b"||salt. */
+        crypto_generichash_state st;
+        crypto_generichash_init(&st, master, CKPT_KEY_BYTES, CKPT_KEY_BYTES);
+        crypto_generichash_update(&st, (const unsigned char *)context, strlen(context) + 1);
+        crypto_generichash_update(&st, salt, 16);
+        crypto_generichash_final(&st, out, CKPT_KEY_BYTES);
+        sodium_memzero(&st, sizeof st);
+    }
+    sodium_free(master);
+    return rc;
+}
+
 int ckpt_keygen(const char *path, ckpt_err *err)
 {
     if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");

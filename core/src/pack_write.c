@@ -4,6 +4,7 @@
  * to the pack in order. Slots are used round-robin, so order is kept without
  * any reordering buffer. */
 #include "writer.h"
+#include "sha256.h"
 #include "codec.h"
 #include "crypto.h"
 #include "format.h"
@@ -22,7 +23,7 @@
 enum { SLOT_FREE, SLOT_FILLING, SLOT_QUEUED, SLOT_ENCODED };
 
 typedef struct tensor_hash {
-    crypto_hash_sha256_state st;
+    ckpt_sha256 st;
     uint8_t digest[32];
 } tensor_hash;
 
@@ -89,7 +90,7 @@ struct ckpt_writer {
 
     /* Producer state. */
     int in_file, in_tensor, extent_open;
-    crypto_hash_sha256_state file_hash;
+    ckpt_sha256 file_hash;
     uint64_t file_bytes, tensor_received, fed;
     wslot *filling;
 
@@ -200,8 +201,8 @@ static void *output_worker(void *arg)
         pthread_mutex_unlock(&w->mu);
         if (!failed) {
             if (s->th) {
-                crypto_hash_sha256_update(&s->th->st, s->in, s->in_len);
-                if (s->last_of_tensor) crypto_hash_sha256_final(&s->th->st, s->th->digest);
+                ckpt_sha256_update(&s->th->st, s->in, s->in_len);
+                if (s->last_of_tensor) ckpt_sha256_final(&s->th->st, s->th->digest);
             }
             int rc = write_all(w->fd, s->out, s->out_len);
             if (rc == 0 && grow_array((void **)&w->chunks, &w->cap_chunks, w->n_chunks, sizeof *w->chunks) < 0) rc = -ENOMEM;
@@ -280,7 +281,7 @@ static void close_extent(ckpt_writer *w)
 /* Appends bytes to the open extent, cutting chunks as slots fill. */
 static int feed(ckpt_writer *w, const uint8_t *data, size_t len, ckpt_err *err)
 {
-    crypto_hash_sha256_update(&w->file_hash, data, len);
+    ckpt_sha256_update(&w->file_hash, data, len);
     w->file_bytes += len;
     while (len) {
         if (!w->filling) {
@@ -337,7 +338,7 @@ int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode, int6
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
     w->files[w->n_files++] = (wfile){copy, mode & 07777, mtime_sec, mtime_nsec, 0, {0}, w->n_extents, 0};
-    crypto_hash_sha256_init(&w->file_hash);
+    ckpt_sha256_init(&w->file_hash);
     w->file_bytes = 0;
     w->in_file = 1;
     return 0;
@@ -381,7 +382,7 @@ int ckpt_writer_begin_tensor(ckpt_writer *w, const char *name, const char *dtype
     if (ndim) memcpy(t->shape, shape, ndim * sizeof *shape);
     t->nbytes = nbytes;
     t->file_index = (uint32_t)(w->n_files - 1);
-    crypto_hash_sha256_init(&t->hash->st);
+    ckpt_sha256_init(&t->hash->st);
     w->n_tensors++;
     if (w->extent_open) close_extent(w);
     int rc = open_extent(w, EXTENT_TENSOR, (uint8_t)es, err);
@@ -389,7 +390,7 @@ int ckpt_writer_begin_tensor(ckpt_writer *w, const char *name, const char *dtype
     t->extent_index = w->n_extents - 1;
     w->in_tensor = 1;
     w->tensor_received = 0;
-    if (nbytes == 0) crypto_hash_sha256_final(&t->hash->st, t->hash->digest);
+    if (nbytes == 0) ckpt_sha256_final(&t->hash->st, t->hash->digest);
     return 0;
 }
 
@@ -421,7 +422,7 @@ int ckpt_writer_end_file(ckpt_writer *w, ckpt_err *err)
     if (w->extent_open) close_extent(w);
     wfile *f = &w->files[w->n_files - 1];
     f->size = w->file_bytes;
-    crypto_hash_sha256_final(&w->file_hash, f->sha256);
+    ckpt_sha256_final(&w->file_hash, f->sha256);
     w->in_file = 0;
     return writer_failed(w, err);
 }
@@ -704,11 +705,11 @@ int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
         aead_seal(&w->keys, TPACK_INDEX_NONCE_ID, w->header, TPACK_HEADER_SIZE, idx.p, idx.len, stored);
         stored_len = idx.len + TPACK_AEAD_TAG;
     } else {
-        crypto_hash_sha256_state st;
-        crypto_hash_sha256_init(&st);
-        crypto_hash_sha256_update(&st, w->header, TPACK_HEADER_SIZE);
-        crypto_hash_sha256_update(&st, idx.p, idx.len);
-        crypto_hash_sha256_final(&st, ftr + FTR_DIGEST);
+        ckpt_sha256 st;
+        ckpt_sha256_init(&st);
+        ckpt_sha256_update(&st, w->header, TPACK_HEADER_SIZE);
+        ckpt_sha256_update(&st, idx.p, idx.len);
+        ckpt_sha256_final(&st, ftr + FTR_DIGEST);
     }
     put_u64(ftr + FTR_INDEX_OFFSET, w->write_pos);
     put_u64(ftr + FTR_INDEX_STORED, stored_len);

@@ -3,6 +3,7 @@
  * global ids, so every stream is a range of ids. */
 #include "pack.h"
 #include "format.h"
+#include "sha256.h"
 
 #include <pthread.h>
 #include <sodium.h>
@@ -164,7 +165,7 @@ int ckpt_file_stream(ckpt_pack *p, size_t file_index, uint64_t off, uint64_t len
 
 typedef struct verify_ctx {
     ckpt_pack *p;
-    crypto_hash_sha256_state *fh, *th;
+    ckpt_sha256 *fh, *th;
     uint8_t *file_bad, *tensor_bad;
     ckpt_fault_fn fault;
     void *fault_ud;
@@ -185,19 +186,19 @@ static int verify_cb(void *ud, size_t id, const uint8_t *data, const ckpt_err *c
         if (e->tensor_index >= 0) v->tensor_bad[e->tensor_index] = 1;
         if (v->fault) v->fault(v->fault_ud, "chunk", v->p->files[e->file_index].info.path, chunk_file_offset(v->p, id), cerr->msg);
     } else {
-        crypto_hash_sha256_update(&v->fh[e->file_index], data, c->raw_size);
-        if (e->tensor_index >= 0) crypto_hash_sha256_update(&v->th[e->tensor_index], data, c->raw_size);
+        ckpt_sha256_update(&v->fh[e->file_index], data, c->raw_size);
+        if (e->tensor_index >= 0) ckpt_sha256_update(&v->th[e->tensor_index], data, c->raw_size);
     }
     v->done += c->raw_size;
     if (v->progress) v->progress(v->progress_ud, v->done, v->p->logical_bytes);
     return 0;
 }
 
-static void verify_digest(verify_ctx *v, const char *kind, const char *name, crypto_hash_sha256_state *st,
+static void verify_digest(verify_ctx *v, const char *kind, const char *name, ckpt_sha256 *st,
                           const uint8_t want[32], int bad)
 {
     uint8_t got[32];
-    crypto_hash_sha256_final(st, got);
+    ckpt_sha256_final(st, got);
     char msg[600];
     if (bad) {
         snprintf(msg, sizeof msg, "%s: %s '%s' is unreadable (corrupt chunks)", v->p->path, kind, name);
@@ -229,8 +230,8 @@ long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *faul
         rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
         goto out;
     }
-    for (size_t i = 0; i < p->n_files; i++) crypto_hash_sha256_init(&v.fh[i]);
-    for (size_t i = 0; i < p->n_tensors; i++) crypto_hash_sha256_init(&v.th[i]);
+    for (size_t i = 0; i < p->n_files; i++) ckpt_sha256_init(&v.fh[i]);
+    for (size_t i = 0; i < p->n_tensors; i++) ckpt_sha256_init(&v.th[i]);
     rc = pack_stream_chunks(p, 0, p->n_chunks, threads, verify_cb, &v, err);
     if (rc < 0) goto out;
     for (size_t i = 0; i < p->n_files; i++)

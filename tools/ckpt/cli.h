@@ -94,6 +94,27 @@ void progress_end(progress *pg);
 /* ckpt_progress_fn adapter; ud is a progress. */
 void progress_cb(void *ud, uint64_t done, uint64_t total);
 
+/* ------------------------------------------------- ckptfs mount state */
+
+/* A checkpoint directory of a ckptfs mount, as its user.ckptfs.* extended
+ * attributes describe it. */
+typedef struct mount_state {
+    char state[32];           /* writing, packing, committed, failed */
+    uint64_t size;            /* staged bytes; the pack's size once committed */
+    uint64_t done, total;     /* packing progress in bytes */
+    double seconds;           /* packing so far */
+    char error[1024];         /* why it failed, or "" */
+} mount_state;
+
+/* 0, or -errno (-ENODATA: not a checkpoint directory of a ckptfs mount). */
+int mount_state_read(const char *path, mount_state *st);
+/* What a mount_state_read error means, in words. */
+const char *mount_state_why(int rc);
+/* Seconds of packing left, or -1 while unknown. */
+double mount_state_eta(const mount_state *st);
+/* "1:05", "1:02:03", or "--:--" for a negative value. */
+void cli_fmt_eta(double secs, char *buf, size_t len);
+
 /* -------------------------------------------------------- subcommands */
 
 int cmd_pack(int argc, char **argv);
@@ -103,5 +124,7 @@ int cmd_info(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
+int cmd_commit(int argc, char **argv);
+int cmd_status(int argc, char **argv);
 
 #endif

@@ -17,6 +17,8 @@ static const struct command {
     {"cat", cmd_cat, "write one file or tensor of a pack to stdout"},
     {"verify", cmd_verify, "check every chunk, file and tensor of a pack"},
     {"keygen", cmd_keygen, "write a new random key file"},
+    {"commit", cmd_commit, "commit a checkpoint written into a ckptfs mount"},
+    {"status", cmd_status, "show the checkpoints of a ckptfs mount and their state"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -21,7 +21,7 @@ void progress_start(progress *pg, const char *label, uint64_t total)
     pthread_mutex_init(&pg->mu, NULL);
 }
 
-static void fmt_eta(double secs, char *buf, size_t len)
+void cli_fmt_eta(double secs, char *buf, size_t len)
 {
     if (secs < 0 || secs > 99 * 3600) {
         snprintf(buf, len, "--:--");
@@ -45,7 +45,7 @@ static void draw(progress *pg, double now)
     double bps = elapsed > 0 ? (double)pg->done / elapsed : 0.0;
     uint64_t left = pg->total > pg->done ? pg->total - pg->done : 0;
     /* The first fraction of a second gives wild rates; wait for a real one. */
-    fmt_eta(bps > 0 && elapsed >= 0.5 ? (double)left / bps : -1, eta, sizeof eta);
+    cli_fmt_eta(bps > 0 && elapsed >= 0.5 ? (double)left / bps : -1, eta, sizeof eta);
     /* \033[K erases what a longer previous line left behind. */
     fprintf(stderr, "\r%s %5.1f%%  %s / %s  %s  ETA %s\033[K", pg->label, pct,
             cli_fmt_bytes(pg->done, done, sizeof done),

@@ -1,0 +1,57 @@
+/* Packs the staged files of one checkpoint into BACKING/NAME.tpack with the
+ * library's streaming writer: written as BACKING/.NAME.tpack.tmp, fsynced,
+ * renamed into place and the directory fsynced (ckpt_writer_finish), so
+ * NAME.tpack is either absent or complete. Files go in in byte order of
+ * their paths, *.safetensors and *.npy indexed as tensors, exactly as
+ * `ckpt pack` would pack the same tree. FUSE-free; runs on whatever thread
+ * calls it (ckptfs runs it on its packer thread). */
+#ifndef CKPTFS_PACKER_H
+#define CKPTFS_PACKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt.h"
+#include "stage_blob.h"
+
+typedef struct packer_file {
+    char *path;               /* path inside the pack */
+    stage_blob *blob;
+    uint64_t size;
+    uint32_t mode;
+    int64_t mtime_sec;
+    uint32_t mtime_nsec;
+} packer_file;
+
+typedef struct packer_job {
+    int backing_fd;           /* where the pack goes */
+    const char *backing_path; /* the same, for the writer's paths */
+    const char *name;         /* NAME of NAME.tpack */
+    packer_file *files;
+    size_t n_files;
+    const ckpt_key *key;      /* NULL: unencrypted pack */
+    ckpt_cipher cipher;       /* with a key: NONE means the default */
+    unsigned threads;         /* 0: all cores */
+    /* Progress in bytes of file data, from the packing thread. */
+    void (*progress)(void *ud, uint64_t done, uint64_t total);
+    void *progress_ud;
+    /* Polled while packing; non-zero stops it with -ECANCELED. */
+    const int *cancel;
+} packer_job;
+
+/* 0 once NAME.tpack is durably in place; else a negative errno with err
+ * saying what failed, and no pack and no temporary file left behind.
+ * -EEXIST if NAME.tpack exists already. */
+int packer_run(const packer_job *job, ckpt_err *err);
+
+/* BACKING/.NAME.tpack.tmp for name, in out (cap bytes); -ENAMETOOLONG. */
+int packer_tmp_name(const char *name, char *out, size_t cap);
+
+/* Removes hidden leftover temporary packs (.NAME.tpack.tmp) from the
+ * backing directory: only a packer that died leaves them. Returns how many
+ * were removed, or -errno. */
+int packer_remove_leftovers(int backing_fd);
+
+void packer_files_free(packer_file *files, size_t n);
+
+#endif

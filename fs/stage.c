@@ -1,0 +1,788 @@
+#include "stage.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+
+#define RECORD_NAME "record"
+#define META_NAME "meta"
+#define SALT_NAME "salt"
+#define DATA_DIR "data"
+#define RECORD_MAGIC "ckptfs-stage 1"
+#define META_MAGIC_PLAIN "CKPTMET1"
+#define META_MAGIC_SEALED "CKPTMES1"
+#define META_HASH 32u
+#define META_NONCE STAGE_NONCE
+#define META_TAG STAGE_TAG
+/* A namespace this large is not a checkpoint; refuse rather than allocate. */
+#define META_MAX (1ull << 30)
+#define MASTER_CONTEXT "ckptfs staging v1"
+#define CKPT_KEY_CONTEXT "ckptfs-stage-key"
+#define CHECK_CONTEXT "ckptfs-stage-check"
+
+const char *stage_state_name(stage_state s)
+{
+    switch (s) {
+    case STAGE_WRITING: return "writing";
+    case STAGE_PACKING: return "packing";
+    case STAGE_FAILED: return "failed";
+    }
+    return "unknown";
+}
+
+void stage_hex(const void *bytes, size_t len, char *out)
+{
+    sodium_bin2hex(out, 2 * len + 1, bytes, len);
+}
+
+static int unhex(const char *hex, uint8_t *out, size_t len)
+{
+    size_t got = 0;
+    const char *end;
+    if (strlen(hex) != 2 * len ||
+        sodium_hex2bin(out, len, hex, 2 * len, NULL, &got, &end) != 0 || got != len)
+        return -1;
+    return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -errno;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Replaces dirfd/name with data: temporary file, fsync, rename, fsync of
+ * the directory. A crash leaves the old contents or the new, never a mix. */
+static int replace_file(int dirfd, const char *what, const char *name, const void *data,
+                        size_t len, ckpt_err *err)
+{
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "%s.tmp", name);
+    int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return ckpt_fail(err, -errno, "%s: cannot create %s: %s", what, tmp, strerror(errno));
+    int rc = write_all(fd, data, len);
+    if (rc == 0 && fsync(fd) != 0)
+        rc = -errno;
+    if (close(fd) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && renameat(dirfd, tmp, dirfd, name) != 0)
+        rc = -errno;
+    if (rc) {
+        unlinkat(dirfd, tmp, 0);
+        return ckpt_fail(err, rc, "%s: cannot write %s: %s", what, name, strerror(-rc));
+    }
+    if (fsync(dirfd) != 0)
+        return ckpt_fail(err, -errno, "%s: fsync after writing %s: %s", what, name,
+                         strerror(errno));
+    return 0;
+}
+
+/* The whole of dirfd/name, up to max bytes; -ENOENT if absent. */
+static int read_small(int dirfd, const char *name, size_t max, uint8_t **out, size_t *len)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+        close(fd);
+        return -EIO;
+    }
+    size_t n = (size_t)st.st_size;
+    uint8_t *buf = malloc(n + 1);
+    if (!buf) {
+        close(fd);
+        return -ENOMEM;
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (got != n) {
+        free(buf);
+        return -EIO;
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ root */
+
+int stage_root_open(stage_root *r, int backing_fd, const ckpt_key *key, ckpt_err *err)
+{
+    memset(r, 0, sizeof *r);
+    r->stage_fd = -1;
+    r->backing_fd = backing_fd;
+    r->key = key;
+    pthread_mutex_init(&r->key_lock, NULL);
+    if (sodium_init() < 0)
+        return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
+    if (mkdirat(backing_fd, STAGE_HIDDEN_DIR, 0700) != 0 && errno != EEXIST)
+        return ckpt_fail(err, -errno, "%s: cannot create the staging directory: %s",
+                         STAGE_HIDDEN_DIR, strerror(errno));
+    int hidden = openat(backing_fd, STAGE_HIDDEN_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (hidden < 0)
+        return ckpt_fail(err, -errno, "%s: cannot open: %s", STAGE_HIDDEN_DIR, strerror(errno));
+    int rc = 0;
+    if (mkdirat(hidden, "stage", 0700) != 0 && errno != EEXIST)
+        rc = ckpt_fail(err, -errno, "%s/stage: cannot create: %s", STAGE_HIDDEN_DIR, strerror(errno));
+    if (rc == 0) {
+        r->stage_fd = openat(hidden, "stage", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (r->stage_fd < 0)
+            rc = ckpt_fail(err, -errno, "%s/stage: cannot open: %s", STAGE_HIDDEN_DIR,
+                           strerror(errno));
+    }
+    if (rc == 0 && key) {
+        /* The salt for new checkpoints' keys; kept across mounts so the
+         * (possibly slow) derivation is done once per mount. */
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        int got = read_small(hidden, SALT_NAME, 64, &buf, &len);
+        if (got == 0 && len == sizeof r->salt) {
+            memcpy(r->salt, buf, sizeof r->salt);
+        } else {
+            randombytes_buf(r->salt, sizeof r->salt);
+            rc = replace_file(hidden, STAGE_HIDDEN_DIR, SALT_NAME, r->salt, sizeof r->salt, err);
+        }
+        free(buf);
+        r->have_salt = rc == 0;
+    }
+    /* Both new directories must outlast a crash before anything is
+     * staged in them. */
+    if (rc == 0) {
+        fsync(hidden);
+        fsync(backing_fd);
+    }
+    close(hidden);
+    if (rc && r->stage_fd >= 0) {
+        close(r->stage_fd);
+        r->stage_fd = -1;
+    }
+    return rc;
+}
+
+void stage_root_close(stage_root *r)
+{
+    if (r->stage_fd >= 0)
+        close(r->stage_fd);
+    r->stage_fd = -1;
+    sodium_free(r->master);
+    r->master = NULL;
+    pthread_mutex_destroy(&r->key_lock);
+}
+
+/* The checkpoint key for sid under the master key of salt. The master
+ * key of the last salt is kept: normally every checkpoint has the same. */
+static int derive_key(stage_root *r, const uint8_t salt[16], const char *sid, stage_cipher cipher,
+                      stage_key **out, ckpt_err *err)
+{
+    uint8_t sid_bin[STAGE_SID_LEN / 2];
+    *out = NULL;
+    if (unhex(sid, sid_bin, sizeof sid_bin) != 0)
+        return ckpt_fail(err, -EINVAL, "staging %s: malformed id", sid);
+    pthread_mutex_lock(&r->key_lock);
+    int rc = 0;
+    if (!r->master && !(r->master = sodium_malloc(CKPT_KEY_BYTES)))
+        rc = ckpt_fail(err, -ENOMEM, "out of locked memory");
+    if (rc == 0 && (!r->master_valid || memcmp(r->master_salt, salt, 16) != 0)) {
+        r->master_valid = 0;
+        rc = ckpt_key_derive(r->key, MASTER_CONTEXT, salt, r->master, err);
+        if (rc == 0) {
+            memcpy(r->master_salt, salt, 16);
+            r->master_valid = 1;
+        }
+    }
+    stage_key *k = NULL;
+    if (rc == 0 && !(k = stage_key_new(cipher)))
+        rc = ckpt_fail(err, -ENOMEM, "out of locked memory");
+    if (rc == 0) {
+        /* The cipher is in the derivation: one key never serves two. */
+        uint8_t msg[sizeof CKPT_KEY_CONTEXT + sizeof sid_bin + 1];
+        memcpy(msg, CKPT_KEY_CONTEXT, sizeof CKPT_KEY_CONTEXT);
+        memcpy(msg + sizeof CKPT_KEY_CONTEXT, sid_bin, sizeof sid_bin);
+        msg[sizeof msg - 1] = (uint8_t)cipher;
+        crypto_generichash(k->bytes, STAGE_KEY_BYTES, msg, sizeof msg, r->master, CKPT_KEY_BYTES);
+    }
+    pthread_mutex_unlock(&r->key_lock);
+    *out = k;
+    return rc;
+}
+
+static void key_check(const stage_key *key, uint8_t out[16])
+{
+    crypto_generichash(out, 16, (const uint8_t *)CHECK_CONTEXT, sizeof CHECK_CONTEXT, key->bytes,
+                       STAGE_KEY_BYTES);
+}
+
+/* ---------------------------------------------------------------- record */
+
+static int record_text(const char *name, stage_state state, const stage_dir *d,
+                       const char *error, char **out)
+{
+    size_t nlen = strlen(name), elen = error ? strlen(error) : 0;
+    size_t cap = 256 + 2 * nlen + 2 * elen;
+    char *t = malloc(cap);
+    if (!t)
+        return -ENOMEM;
+    char *name_hex = malloc(2 * nlen + 1), *err_hex = malloc(2 * elen + 1);
+    if (!name_hex || !err_hex) {
+        free(t);
+        free(name_hex);
+        free(err_hex);
+        return -ENOMEM;
+    }
+    stage_hex(name, nlen, name_hex);
+    stage_hex(error ? error : "", elen, err_hex);
+    int n = snprintf(t, cap, RECORD_MAGIC "\nstate %s\nname %s\nsealed %d\n",
+                     stage_state_name(state), name_hex, d->key != NULL);
+    if (d->key) {
+        char salt[33], check[33];
+        uint8_t c[16];
+        key_check(d->key, c);
+        stage_hex(d->salt, 16, salt);
+        stage_hex(c, 16, check);
+        n += snprintf(t + n, cap - (size_t)n, "salt %s\ncheck %s\ncipher %s\n", salt, check,
+                      stage_cipher_name(d->key->cipher));
+    }
+    if (error)
+        snprintf(t + n, cap - (size_t)n, "error %s\n", err_hex);
+    free(name_hex);
+    free(err_hex);
+    *out = t;
+    return 0;
+}
+
+int stage_write_record(stage_root *r, stage_dir *d, const char *name, stage_state state,
+                       const char *error, ckpt_err *err)
+{
+    char *text;
+    int rc = record_text(name, state, d, error, &text);
+    if (rc)
+        return ckpt_fail(err, rc, "out of memory");
+    char what[64];
+    snprintf(what, sizeof what, "staging %s", d->sid);
+    rc = replace_file(d->fd, what, RECORD_NAME, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+static char *unhex_string(const char *hex)
+{
+    size_t len = strlen(hex);
+    if (len % 2)
+        return NULL;
+    char *s = malloc(len / 2 + 1);
+    if (!s)
+        return NULL;
+    if (len && unhex(hex, (uint8_t *)s, len / 2) != 0) {
+        free(s);
+        return NULL;
+    }
+    s[len / 2] = 0;
+    if (strlen(s) != len / 2) { /* an embedded NUL */
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static int parse_record(char *text, stage_record *rec)
+{
+    memset(rec, 0, sizeof *rec);
+    rec->cipher = STAGE_CIPHER_XCHACHA;
+    char *save = NULL, *line = strtok_r(text, "\n", &save);
+    if (!line || strcmp(line, RECORD_MAGIC) != 0)
+        return -EIO;
+    int have_salt = 0, have_check = 0, have_sealed = 0;
+    while ((line = strtok_r(NULL, "\n", &save))) {
+        char *val = strchr(line, ' ');
+        if (!val)
+            continue;
+        *val++ = 0;
+        if (strcmp(line, "state") == 0) {
+            rec->state = strcmp(val, "writing") == 0   ? STAGE_WRITING
+                         : strcmp(val, "packing") == 0 ? STAGE_PACKING
+                         : strcmp(val, "failed") == 0  ? STAGE_FAILED
+                                                       : 0;
+        } else if (strcmp(line, "name") == 0) {
+            free(rec->name);
+            rec->name = unhex_string(val);
+        } else if (strcmp(line, "sealed") == 0) {
+            rec->sealed = strcmp(val, "1") == 0;
+            have_sealed = 1;
+        } else if (strcmp(line, "salt") == 0) {
+            have_salt = unhex(val, rec->salt, 16) == 0;
+        } else if (strcmp(line, "check") == 0) {
+            have_check = unhex(val, rec->check, 16) == 0;
+        } else if (strcmp(line, "cipher") == 0) {
+            if (stage_cipher_parse(val, &rec->cipher) != 0)
+                rec->cipher = 0; /* unknown: refused when unlocking */
+        } else if (strcmp(line, "error") == 0) {
+            free(rec->error);
+            rec->error = unhex_string(val);
+        }
+    }
+    if (!rec->state || !rec->name || !rec->name[0] || !have_sealed ||
+        (rec->sealed && (!have_salt || !have_check))) {
+        stage_record_free(rec);
+        return -EIO;
+    }
+    return 0;
+}
+
+void stage_record_free(stage_record *rec)
+{
+    free(rec->name);
+    free(rec->error);
+    memset(rec, 0, sizeof *rec);
+}
+
+/* ------------------------------------------------------------ directories */
+
+static void dir_init(stage_dir *d)
+{
+    memset(d, 0, sizeof *d);
+    d->fd = d->data_fd = -1;
+}
+
+void stage_dir_close(stage_dir *d)
+{
+    if (d->data_fd >= 0)
+        close(d->data_fd);
+    if (d->fd >= 0)
+        close(d->fd);
+    stage_key_free(d->key);
+    dir_init(d);
+}
+
+int stage_create(stage_root *r, const char *name, stage_dir *d, ckpt_err *err)
+{
+    dir_init(d);
+    uint8_t sid[STAGE_SID_LEN / 2];
+    randombytes_buf(sid, sizeof sid);
+    stage_hex(sid, sizeof sid, d->sid);
+    if (mkdirat(r->stage_fd, d->sid, 0700) != 0)
+        return ckpt_fail(err, -errno, "staging for '%s': cannot create %s/stage/%s: %s", name,
+                         STAGE_HIDDEN_DIR, d->sid, strerror(errno));
+    int rc = 0;
+    d->fd = openat(r->stage_fd, d->sid, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (d->fd < 0 || mkdirat(d->fd, DATA_DIR, 0700) != 0 ||
+        (d->data_fd = openat(d->fd, DATA_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        rc = ckpt_fail(err, -errno, "staging for '%s': cannot set up %s/stage/%s: %s", name,
+                       STAGE_HIDDEN_DIR, d->sid, strerror(errno));
+    if (rc == 0 && r->key) {
+        memcpy(d->salt, r->salt, 16);
+        rc = derive_key(r, d->salt, d->sid, stage_cipher_default(), &d->key, err);
+    }
+    if (rc == 0)
+        rc = stage_write_record(r, d, name, STAGE_WRITING, NULL, err);
+    if (rc == 0 && fsync(r->stage_fd) != 0)
+        rc = ckpt_fail(err, -errno, "staging for '%s': fsync: %s", name, strerror(errno));
+    if (rc) {
+        ckpt_err ignored;
+        stage_remove(r, d, &ignored);
+        stage_dir_close(d);
+    }
+    return rc;
+}
+
+int stage_open(stage_root *r, const char *sid, stage_dir *d, stage_record *rec, ckpt_err *err)
+{
+    dir_init(d);
+    memset(rec, 0, sizeof *rec);
+    if (strlen(sid) != STAGE_SID_LEN || strspn(sid, "0123456789abcdef") != STAGE_SID_LEN)
+        return ckpt_fail(err, -EINVAL, "staging %s: not a staging directory", sid);
+    snprintf(d->sid, sizeof d->sid, "%s", sid);
+    d->fd = openat(r->stage_fd, sid, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (d->fd < 0)
+        return ckpt_fail(err, -errno, "staging %s: cannot open: %s", sid, strerror(errno));
+    d->data_fd = openat(d->fd, DATA_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    uint8_t *text = NULL;
+    size_t len = 0;
+    int rc = d->data_fd < 0 ? -errno : read_small(d->fd, RECORD_NAME, 1 << 16, &text, &len);
+    if (rc == 0)
+        rc = parse_record((char *)text, rec);
+    free(text);
+    if (rc) {
+        stage_dir_close(d);
+        return ckpt_fail(err, rc == -ENOENT ? -ENOENT : -EIO,
+                         "staging %s: no usable record (%s)", sid,
+                         rc == -EIO ? "damaged" : strerror(-rc));
+    }
+    return 0;
+}
+
+int stage_unlock(stage_root *r, stage_dir *d, const stage_record *rec, ckpt_err *err)
+{
+    if (!rec->sealed || d->key)
+        return 0;
+    if (!r->key)
+        return ckpt_fail(err, -EACCES, "checkpoint '%s': its staged data is encrypted; "
+                         "mount with its key to reach it", rec->name);
+    if (!rec->cipher || !stage_cipher_available(rec->cipher))
+        return ckpt_fail(err, -EACCES, "checkpoint '%s': its staged data is sealed with a cipher "
+                         "this CPU cannot run", rec->name);
+    stage_key *k;
+    int rc = derive_key(r, rec->salt, d->sid, rec->cipher, &k, err);
+    if (rc)
+        return rc;
+    uint8_t c[16];
+    key_check(k, c);
+    if (sodium_memcmp(c, rec->check, 16) != 0) {
+        stage_key_free(k);
+        return ckpt_fail(err, -EACCES, "checkpoint '%s': wrong key for its staged data", rec->name);
+    }
+    d->key = k;
+    memcpy(d->salt, rec->salt, 16);
+    return 0;
+}
+
+static int remove_entries(int fd)
+{
+    int dup_fd = dup(fd);
+    if (dup_fd < 0)
+        return -errno;
+    DIR *dir = fdopendir(dup_fd);
+    if (!dir) {
+        close(dup_fd);
+        return -errno;
+    }
+    rewinddir(dir);
+    int rc = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (unlinkat(fd, e->d_name, 0) != 0 && errno != ENOENT) {
+            if (errno == EISDIR || errno == EPERM) {
+                int sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                if (sub >= 0) {
+                    int r2 = remove_entries(sub);
+                    close(sub);
+                    if (r2 == 0 && unlinkat(fd, e->d_name, AT_REMOVEDIR) == 0)
+                        continue;
+                }
+            }
+            rc = -errno;
+        }
+    }
+    closedir(dir);
+    return rc;
+}
+
+static int remove_sid_dir(stage_root *r, const char *sid, ckpt_err *err)
+{
+    int fd = openat(r->stage_fd, sid, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 && errno == ENOENT)
+        return 0;
+    /* The record first: a crash half way then leaves a directory without
+     * one, which recovery removes, never a checkpoint missing files. */
+    int rc = fd < 0 ? -errno : 0;
+    if (rc == 0 && unlinkat(fd, RECORD_NAME, 0) == 0)
+        fsync(fd);
+    if (rc == 0)
+        rc = remove_entries(fd);
+    if (fd >= 0)
+        close(fd);
+    if (rc == 0 && unlinkat(r->stage_fd, sid, AT_REMOVEDIR) != 0 && errno != ENOENT)
+        rc = -errno;
+    if (rc == 0 && fsync(r->stage_fd) != 0)
+        rc = -errno;
+    if (rc)
+        return ckpt_fail(err, rc, "staging %s: cannot remove: %s", sid, strerror(-rc));
+    return 0;
+}
+
+int stage_remove(stage_root *r, stage_dir *d, ckpt_err *err)
+{
+    return remove_sid_dir(r, d->sid, err);
+}
+
+int stage_remove_sid(stage_root *r, const char *sid, ckpt_err *err)
+{
+    if (strlen(sid) != STAGE_SID_LEN || strspn(sid, "0123456789abcdef") != STAGE_SID_LEN)
+        return ckpt_fail(err, -EINVAL, "staging %s: not a staging directory", sid);
+    return remove_sid_dir(r, sid, err);
+}
+
+int stage_scan(stage_root *r, int (*fn)(void *ud, const char *sid), void *ud, ckpt_err *err)
+{
+    int fd = dup(r->stage_fd);
+    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!dir) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return ckpt_fail(err, -e, "%s/stage: cannot list: %s", STAGE_HIDDEN_DIR, strerror(e));
+    }
+    rewinddir(dir);
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(dir))) {
+        if (e->d_name[0] == '.')
+            continue;
+        rc = fn(ud, e->d_name);
+    }
+    closedir(dir);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ meta */
+
+typedef struct enc {
+    bytebuf b;
+    uint32_t *index_of;       /* node id -> position in the file (0 = root) */
+    uint32_t n;
+} enc;
+
+static int encode_node(void *ud, const wtree *t, uint32_t id)
+{
+    enc *e = ud;
+    const wnode *n = &t->nodes[id];
+    if (id == WTREE_ROOT) {
+        e->index_of[id] = 0;
+        return 0;
+    }
+    e->index_of[id] = ++e->n;
+    size_t len = strlen(n->name);
+    bb_u32(&e->b, e->index_of[n->parent]);
+    bb_u8(&e->b, n->kind);
+    bb_u32(&e->b, n->mode);
+    bb_u64(&e->b, (uint64_t)n->mtime_sec);
+    bb_u32(&e->b, n->mtime_nsec);
+    bb_u64(&e->b, n->blob_id);
+    bb_u16(&e->b, (uint16_t)len);
+    bb_put(&e->b, n->name, len);
+    return 0;
+}
+
+int stage_encode_meta(const stage_dir *d, const wtree *t, uint64_t next_blob_id, uint8_t **out,
+                      size_t *out_len)
+{
+    enc e = {{0}, calloc(t->n_nodes ? t->n_nodes : 1, sizeof(uint32_t)), 0};
+    if (!e.index_of)
+        return -ENOMEM;
+    const wnode *root = &t->nodes[WTREE_ROOT];
+    bb_u32(&e.b, 1);
+    bb_u64(&e.b, next_blob_id);
+    bb_u32(&e.b, root->mode);
+    bb_u64(&e.b, (uint64_t)root->mtime_sec);
+    bb_u32(&e.b, root->mtime_nsec);
+    size_t count_at = e.b.len;
+    bb_u32(&e.b, 0);
+    int rc = wtree_walk(t, encode_node, &e);
+    free(e.index_of);
+    if (rc == 0 && e.b.oom)
+        rc = -ENOMEM;
+    size_t len = 8 + (d->key ? META_NONCE + e.b.len + META_TAG : e.b.len + META_HASH);
+    uint8_t *buf = rc ? NULL : malloc(len);
+    if (rc == 0 && !buf)
+        rc = -ENOMEM;
+    if (rc == 0) {
+        put_u32(e.b.p + count_at, e.n);
+        if (d->key) {
+            memcpy(buf, META_MAGIC_SEALED, 8);
+            uint8_t ad[8 + STAGE_SID_LEN];
+            memcpy(ad, META_MAGIC_SEALED, 8);
+            memcpy(ad + 8, d->sid, STAGE_SID_LEN);
+            stage_seal(d->key, ad, sizeof ad, e.b.p, e.b.len, buf + 8, buf + 8 + META_NONCE);
+        } else {
+            memcpy(buf, META_MAGIC_PLAIN, 8);
+            memcpy(buf + 8, e.b.p, e.b.len);
+            crypto_generichash(buf + 8 + e.b.len, META_HASH, e.b.p, e.b.len, NULL, 0);
+        }
+    }
+    if (e.b.p)
+        sodium_memzero(e.b.p, e.b.len);
+    bb_free(&e.b);
+    *out = buf;
+    *out_len = len;
+    return rc;
+}
+
+int stage_write_meta(stage_dir *d, const uint8_t *buf, size_t len, ckpt_err *err)
+{
+    char what[64];
+    snprintf(what, sizeof what, "staging %s", d->sid);
+    /* Blobs the namespace names must exist after a crash too. */
+    if (fsync(d->data_fd) != 0)
+        return ckpt_fail(err, -errno, "%s: fsync of the data directory: %s", what, strerror(errno));
+    return replace_file(d->fd, what, META_NAME, buf, len, err);
+}
+
+int stage_save_meta(stage_dir *d, const wtree *t, uint64_t next_blob_id, ckpt_err *err)
+{
+    uint8_t *buf;
+    size_t len;
+    int rc = stage_encode_meta(d, t, next_blob_id, &buf, &len);
+    if (rc)
+        return ckpt_fail(err, rc, "out of memory");
+    rc = stage_write_meta(d, buf, len, err);
+    free(buf);
+    return rc;
+}
+
+typedef struct dec {
+    const uint8_t *p;
+    size_t left;
+    int bad;
+} dec;
+
+static const uint8_t *take(dec *d, size_t n)
+{
+    if (d->bad || d->left < n) {
+        d->bad = 1;
+        return NULL;
+    }
+    const uint8_t *p = d->p;
+    d->p += n;
+    d->left -= n;
+    return p;
+}
+
+static uint64_t take_u64(dec *d) { const uint8_t *p = take(d, 8); return p ? get_u64(p) : 0; }
+static uint32_t take_u32(dec *d) { const uint8_t *p = take(d, 4); return p ? get_u32(p) : 0; }
+static uint16_t take_u16(dec *d) { const uint8_t *p = take(d, 2); return p ? get_u16(p) : 0; }
+static uint8_t take_u8(dec *d) { const uint8_t *p = take(d, 1); return p ? p[0] : 0; }
+
+static int decode_meta(const uint8_t *p, size_t len, wtree *t, uint64_t *next_blob_id)
+{
+    dec d = {p, len, 0};
+    if (take_u32(&d) != 1)
+        return -EIO;
+    *next_blob_id = take_u64(&d);
+    uint32_t root_mode = take_u32(&d);
+    int64_t root_sec = (int64_t)take_u64(&d);
+    uint32_t root_nsec = take_u32(&d);
+    uint32_t n = take_u32(&d);
+    if (d.bad || n > d.left / 31)
+        return -EIO;
+    int rc = wtree_init(t, root_mode, root_sec, root_nsec);
+    if (rc)
+        return rc;
+    uint32_t *id_of = malloc(((size_t)n + 1) * sizeof *id_of);
+    if (!id_of) {
+        wtree_free(t);
+        return -ENOMEM;
+    }
+    id_of[0] = WTREE_ROOT;
+    char name[256];
+    for (uint32_t i = 1; rc == 0 && i <= n; i++) {
+        uint32_t parent = take_u32(&d);
+        uint8_t kind = take_u8(&d);
+        uint32_t mode = take_u32(&d);
+        int64_t sec = (int64_t)take_u64(&d);
+        uint32_t nsec = take_u32(&d);
+        uint64_t blob = take_u64(&d);
+        uint16_t nlen = take_u16(&d);
+        const uint8_t *nm = nlen < sizeof name ? take(&d, nlen) : NULL;
+        if (d.bad || !nm || parent >= i || memchr(nm, 0, nlen) || mode > 07777 || nsec >= 1000000000u) {
+            rc = -EIO;
+            break;
+        }
+        memcpy(name, nm, nlen);
+        name[nlen] = 0;
+        /* wtree_add checks the name, the parent being a directory and
+         * duplicates; any of those means a damaged file. */
+        rc = wtree_add(t, id_of[parent], name, (wnode_kind)kind, mode, sec, nsec, blob, &id_of[i]);
+        if (rc && rc != -ENOMEM)
+            rc = -EIO;
+        if (rc == 0 && kind == WNODE_FILE && blob >= *next_blob_id)
+            rc = -EIO;
+    }
+    free(id_of);
+    if (rc == 0 && d.left)
+        rc = -EIO;
+    if (rc)
+        wtree_free(t);
+    return rc;
+}
+
+int stage_load_meta(stage_dir *d, wtree *t, uint64_t *next_blob_id, ckpt_err *err)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = read_small(d->fd, META_NAME, META_MAX, &buf, &len);
+    if (rc == -ENOENT) {
+        /* Created, then a crash before the first save: nothing was synced. */
+        *next_blob_id = 1;
+        rc = wtree_init(t, 0755, 0, 0);
+        return rc ? ckpt_fail(err, rc, "out of memory") : 0;
+    }
+    if (rc)
+        return ckpt_fail(err, rc == -EIO ? -EIO : rc, "staging %s: cannot read its namespace: %s",
+                         d->sid, strerror(-rc));
+    uint8_t *plain = NULL;
+    size_t plen = 0;
+    if (len >= 8 + META_NONCE + META_TAG && memcmp(buf, META_MAGIC_SEALED, 8) == 0) {
+        if (!d->key) {
+            free(buf);
+            return ckpt_fail(err, -EACCES, "staging %s: namespace is encrypted and no key is set",
+                             d->sid);
+        }
+        plen = len - 8 - META_NONCE - META_TAG;
+        plain = malloc(plen ? plen : 1);
+        uint8_t ad[8 + STAGE_SID_LEN];
+        memcpy(ad, META_MAGIC_SEALED, 8);
+        memcpy(ad + 8, d->sid, STAGE_SID_LEN);
+        if (plain && stage_unseal(d->key, ad, sizeof ad, buf + 8 + META_NONCE, plen, buf + 8,
+                                  plain) != 0)
+            rc = -EIO; /* the key was checked: this is damage */
+    } else if (len >= 8 + META_HASH && memcmp(buf, META_MAGIC_PLAIN, 8) == 0) {
+        if (d->key) {
+            /* Sealed staging never writes a plain namespace. */
+            rc = -EIO;
+        } else {
+            plen = len - 8 - META_HASH;
+            plain = malloc(plen ? plen : 1);
+            uint8_t h[META_HASH];
+            crypto_generichash(h, META_HASH, buf + 8, plen, NULL, 0);
+            if (plain && memcmp(h, buf + 8 + plen, META_HASH) != 0)
+                rc = -EIO;
+            else if (plain)
+                memcpy(plain, buf + 8, plen);
+        }
+    } else {
+        rc = -EIO;
+    }
+    free(buf);
+    if (rc == 0 && !plain)
+        rc = -ENOMEM;
+    if (rc == 0)
+        rc = decode_meta(plain, plen, t, next_blob_id);
+    if (plain)
+        sodium_memzero(plain, plen);
+    free(plain);
+    if (rc == -EIO)
+        return ckpt_fail(err, rc, "staging %s: namespace file is damaged", d->sid);
+    if (rc)
+        return ckpt_fail(err, rc, "staging %s: %s", d->sid, strerror(-rc));
+    return 0;
+}

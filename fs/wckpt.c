@@ -1,0 +1,670 @@
+/* Writable checkpoints: the table, lifetimes and the state machine (commit,
+ * and the root's mkdir, rmdir and rename). The packer and timer threads are
+ * in wckpt_jobs.c, recovery in wckpt_recover.c, the file operations inside
+ * a checkpoint in wckpt_ops.c; wckpt.h describes the whole. */
+#include "wckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "fslog.h"
+#include "wckpt_internal.h"
+
+double wc_now_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct timespec wc_now_real(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts;
+}
+
+const char *wstate_name(wstate s)
+{
+    switch (s) {
+    case WST_WRITING: return "writing";
+    case WST_PACKING: return "packing";
+    case WST_COMMITTED: return "committed";
+    case WST_FAILED: return "failed";
+    case WST_DELETED: return "deleted";
+    }
+    return "unknown";
+}
+
+int wtable_name_ok(const char *name)
+{
+    size_t len = strlen(name);
+    return len > 0 && name[0] != '.' && !strchr(name, '/') && len + SUFFIX_LEN <= NAME_MAX;
+}
+
+int wc_pack_exists(wtable *t, const char *name)
+{
+    char file[NAME_MAX + 1];
+    struct stat st;
+    snprintf(file, sizeof file, "%s" PACK_SUFFIX, name);
+    return fstatat(t->backing_fd, file, &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+void wc_set_error(wckpt *c, const char *msg)
+{
+    free(c->error);
+    c->error = msg ? strdup(msg) : NULL;
+}
+
+/* ---------------------------------------------------------- lifetimes */
+
+static void wfile_free(wfile *f)
+{
+    if (!f)
+        return;
+    stage_blob_free(f->blob);
+    free(f);
+}
+
+void wc_free_blobs(wckpt *c)
+{
+    for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
+        wfile_free(c->tree.nodes[i].data);
+        c->tree.nodes[i].data = NULL;
+    }
+}
+
+void wc_wckpt_free(wckpt *c)
+{
+    if (c->successor && c->table->drop_successor)
+        c->table->drop_successor(c->table->successor_ud, c->successor);
+    wc_free_blobs(c);
+    wtree_free(&c->tree);
+    stage_dir_close(&c->dir);
+    pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->save_lock);
+    pthread_cond_destroy(&c->changed);
+    free(c->name);
+    free(c->error);
+    free(c);
+}
+
+/* Frees c once nothing can reach it. Called with t->lock held. */
+void wc_release_if_unused(wtable *t, wckpt *c)
+{
+    if (c->current || c->refs || c->nlookup || c->pack_running)
+        return;
+    for (wckpt **link = &t->all; *link; link = &(*link)->next) {
+        if (*link == c) {
+            *link = c->next;
+            break;
+        }
+    }
+    wc_wckpt_free(c);
+}
+
+wckpt *wc_wckpt_new(wtable *t, const char *name)
+{
+    if (t->next_serial == UINT32_MAX)
+        return NULL;
+    wckpt *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->name = strdup(name);
+    if (!c->name) {
+        free(c);
+        return NULL;
+    }
+    c->table = t;
+    c->serial = t->next_serial++;
+    c->current = 1;
+    c->dir.fd = c->dir.data_fd = -1;
+    c->last_change = wc_now_mono();
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->save_lock, NULL);
+    pthread_cond_init(&c->changed, NULL);
+    return c;
+}
+
+/* A file's state, or NULL for a directory or a node without data. */
+wfile *wc_file_of(wckpt *c, uint32_t node)
+{
+    wnode *n = wtree_node(&c->tree, node);
+    return n && n->kind == WNODE_FILE ? n->data : NULL;
+}
+
+/* Frees a removed file's data once nothing uses it. */
+void wc_drop_if_detached(wckpt *c, uint32_t node)
+{
+    wnode *n = wtree_node(&c->tree, node);
+    wfile *f = n ? n->data : NULL;
+    if (f && !n->linked && f->open == 0 && f->busy == 0) {
+        wfile_free(f);
+        n->data = NULL;
+    }
+}
+
+/* ------------------------------------------------------ state changes */
+
+/* Can the namespace or data change now? Called with c->lock held. */
+int wc_modifiable(wckpt *c, const char *what)
+{
+    if (c->locked)
+        return -EACCES;
+    switch (c->state) {
+    case WST_WRITING:
+    case WST_FAILED:
+        return 0;
+    case WST_PACKING:
+        if (!c->busy_logged) {
+            c->busy_logged = 1;
+            fslog("checkpoint '%s' is being packed: %s refused with EBUSY (it is read-only "
+                  "from the commit on; write into a new checkpoint)",
+                  c->name, what);
+        }
+        return -EBUSY;
+    case WST_COMMITTED:
+        return -EROFS;
+    case WST_DELETED:
+        break;
+    }
+    return -ENOENT;
+}
+
+/* Called with c->lock held after a change succeeded. Only data arms the
+ * auto-commit: a writer that makes its directories, then spends a while
+ * before the first file, must not see an empty checkpoint committed. */
+void wc_touched(wckpt *c, int namespace)
+{
+    if (!namespace)
+        c->changed_since_commit = 1;
+    c->last_change = wc_now_mono();
+    if (namespace)
+        c->meta_gen++;
+    if (c->state == WST_FAILED && !namespace) {
+        /* New data: the failure was about what came before. Removing files
+         * or changing attributes does not make up for what failed. */
+        c->state = WST_WRITING;
+        c->record_dirty = 1;
+        c->meta_gen++;
+    }
+}
+
+void wc_mark_mtime(wnode *n)
+{
+    struct timespec ts = wc_now_real();
+    n->mtime_sec = ts.tv_sec;
+    n->mtime_nsec = (uint32_t)ts.tv_nsec;
+}
+
+/* Records a failure of the staging disk (c->lock held). */
+void wc_staging_failed(wckpt *c, int rc, const char *msg)
+{
+    if (rc != -ENOSPC && rc != -EDQUOT && rc != -EIO)
+        return;
+    if (c->state != WST_FAILED || !c->error || strcmp(c->error, msg) != 0)
+        fslog("checkpoint '%s': %s; state is now failed (staged data is kept: free space, "
+              "rewrite what failed and run 'ckpt commit' to retry)",
+              c->name, msg);
+    c->state = WST_FAILED;
+    wc_set_error(c, msg);
+    c->record_dirty = 1;
+    c->meta_gen++;
+}
+
+/* Writes the namespace and, if needed, the record, unless nothing changed
+ * since the last wc_save. The tree is encoded under the lock, written without. */
+int wc_save(wckpt *c, ckpt_err *err)
+{
+    pthread_mutex_lock(&c->lock);
+    if (c->locked || c->state == WST_COMMITTED || c->state == WST_DELETED ||
+        (c->saved_gen == c->meta_gen && !c->record_dirty)) {
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+    }
+    uint64_t gen = c->meta_gen;
+    int write_record = c->record_dirty;
+    wstate state = c->state;
+    char *name = strdup(c->name), *error = c->error ? strdup(c->error) : NULL;
+    c->record_dirty = 0;
+    c->last_save = wc_now_mono();
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = name ? stage_encode_meta(&c->dir, &c->tree, c->next_blob_id, &buf, &len) : -ENOMEM;
+    pthread_mutex_unlock(&c->lock);
+    if (rc) {
+        free(name);
+        free(error);
+        return ckpt_fail(err, rc, "checkpoint '%s': out of memory", c->name);
+    }
+    pthread_mutex_lock(&c->save_lock);
+    /* A commit may have come between: its record (written under
+     * save_lock) must not be overwritten with an older state. */
+    pthread_mutex_lock(&c->lock);
+    int same_state = c->state == state;
+    pthread_mutex_unlock(&c->lock);
+    if (c->saved_gen < gen)
+        rc = stage_write_meta(&c->dir, buf, len, err);
+    if (rc == 0 && write_record && same_state)
+        rc = stage_write_record(&c->table->root, &c->dir, name,
+                                state == WST_FAILED ? STAGE_FAILED : STAGE_WRITING, error, err);
+    if (rc == 0 && c->saved_gen < gen)
+        c->saved_gen = gen;
+    pthread_mutex_unlock(&c->save_lock);
+    free(buf);
+    free(name);
+    free(error);
+    if (rc) {
+        pthread_mutex_lock(&c->lock);
+        if (write_record)
+            c->record_dirty = 1;
+        wc_staging_failed(c, rc, err->msg);
+        pthread_mutex_unlock(&c->lock);
+    }
+    return rc;
+}
+
+int wtable_commit(wtable *t, wckpt *c)
+{
+    pthread_mutex_lock(&c->lock);
+    if (c->locked) {
+        pthread_mutex_unlock(&c->lock);
+        return -EACCES;
+    }
+    if (c->state == WST_PACKING || c->state == WST_COMMITTED) {
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+    }
+    if (c->state == WST_DELETED) {
+        pthread_mutex_unlock(&c->lock);
+        return -ENOENT;
+    }
+    wstate was = c->state;
+    c->state = WST_PACKING;
+    c->commit_seq = 0; /* not for the packer until the record says packing */
+    c->busy_logged = 0;
+    c->changed_since_commit = 0;
+    /* Writes already past the state check finish before the snapshot. */
+    while (c->inflight)
+        pthread_cond_wait(&c->changed, &c->lock);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = stage_encode_meta(&c->dir, &c->tree, c->next_blob_id, &buf, &len);
+    uint64_t gen = c->meta_gen;
+    char *name = strdup(c->name);
+    pthread_mutex_unlock(&c->lock);
+    ckpt_err err = {0};
+    if (rc == 0 && !name)
+        rc = -ENOMEM;
+    if (rc)
+        ckpt_fail(&err, rc, "checkpoint '%s': out of memory", c->name);
+    pthread_mutex_lock(&c->save_lock);
+    /* The namespace first: a record saying "packing" promises it. */
+    if (rc == 0)
+        rc = stage_write_meta(&c->dir, buf, len, &err);
+    if (rc == 0)
+        rc = stage_write_record(&t->root, &c->dir, name, STAGE_PACKING, NULL, &err);
+    if (rc == 0 && c->saved_gen < gen)
+        c->saved_gen = gen;
+    pthread_mutex_unlock(&c->save_lock);
+    free(buf);
+    free(name);
+    pthread_mutex_lock(&t->lock);
+    pthread_mutex_lock(&c->lock);
+    if (rc) {
+        c->state = was == WST_FAILED ? WST_FAILED : WST_WRITING;
+        wc_staging_failed(c, rc, err.msg);
+        if (c->state != WST_FAILED)
+            fslog("checkpoint '%s': cannot commit: %s", c->name, err.msg);
+    } else {
+        wc_set_error(c, NULL);
+        c->record_dirty = 0;
+        c->commit_seq = ++t->commit_seq;
+        /* What status shows while it waits for the packer. */
+        uint64_t total = 0;
+        for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
+            const wnode *n = &c->tree.nodes[i];
+            if (n->linked && n->kind == WNODE_FILE && n->data)
+                total += stage_blob_size(((wfile *)n->data)->blob);
+        }
+        c->pack_done = 0;
+        c->pack_total = total;
+        pthread_cond_signal(&t->wake);
+    }
+    pthread_cond_broadcast(&c->changed);
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
+/* ----------------------------------------------------------- the table */
+
+int wtable_init(wtable *t, const char *backing_path, int backing_fd, const ckpt_key *key,
+                const wtable_opts *o, ckpt_err *err)
+{
+    memset(t, 0, sizeof *t);
+    t->backing_fd = backing_fd;
+    t->key = key;
+    if (o)
+        t->opts = *o;
+    t->next_serial = WCKPT_SERIAL_BASE;
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&t->timer_wake, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_cond_init(&t->wake, NULL);
+    t->backing_path = strdup(backing_path);
+    if (!t->backing_path)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    int rc = stage_root_open(&t->root, backing_fd, key, err);
+    if (rc) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        ckpt_fail(err, rc, "%s/%s", backing_path, msg);
+        return rc;
+    }
+    t->root_ready = 1;
+    return 0;
+}
+
+int wtable_start(wtable *t)
+{
+    if (t->threads_started)
+        return 0;
+    if (pthread_create(&t->packer, NULL, wc_packer_main, t) != 0)
+        return -EAGAIN;
+    if (pthread_create(&t->timer, NULL, wc_timer_main, t) != 0) {
+        pthread_mutex_lock(&t->lock);
+        t->stopping = 1;
+        pthread_cond_broadcast(&t->wake);
+        pthread_mutex_unlock(&t->lock);
+        pthread_join(t->packer, NULL);
+        t->stopping = 0;
+        return -EAGAIN;
+    }
+    t->threads_started = 1;
+    return 0;
+}
+
+void wtable_stop(wtable *t)
+{
+    pthread_mutex_lock(&t->lock);
+    __atomic_store_n(&t->stopping, 1, __ATOMIC_RELAXED);
+    pthread_cond_broadcast(&t->wake);
+    pthread_cond_broadcast(&t->timer_wake);
+    pthread_mutex_unlock(&t->lock);
+    if (t->threads_started) {
+        pthread_join(t->packer, NULL);
+        pthread_join(t->timer, NULL);
+        t->threads_started = 0;
+    }
+    for (wckpt *c = t->all; c; c = c->next) {
+        ckpt_err err = {0};
+        if (c->current && wc_save(c, &err) != 0)
+            fslog("checkpoint '%s': cannot wc_save its namespace: %s", c->name, err.msg);
+        pthread_mutex_lock(&c->lock);
+        for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
+            wfile *f = c->tree.nodes[i].kind == WNODE_FILE ? c->tree.nodes[i].data : NULL;
+            if (f && stage_blob_park(f->blob, &err) != 0)
+                fslog("checkpoint '%s': %s", c->name, err.msg);
+        }
+        pthread_mutex_unlock(&c->lock);
+    }
+}
+
+void wtable_destroy(wtable *t)
+{
+    wckpt *c = t->all;
+    while (c) {
+        wckpt *next = c->next;
+        wc_wckpt_free(c);
+        c = next;
+    }
+    t->all = NULL;
+    if (t->root_ready)
+        stage_root_close(&t->root);
+    pthread_mutex_destroy(&t->lock);
+    pthread_cond_destroy(&t->wake);
+    pthread_cond_destroy(&t->timer_wake);
+    free(t->backing_path);
+    memset(t, 0, sizeof *t);
+}
+
+/* The current checkpoint called name (t->lock held). */
+wckpt *wc_by_name(wtable *t, const char *name)
+{
+    for (wckpt *c = t->all; c; c = c->next)
+        if (c->current && strcmp(c->name, name) == 0)
+            return c;
+    return NULL;
+}
+
+wckpt *wtable_get(wtable *t, const char *name, int count_lookup)
+{
+    pthread_mutex_lock(&t->lock);
+    wckpt *c = wc_by_name(t, name);
+    if (c && count_lookup)
+        c->nlookup++;
+    pthread_mutex_unlock(&t->lock);
+    return c;
+}
+
+wckpt *wtable_find(wtable *t, uint64_t ino, uint32_t *node)
+{
+    uint32_t serial = (uint32_t)(ino >> 32), low = (uint32_t)ino;
+    if (serial < WCKPT_SERIAL_BASE || low == 0)
+        return NULL;
+    pthread_mutex_lock(&t->lock);
+    wckpt *c = t->all;
+    while (c && c->serial != serial)
+        c = c->next;
+    pthread_mutex_unlock(&t->lock);
+    if (c)
+        *node = low - 1;
+    return c;
+}
+
+void wtable_count_lookup(wtable *t, wckpt *c)
+{
+    pthread_mutex_lock(&t->lock);
+    c->nlookup++;
+    pthread_mutex_unlock(&t->lock);
+}
+
+void wtable_forget(wtable *t, wckpt *c, uint64_t n)
+{
+    pthread_mutex_lock(&t->lock);
+    c->nlookup = n > c->nlookup ? 0 : c->nlookup - n;
+    wc_release_if_unused(t, c);
+    pthread_mutex_unlock(&t->lock);
+}
+
+void wtable_ref(wtable *t, wckpt *c)
+{
+    pthread_mutex_lock(&t->lock);
+    c->refs++;
+    pthread_mutex_unlock(&t->lock);
+}
+
+void wtable_unref(wtable *t, wckpt *c)
+{
+    pthread_mutex_lock(&t->lock);
+    c->refs--;
+    wc_release_if_unused(t, c);
+    pthread_mutex_unlock(&t->lock);
+}
+
+int wtable_names(wtable *t, char ***names, uint64_t **inos, size_t *n)
+{
+    pthread_mutex_lock(&t->lock);
+    size_t count = 0;
+    for (wckpt *c = t->all; c; c = c->next)
+        count += c->current;
+    char **nv = calloc(count ? count : 1, sizeof *nv);
+    uint64_t *iv = calloc(count ? count : 1, sizeof *iv);
+    size_t i = 0;
+    int rc = nv && iv ? 0 : -ENOMEM;
+    for (wckpt *c = t->all; rc == 0 && c; c = c->next) {
+        if (!c->current)
+            continue;
+        nv[i] = strdup(c->name);
+        if (!nv[i]) {
+            rc = -ENOMEM;
+            break;
+        }
+        iv[i++] = wckpt_ino(c, WTREE_ROOT);
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (rc) {
+        for (size_t j = 0; nv && j < i; j++)
+            free(nv[j]);
+        free(nv);
+        free(iv);
+        return rc;
+    }
+    *names = nv;
+    *inos = iv;
+    *n = i;
+    return 0;
+}
+
+int wtable_mkdir(wtable *t, const char *name, uint32_t mode, wckpt **out)
+{
+    if (!wtable_name_ok(name))
+        return strlen(name) + SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
+    pthread_mutex_lock(&t->lock);
+    if (wc_by_name(t, name) || wc_pack_exists(t, name)) {
+        pthread_mutex_unlock(&t->lock);
+        return -EEXIST;
+    }
+    wckpt *c = wc_wckpt_new(t, name);
+    int rc = c ? 0 : -ENOMEM;
+    ckpt_err err = {0};
+    struct timespec ts = wc_now_real();
+    if (rc == 0)
+        rc = wtree_init(&c->tree, mode, ts.tv_sec, (uint32_t)ts.tv_nsec);
+    if (rc == 0) {
+        c->next_blob_id = 1;
+        rc = stage_create(&t->root, name, &c->dir, &err);
+        if (rc)
+            fslog("cannot start checkpoint '%s': %s", name, err.msg);
+    }
+    if (rc) {
+        if (c)
+            wc_wckpt_free(c);
+        pthread_mutex_unlock(&t->lock);
+        return rc;
+    }
+    c->state = WST_WRITING;
+    c->meta_gen = 1; /* the root's mode and mtime */
+    c->nlookup = 1;
+    c->next = t->all;
+    t->all = c;
+    pthread_mutex_unlock(&t->lock);
+    *out = c;
+    return 0;
+}
+
+int wtable_rmdir(wtable *t, const char *name)
+{
+    pthread_mutex_lock(&t->lock);
+    wckpt *c = wc_by_name(t, name);
+    if (!c) {
+        pthread_mutex_unlock(&t->lock);
+        return -ENOENT;
+    }
+    pthread_mutex_lock(&c->lock);
+    int rc = c->locked ? -EACCES : c->state == WST_PACKING ? -EBUSY : 0;
+    if (rc == 0 && c->tree.nodes[WTREE_ROOT].n_children)
+        rc = -ENOTEMPTY;
+    if (rc == 0) {
+        c->state = WST_DELETED;
+        while (c->inflight)
+            pthread_cond_wait(&c->changed, &c->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (rc == 0) {
+        ckpt_err err = {0};
+        c->current = 0;
+        if (stage_remove(&t->root, &c->dir, &err) != 0)
+            fslog("checkpoint '%s' removed, but not all of its staging: %s", name, err.msg);
+        wc_release_if_unused(t, c);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
+int wtable_remove_pack(wtable *t, const char *name)
+{
+    char file[NAME_MAX + 1];
+    if (!wtable_name_ok(name))
+        return -ENOENT;
+    snprintf(file, sizeof file, "%s" PACK_SUFFIX, name);
+    if (unlinkat(t->backing_fd, file, 0) != 0)
+        return -errno;
+    if (fsync(t->backing_fd) != 0)
+        return -errno;
+    fslog("checkpoint '%s' deleted (%s/%s removed)", name, t->backing_path, file);
+    return 0;
+}
+
+int wtable_rename(wtable *t, const char *from, const char *to, int noreplace)
+{
+    if (!wtable_name_ok(to))
+        return strlen(to) + SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
+    if (strcmp(from, to) == 0)
+        return 0;
+    pthread_mutex_lock(&t->lock);
+    wckpt *c = wc_by_name(t, from);
+    int rc = 0;
+    if (wc_by_name(t, to) || wc_pack_exists(t, to)) {
+        /* Only an empty directory could be replaced; a checkpoint is not. */
+        rc = noreplace ? -EEXIST : -ENOTEMPTY;
+    } else if (c) {
+        pthread_mutex_lock(&c->save_lock);
+        pthread_mutex_lock(&c->lock);
+        rc = c->state == WST_PACKING ? -EBUSY : 0;
+        stage_state st = c->state == WST_FAILED ? STAGE_FAILED : STAGE_WRITING;
+        char *error = c->error ? strdup(c->error) : NULL;
+        pthread_mutex_unlock(&c->lock);
+        ckpt_err err = {0};
+        if (rc == 0)
+            rc = stage_write_record(&t->root, &c->dir, to, st, error, &err);
+        pthread_mutex_unlock(&c->save_lock);
+        free(error);
+        char *copy = rc == 0 ? strdup(to) : NULL;
+        if (rc == 0 && copy) {
+            pthread_mutex_lock(&c->lock);
+            free(c->name);
+            c->name = copy;
+            pthread_mutex_unlock(&c->lock);
+        } else if (rc == 0) {
+            rc = -ENOMEM;
+        } else if (rc != -EBUSY) {
+            fslog("cannot rename checkpoint '%s': %s", from, err.msg);
+        }
+    } else if (wtable_name_ok(from) && wc_pack_exists(t, from)) {
+        char a[NAME_MAX + 1], b[NAME_MAX + 1];
+        snprintf(a, sizeof a, "%s" PACK_SUFFIX, from);
+        snprintf(b, sizeof b, "%s" PACK_SUFFIX, to);
+        if (renameat2(t->backing_fd, a, t->backing_fd, b, RENAME_NOREPLACE) != 0)
+            rc = errno == EEXIST ? (noreplace ? -EEXIST : -ENOTEMPTY) : -errno;
+        else if (fsync(t->backing_fd) != 0)
+            rc = -errno;
+    } else {
+        rc = -ENOENT;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}

@@ -1,0 +1,232 @@
+/* Writable checkpoints: `mkdir MOUNT/NAME` starts one, files are written
+ * into its staging area (stage.h), and a commit packs it in the
+ * background (packer.h) into BACKING/NAME.tpack, after which the pack is
+ * what NAME shows.
+ *
+ * States: writing -> packing -> committed, or -> failed (packing failed or
+ * the staging disk filled up; the staged data stays and a commit retries).
+ * A commit comes from `ckpt commit` (wtable_commit) or, with a commit delay,
+ * from the timer once data was written and nothing in the checkpoint has
+ * been open or changed for that long. Making directories alone does not
+ * count (a writer may take a while between its mkdir and its first file),
+ * nor does a restart: a checkpoint found writing after a crash waits for
+ * `ckpt commit` or new data, so half a checkpoint is never committed.
+ * While packing, changes are refused with EBUSY; once committed, the pack
+ * is immutable and the staging area is gone.
+ *
+ * Crash safety: the record (state and name) and the namespace are replaced
+ * atomically; fsync on a file makes its data and the namespace durable; on
+ * startup wtable_recover puts every checkpoint back where it was (writing,
+ * failed, or packing, which restarts) and removes what a crash left
+ * behind (hidden .NAME.tpack.tmp files, staging of checkpoints whose pack
+ * is in place, files never recorded in a saved namespace).
+ *
+ * This layer knows nothing of FUSE: fs/wops.c maps requests onto it. It
+ * is wckpt.c (table, lifetimes, commits), wckpt_ops.c (files inside a
+ * checkpoint), wckpt_jobs.c (packer and timer threads) and
+ * wckpt_recover.c (startup).
+ *
+ * Inode numbers of writable checkpoints are (serial << 32) | (node + 1)
+ * with serials from WCKPT_SERIAL_BASE, apart from those of packs.
+ *
+ * Locking: the table's lock, then a checkpoint's lock; never the reverse.
+ * Blob I/O runs without either, counted in `inflight`. */
+#ifndef CKPTFS_WCKPT_H
+#define CKPTFS_WCKPT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "ckpt.h"
+#include "packer.h"
+#include "stage.h"
+#include "stage_blob.h"
+#include "wtree.h"
+
+#define WCKPT_SERIAL_BASE 0x80000000u
+
+typedef enum wstate {
+    WST_WRITING = 1,
+    WST_PACKING,
+    WST_COMMITTED,
+    WST_FAILED,
+    WST_DELETED,
+} wstate;
+
+typedef struct wfile {
+    stage_blob *blob;
+    unsigned open;            /* handles the kernel opened (create, open) */
+    unsigned busy;            /* reads and writes running without the lock */
+    double last_use;
+} wfile;
+
+struct wtable;
+
+typedef struct wckpt {
+    struct wckpt *next;
+    struct wtable *table;
+    uint32_t serial;
+    char *name;
+    int current;              /* what its name means at the root */
+    uint64_t nlookup;         /* kernel references to its inodes */
+    unsigned refs;            /* threads and handles using it */
+
+    pthread_mutex_t lock;
+    pthread_cond_t changed;   /* state, inflight */
+    wstate state;
+    int locked;               /* sealed, and the mount's key cannot open it */
+    char *error;              /* why it failed (or is locked) */
+    int busy_logged;          /* "refused while packing" said this round */
+    stage_dir dir;
+    wtree tree;
+    uint64_t next_blob_id;
+    unsigned open_files, inflight;
+    double last_change;       /* monotonic seconds */
+    int changed_since_commit;
+    uint64_t commit_seq;      /* packing order */
+    int pack_running;
+    uint64_t pack_done, pack_total;
+    double pack_started;
+
+    /* Namespace saves: a generation per change, written without the lock. */
+    uint64_t meta_gen, saved_gen;
+    int record_dirty;         /* state changed back to writing */
+    double last_save;
+    pthread_mutex_t save_lock;
+
+    /* Once committed: the FUSE layer's handle on the pack that replaced it,
+     * released through the table's drop_successor when c is freed. */
+    void *successor;
+} wckpt;
+
+typedef struct wtable_opts {
+    double commit_delay;      /* seconds of quiet before auto-commit; 0: never */
+    unsigned pack_threads;    /* 0: all cores */
+    ckpt_cipher cipher;       /* with a key: NONE means the default */
+} wtable_opts;
+
+typedef struct wtable {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;      /* packer: work queued, or stopping */
+    int backing_fd;           /* borrowed */
+    char *backing_path;
+    const ckpt_key *key;
+    wtable_opts opts;
+    stage_root root;
+    int root_ready;
+    wckpt *all;
+    uint32_t next_serial;
+    uint64_t commit_seq;
+    int stopping;
+    int threads_started;
+    pthread_t packer, timer;
+    pthread_cond_t timer_wake;
+    void (*drop_successor)(void *ud, void *successor);
+    void *successor_ud;
+    /* Called (from the packer thread) once a checkpoint is committed, so
+     * the FUSE layer can make the kernel let go of its old inodes. */
+    void (*committed)(void *ud, const char *name);
+} wtable;
+
+/* Flags for wckpt_setattr. */
+#define WSET_MODE 1
+#define WSET_SIZE 2
+#define WSET_MTIME 4          /* to the given time */
+#define WSET_MTIME_NOW 8
+
+typedef struct wdirent {
+    char *name;
+    uint32_t node;
+    int is_dir;
+} wdirent;
+
+/* ------------------------------------------------------------ the table */
+
+/* Sets up the staging area under backing. Errors name the path. */
+int wtable_init(wtable *t, const char *backing_path, int backing_fd, const ckpt_key *key,
+                const wtable_opts *o, ckpt_err *err);
+/* Puts every staged checkpoint back (see above); logs what it did. */
+int wtable_recover(wtable *t);
+/* Starts the packer and the commit timer (after any fork). */
+int wtable_start(wtable *t);
+/* Stops both; packing in progress is abandoned, to resume next time.
+ * Saves every namespace. */
+void wtable_stop(wtable *t);
+void wtable_destroy(wtable *t);
+
+/* The writable checkpoint called name (writing, packing or failed), with a
+ * kernel reference taken when count_lookup; NULL if none. */
+wckpt *wtable_get(wtable *t, const char *name, int count_lookup);
+/* The checkpoint and node of an inode; NULL if not a writable one. The
+ * caller holds a kernel reference to the inode. */
+wckpt *wtable_find(wtable *t, uint64_t ino, uint32_t *node);
+static inline int wtable_owns(uint64_t ino)
+{
+    return (uint32_t)(ino >> 32) >= WCKPT_SERIAL_BASE;
+}
+static inline uint64_t wckpt_ino(const wckpt *c, uint32_t node)
+{
+    return ((uint64_t)c->serial << 32) | ((uint64_t)node + 1);
+}
+void wtable_count_lookup(wtable *t, wckpt *c);
+void wtable_forget(wtable *t, wckpt *c, uint64_t n);
+void wtable_ref(wtable *t, wckpt *c);
+void wtable_unref(wtable *t, wckpt *c);
+
+/* The names (and root inodes) of the writable checkpoints, malloc'd. */
+int wtable_names(wtable *t, char ***names, uint64_t **inos, size_t *n);
+
+/* Is this a name a checkpoint may have? (what NAME.tpack allows) */
+int wtable_name_ok(const char *name);
+/* mkdir at the root: 0 with *out (a kernel reference taken), -EEXIST if
+ * the name is taken by a checkpoint or a pack, -EINVAL for a bad name. */
+int wtable_mkdir(wtable *t, const char *name, uint32_t mode, wckpt **out);
+/* rmdir of a writable checkpoint: -ENOENT if name is none (then it may be
+ * a pack), -ENOTEMPTY, -EBUSY while packing. */
+int wtable_rmdir(wtable *t, const char *name);
+/* Removes BACKING/name.tpack durably. */
+int wtable_remove_pack(wtable *t, const char *name);
+/* Renames a checkpoint, writable or packed. */
+int wtable_rename(wtable *t, const char *from, const char *to, int noreplace);
+/* Starts packing (a no-op if packing or committed). -EACCES when locked. */
+int wtable_commit(wtable *t, wckpt *c);
+
+/* ------------------------------------------------- inside a checkpoint */
+
+/* Attributes of a node (ino, uid and gid are the caller's). */
+int wckpt_getattr(wckpt *c, uint32_t node, struct stat *st);
+int wckpt_lookup(wckpt *c, uint32_t dir, const char *name, uint32_t *node, struct stat *st);
+/* Creates a file and opens it (release it like an opened one). */
+int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32_t *node,
+                 struct stat *st);
+int wckpt_mkdir(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32_t *node,
+                struct stat *st);
+int wckpt_unlink(wckpt *c, uint32_t dir, const char *name);
+int wckpt_rmdir(wckpt *c, uint32_t dir, const char *name);
+int wckpt_rename(wckpt *c, uint32_t dir, const char *name, uint32_t newdir, const char *newname,
+                 int noreplace);
+/* open flags as open(2): writing needs the checkpoint writable (EBUSY
+ * while packing). */
+int wckpt_open(wckpt *c, uint32_t node, int flags);
+void wckpt_release(wckpt *c, uint32_t node);
+ssize_t wckpt_read(wckpt *c, uint32_t node, void *buf, size_t len, uint64_t off);
+ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64_t off);
+int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t size,
+                  const struct timespec *mtime, struct stat *st);
+/* Extends the file to off + len if shorter (fallocate mode 0). */
+int wckpt_allocate(wckpt *c, uint32_t node, uint64_t off, uint64_t len);
+/* Returns once the node's data (a file) and the namespace are durable. */
+int wckpt_fsync(wckpt *c, uint32_t node);
+/* A snapshot of a directory: its entries and its parent (WTREE_NONE for
+ * the checkpoint directory). */
+int wckpt_list(wckpt *c, uint32_t dir, wdirent **out, size_t *n, uint32_t *parent);
+void wdirents_free(wdirent *v, size_t n);
+
+/* Attribute values for the checkpoint directory: user.ckptfs.state,
+ * .progress ("DONE TOTAL SECONDS"), .size (staged bytes), .error. The
+ * length written to buf, or -ENODATA. */
+int wckpt_xattr(wckpt *c, const char *attr, char *buf, size_t cap);
+const char *wstate_name(wstate s);
+
+#endif

@@ -1,0 +1,48 @@
+/* What the parts of the writable-checkpoint layer (wckpt.c, wckpt_ops.c,
+ * wckpt_jobs.c, wckpt_recover.c) share; not for other modules. Locking
+ * rules are those of wckpt.h: "c->lock held" means the checkpoint's lock,
+ * "t->lock held" the table's. */
+#ifndef CKPTFS_WCKPT_INTERNAL_H
+#define CKPTFS_WCKPT_INTERNAL_H
+
+#include <time.h>
+
+#include "wckpt.h"
+
+#define PACK_SUFFIX ".tpack"
+#define SUFFIX_LEN (sizeof PACK_SUFFIX - 1)
+
+double wc_now_mono(void);
+struct timespec wc_now_real(void);
+/* Does BACKING/name.tpack exist? */
+int wc_pack_exists(wtable *t, const char *name);
+void wc_set_error(wckpt *c, const char *msg);
+
+/* Lifetimes. */
+wckpt *wc_wckpt_new(wtable *t, const char *name);
+void wc_wckpt_free(wckpt *c);
+/* Frees c once nothing can reach it (t->lock held). */
+void wc_release_if_unused(wtable *t, wckpt *c);
+/* Closes and frees every staged file of c. */
+void wc_free_blobs(wckpt *c);
+/* The current checkpoint called name (t->lock held). */
+wckpt *wc_by_name(wtable *t, const char *name);
+
+/* A file's state, or NULL for a directory (c->lock held). */
+wfile *wc_file_of(wckpt *c, uint32_t node);
+/* Frees a removed file's data once nothing uses it (c->lock held). */
+void wc_drop_if_detached(wckpt *c, uint32_t node);
+
+/* State changes (c->lock held). */
+int wc_modifiable(wckpt *c, const char *what);
+void wc_touched(wckpt *c, int namespace);
+void wc_mark_mtime(wnode *n);
+void wc_staging_failed(wckpt *c, int rc, const char *msg);
+/* Saves the namespace (and record) if changed; takes the locks itself. */
+int wc_save(wckpt *c, ckpt_err *err);
+
+/* Thread bodies (wckpt_jobs.c). */
+void *wc_packer_main(void *arg);
+void *wc_timer_main(void *arg);
+
+#endif

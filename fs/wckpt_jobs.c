@@ -1,0 +1,273 @@
+/* The two threads behind writable checkpoints: the packer, which packs
+ * committed checkpoints one at a time in commit order (each with all cores),
+ * and the timer, which commits quiet checkpoints, saves changed namespaces
+ * and parks idle files. */
+#include "wckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "fslog.h"
+#include "wckpt_internal.h"
+
+/* How often the timer looks for quiet checkpoints and unsaved namespaces. */
+#define TICK_SECONDS 0.2
+/* A changed namespace is saved at most this often without an fsync. */
+#define SAVE_INTERVAL 1.0
+/* Idle files give back their descriptor (and buffers) after this long. */
+#define PARK_AFTER 5.0
+
+/* --------------------------------------------------------- the packer */
+
+static void pack_progress(void *ud, uint64_t done, uint64_t total)
+{
+    wckpt *c = ud;
+    __atomic_store_n(&c->pack_total, total, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->pack_done, done, __ATOMIC_RELAXED);
+}
+
+/* The files to pack, in pack order (c->lock held). */
+static int snapshot_files(wckpt *c, packer_file **out, size_t *n)
+{
+    uint32_t *ids;
+    size_t count;
+    int rc = wtree_files_sorted(&c->tree, &ids, &count);
+    if (rc)
+        return rc;
+    packer_file *files = calloc(count ? count : 1, sizeof *files);
+    if (!files) {
+        free(ids);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; rc == 0 && i < count; i++) {
+        const wnode *node = &c->tree.nodes[ids[i]];
+        wfile *f = node->data;
+        size_t len = wtree_path_len(&c->tree, ids[i]);
+        files[i].path = malloc(len + 1);
+        if (!files[i].path || !f) {
+            rc = files[i].path ? -EIO : -ENOMEM;
+            break;
+        }
+        wtree_path(&c->tree, ids[i], files[i].path, len + 1);
+        files[i].blob = f->blob;
+        files[i].size = stage_blob_size(f->blob);
+        files[i].mode = node->mode;
+        files[i].mtime_sec = node->mtime_sec;
+        files[i].mtime_nsec = node->mtime_nsec;
+    }
+    free(ids);
+    if (rc) {
+        packer_files_free(files, count);
+        return rc;
+    }
+    *out = files;
+    *n = count;
+    return 0;
+}
+
+static void pack_one(wtable *t, wckpt *c)
+{
+    packer_file *files = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&c->lock);
+    int rc = snapshot_files(c, &files, &n);
+    c->pack_started = wc_now_mono();
+    uint64_t total = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        total += files[i].size;
+    pack_progress(c, 0, total);
+    char *name = strdup(c->name);
+    pthread_mutex_unlock(&c->lock);
+    ckpt_err err = {0};
+    if (rc || !name) {
+        ckpt_fail(&err, rc ? rc : -ENOMEM, "checkpoint '%s': %s", c->name,
+                  rc == -EIO ? "a file has no staged data" : "out of memory");
+        rc = err.code;
+    } else {
+        packer_job job = {
+            .backing_fd = t->backing_fd,
+            .backing_path = t->backing_path,
+            .name = name,
+            .files = files,
+            .n_files = n,
+            .key = t->key,
+            .cipher = t->opts.cipher,
+            .threads = t->opts.pack_threads,
+            .progress = pack_progress,
+            .progress_ud = c,
+            .cancel = &t->stopping,
+        };
+        double start = wc_now_mono();
+        rc = packer_run(&job, &err);
+        if (rc == 0)
+            fslog("checkpoint '%s' committed: %zu files, %.1f MB packed in %.2f s", name, n,
+                  (double)c->pack_total / 1e6, wc_now_mono() - start);
+    }
+    packer_files_free(files, n);
+
+    if (rc == 0) {
+        /* From now on the name means the pack. */
+        ckpt_err rm_err = {0};
+        pthread_mutex_lock(&t->lock);
+        pthread_mutex_lock(&c->lock);
+        c->state = WST_COMMITTED;
+        c->current = 0;
+        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(&t->lock);
+        pthread_mutex_lock(&c->lock);
+        /* Reads that started before the state changed finish first. */
+        while (c->inflight)
+            pthread_cond_wait(&c->changed, &c->lock);
+        wc_free_blobs(c);
+        pthread_mutex_unlock(&c->lock);
+        /* The pack is durable; a crash before this removal is finished by
+         * recovery (a "packing" record with its pack in place). */
+        if (stage_remove(&t->root, &c->dir, &rm_err) != 0)
+            fslog("checkpoint '%s': %s (removed at the next mount)", name, rm_err.msg);
+        if (t->committed)
+            t->committed(t->successor_ud, name);
+    } else if (rc != -ECANCELED) {
+        fslog("checkpoint '%s': packing failed: %s", name ? name : c->name, err.msg);
+        ckpt_err rec_err = {0};
+        pthread_mutex_lock(&c->save_lock);
+        if (stage_write_record(&t->root, &c->dir, name ? name : c->name, STAGE_FAILED, err.msg,
+                               &rec_err) != 0)
+            fslog("checkpoint '%s': %s", c->name, rec_err.msg);
+        pthread_mutex_unlock(&c->save_lock);
+    }
+    pthread_mutex_lock(&t->lock);
+    pthread_mutex_lock(&c->lock);
+    c->pack_running = 0;
+    if (rc != 0 && rc != -ECANCELED) {
+        c->state = WST_FAILED;
+        wc_set_error(c, err.msg);
+    }
+    pthread_cond_broadcast(&c->changed);
+    pthread_mutex_unlock(&c->lock);
+    wc_release_if_unused(t, c);
+    pthread_mutex_unlock(&t->lock);
+    free(name);
+}
+
+void *wc_packer_main(void *arg)
+{
+    wtable *t = arg;
+    pthread_mutex_lock(&t->lock);
+    while (!t->stopping) {
+        wckpt *next = NULL;
+        for (wckpt *c = t->all; c; c = c->next) {
+            pthread_mutex_lock(&c->lock);
+            if (c->state == WST_PACKING && c->commit_seq && !c->pack_running && !c->locked &&
+                (!next || c->commit_seq < next->commit_seq))
+                next = c;
+            pthread_mutex_unlock(&c->lock);
+        }
+        if (!next) {
+            pthread_cond_wait(&t->wake, &t->lock);
+            continue;
+        }
+        next->pack_running = 1;
+        pthread_mutex_unlock(&t->lock);
+        pack_one(t, next);
+        pthread_mutex_lock(&t->lock);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return NULL;
+}
+
+/* ---------------------------------------------------------- the timer */
+
+/* Closes descriptors of files nobody used for a while (c->lock held). */
+static void park_idle(wckpt *c, double now)
+{
+    for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
+        wfile *f = c->tree.nodes[i].kind == WNODE_FILE ? c->tree.nodes[i].data : NULL;
+        if (f && !f->open && !f->busy && f->last_use && now - f->last_use > PARK_AFTER) {
+            ckpt_err err = {0};
+            if (stage_blob_park(f->blob, &err) == 0)
+                f->last_use = 0;
+        }
+    }
+}
+
+static void tick(wtable *t, double *last_park)
+{
+    pthread_mutex_lock(&t->lock);
+    size_t n = 0;
+    for (wckpt *c = t->all; c; c = c->next)
+        n++;
+    wckpt **list = calloc(n ? n : 1, sizeof *list);
+    n = 0;
+    for (wckpt *c = t->all; list && c; c = c->next) {
+        if (!c->current)
+            continue;
+        c->refs++;
+        list[n++] = c;
+    }
+    pthread_mutex_unlock(&t->lock);
+    double now = wc_now_mono();
+    int park = now - *last_park >= PARK_AFTER;
+    if (park)
+        *last_park = now;
+    for (size_t i = 0; i < n; i++) {
+        wckpt *c = list[i];
+        pthread_mutex_lock(&c->lock);
+        int quiet = c->state == WST_WRITING && !c->locked && t->opts.commit_delay > 0 &&
+                    c->changed_since_commit && c->open_files == 0 && c->inflight == 0 &&
+                    now - c->last_change >= t->opts.commit_delay;
+        int unsaved = (c->saved_gen != c->meta_gen || c->record_dirty) &&
+                      now - c->last_save >= SAVE_INTERVAL;
+        if (park)
+            park_idle(c, now);
+        pthread_mutex_unlock(&c->lock);
+        if (quiet) {
+            fslog("checkpoint '%s': nothing open or changed for %.1f s: committing", c->name,
+                  t->opts.commit_delay);
+            wtable_commit(t, c);
+        } else if (unsaved) {
+            ckpt_err err = {0};
+            if (wc_save(c, &err) != 0)
+                fslog("checkpoint '%s': cannot wc_save its namespace: %s", c->name, err.msg);
+        }
+    }
+    pthread_mutex_lock(&t->lock);
+    for (size_t i = 0; i < n; i++) {
+        list[i]->refs--;
+        wc_release_if_unused(t, list[i]);
+    }
+    pthread_mutex_unlock(&t->lock);
+    free(list);
+}
+
+void *wc_timer_main(void *arg)
+{
+    wtable *t = arg;
+    double last_park = wc_now_mono();
+    pthread_mutex_lock(&t->lock);
+    while (!t->stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += (long)(TICK_SECONDS * 1e9);
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&t->timer_wake, &t->lock, &until);
+        if (t->stopping)
+            break;
+        pthread_mutex_unlock(&t->lock);
+        tick(t, &last_park);
+        pthread_mutex_lock(&t->lock);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return NULL;
+}

@@ -1,0 +1,494 @@
+/* File operations inside a writable checkpoint: the namespace under the
+ * checkpoint's lock, data I/O on the staged blobs without it. */
+#include "wckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "fslog.h"
+#include "wckpt_internal.h"
+
+/* cp and friends size their buffers by st_blksize: big writes mean fewer
+ * trips through FUSE. */
+#define WRITE_BLKSIZE (1 << 20)
+
+/* ------------------------------------------------- inside a checkpoint */
+
+static void fill_attr(wckpt *c, uint32_t node, struct stat *st)
+{
+    const wnode *n = &c->tree.nodes[node];
+    memset(st, 0, sizeof *st);
+    st->st_mtim.tv_sec = n->mtime_sec;
+    st->st_mtim.tv_nsec = n->mtime_nsec;
+    st->st_atim = st->st_mtim;
+    st->st_ctim = st->st_mtim;
+    st->st_blksize = WRITE_BLKSIZE;
+    if (n->kind == WNODE_DIR) {
+        st->st_mode = S_IFDIR | n->mode;
+        st->st_nlink = 1; /* unknown, as on the root: find must not guess */
+        return;
+    }
+    const wfile *f = n->data;
+    st->st_mode = S_IFREG | n->mode;
+    st->st_nlink = n->linked ? 1 : 0;
+    if (f) {
+        st->st_size = (off_t)stage_blob_size(f->blob);
+        st->st_blocks = (blkcnt_t)((stage_blob_disk_bytes(f->blob) + 511) / 512);
+    }
+}
+
+/* The node, if it can be looked at: -EACCES when locked, -ESTALE once
+ * the checkpoint is committed or gone (callers then look at the pack). */
+static int usable(wckpt *c, uint32_t node)
+{
+    if (c->state == WST_COMMITTED || c->state == WST_DELETED)
+        return -ESTALE;
+    if (c->locked)
+        return node == WTREE_ROOT ? 0 : -EACCES;
+    return node < c->tree.n_nodes ? 0 : -ESTALE;
+}
+
+int wckpt_getattr(wckpt *c, uint32_t node, struct stat *st)
+{
+    pthread_mutex_lock(&c->lock);
+    int rc = usable(c, node);
+    if (rc == 0)
+        fill_attr(c, node, st);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int wckpt_lookup(wckpt *c, uint32_t dir, const char *name, uint32_t *node, struct stat *st)
+{
+    pthread_mutex_lock(&c->lock);
+    int rc = usable(c, dir);
+    if (rc == 0 && c->locked)
+        rc = -EACCES;
+    if (rc == 0 && c->tree.nodes[dir].kind != WNODE_DIR)
+        rc = -ENOTDIR;
+    if (rc == 0) {
+        *node = wtree_lookup(&c->tree, dir, name);
+        if (*node == WTREE_NONE)
+            rc = -ENOENT;
+        else
+            fill_attr(c, *node, st);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32_t *node,
+                 struct stat *st)
+{
+    pthread_mutex_lock(&c->lock);
+    int rc = wc_modifiable(c, "creating a file");
+    wfile *f = NULL;
+    ckpt_err err = {0};
+    uint64_t id = c->next_blob_id;
+    if (rc == 0 && wtree_lookup(&c->tree, dir, name) != WTREE_NONE)
+        rc = -EEXIST;
+    if (rc == 0 && !(f = calloc(1, sizeof *f)))
+        rc = -ENOMEM;
+    if (rc == 0) {
+        rc = stage_blob_open(c->dir.data_fd, id, c->dir.key, 1, &f->blob, &err);
+        if (rc) {
+            wc_staging_failed(c, rc, err.msg);
+            fslog("checkpoint '%s': %s", c->name, err.msg);
+        }
+    }
+    if (rc == 0) {
+        struct timespec ts = wc_now_real();
+        rc = wtree_add(&c->tree, dir, name, WNODE_FILE, mode, ts.tv_sec, (uint32_t)ts.tv_nsec, id,
+                       node);
+        if (rc) {
+            stage_blob_unlink(f->blob, &err);
+            stage_blob_free(f->blob);
+            f->blob = NULL;
+        }
+    }
+    if (rc == 0) {
+        c->next_blob_id++;
+        f->open = 1;
+        f->last_use = wc_now_mono();
+        c->tree.nodes[*node].data = f;
+        f = NULL;
+        c->open_files++;
+        wc_mark_mtime(&c->tree.nodes[dir]);
+        wc_touched(c, 1);
+        fill_attr(c, *node, st);
+    }
+    free(f);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int wckpt_mkdir(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32_t *node,
+                struct stat *st)
+{
+    pthread_mutex_lock(&c->lock);
+    int rc = wc_modifiable(c, "creating a directory");
+    if (rc == 0) {
+        struct timespec ts = wc_now_real();
+        rc = wtree_add(&c->tree, dir, name, WNODE_DIR, mode, ts.tv_sec, (uint32_t)ts.tv_nsec, 0,
+                       node);
+    }
+    if (rc == 0) {
+        wc_mark_mtime(&c->tree.nodes[dir]);
+        wc_touched(c, 1);
+        fill_attr(c, *node, st);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+/* A node just detached from the namespace: its data goes now, or when
+ * the last user lets go. c->lock held. */
+static void removed(wckpt *c, uint32_t node)
+{
+    wfile *f = wc_file_of(c, node);
+    if (f) {
+        ckpt_err err = {0};
+        if (stage_blob_unlink(f->blob, &err) != 0)
+            fslog("checkpoint '%s': %s", c->name, err.msg);
+    }
+    wc_drop_if_detached(c, node);
+}
+
+int wckpt_unlink(wckpt *c, uint32_t dir, const char *name)
+{
+    pthread_mutex_lock(&c->lock);
+    int rc = wc_modifiable(c, "removing a file");
+    uint32_t node;
+    if (rc == 0)
+        rc = wtree_remove(&c->tree, dir, name, 0, &node);
+    if (rc == 0) {
+        removed(c, node);
+        wc_mark_mtime(&c->tree.nodes[dir]);
+        wc_touched(c, 1);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int wckpt_rmdir(wckpt *c, uint32_t dir, const char *name)
+{
+    pthread_mutex_lock(&c->lock);
+    int rc = wc_modifiable(c, "removing a directory");
+    uint32_t node;
+    if (rc == 0)
+        rc = wtree_remove(&c->tree, dir, name, 1, &node);
+    if (rc == 0) {
+        wc_mark_mtime(&c->tree.nodes[dir]);
+        wc_touched(c, 1);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int wckpt_rename(wckpt *c, uint32_t dir, const char *name, uint32_t newdir, const char *newname,
+                 int noreplace)
+{
+    pthread_mutex_lock(&c->lock);
+    int rc = wc_modifiable(c, "renaming");
+    uint32_t replaced = WTREE_NONE;
+    if (rc == 0)
+        rc = wtree_rename(&c->tree, dir, name, newdir, newname, noreplace, &replaced);
+    if (rc == 0) {
+        if (replaced != WTREE_NONE)
+            removed(c, replaced);
+        wc_mark_mtime(&c->tree.nodes[dir]);
+        if (newdir != dir)
+            wc_mark_mtime(&c->tree.nodes[newdir]);
+        wc_touched(c, 1);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int wckpt_open(wckpt *c, uint32_t node, int flags)
+{
+    pthread_mutex_lock(&c->lock);
+    int rc = usable(c, node);
+    if (rc == 0 && c->locked)
+        rc = -EACCES;
+    if (rc == 0 && c->tree.nodes[node].kind == WNODE_DIR)
+        rc = -EISDIR;
+    if (rc == 0 && ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)))
+        rc = wc_modifiable(c, "opening a file for writing");
+    wfile *f = rc == 0 ? wc_file_of(c, node) : NULL;
+    if (rc == 0 && !f)
+        rc = -ESTALE;
+    if (rc == 0 && (flags & O_TRUNC)) {
+        /* The kernel leaves O_TRUNC to the open (atomic_o_trunc). */
+        ckpt_err err = {0};
+        rc = stage_blob_truncate(f->blob, 0, &err);
+        if (rc) {
+            wc_staging_failed(c, rc, err.msg);
+        } else {
+            wc_mark_mtime(&c->tree.nodes[node]);
+            wc_touched(c, 0);
+        }
+    }
+    if (rc == 0) {
+        f->open++;
+        f->last_use = wc_now_mono();
+        c->open_files++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+void wckpt_release(wckpt *c, uint32_t node)
+{
+    pthread_mutex_lock(&c->lock);
+    wfile *f = wc_file_of(c, node);
+    if (f && f->open) {
+        f->open--;
+        c->open_files--;
+        f->last_use = wc_now_mono();
+        if (!f->open && !f->busy && c->tree.nodes[node].linked) {
+            /* Closed: its partial last block goes to disk now rather than
+             * waiting in memory, and the descriptor is given back. */
+            ckpt_err err = {0};
+            if (stage_blob_park(f->blob, &err) != 0) {
+                wc_staging_failed(c, err.code, err.msg);
+                fslog("checkpoint '%s': %s", c->name, err.msg);
+            }
+        }
+        wc_drop_if_detached(c, node);
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Takes a file for I/O without the lock: 0 with *f, or -errno. */
+static int begin_io(wckpt *c, uint32_t node, int write, wfile **f)
+{
+    int rc = usable(c, node);
+    if (rc == 0 && c->locked)
+        rc = -EACCES;
+    if (rc == 0 && c->tree.nodes[node].kind == WNODE_DIR)
+        rc = -EISDIR;
+    if (rc == 0 && write)
+        rc = wc_modifiable(c, "writing");
+    if (rc == 0 && !(*f = wc_file_of(c, node)))
+        rc = -ESTALE;
+    if (rc == 0) {
+        (*f)->busy++;
+        c->inflight++;
+    }
+    return rc;
+}
+
+static void end_io(wckpt *c, uint32_t node, wfile *f)
+{
+    f->busy--;
+    f->last_use = wc_now_mono();
+    if (--c->inflight == 0)
+        pthread_cond_broadcast(&c->changed);
+    wc_drop_if_detached(c, node);
+}
+
+ssize_t wckpt_read(wckpt *c, uint32_t node, void *buf, size_t len, uint64_t off)
+{
+    wfile *f = NULL;
+    pthread_mutex_lock(&c->lock);
+    int rc = begin_io(c, node, 0, &f);
+    pthread_mutex_unlock(&c->lock);
+    if (rc)
+        return rc;
+    ckpt_err err = {0};
+    ssize_t n = stage_blob_pread(f->blob, buf, len, off, &err);
+    pthread_mutex_lock(&c->lock);
+    if (n < 0)
+        fslog("checkpoint '%s': %s", c->name, err.msg);
+    end_io(c, node, f);
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64_t off)
+{
+    wfile *f = NULL;
+    pthread_mutex_lock(&c->lock);
+    int rc = begin_io(c, node, 1, &f);
+    pthread_mutex_unlock(&c->lock);
+    if (rc)
+        return rc;
+    ckpt_err err = {0};
+    ssize_t n = stage_blob_pwrite(f->blob, buf, len, off, &err);
+    pthread_mutex_lock(&c->lock);
+    if (n < 0) {
+        wc_staging_failed(c, (int)n, err.msg);
+        if (n != -ENOSPC && n != -EDQUOT)
+            fslog("checkpoint '%s': %s", c->name, err.msg);
+    } else {
+        wc_mark_mtime(&c->tree.nodes[node]);
+        wc_touched(c, 0);
+    }
+    end_io(c, node, f);
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t size,
+                  const struct timespec *mtime, struct stat *st)
+{
+    pthread_mutex_lock(&c->lock);
+    int rc = usable(c, node);
+    if (rc == 0 && flags)
+        rc = wc_modifiable(c, "changing attributes");
+    wnode *n = rc == 0 ? &c->tree.nodes[node] : NULL;
+    if (rc == 0 && (flags & WSET_SIZE)) {
+        wfile *f = wc_file_of(c, node);
+        ckpt_err err = {0};
+        if (!f)
+            rc = n->kind == WNODE_DIR ? -EISDIR : -ESTALE;
+        else if ((rc = stage_blob_truncate(f->blob, size, &err)) != 0)
+            wc_staging_failed(c, rc, err.msg);
+        if (rc == 0)
+            wc_mark_mtime(n);
+    }
+    if (rc == 0 && (flags & WSET_MODE))
+        n->mode = mode & 07777;
+    if (rc == 0 && (flags & WSET_MTIME) && mtime) {
+        n->mtime_sec = mtime->tv_sec;
+        n->mtime_nsec = (uint32_t)mtime->tv_nsec;
+    }
+    if (rc == 0 && (flags & WSET_MTIME_NOW))
+        wc_mark_mtime(n);
+    if (rc == 0 && flags)
+        wc_touched(c, !(flags & WSET_SIZE));
+    if (rc == 0)
+        fill_attr(c, node, st);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int wckpt_allocate(wckpt *c, uint32_t node, uint64_t off, uint64_t len)
+{
+    pthread_mutex_lock(&c->lock);
+    wfile *f = NULL;
+    int rc = begin_io(c, node, 1, &f);
+    if (rc == 0) {
+        ckpt_err err = {0};
+        if (off + len > stage_blob_size(f->blob) &&
+            (rc = stage_blob_truncate(f->blob, off + len, &err)) != 0)
+            wc_staging_failed(c, rc, err.msg);
+        if (rc == 0)
+            wc_touched(c, 0);
+        end_io(c, node, f);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int wckpt_fsync(wckpt *c, uint32_t node)
+{
+    wfile *f = NULL;
+    pthread_mutex_lock(&c->lock);
+    int rc = usable(c, node);
+    if (rc == -ESTALE && c->state == WST_COMMITTED)
+        rc = 0; /* the pack is durable */
+    else if (rc == 0 && c->locked)
+        rc = -EACCES;
+    else if (rc == 0 && c->tree.nodes[node].kind == WNODE_FILE && (f = wc_file_of(c, node))) {
+        f->busy++;
+        c->inflight++;
+    }
+    int committed = c->state == WST_COMMITTED;
+    pthread_mutex_unlock(&c->lock);
+    if (rc || committed)
+        return rc;
+    ckpt_err err = {0};
+    if (f) {
+        rc = stage_blob_sync(f->blob, &err);
+        pthread_mutex_lock(&c->lock);
+        if (rc)
+            wc_staging_failed(c, rc, err.msg);
+        end_io(c, node, f);
+        pthread_mutex_unlock(&c->lock);
+    }
+    if (rc == 0)
+        rc = wc_save(c, &err);
+    if (rc)
+        fslog("checkpoint '%s': fsync failed: %s", c->name, err.msg);
+    return rc;
+}
+
+int wckpt_list(wckpt *c, uint32_t dir, wdirent **out, size_t *n, uint32_t *parent)
+{
+    pthread_mutex_lock(&c->lock);
+    int rc = usable(c, dir);
+    if (rc == 0 && c->locked)
+        rc = -EACCES;
+    const wnode *d = rc == 0 ? &c->tree.nodes[dir] : NULL;
+    if (rc == 0 && d->kind != WNODE_DIR)
+        rc = -ENOTDIR;
+    wdirent *v = NULL;
+    uint32_t count = 0;
+    if (rc == 0 && !(v = calloc(d->n_children ? d->n_children : 1, sizeof *v)))
+        rc = -ENOMEM;
+    for (uint32_t i = 0; rc == 0 && i < d->n_children; i++) {
+        const wnode *child = &c->tree.nodes[d->children[i]];
+        v[i].name = strdup(child->name);
+        v[i].node = d->children[i];
+        v[i].is_dir = child->kind == WNODE_DIR;
+        count++;
+        if (!v[i].name)
+            rc = -ENOMEM;
+    }
+    if (rc == 0)
+        *parent = d->parent;
+    pthread_mutex_unlock(&c->lock);
+    if (rc) {
+        wdirents_free(v, count);
+        return rc;
+    }
+    *out = v;
+    *n = count;
+    return 0;
+}
+
+void wdirents_free(wdirent *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i].name);
+    free(v);
+}
+
+int wckpt_xattr(wckpt *c, const char *attr, char *buf, size_t cap)
+{
+    int len = -ENODATA;
+    pthread_mutex_lock(&c->lock);
+    if (strcmp(attr, "user.ckptfs.state") == 0) {
+        len = snprintf(buf, cap, "%s", wstate_name(c->state));
+    } else if (strcmp(attr, "user.ckptfs.progress") == 0) {
+        uint64_t done = __atomic_load_n(&c->pack_done, __ATOMIC_RELAXED);
+        uint64_t total = __atomic_load_n(&c->pack_total, __ATOMIC_RELAXED);
+        double secs = c->state == WST_PACKING && c->pack_running ? wc_now_mono() - c->pack_started : 0;
+        len = snprintf(buf, cap, "%" PRIu64 " %" PRIu64 " %.3f", done, total, secs);
+    } else if (strcmp(attr, "user.ckptfs.size") == 0) {
+        uint64_t size = 0;
+        for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
+            const wnode *n = &c->tree.nodes[i];
+            if (n->linked && n->kind == WNODE_FILE && n->data)
+                size += stage_blob_size(((wfile *)n->data)->blob);
+        }
+        len = snprintf(buf, cap, "%" PRIu64, size);
+    } else if (strcmp(attr, "user.ckptfs.error") == 0 && c->error) {
+        len = snprintf(buf, cap, "%s", c->error);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (len >= 0 && (size_t)len >= cap)
+        len = (int)cap - 1;
+    return len;
+}

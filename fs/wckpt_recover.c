@@ -1,0 +1,194 @@
+/* Startup recovery of writable checkpoints: every staging directory is
+ * put back as the checkpoint it was (see wckpt.h), and what a crash left
+ * behind is cleaned up. */
+#include "wckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "fslog.h"
+#include "wckpt_internal.h"
+
+/* ----------------------------------------------------------- recovery */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Data files no saved namespace mentions were created after the last
+ * wc_save; nothing promised them (their creator never fsynced), so they go,
+ * together with half-finished compactions. */
+static void remove_orphans(wckpt *c)
+{
+    uint64_t *ids = calloc(c->tree.n_nodes ? c->tree.n_nodes : 1, sizeof *ids);
+    size_t n = 0;
+    if (!ids)
+        return;
+    for (uint32_t i = 0; i < c->tree.n_nodes; i++)
+        if (c->tree.nodes[i].linked && c->tree.nodes[i].kind == WNODE_FILE)
+            ids[n++] = c->tree.nodes[i].blob_id;
+    qsort(ids, n, sizeof *ids, cmp_u64);
+    int fd = dup(c->dir.data_fd);
+    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!dir) {
+        if (fd >= 0)
+            close(fd);
+        free(ids);
+        return;
+    }
+    rewinddir(dir);
+    unsigned removed = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char *end;
+        uint64_t id = strtoull(e->d_name, &end, 16);
+        if (*end == '\0' && strlen(e->d_name) == 16 && bsearch(&id, ids, n, sizeof *ids, cmp_u64))
+            continue;
+        if (unlinkat(c->dir.data_fd, e->d_name, 0) == 0)
+            removed++;
+    }
+    closedir(dir);
+    free(ids);
+    if (removed)
+        fslog("checkpoint '%s': removed %u staged file(s) created after its last saved state",
+              c->name, removed);
+}
+
+static int open_blobs(wckpt *c)
+{
+    for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
+        wnode *n = &c->tree.nodes[i];
+        if (!n->linked || n->kind != WNODE_FILE)
+            continue;
+        wfile *f = calloc(1, sizeof *f);
+        if (!f)
+            return -ENOMEM;
+        ckpt_err err = {0};
+        int rc = stage_blob_open(c->dir.data_fd, n->blob_id, c->dir.key, 0, &f->blob, &err);
+        if (rc == -ENOENT) {
+            /* Named in a saved namespace but never synced itself. */
+            char path[WTREE_PATH_MAX + 1];
+            wtree_path(&c->tree, i, path, sizeof path);
+            fslog("checkpoint '%s': %s had no data on disk (written but never synced); it "
+                  "is empty now", c->name, path);
+            rc = stage_blob_open(c->dir.data_fd, n->blob_id, c->dir.key, 1, &f->blob, &err);
+        }
+        if (rc) {
+            free(f);
+            fslog("checkpoint '%s': %s", c->name, err.msg);
+            return rc;
+        }
+        stage_blob_park(f->blob, &err);
+        n->data = f;
+    }
+    return 0;
+}
+
+static int recover_one(void *ud, const char *sid)
+{
+    wtable *t = ud;
+    stage_dir d;
+    stage_record rec;
+    ckpt_err err = {0};
+    int rc = stage_open(&t->root, sid, &d, &rec, &err);
+    if (rc == -ENOENT) {
+        /* A checkpoint whose creation (or removal) a crash cut short. */
+        if (stage_remove_sid(&t->root, sid, &err) == 0)
+            fslog("removed unfinished staging %s", sid);
+        return 0;
+    }
+    if (rc) {
+        fslog("%s; leaving it alone", err.msg);
+        return 0;
+    }
+    if (!wtable_name_ok(rec.name) || wc_by_name(t, rec.name)) {
+        fslog("staging %s: name '%s' is %s; leaving it alone", sid, rec.name,
+              wtable_name_ok(rec.name) ? "taken by another staged checkpoint" : "not valid");
+        goto skip;
+    }
+    if (wc_pack_exists(t, rec.name)) {
+        if (rec.state == STAGE_PACKING) {
+            /* Packed and renamed into place before the crash. */
+            fsync(t->backing_fd);
+            if (stage_remove(&t->root, &d, &err) == 0)
+                fslog("checkpoint '%s': its pack was in place; commit completed", rec.name);
+            else
+                fslog("checkpoint '%s': %s", rec.name, err.msg);
+        } else {
+            fslog("staging %s: a pack named '%s' exists too; the staged checkpoint is left "
+                  "alone (remove or rename the pack to reach it)", sid, rec.name);
+        }
+        goto skip;
+    }
+    wckpt *c = wc_wckpt_new(t, rec.name);
+    if (!c) {
+        fslog("staging %s: out of memory", sid);
+        goto skip;
+    }
+    c->dir = d;
+    c->state = rec.state == STAGE_PACKING ? WST_PACKING
+               : rec.state == STAGE_FAILED ? WST_FAILED
+                                           : WST_WRITING;
+    if (rec.error)
+        wc_set_error(c, rec.error);
+    uint64_t next = 1;
+    rc = stage_unlock(&t->root, &c->dir, &rec, &err);
+    if (rc == 0)
+        rc = stage_load_meta(&c->dir, &c->tree, &next, &err);
+    if (rc == 0) {
+        c->next_blob_id = next;
+        remove_orphans(c);
+        rc = open_blobs(c);
+        if (rc)
+            ckpt_fail(&err, rc, "its staged files cannot be opened");
+    }
+    if (rc) {
+        /* Shown, but its contents cannot be reached: nothing is deleted. */
+        c->locked = 1;
+        wc_set_error(c, err.msg);
+        wc_free_blobs(c);
+        wtree_free(&c->tree);
+        wtree_init(&c->tree, 0755, 0, 0);
+        fslog("%s (it stays %s; nothing is deleted)", err.msg, wstate_name(c->state));
+    } else {
+        fslog("checkpoint '%s' recovered: %s", c->name, wstate_name(c->state));
+    }
+    c->saved_gen = c->meta_gen;
+    if (c->state == WST_PACKING)
+        c->commit_seq = ++t->commit_seq;
+    c->next = t->all;
+    t->all = c;
+    stage_record_free(&rec);
+    return 0;
+skip:
+    stage_record_free(&rec);
+    stage_dir_close(&d);
+    return 0;
+}
+
+int wtable_recover(wtable *t)
+{
+    int removed = packer_remove_leftovers(t->backing_fd);
+    if (removed > 0)
+        fslog("removed %d unfinished pack(s) (.NAME.tpack.tmp) left by a crash", removed);
+    ckpt_err err = {0};
+    pthread_mutex_lock(&t->lock);
+    int rc = stage_scan(&t->root, recover_one, t, &err);
+    pthread_mutex_unlock(&t->lock);
+    if (rc)
+        fslog("%s", err.msg);
+    return rc;
+}

@@ -1,0 +1,763 @@
+#include "wops.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fslog.h"
+
+/* Everything inside a checkpoint being written changes only through this
+ * mount, which the kernel sees; a short timeout still lets it notice a
+ * commit (the checkpoint's name then leads to the pack's inodes). */
+#define WRITE_TIMEOUT 1.0
+#define XATTR_PREFIX "user.ckptfs."
+#define XATTR_COMMIT "user.ckptfs.commit"
+#define PACKED_DIR ".packed"
+
+static void fill_ids(ckptfs *fs, struct stat *st, uint64_t ino)
+{
+    st->st_ino = ino;
+    st->st_uid = fs->uid;
+    st->st_gid = fs->gid;
+}
+
+/* The writable checkpoint of an inode; replies ESTALE if there is none. */
+static wckpt *find(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, uint32_t *node)
+{
+    wckpt *c = wtable_find(&fs->wtable, ino, node);
+    if (!c)
+        fuse_reply_err(req, ESTALE);
+    return c;
+}
+
+static int committed(wckpt *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int yes = c->state == WST_COMMITTED;
+    pthread_mutex_unlock(&c->lock);
+    return yes;
+}
+
+/* Replies to rc (< 0) unless the checkpoint was committed in between, in
+ * which case the caller answers from the pack (returns 0). */
+static int reply_error(fuse_req_t req, wckpt *c, int rc)
+{
+    if (rc == -ESTALE && committed(c))
+        return 0;
+    fuse_reply_err(req, -rc);
+    return 1;
+}
+
+static void reply_entry(fuse_req_t req, ckptfs *fs, wckpt *c, uint32_t node, struct stat *st,
+                        double entry_timeout)
+{
+    struct fuse_entry_param e;
+    memset(&e, 0, sizeof e);
+    e.ino = wckpt_ino(c, node);
+    e.entry_timeout = entry_timeout;
+    e.attr_timeout = WRITE_TIMEOUT;
+    e.attr = *st;
+    fill_ids(fs, &e.attr, e.ino);
+    /* The kernel holds the reference only if the reply reached it. */
+    if (fuse_reply_entry(req, &e) != 0)
+        wtable_forget(&fs->wtable, c, 1);
+}
+
+/* ------------------------------------------------------------- the root */
+
+int wops_root_lookup(fuse_req_t req, ckptfs *fs, const char *name)
+{
+    if (!fs->writable)
+        return 0;
+    wckpt *c = wtable_get(&fs->wtable, name, 1);
+    if (!c)
+        return 0;
+    struct stat st;
+    int rc = wckpt_getattr(c, WTREE_ROOT, &st);
+    if (rc) {
+        wtable_forget(&fs->wtable, c, 1);
+        /* Committed this instant: the pack answers. */
+        if (rc == -ESTALE)
+            return 0;
+        fuse_reply_err(req, -rc);
+        return 1;
+    }
+    /* Looked up every time: the name moves to the pack at commit. */
+    reply_entry(req, fs, c, WTREE_ROOT, &st, 0.0);
+    return 1;
+}
+
+void wops_root_mkdir(fuse_req_t req, ckptfs *fs, const char *name, mode_t mode)
+{
+    if (!fs->writable) {
+        fuse_reply_err(req, EROFS);
+        return;
+    }
+    wckpt *c;
+    int rc = wtable_mkdir(&fs->wtable, name, mode & 07777, &c);
+    if (rc == -EINVAL)
+        fslog("mkdir '%s': checkpoint names cannot be empty or start with '.'", name);
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    struct stat st;
+    rc = wckpt_getattr(c, WTREE_ROOT, &st);
+    if (rc) {
+        wtable_forget(&fs->wtable, c, 1);
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    reply_entry(req, fs, c, WTREE_ROOT, &st, 0.0);
+}
+
+void wops_root_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
+{
+    int rc = fs->writable ? wtable_rmdir(&fs->wtable, name) : -ENOENT;
+    if (rc != -ENOENT) {
+        if (rc == -EBUSY)
+            fslog("rmdir '%s': the checkpoint is being packed; remove it once committed", name);
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    /* A committed checkpoint: its pack goes once rm -r has emptied it. */
+    int err;
+    checkpoint *c = checkpoints_lookup(&fs->table, name, 1, &err);
+    if (!c) {
+        fuse_reply_err(req, -err);
+        return;
+    }
+    rc = checkpoint_open(&fs->table, c);
+    if (rc == 0) {
+        pthread_mutex_lock(&c->hide_lock);
+        const tree_node *root = &c->tree->nodes[TREE_ROOT];
+        for (uint32_t i = 0; rc == 0 && i < root->n_children; i++)
+            if (!c->hidden || !c->hidden[root->children[i]])
+                rc = -ENOTEMPTY;
+        pthread_mutex_unlock(&c->hide_lock);
+    }
+    if (rc == 0)
+        rc = fs->writable ? wtable_remove_pack(&fs->wtable, name) : -EROFS;
+    checkpoint_forget(&fs->table, c, 1);
+    fuse_reply_err(req, -rc);
+}
+
+void wops_root_rename(fuse_req_t req, ckptfs *fs, const char *name, const char *newname,
+                      unsigned flags)
+{
+    if (!fs->writable) {
+        fuse_reply_err(req, EROFS);
+        return;
+    }
+    if (flags & ~(unsigned)RENAME_NOREPLACE) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    int rc = wtable_rename(&fs->wtable, name, newname, (flags & RENAME_NOREPLACE) != 0);
+    if (rc == 0)
+        fslog("checkpoint '%s' renamed to '%s'", name, newname);
+    fuse_reply_err(req, -rc);
+}
+
+void wops_root_refuse(fuse_req_t req, const char *name, const char *what)
+{
+    fslog("cannot create %s '%s' at the top of the mount: only checkpoint directories live "
+          "there (mkdir MOUNT/NAME, then write into MOUNT/NAME/)",
+          what, name);
+    fuse_reply_err(req, EPERM);
+}
+
+int wops_root_listing_add(ckptfs *fs, root_listing *l)
+{
+    if (!fs->writable)
+        return 0;
+    char **names;
+    uint64_t *inos;
+    size_t n;
+    int rc = wtable_names(&fs->wtable, &names, &inos, &n);
+    if (rc)
+        return rc;
+    struct root_entry *grown = realloc(l->entries, (l->n + n + 1) * sizeof *grown);
+    if (!grown) {
+        rc = -ENOMEM;
+    } else {
+        l->entries = grown;
+        for (size_t i = 0; i < n; i++) {
+            size_t j = 0;
+            while (j < l->n && strcmp(l->entries[j].name, names[i]) != 0)
+                j++;
+            if (j < l->n) { /* shadows a pack of the same name */
+                free(l->entries[j].name);
+            } else {
+                l->n++;
+            }
+            l->entries[j].name = names[i];
+            l->entries[j].ino = inos[i];
+            names[i] = NULL;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    free(inos);
+    return rc;
+}
+
+/* ------------------------------------------------------- inside a ckpt */
+
+int wops_lookup(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name)
+{
+    uint32_t dir, node;
+    wckpt *c = find(req, fs, parent, &dir);
+    if (!c)
+        return 1;
+    struct stat st;
+    int rc = wckpt_lookup(c, dir, name, &node, &st);
+    if (rc)
+        return reply_error(req, c, rc);
+    wtable_count_lookup(&fs->wtable, c);
+    reply_entry(req, fs, c, node, &st, WRITE_TIMEOUT);
+    return 1;
+}
+
+void wops_forget(ckptfs *fs, fuse_ino_t ino, uint64_t nlookup)
+{
+    uint32_t node;
+    wckpt *c = wtable_find(&fs->wtable, ino, &node);
+    if (c)
+        wtable_forget(&fs->wtable, c, nlookup);
+}
+
+int wops_getattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino)
+{
+    uint32_t node;
+    wckpt *c = find(req, fs, ino, &node);
+    if (!c)
+        return 1;
+    struct stat st;
+    int rc = wckpt_getattr(c, node, &st);
+    if (rc)
+        return reply_error(req, c, rc);
+    fill_ids(fs, &st, ino);
+    fuse_reply_attr(req, &st, WRITE_TIMEOUT);
+    return 1;
+}
+
+int wops_setattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct stat *attr, int to_set)
+{
+    uint32_t node;
+    wckpt *c = find(req, fs, ino, &node);
+    if (!c)
+        return 1;
+    /* Packs keep no owner or access time: those changes succeed as no-ops,
+     * as on filesystems that cannot store them, so cp -a and tar work. */
+    int flags = 0;
+    if (to_set & FUSE_SET_ATTR_MODE)
+        flags |= WSET_MODE;
+    if (to_set & FUSE_SET_ATTR_SIZE)
+        flags |= WSET_SIZE;
+    if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+        flags |= WSET_MTIME_NOW;
+    else if (to_set & FUSE_SET_ATTR_MTIME)
+        flags |= WSET_MTIME;
+    if ((to_set & FUSE_SET_ATTR_SIZE) && attr->st_size < 0) {
+        fuse_reply_err(req, EINVAL);
+        return 1;
+    }
+    struct stat st;
+    int rc = wckpt_setattr(c, node, flags, (uint32_t)attr->st_mode, (uint64_t)attr->st_size,
+                           &attr->st_mtim, &st);
+    if (rc)
+        return reply_error(req, c, rc);
+    fill_ids(fs, &st, ino);
+    fuse_reply_attr(req, &st, WRITE_TIMEOUT);
+    return 1;
+}
+
+int wops_create(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, mode_t mode,
+                struct fuse_file_info *fi)
+{
+    uint32_t dir, node;
+    wckpt *c = find(req, fs, parent, &dir);
+    if (!c)
+        return 1;
+    struct stat st;
+    int rc = wckpt_create(c, dir, name, mode & 07777, &node, &st);
+    if (rc)
+        return reply_error(req, c, rc);
+    wtable_count_lookup(&fs->wtable, c);
+    struct fuse_entry_param e;
+    memset(&e, 0, sizeof e);
+    e.ino = wckpt_ino(c, node);
+    e.entry_timeout = WRITE_TIMEOUT;
+    e.attr_timeout = WRITE_TIMEOUT;
+    e.attr = st;
+    fill_ids(fs, &e.attr, e.ino);
+    fi->fh = 0;
+    fi->keep_cache = 1;
+    if (fuse_reply_create(req, &e, fi) != 0) {
+        wckpt_release(c, node);
+        wtable_forget(&fs->wtable, c, 1);
+    }
+    return 1;
+}
+
+int wops_mknod(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, mode_t mode)
+{
+    uint32_t dir, node;
+    wckpt *c = find(req, fs, parent, &dir);
+    if (!c)
+        return 1;
+    if (!S_ISREG(mode)) {
+        fslog("checkpoint '%s': cannot create '%s': a pack holds only regular files and "
+              "directories", c->name, name);
+        fuse_reply_err(req, EPERM);
+        return 1;
+    }
+    struct stat st;
+    int rc = wckpt_create(c, dir, name, mode & 07777, &node, &st);
+    if (rc)
+        return reply_error(req, c, rc);
+    wckpt_release(c, node);
+    wtable_count_lookup(&fs->wtable, c);
+    reply_entry(req, fs, c, node, &st, WRITE_TIMEOUT);
+    return 1;
+}
+
+int wops_mkdir(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, mode_t mode)
+{
+    uint32_t dir, node;
+    wckpt *c = find(req, fs, parent, &dir);
+    if (!c)
+        return 1;
+    struct stat st;
+    int rc = wckpt_mkdir(c, dir, name, mode & 07777, &node, &st);
+    if (rc)
+        return reply_error(req, c, rc);
+    wtable_count_lookup(&fs->wtable, c);
+    reply_entry(req, fs, c, node, &st, WRITE_TIMEOUT);
+    return 1;
+}
+
+int wops_unlink(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name)
+{
+    uint32_t dir;
+    wckpt *c = find(req, fs, parent, &dir);
+    if (!c)
+        return 1;
+    int rc = wckpt_unlink(c, dir, name);
+    if (rc)
+        return reply_error(req, c, rc);
+    fuse_reply_err(req, 0);
+    return 1;
+}
+
+int wops_rmdir(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name)
+{
+    uint32_t dir;
+    wckpt *c = find(req, fs, parent, &dir);
+    if (!c)
+        return 1;
+    int rc = wckpt_rmdir(c, dir, name);
+    if (rc)
+        return reply_error(req, c, rc);
+    fuse_reply_err(req, 0);
+    return 1;
+}
+
+void wops_rename(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name,
+                 fuse_ino_t newparent, const char *newname, unsigned flags)
+{
+    uint32_t dir, newdir;
+    wckpt *c = wtable_owns(parent) ? wtable_find(&fs->wtable, parent, &dir) : NULL;
+    wckpt *d = wtable_owns(newparent) ? wtable_find(&fs->wtable, newparent, &newdir) : NULL;
+    if (flags & ~(unsigned)RENAME_NOREPLACE) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    /* Only within one checkpoint; anything else is a copy (mv does that
+     * by itself on EXDEV). */
+    if (!c || c != d) {
+        fuse_reply_err(req, c || d ? EXDEV : EROFS);
+        return;
+    }
+    int rc = wckpt_rename(c, dir, name, newdir, newname, (flags & RENAME_NOREPLACE) != 0);
+    fuse_reply_err(req, rc == -ESTALE ? EROFS : -rc);
+}
+
+int wops_open(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    uint32_t node;
+    wckpt *c = find(req, fs, ino, &node);
+    if (!c)
+        return 1;
+    int rc = wckpt_open(c, node, fi->flags);
+    if (rc)
+        return reply_error(req, c, rc);
+    fi->fh = 0;
+    /* Every change goes through the kernel, so its cache stays right. */
+    fi->keep_cache = 1;
+    if (fuse_reply_open(req, fi) != 0)
+        wckpt_release(c, node);
+    return 1;
+}
+
+int wops_read(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off)
+{
+    uint32_t node;
+    wckpt *c = find(req, fs, ino, &node);
+    if (!c)
+        return 1;
+    if (off < 0) {
+        fuse_reply_err(req, EINVAL);
+        return 1;
+    }
+    char *buf = malloc(size ? size : 1);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return 1;
+    }
+    ssize_t n = wckpt_read(c, node, buf, size, (uint64_t)off);
+    int handled = 1;
+    if (n < 0)
+        handled = reply_error(req, c, (int)n);
+    else
+        fuse_reply_buf(req, buf, (size_t)n);
+    free(buf);
+    return handled;
+}
+
+int wops_write(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *buf, size_t size,
+               off_t off)
+{
+    uint32_t node;
+    wckpt *c = find(req, fs, ino, &node);
+    if (!c)
+        return 1;
+    if (off < 0) {
+        fuse_reply_err(req, EINVAL);
+        return 1;
+    }
+    ssize_t n = wckpt_write(c, node, buf, size, (uint64_t)off);
+    if (n < 0) {
+        /* Committed under a writer: the pack is read-only. */
+        fuse_reply_err(req, n == -ESTALE ? EROFS : (int)-n);
+        return 1;
+    }
+    fuse_reply_write(req, (size_t)n);
+    return 1;
+}
+
+void wops_release(fuse_req_t req, ckptfs *fs, fuse_ino_t ino)
+{
+    uint32_t node;
+    wckpt *c = wtable_find(&fs->wtable, ino, &node);
+    if (c)
+        wckpt_release(c, node);
+    fuse_reply_err(req, 0);
+}
+
+int wops_fsync(fuse_req_t req, ckptfs *fs, fuse_ino_t ino)
+{
+    uint32_t node;
+    wckpt *c = find(req, fs, ino, &node);
+    if (!c)
+        return 1;
+    int rc = wckpt_fsync(c, node);
+    fuse_reply_err(req, rc == -ESTALE ? 0 : -rc);
+    return 1;
+}
+
+int wops_opendir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    uint32_t node, parent;
+    wckpt *c = find(req, fs, ino, &node);
+    if (!c)
+        return 1;
+    fs_handle *h = calloc(1, sizeof *h);
+    if (!h) {
+        fuse_reply_err(req, ENOMEM);
+        return 1;
+    }
+    /* A snapshot: entries added or removed while it is read cannot make
+     * readdir skip or repeat the others. */
+    int rc = wckpt_list(c, node, &h->u.wlisting.entries, &h->u.wlisting.n, &parent);
+    if (rc) {
+        free(h);
+        return reply_error(req, c, rc);
+    }
+    h->is_wlisting = 1;
+    h->u.wlisting.self = ino;
+    h->u.wlisting.parent = parent == WTREE_NONE ? FUSE_ROOT_ID : wckpt_ino(c, parent);
+    ckptfs_track_handle(fs, h);
+    fi->fh = (uintptr_t)h;
+    if (fuse_reply_open(req, fi) != 0)
+        ckptfs_drop_handle(fs, h);
+    return 1;
+}
+
+void wops_readdir(fuse_req_t req, fs_handle *h, size_t size, off_t off)
+{
+    char *buf = malloc(size ? size : 1);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    uint64_t serial_bits = h->u.wlisting.self & ~(uint64_t)UINT32_MAX;
+    size_t total = 2 + h->u.wlisting.n, used = 0;
+    for (size_t i = off < 0 ? 0 : (size_t)off; i < total; i++) {
+        struct stat st;
+        memset(&st, 0, sizeof st);
+        const char *name;
+        st.st_mode = S_IFDIR;
+        if (i == 0) {
+            name = ".";
+            st.st_ino = h->u.wlisting.self;
+        } else if (i == 1) {
+            name = "..";
+            st.st_ino = h->u.wlisting.parent;
+        } else {
+            const wdirent *e = &h->u.wlisting.entries[i - 2];
+            name = e->name;
+            st.st_ino = serial_bits | ((uint64_t)e->node + 1);
+            st.st_mode = e->is_dir ? S_IFDIR : S_IFREG;
+        }
+        size_t need = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
+        if (need > size - used)
+            break;
+        used += need;
+    }
+    fuse_reply_buf(req, buf, used);
+    free(buf);
+}
+
+int wops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name, size_t size)
+{
+    uint32_t node;
+    wckpt *c = find(req, fs, ino, &node);
+    if (!c)
+        return 1;
+    if (committed(c))
+        return 0;
+    char value[1024];
+    int len = node == WTREE_ROOT ? wckpt_xattr(c, name, value, sizeof value) : -ENODATA;
+    if (len < 0)
+        fuse_reply_err(req, -len);
+    else if (size == 0)
+        fuse_reply_xattr(req, (size_t)len);
+    else if (size < (size_t)len)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, value, (size_t)len);
+    return 1;
+}
+
+int wops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
+                  const char *value, size_t size)
+{
+    uint32_t node;
+    wckpt *c = find(req, fs, ino, &node);
+    if (!c)
+        return 1;
+    if (node == WTREE_ROOT && strcmp(name, XATTR_COMMIT) == 0) {
+        int rc = wtable_commit(&fs->wtable, c);
+        if (rc == -EACCES)
+            fslog("checkpoint '%s': cannot commit: %s", c->name,
+                  c->error ? c->error : "its staged data cannot be read with this key");
+        fuse_reply_err(req, -rc);
+        return 1;
+    }
+    if (committed(c))
+        return 0;
+    /* Packs keep no extended attributes; cp -a and friends skip ENOTSUP. */
+    fuse_reply_err(req, strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)) == 0 ? EPERM : ENOTSUP);
+    return 1;
+}
+
+int wops_listxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size)
+{
+    static const char names[] = "user.ckptfs.state\0user.ckptfs.progress\0user.ckptfs.size";
+    uint32_t node;
+    wckpt *c = find(req, fs, ino, &node);
+    if (!c)
+        return 1;
+    if (committed(c))
+        return 0;
+    size_t len = node == WTREE_ROOT ? sizeof names : 0;
+    if (size == 0)
+        fuse_reply_xattr(req, len);
+    else if (size < len)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, names, len);
+    return 1;
+}
+
+int wops_fallocate(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, int mode, off_t off, off_t len)
+{
+    uint32_t node;
+    wckpt *c = find(req, fs, ino, &node);
+    if (!c)
+        return 1;
+    if (mode != 0) {
+        fuse_reply_err(req, EOPNOTSUPP);
+        return 1;
+    }
+    if (off < 0 || len <= 0) {
+        fuse_reply_err(req, EINVAL);
+        return 1;
+    }
+    int rc = wckpt_allocate(c, node, (uint64_t)off, (uint64_t)len);
+    fuse_reply_err(req, rc == -ESTALE ? EROFS : -rc);
+    return 1;
+}
+
+/* ------------------------------------------ committed: back to the pack */
+
+/* The pack tree node at path (as it was written), following the move of
+ * reserved top-level names under .packed/ (pack_tree.h). */
+static uint32_t pack_node_of(checkpoint *c, const char *path, int is_file)
+{
+    if (!*path)
+        return TREE_ROOT;
+    if (is_file) {
+        long i = ckpt_file_find(c->pack, path);
+        return i < 0 ? TREE_NONE : c->tree->file_node[i];
+    }
+    size_t top = strcspn(path, "/");
+    uint32_t node = TREE_ROOT;
+    if ((top == 13 && strncmp(path, "manifest.json", 13) == 0) ||
+        (top == 7 && strncmp(path, "tensors", 7) == 0) ||
+        (top == 7 && strncmp(path, PACKED_DIR, 7) == 0))
+        node = pack_tree_lookup(c->tree, TREE_ROOT, PACKED_DIR);
+    char *copy = strdup(path), *save = NULL;
+    if (!copy)
+        return TREE_NONE;
+    for (char *part = strtok_r(copy, "/", &save); part && node != TREE_NONE;
+         part = strtok_r(NULL, "/", &save))
+        node = pack_tree_lookup(c->tree, node, part);
+    free(copy);
+    return node;
+}
+
+/* The pack that replaced w, pinned by a lookup reference for as long as
+ * w lives (its inodes may be used long after the commit: a shell's
+ * working directory, an open file). */
+static checkpoint *successor(ckptfs *fs, wckpt *w)
+{
+    pthread_mutex_lock(&w->lock);
+    checkpoint *c = w->successor;
+    char *name = c ? NULL : strdup(w->name);
+    pthread_mutex_unlock(&w->lock);
+    if (c || !name)
+        return c;
+    int err;
+    c = checkpoints_lookup(&fs->table, name, 1, &err);
+    free(name);
+    if (!c)
+        return NULL;
+    pthread_mutex_lock(&w->lock);
+    if (w->successor) { /* another thread won */
+        checkpoint *won = w->successor;
+        pthread_mutex_unlock(&w->lock);
+        checkpoint_forget(&fs->table, c, 1);
+        return won;
+    }
+    w->successor = c;
+    pthread_mutex_unlock(&w->lock);
+    return c;
+}
+
+void wops_committed(void *ud, const char *name)
+{
+    ckptfs *fs = ud;
+    struct fuse_session *se = __atomic_load_n(&fs->se, __ATOMIC_ACQUIRE);
+    if (se)
+        fuse_lowlevel_notify_inval_entry(se, FUSE_ROOT_ID, name, strlen(name));
+}
+
+void wops_drop_successor(void *ud, void *successor_)
+{
+    ckptfs *fs = ud;
+    checkpoint_forget(&fs->table, successor_, 1);
+}
+
+int wops_translate(ckptfs *fs, fuse_ino_t ino, checkpoint **out, uint32_t *node)
+{
+    uint32_t wn;
+    wckpt *w = wtable_find(&fs->wtable, ino, &wn);
+    if (!w)
+        return ESTALE;
+    pthread_mutex_lock(&w->lock);
+    int ok = w->state == WST_COMMITTED && wn < w->tree.n_nodes;
+    size_t len = ok ? wtree_path_len(&w->tree, wn) : 0;
+    char *path = ok ? malloc(len + 1) : NULL;
+    int is_file = ok && w->tree.nodes[wn].kind == WNODE_FILE;
+    if (path)
+        wtree_path(&w->tree, wn, path, len + 1);
+    pthread_mutex_unlock(&w->lock);
+    int rc = ESTALE;
+    checkpoint *c = path ? successor(fs, w) : NULL;
+    if (c) {
+        int err = checkpoint_open(&fs->table, c);
+        uint32_t n = err ? TREE_NONE : pack_node_of(c, path, is_file);
+        if (err) {
+            rc = -err;
+        } else if (n != TREE_NONE) {
+            *out = c;
+            *node = n;
+            rc = 0;
+        }
+    }
+    free(path);
+    return rc;
+}
+
+/* ------------------------------------------- removing committed packs */
+
+int wops_pack_hidden(checkpoint *c, uint32_t node)
+{
+    pthread_mutex_lock(&c->hide_lock);
+    int hidden = c->hidden && c->hidden[node];
+    pthread_mutex_unlock(&c->hide_lock);
+    return hidden;
+}
+
+int wops_pack_hide(ckptfs *fs, checkpoint *c, uint32_t dir, const char *name, int want_dir)
+{
+    if (!fs->writable)
+        return -EROFS;
+    uint32_t node = pack_tree_lookup(c->tree, dir, name);
+    pthread_mutex_lock(&c->hide_lock);
+    int rc = 0;
+    if (node == TREE_NONE || (c->hidden && c->hidden[node])) {
+        rc = -ENOENT;
+    } else {
+        const tree_node *n = &c->tree->nodes[node];
+        if (want_dir && n->kind != TREE_DIR)
+            rc = -ENOTDIR;
+        else if (!want_dir && n->kind == TREE_DIR)
+            rc = -EISDIR;
+        for (uint32_t i = 0; rc == 0 && want_dir && i < n->n_children; i++)
+            if (!c->hidden || !c->hidden[n->children[i]])
+                rc = -ENOTEMPTY;
+    }
+    if (rc == 0 && !c->hidden && !(c->hidden = calloc(c->tree->n_nodes, 1)))
+        rc = -ENOMEM;
+    if (rc == 0) {
+        c->hidden[node] = 1;
+        if (!c->hide_logged) {
+            c->hide_logged = 1;
+            fslog("checkpoint '%s' is committed and cannot change: removing entries in it only "
+                  "hides them until the next mount; removing the directory '%s' itself "
+                  "(rm -r) deletes the checkpoint",
+                  c->name, c->name);
+        }
+    }
+    pthread_mutex_unlock(&c->hide_lock);
+    return rc;
+}

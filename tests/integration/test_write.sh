@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Writing checkpoints into a ckptfs mount, end to end: cp -r and ordinary
+# file work (against the same work on a plain directory), real writers
+# (torch.save whole and per tensor, np.save, safetensors), ckpt commit and
+# ckpt status, reads before commit, after it and after a remount, EROFS
+# once committed, EBUSY while packing, auto-commit, renaming and removing
+# checkpoints, and refusals at the mount root.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/write_lib.sh"
+write_preflight
+
+cd "$TMP" || exit 1
+BACK=$TMP/back
+MNT=$TMP/mnt
+LOG=$TMP/ckptfs.log
+SRC=$TMP/src
+PLAIN=$TMP/plain
+mkdir -p "$BACK" "$PLAIN"
+
+# A source tree: a generated checkpoint plus odd files.
+expect_ok "ckpt-gen makes a source checkpoint" "$CKPT_GEN" "$SRC" --preset tiny --format both --shards 2
+mkdir -p "$SRC/optim/state" "$SRC/empty-dir"
+head -c 3000000 /dev/urandom >"$SRC/optim/state/rng.bin"
+: >"$SRC/optim/empty.bin"
+printf 'odd name\n' >"$SRC/optim/with space & symbols#1.txt"
+chmod 600 "$SRC/optim/state/rng.bin"
+
+if ! mount_ckptfs "$BACK" "$MNT" "$LOG" -o commit_delay=0; then
+    fail "ckptfs mounts writable" "$(cat "$LOG")"
+    finish
+fi
+pass "ckptfs mounts writable"
+
+# ------------------------------------------------------------------ the root
+
+expect_fail "a file at the mount root is refused" touch "$MNT/stray"
+last_stderr_has "with EPERM" "Operation not permitted"
+if grep -q "only checkpoint directories live there" "$LOG"; then pass "and a log line says why"
+else fail "and a log line says why" "$(tail -3 "$LOG")"; fi
+expect_fail "a checkpoint name starting with '.' is refused" mkdir "$MNT/.hidden"
+expect_ok "mkdir starts a checkpoint" mkdir "$MNT/a"
+[ "$(state_of "$MNT/a")" = writing ] && pass "its state is writing" || fail "its state is writing" "$(state_of "$MNT/a")"
+expect_fail "mkdir of an existing checkpoint fails" mkdir "$MNT/a"
+expect_absent "the staging area does not show" "$MNT/.ckptfs"
+[ -d "$BACK/.ckptfs" ] && pass "staging lives under BACKING/.ckptfs" || fail "staging lives under BACKING/.ckptfs"
+
+# ---------------------------------------------------------------- cp -r
+
+expect_ok "cp -r of a tree into the checkpoint" cp -r "$SRC/." "$MNT/a/"
+expect_ok "read-your-writes: the copy matches the source" $PY "$WCLIENTS" same-tree "$SRC" "$MNT/a"
+mkdir "$MNT/work"
+expect_ok "cp -a keeps modes and mtimes" cp -a "$SRC/optim/state/rng.bin" "$MNT/work/rng-a.bin"
+want=$(stat -c '%a %Y %s' "$SRC/optim/state/rng.bin")
+got=$(stat -c '%a %Y %s' "$MNT/work/rng-a.bin")
+[ "$want" = "$got" ] && pass "mode, mtime and size as the source" || fail "mode, mtime and size as the source" "$got, want $want"
+expect_ok "an empty directory can be made" test -d "$MNT/a/empty-dir"
+
+# ----------------------------------------------- ordinary file work, twice
+
+# file_work DIR: the same edits on a plain directory and in the mount.
+file_work() {
+    local d=$1
+    mkdir -p "$d/w/sub" || return 1
+    printf 'first\n' >"$d/w/f.txt" &&
+        printf 'second\n' >>"$d/w/f.txt" &&
+        printf 'replaced\n' >"$d/w/g.txt" &&
+        head -c 200000 "$SRC/optim/state/rng.bin" >"$d/w/big.bin" &&
+        dd if=/dev/zero of="$d/w/big.bin" bs=1 count=10 seek=65530 conv=notrunc status=none &&
+        dd if="$SRC/optim/state/rng.bin" of="$d/w/big.bin" bs=4096 count=3 seek=100 conv=notrunc status=none &&
+        truncate -s 70000 "$d/w/big.bin" &&
+        truncate -s 300000 "$d/w/big.bin" &&
+        printf 'tail' >>"$d/w/big.bin" &&
+        mv "$d/w/g.txt" "$d/w/sub/moved.txt" &&
+        printf 'gone' >"$d/w/gone.txt" && rm "$d/w/gone.txt" &&
+        mkdir "$d/w/d2" && rmdir "$d/w/d2" &&
+        mv "$d/w/sub" "$d/w/sub2" &&
+        printf 'x' >"$d/w/over.txt" && printf 'yz' >"$d/w/new.txt" && mv "$d/w/new.txt" "$d/w/over.txt" &&
+        sync "$d/w/big.bin"
+}
+expect_ok "file work in a plain directory" file_work "$PLAIN"
+expect_ok "the same file work in the checkpoint" file_work "$MNT/work"
+expect_ok "both trees read the same" $PY "$WCLIENTS" same-tree "$PLAIN/w" "$MNT/work/w"
+expect_ok "random writes, appends, truncates, mmap writes, renames match a plain directory" \
+    $PY "$WCLIENTS" random-ops "$PLAIN/r" "$MNT/work/r" 7 300
+expect_ok "the tree reads the same after closing everything" $PY "$WCLIENTS" same-tree "$PLAIN/r" "$MNT/work/r"
+expect_ok "commit the file work" "$CKPT" commit --wait "$MNT/work"
+expect_ok "which reads the same from the pack" $PY "$WCLIENTS" same-tree "$PLAIN/r" "$MNT/work/r" --packed
+expect_ok "edited files too" $PY "$WCLIENTS" same-tree "$PLAIN/w" "$MNT/work/w" --packed
+
+# --------------------------------------------------------- python writers
+
+expect_ok "torch.save, np.save and safetensors into a plain directory" $PY "$WCLIENTS" save "$PLAIN/py" mixed 5
+expect_ok "the same writers into a checkpoint" bash -c "mkdir '$MNT/py' && $PY '$WCLIENTS' save '$MNT/py' mixed 5"
+expect_ok "byte-identical to the plain copy before commit" $PY "$WCLIENTS" same-tree "$PLAIN/py" "$MNT/py"
+expect_ok "torch.load, np.load(mmap) and safetensors(mmap) read them before commit" $PY "$WCLIENTS" verify "$MNT/py" mixed 5
+
+# ------------------------------------------------------- status and commit
+
+expect_ok "ckpt status lists the checkpoints" "$CKPT" status "$MNT"
+last_stdout_matches "a plain line per checkpoint, with state and size" '^a +writing +[0-9.]+ [kMG]?B'
+last_stdout_matches "py too" '^py +writing'
+expect_ok "ckpt status of one checkpoint" "$CKPT" status "$MNT/py"
+last_stdout_matches "shows just it" '^py +writing'
+expect_fail "ckpt commit outside a mount fails" "$CKPT" commit "$TMP"
+last_stderr_has "and says why" "not a checkpoint directory"
+expect_ok "ckpt commit --wait" "$CKPT" commit --wait "$MNT/py"
+last_stdout_has "reports it committed" "committed"
+[ -f "$BACK/py.tpack" ] && pass "BACKING/py.tpack exists" || fail "BACKING/py.tpack exists"
+[ "$(state_of "$MNT/py")" = committed ] && pass "state committed" || fail "state committed" "$(state_of "$MNT/py")"
+expect_ok "byte-identical after commit, now from the pack" $PY "$WCLIENTS" same-tree "$PLAIN/py" "$MNT/py" --packed
+expect_ok "and loads back after commit" $PY "$WCLIENTS" verify "$MNT/py" mixed 5
+expect_ok "the read-only view: manifest.json" test -f "$MNT/py/manifest.json"
+n=$(find "$MNT/py/tensors" -type f | wc -l)
+[ "$n" -gt 10 ] && pass "and tensors/ ($n tensors from safetensors and npy)" || fail "and tensors/" "$n files"
+expect_ok "ckpt verify passes on the pack" "$CKPT" verify "$BACK/py.tpack"
+expect_ok "ckpt commit of a committed checkpoint is a no-op" "$CKPT" commit --wait "$MNT/py"
+
+expect_errno "a committed checkpoint is immutable: write" EROFS write "$MNT/py/npy/step.npy"
+expect_errno "create" EROFS create "$MNT/py/new.bin"
+expect_errno "truncate" EROFS truncate "$MNT/py/npy/step.npy"
+expect_errno "mkdir" EROFS mkdir "$MNT/py/newdir"
+
+# EBUSY while packing: a checkpoint big enough to take a moment.
+mkdir "$MNT/big"
+head -c $((256 << 20)) /dev/urandom >"$MNT/big/noise.bin"
+cp "$MNT/big/noise.bin" "$TMP/noise.bin"
+expect_ok "ckpt commit (without --wait) starts packing" "$CKPT" commit "$MNT/big"
+s=$(state_of "$MNT/big")
+if [ "$s" = packing ]; then
+    pass "state packing"
+    expect_errno "writing while packing is EBUSY" EBUSY append "$MNT/big/noise.bin"
+    expect_errno "creating while packing is EBUSY" EBUSY create "$MNT/big/more.bin"
+    expect_errno "reading while packing works" 0 read "$MNT/big/noise.bin"
+    if grep -q "is being packed" "$LOG"; then pass "a log line says why"; else fail "a log line says why"; fi
+    expect_ok "ckpt status while packing" "$CKPT" status "$MNT"
+    last_stdout_matches "shows progress with an ETA" '^big +packing .*% .* of .*ETA'
+else
+    skip "EBUSY while packing" "packing was over before the check ($s)"
+fi
+expect_ok "ckpt commit --wait follows it to the end" "$CKPT" commit --wait "$MNT/big"
+expect_same_sha256 "the big file reads back from the pack" "$TMP/noise.bin" "$MNT/big/noise.bin"
+
+expect_ok "ckpt commit --wait of the cp -r checkpoint" "$CKPT" commit --wait "$MNT/a"
+expect_ok "cp -r copy byte-identical after commit" $PY "$WCLIENTS" same-tree "$SRC" "$MNT/a" --packed
+expect_ok "mode of a copied file kept in the pack" test "$(stat -c %a "$MNT/a/optim/state/rng.bin")" = 400
+expect_ok "the staging area is empty once all is committed" test -z "$(ls "$BACK/.ckptfs/stage")"
+
+# ----------------------------------------------------- remount, rename, rm
+
+mkdir "$MNT/w"
+printf 'kept while writing\n' >"$MNT/w/note.txt"
+sync "$MNT/w/note.txt"
+expect_ok "mv renames a checkpoint being written" mv "$MNT/w" "$MNT/w2"
+expect_ok "mv renames a committed checkpoint" mv "$MNT/big" "$MNT/big2"
+[ -f "$BACK/big2.tpack" ] && [ ! -e "$BACK/big.tpack" ] && pass "its pack is renamed" || fail "its pack is renamed"
+expect_fail "mv onto an existing checkpoint is refused" mv -T "$MNT/w2" "$MNT/py"
+
+if unmount_ckptfs "$MNT"; then pass "unmount ends the daemon with status 0"
+else fail "unmount ends the daemon with status 0" "$(tail -3 "$LOG")"; fi
+mount_ckptfs "$BACK" "$MNT" "$LOG" -o commit_delay=0 || { fail "remount" "$(tail -5 "$LOG")"; finish; }
+expect_ok "after a remount: the cp -r checkpoint" $PY "$WCLIENTS" same-tree "$SRC" "$MNT/a" --packed
+expect_ok "the python checkpoint" $PY "$WCLIENTS" verify "$MNT/py" mixed 5
+expect_ok "the renamed one" cmp "$TMP/noise.bin" "$MNT/big2/noise.bin"
+[ "$(state_of "$MNT/w2")" = writing ] && pass "a checkpoint left writing is still writing" || fail "a checkpoint left writing is still writing" "$(state_of "$MNT/w2")"
+expect_ok "with its data" grep -q "kept while writing" "$MNT/w2/note.txt"
+expect_ok "and can be written on" bash -c "printf more >>'$MNT/w2/note.txt'"
+
+expect_ok "rm -r of a committed checkpoint" rm -r "$MNT/a"
+expect_absent "deletes it and its pack" "$MNT/a" "$BACK/a.tpack"
+expect_ok "rm -r of a checkpoint being written" rm -r "$MNT/w2"
+expect_absent "deletes it" "$MNT/w2"
+expect_ok "and its staged data" test -z "$(ls "$BACK/.ckptfs/stage")"
+expect_ok "ls of the root" ls "$MNT"
+[ "$(ls "$MNT" | tr '\n' ' ')" = "big2 py work " ] && pass "lists what is left" || fail "lists what is left" "$(ls "$MNT")"
+expect_ok "df works on the mount" df "$MNT"
+
+unmount_ckptfs "$MNT"
+
+# ------------------------------------------------------------ auto-commit
+
+mount_ckptfs "$BACK" "$MNT" "$LOG" -o commit_delay=1 || { fail "mount with commit_delay=1"; finish; }
+mkdir "$MNT/auto"
+cp -r "$SRC/." "$MNT/auto/"
+[ "$(state_of "$MNT/auto")" = writing ] && pass "writing right after cp" || fail "writing right after cp" "$(state_of "$MNT/auto")"
+wait_state "committed on its own once quiet for commit_delay" "$MNT/auto" committed 30
+expect_ok "auto-committed copy byte-identical" $PY "$WCLIENTS" same-tree "$SRC" "$MNT/auto" --packed
+mkdir "$MNT/open"
+exec 7>"$MNT/open/held.bin"
+printf 'x' >&7
+sleep 2.5
+[ "$(state_of "$MNT/open")" = writing ] && pass "not while a file in it is open" || fail "not while a file in it is open" "$(state_of "$MNT/open")"
+exec 7>&-
+wait_state "committed once it is closed" "$MNT/open" committed 30
+hwm=$(awk '/VmHWM/ {print $2}' "/proc/${DAEMON_OF[$MNT]}/status")
+[ "${hwm:-999999}" -lt $((200 << 10)) ] && pass "daemon peak memory ${hwm} KiB" || fail "daemon peak memory" "${hwm} KiB"
+unmount_ckptfs "$MNT"
+
+if grep -qiE "assert|sanitizer|segfault" "$LOG"; then fail "no crash traces in the log" "$(grep -iE 'assert|sanitizer' "$LOG" | head -3)"
+else pass "no crash traces in the log"; fi
+finish

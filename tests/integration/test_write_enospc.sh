@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# A full backing filesystem (a small tmpfs): writing into a checkpoint gets
+# ENOSPC, the checkpoint turns failed with the reason, and after space is
+# freed it can be fixed and committed. A pack that does not fit fails the
+# same way, leaves no temporary file, keeps the staged data, and a later
+# `ckpt commit` succeeds.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/write_lib.sh"
+write_preflight
+
+cd "$TMP" || exit 1
+SMALL=$TMP/small
+mkdir -p "$SMALL"
+mount -t tmpfs -o size=48m tmpfs "$SMALL" 2>/dev/null || skip_all "cannot mount a tmpfs (needs root)"
+trap 'unmount_all; umount "$SMALL" 2>/dev/null; cleanup_tmp' EXIT
+BACK=$SMALL/back
+MNT=$TMP/mnt
+LOG=$TMP/ckptfs.log
+mkdir -p "$BACK"
+mount_ckptfs "$BACK" "$MNT" "$LOG" -o commit_delay=0 || { fail "mount" "$(cat "$LOG")"; finish; }
+
+head -c $((80 << 20)) /dev/urandom >"$TMP/80m"
+head -c $((20 << 20)) /dev/urandom >"$TMP/20m"
+head -c $((4 << 20)) /dev/urandom >"$TMP/4m"
+
+# ------------------------------------------------------- while writing
+
+mkdir "$MNT/full"
+expect_fail "cp of 80 MB into 48 MB fails" cp "$TMP/80m" "$MNT/full/x"
+last_stderr_has "with ENOSPC" "No space left on device"
+[ "$(state_of "$MNT/full")" = failed ] && pass "the checkpoint is failed" || fail "the checkpoint is failed" "$(state_of "$MNT/full")"
+err=$(getfattr --only-values -n user.ckptfs.error "$MNT/full" 2>/dev/null)
+case $err in *"No space left"*) pass "user.ckptfs.error says why: $err" ;; *) fail "user.ckptfs.error says why" "'$err'" ;; esac
+if grep -q "state is now failed" "$LOG"; then pass "a log line says so"; else fail "a log line says so" "$(tail -3 "$LOG")"; fi
+expect_ok "ckpt status shows it" "$CKPT" status "$MNT"
+last_stdout_matches "failed, with the reason" '^full +failed .*No space left'
+expect_ok "the partial file is still readable" head -c 1000 "$MNT/full/x"
+expect_ok "removing it frees the space" rm "$MNT/full/x"
+expect_ok "a smaller file then fits" cp "$TMP/4m" "$MNT/full/y"
+[ "$(state_of "$MNT/full")" = writing ] && pass "and the checkpoint is writing again" || fail "and the checkpoint is writing again" "$(state_of "$MNT/full")"
+expect_ok "it commits" "$CKPT" commit --wait "$MNT/full"
+expect_same_sha256 "and reads back from the pack" "$TMP/4m" "$MNT/full/y"
+
+# ------------------------------------------------------- while packing
+
+# 20 MB staged plus a 20 MB filler: the pack (another 20 MB) cannot fit.
+mkdir "$MNT/p"
+expect_ok "20 MB staged" cp "$TMP/20m" "$MNT/p/data"
+expect_ok "a filler takes most of the rest" bash -c "head -c $((19 << 20)) /dev/zero >'$BACK/filler' || true"
+expect_fail "ckpt commit --wait fails when the pack does not fit" "$CKPT" commit --wait "$MNT/p"
+last_stderr_has "and says why" "packing failed" "No space left on device"
+[ "$(state_of "$MNT/p")" = failed ] && pass "state failed" || fail "state failed" "$(state_of "$MNT/p")"
+expect_absent "no temporary pack is left" "$BACK/.p.tpack.tmp" "$BACK/p.tpack"
+expect_same_sha256 "the staged data is kept" "$TMP/20m" "$MNT/p/data"
+rm -f "$BACK/filler"
+expect_ok "after freeing space, ckpt commit retries and succeeds" "$CKPT" commit --wait "$MNT/p"
+expect_same_sha256 "the pack reads back" "$TMP/20m" "$MNT/p/data"
+
+unmount_ckptfs "$MNT"
+mount_ckptfs "$BACK" "$MNT" "$LOG" -o commit_delay=0 || { fail "remount"; finish; }
+expect_same_sha256 "still there after a remount" "$TMP/20m" "$MNT/p/data"
+unmount_ckptfs "$MNT"
+finish

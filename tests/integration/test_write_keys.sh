@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Writing into a mount with a key: staged data and names never reach the
+# disk in the clear, the packs are encrypted, a wrong key (or none) gets
+# EACCES on remount and loses nothing, and the right key finds everything.
+# Also with a passphrase.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/write_lib.sh"
+write_preflight
+
+cd "$TMP" || exit 1
+BACK=$TMP/back
+MNT=$TMP/mnt
+LOG=$TMP/ckptfs.log
+mkdir -p "$BACK"
+"$CKPT" keygen -o "$TMP/key" >/dev/null
+"$CKPT" keygen -o "$TMP/other" >/dev/null
+printf 'correct horse battery staple\n' >"$TMP/pass"
+chmod 600 "$TMP/pass"
+MARK=PLAINTEXT-MARKER-7f3a9c
+# A file whose every 4 KiB holds the marker: any plaintext block would show.
+$PY - "$TMP/marked.bin" "$MARK" <<'EOF'
+import sys
+block = (sys.argv[2] * 200).encode()[:4096]
+with open(sys.argv[1], "wb") as f:
+    for _ in range(3000):
+        f.write(block)
+EOF
+
+mount_ckptfs "$BACK" "$MNT" "$LOG" -o key_file="$TMP/key",commit_delay=0 || { fail "mount with a key" "$(cat "$LOG")"; finish; }
+mkdir "$MNT/enc" "$MNT/enc2"
+expect_ok "write a marked file" cp "$TMP/marked.bin" "$MNT/enc/secret-name-$MARK.bin"
+expect_ok "and python writers" $PY "$WCLIENTS" save "$MNT/enc/py" mixed 3
+expect_ok "small writes and random ops too" $PY "$WCLIENTS" random-ops "$TMP/plainr" "$MNT/enc/r" 11 150
+sync "$MNT/enc/secret-name-$MARK.bin"
+expect_ok "read back before commit" cmp "$TMP/marked.bin" "$MNT/enc/secret-name-$MARK.bin"
+if grep -rqa "$MARK" "$BACK"; then fail "no plaintext data or names in the staging area" "$(grep -rla "$MARK" "$BACK" | head -3)"
+else pass "no plaintext data or names in the staging area"; fi
+if grep -rqa "layers.0.attn.weight" "$BACK"; then fail "no tensor names in the staging area"
+else pass "no tensor names in the staging area"; fi
+
+cp "$TMP/marked.bin" "$MNT/enc2/m.bin"
+expect_ok "commit one" "$CKPT" commit --wait "$MNT/enc2"
+if grep -rqa "$MARK" "$BACK"; then fail "the pack holds no plaintext either"; else pass "the pack holds no plaintext either"; fi
+expect_ok "the pack is encrypted" "$CKPT" info "$BACK/enc2.tpack"
+last_stdout_has "with XChaCha20" xchacha20poly1305
+expect_fail "and cannot be read without the key" "$CKPT" ls "$BACK/enc2.tpack"
+expect_ok "but can with it" "$CKPT" verify "$BACK/enc2.tpack" --key-file "$TMP/key"
+unmount_ckptfs "$MNT"
+
+# ------------------------------------------------------------ wrong keys
+
+mount_ckptfs "$BACK" "$MNT" "$LOG" -o key_file="$TMP/other",commit_delay=0 || { fail "mount with another key"; finish; }
+[ "$(ls "$MNT" | tr '\n' ' ')" = "enc enc2 " ] && pass "wrong key: both checkpoints listed" || fail "wrong key: both checkpoints listed" "$(ls "$MNT")"
+[ "$(state_of "$MNT/enc")" = writing ] && pass "wrong key: state still readable" || fail "wrong key: state still readable" "$(state_of "$MNT/enc")"
+expect_fail "wrong key: listing the written checkpoint fails" ls "$MNT/enc"
+last_stderr_has "with EACCES" "Permission denied"
+expect_fail "wrong key: reading the committed one fails" cat "$MNT/enc2/m.bin"
+last_stderr_has "with EACCES" "Permission denied"
+expect_fail "wrong key: ckpt commit fails" "$CKPT" commit --wait "$MNT/enc"
+last_stderr_has "and says why" "key"
+expect_fail "wrong key: writing into it fails" touch "$MNT/enc/new"
+if grep -q "wrong key" "$LOG"; then pass "wrong key: a log line says so"; else fail "wrong key: a log line says so"; fi
+unmount_ckptfs "$MNT"
+
+mount_ckptfs "$BACK" "$MNT" "$LOG" -o commit_delay=0 || { fail "mount without a key"; finish; }
+expect_fail "no key: listing the written checkpoint fails" ls "$MNT/enc"
+last_stderr_has "with EACCES" "Permission denied"
+expect_fail "no key: rm -r cannot delete it" rm -r "$MNT/enc"
+unmount_ckptfs "$MNT"
+
+mount_ckptfs "$BACK" "$MNT" "$LOG" -o key_file="$TMP/key",commit_delay=0 || { fail "mount with the key again"; finish; }
+expect_ok "right key again: nothing lost" cmp "$TMP/marked.bin" "$MNT/enc/secret-name-$MARK.bin"
+expect_ok "python checkpoint intact" $PY "$WCLIENTS" verify "$MNT/enc/py" mixed 3
+expect_ok "random-ops tree intact" $PY "$WCLIENTS" same-tree "$TMP/plainr" "$MNT/enc/r"
+expect_ok "it commits" "$CKPT" commit --wait "$MNT/enc"
+expect_ok "and reads back from the pack" $PY "$WCLIENTS" verify "$MNT/enc/py" mixed 3
+expect_ok "the committed one reads" cmp "$TMP/marked.bin" "$MNT/enc2/m.bin"
+unmount_ckptfs "$MNT"
+
+# ------------------------------------------------------------ passphrase
+
+BACKP=$TMP/backp
+mkdir -p "$BACKP"
+mount_ckptfs "$BACKP" "$MNT" "$LOG" -o passphrase_file="$TMP/pass",commit_delay=0 || { fail "mount with a passphrase"; finish; }
+mkdir "$MNT/pp"
+cp "$TMP/marked.bin" "$MNT/pp/m.bin"
+unmount_ckptfs "$MNT"
+if grep -rqa "$MARK" "$BACKP"; then fail "passphrase: no plaintext staged"; else pass "passphrase: no plaintext staged"; fi
+mount_ckptfs "$BACKP" "$MNT" "$LOG" -o passphrase_file="$TMP/pass",commit_delay=0 || { fail "remount with a passphrase"; finish; }
+expect_ok "passphrase: staged data back after a remount" cmp "$TMP/marked.bin" "$MNT/pp/m.bin"
+expect_ok "passphrase: commits" "$CKPT" commit --wait "$MNT/pp"
+expect_ok "passphrase: the pack verifies with it" "$CKPT" verify "$BACKP/pp.tpack" --passphrase-file "$TMP/pass"
+unmount_ckptfs "$MNT"
+finish

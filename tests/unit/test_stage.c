@@ -1,0 +1,324 @@
+/* The staging area (fs/stage.c): records and namespaces survive a reopen,
+ * plain and sealed; a sealed namespace shows no names on disk; a wrong or
+ * missing key is EACCES before anything is decrypted; damage is EIO; and
+ * removal leaves nothing behind. */
+#include "testutil.h"
+
+#include "../../fs/stage.c"
+#include "../../fs/stage_crypt.c"
+#include "../../fs/wtree.c"
+
+static char *dir;
+static int backing;
+
+static void setup(void)
+{
+    dir = tu_mkdtemp();
+    backing = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    cr_assert_geq(backing, 0);
+}
+
+static void teardown(void)
+{
+    close(backing);
+    tu_rm_rf(dir);
+    free(dir);
+}
+
+TestSuite(stage, .init = setup, .fini = teardown);
+
+static ckpt_key *make_key(uint8_t fill)
+{
+    uint8_t raw[CKPT_KEY_BYTES];
+    memset(raw, fill, sizeof raw);
+    ckpt_key *k;
+    cr_assert_eq(ckpt_key_from_bytes(raw, &k, NULL), 0);
+    return k;
+}
+
+static void open_root(stage_root *r, const ckpt_key *key)
+{
+    ckpt_err err = {0};
+    cr_assert_eq(stage_root_open(r, backing, key, &err), 0, "%s", err.msg);
+}
+
+static void build_tree(wtree *t)
+{
+    uint32_t d, f;
+    cr_assert_eq(wtree_init(t, 0750, 100, 5), 0);
+    cr_assert_eq(wtree_add(t, WTREE_ROOT, "secret-dir", WNODE_DIR, 0700, 1, 2, 0, &d), 0);
+    cr_assert_eq(wtree_add(t, d, "model-weights.bin", WNODE_FILE, 0640, 3, 4, 7, &f), 0);
+    cr_assert_eq(wtree_add(t, WTREE_ROOT, "top.txt", WNODE_FILE, 0600, 5, 6, 8, &f), 0);
+    cr_assert_eq(wtree_add(t, WTREE_ROOT, "gone", WNODE_FILE, 0600, 5, 6, 9, &f), 0);
+    cr_assert_eq(wtree_remove(t, WTREE_ROOT, "gone", 0, &f), 0);
+}
+
+static void expect_same_tree(const wtree *a, const wtree *b)
+{
+    uint32_t *fa, *fb;
+    size_t na, nb;
+    cr_assert_eq(wtree_files_sorted(a, &fa, &na), 0);
+    cr_assert_eq(wtree_files_sorted(b, &fb, &nb), 0);
+    cr_assert_eq(na, nb);
+    for (size_t i = 0; i < na; i++) {
+        char pa[4096], pb[4096];
+        wtree_path(a, fa[i], pa, sizeof pa);
+        wtree_path(b, fb[i], pb, sizeof pb);
+        cr_assert_str_eq(pa, pb);
+        const wnode *x = &a->nodes[fa[i]], *y = &b->nodes[fb[i]];
+        cr_assert_eq(x->mode, y->mode);
+        cr_assert_eq(x->mtime_sec, y->mtime_sec);
+        cr_assert_eq(x->mtime_nsec, y->mtime_nsec);
+        cr_assert_eq(x->blob_id, y->blob_id);
+    }
+    cr_assert_eq(a->nodes[0].mode, b->nodes[0].mode);
+    cr_assert_eq(a->nodes[0].mtime_sec, b->nodes[0].mtime_sec);
+    uint32_t d = wtree_lookup(b, WTREE_ROOT, "secret-dir");
+    cr_assert_neq(d, WTREE_NONE);
+    cr_assert_eq(b->nodes[d].mode, 0700);
+    free(fa);
+    free(fb);
+}
+
+static int dir_has_bytes(const char *sub, const char *needle)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "grep -rqaF -- '%s' '%s/%s'", needle, dir, sub);
+    return system(cmd) == 0;
+}
+
+static void roundtrip(const ckpt_key *key)
+{
+    stage_root r;
+    open_root(&r, key);
+    stage_dir d;
+    ckpt_err err = {0};
+    cr_assert_eq(stage_create(&r, "ckpt-1", &d, &err), 0, "%s", err.msg);
+    cr_assert_eq(d.key != NULL, key != NULL);
+    wtree t, back;
+    build_tree(&t);
+    cr_assert_eq(stage_save_meta(&d, &t, 10, &err), 0, "%s", err.msg);
+    cr_assert_eq(stage_write_record(&r, &d, "ckpt-1", STAGE_FAILED, "disk full\nreally", &err), 0);
+    char sid[STAGE_SID_LEN + 1];
+    strcpy(sid, d.sid);
+    stage_dir_close(&d);
+    stage_root_close(&r);
+
+    open_root(&r, key);
+    stage_record rec;
+    cr_assert_eq(stage_open(&r, sid, &d, &rec, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(rec.name, "ckpt-1");
+    cr_assert_eq(rec.state, STAGE_FAILED);
+    cr_assert_str_eq(rec.error, "disk full\nreally");
+    cr_assert_eq(rec.sealed, key != NULL);
+    cr_assert_eq(stage_unlock(&r, &d, &rec, &err), 0, "%s", err.msg);
+    uint64_t next;
+    cr_assert_eq(stage_load_meta(&d, &back, &next, &err), 0, "%s", err.msg);
+    cr_assert_eq(next, 10);
+    expect_same_tree(&t, &back);
+    /* Names reach the disk only without a key. */
+    cr_assert_eq(dir_has_bytes(".ckptfs", "model-weights"), key == NULL);
+    cr_assert_not(dir_has_bytes(".ckptfs", "ckpt-1"), "the record hex-encodes the name");
+    wtree_free(&back);
+    wtree_free(&t);
+    stage_record_free(&rec);
+    cr_assert_eq(stage_remove(&r, &d, &err), 0, "%s", err.msg);
+    stage_dir_close(&d);
+    struct stat st;
+    char *gone = tu_join(dir, ".ckptfs/stage");
+    char *path = tu_join(gone, sid);
+    cr_assert_neq(stat(path, &st), 0, "staging dir removed");
+    free(path);
+    free(gone);
+    stage_root_close(&r);
+}
+
+Test(stage, plain_roundtrip) { roundtrip(NULL); }
+
+Test(stage, sealed_roundtrip)
+{
+    ckpt_key *k = make_key(1);
+    roundtrip(k);
+    ckpt_key_free(k);
+}
+
+Test(stage, passphrase_roundtrip)
+{
+    char *p = tu_join(dir, "pass");
+    tu_write_str(p, "correct horse\n");
+    chmod(p, 0600);
+    ckpt_key *k;
+    cr_assert_eq(ckpt_key_load_passphrase_file(p, &k, NULL), 0);
+    roundtrip(k);
+    ckpt_key_free(k);
+    free(p);
+}
+
+static char *create_sealed(const ckpt_key *key)
+{
+    stage_root r;
+    open_root(&r, key);
+    stage_dir d;
+    ckpt_err err = {0};
+    cr_assert_eq(stage_create(&r, "enc", &d, &err), 0, "%s", err.msg);
+    wtree t;
+    build_tree(&t);
+    cr_assert_eq(stage_save_meta(&d, &t, 10, &err), 0);
+    wtree_free(&t);
+    char *sid = strdup(d.sid);
+    stage_dir_close(&d);
+    stage_root_close(&r);
+    return sid;
+}
+
+Test(stage, wrong_or_missing_key_is_eacces)
+{
+    ckpt_key *good = make_key(1), *bad = make_key(2);
+    char *sid = create_sealed(good);
+    ckpt_err err = {0};
+    stage_record rec;
+    stage_dir d;
+    stage_root r;
+    open_root(&r, bad);
+    cr_assert_eq(stage_open(&r, sid, &d, &rec, &err), 0);
+    cr_assert_eq(stage_unlock(&r, &d, &rec, &err), -EACCES);
+    tu_assert_contains(err.msg, "wrong key");
+    tu_assert_contains(err.msg, "enc");
+    cr_assert_null(d.key);
+    stage_record_free(&rec);
+    stage_dir_close(&d);
+    stage_root_close(&r);
+    open_root(&r, NULL);
+    cr_assert_eq(stage_open(&r, sid, &d, &rec, &err), 0);
+    cr_assert_eq(stage_unlock(&r, &d, &rec, &err), -EACCES);
+    tu_assert_contains(err.msg, "encrypted");
+    wtree t;
+    uint64_t next;
+    cr_assert_eq(stage_load_meta(&d, &t, &next, &err), -EACCES);
+    stage_record_free(&rec);
+    stage_dir_close(&d);
+    stage_root_close(&r);
+    /* And nothing was lost: the right key still works. */
+    open_root(&r, good);
+    cr_assert_eq(stage_open(&r, sid, &d, &rec, &err), 0);
+    cr_assert_eq(stage_unlock(&r, &d, &rec, &err), 0);
+    cr_assert_eq(stage_load_meta(&d, &t, &next, &err), 0, "%s", err.msg);
+    wtree_free(&t);
+    stage_record_free(&rec);
+    stage_dir_close(&d);
+    stage_root_close(&r);
+    free(sid);
+    ckpt_key_free(good);
+    ckpt_key_free(bad);
+}
+
+static void damage_meta(const char *sid, long at)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.ckptfs/stage/%s/meta", dir, sid);
+    int fd = open(path, O_RDWR);
+    cr_assert_geq(fd, 0);
+    uint8_t c;
+    cr_assert_eq(pread(fd, &c, 1, at), 1);
+    c ^= 0x40;
+    cr_assert_eq(pwrite(fd, &c, 1, at), 1);
+    close(fd);
+}
+
+static void damaged_meta_is_eio(const ckpt_key *key)
+{
+    stage_root r;
+    open_root(&r, key);
+    stage_dir d;
+    ckpt_err err = {0};
+    cr_assert_eq(stage_create(&r, "dmg", &d, &err), 0);
+    wtree t;
+    build_tree(&t);
+    cr_assert_eq(stage_save_meta(&d, &t, 10, &err), 0);
+    wtree_free(&t);
+    damage_meta(d.sid, 50);
+    uint64_t next;
+    cr_assert_eq(stage_load_meta(&d, &t, &next, &err), -EIO);
+    tu_assert_contains(err.msg, "damaged");
+    stage_dir_close(&d);
+    stage_root_close(&r);
+}
+
+Test(stage, plain_damaged_meta_is_eio) { damaged_meta_is_eio(NULL); }
+
+Test(stage, sealed_damaged_meta_is_eio)
+{
+    ckpt_key *k = make_key(3);
+    damaged_meta_is_eio(k);
+    ckpt_key_free(k);
+}
+
+Test(stage, missing_meta_is_an_empty_tree)
+{
+    stage_root r;
+    open_root(&r, NULL);
+    stage_dir d;
+    ckpt_err err = {0};
+    cr_assert_eq(stage_create(&r, "new", &d, &err), 0);
+    wtree t;
+    uint64_t next;
+    cr_assert_eq(stage_load_meta(&d, &t, &next, &err), 0);
+    cr_assert_eq(t.nodes[0].n_children, 0);
+    cr_assert_eq(next, 1);
+    wtree_free(&t);
+    stage_dir_close(&d);
+    stage_root_close(&r);
+}
+
+static int count_sid(void *ud, const char *sid)
+{
+    (*(int *)ud)++;
+    return strlen(sid) == STAGE_SID_LEN ? 0 : -EINVAL;
+}
+
+Test(stage, scan_and_damaged_records)
+{
+    stage_root r;
+    open_root(&r, NULL);
+    stage_dir d;
+    ckpt_err err = {0};
+    cr_assert_eq(stage_create(&r, "a", &d, &err), 0);
+    char sid[STAGE_SID_LEN + 1];
+    strcpy(sid, d.sid);
+    stage_dir_close(&d);
+    cr_assert_eq(stage_create(&r, "b", &d, &err), 0);
+    stage_dir_close(&d);
+    int n = 0;
+    cr_assert_eq(stage_scan(&r, count_sid, &n, &err), 0);
+    cr_assert_eq(n, 2);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.ckptfs/stage/%s/record", dir, sid);
+    tu_write_str(path, "ckptfs-stage 1\nstate bogus\n");
+    stage_record rec;
+    cr_assert_eq(stage_open(&r, sid, &d, &rec, &err), -EIO);
+    tu_assert_contains(err.msg, sid);
+    cr_assert_eq(stage_open(&r, "../../etc", &d, &rec, &err), -EINVAL);
+    cr_assert_eq(stage_remove_sid(&r, sid, &err), 0);
+    n = 0;
+    cr_assert_eq(stage_scan(&r, count_sid, &n, &err), 0);
+    cr_assert_eq(n, 1);
+    stage_root_close(&r);
+}
+
+Test(stage, key_derive_is_stable_and_separated)
+{
+    ckpt_key *k = make_key(9);
+    uint8_t salt[16] = {1}, a[32], b[32], c[32];
+    cr_assert_eq(ckpt_key_derive(k, "x", salt, a, NULL), 0);
+    cr_assert_eq(ckpt_key_derive(k, "x", salt, b, NULL), 0);
+    cr_assert_eq(memcmp(a, b, 32), 0);
+    cr_assert_eq(ckpt_key_derive(k, "y", salt, c, NULL), 0);
+    cr_assert_neq(memcmp(a, c, 32), 0);
+    salt[0] = 2;
+    cr_assert_eq(ckpt_key_derive(k, "x", salt, c, NULL), 0);
+    cr_assert_neq(memcmp(a, c, 32), 0);
+    uint8_t raw[32];
+    memset(raw, 9, 32);
+    cr_assert_neq(memcmp(a, raw, 32), 0, "not the key itself");
+    ckpt_key_free(k);
+}

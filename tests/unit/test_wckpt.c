@@ -1,0 +1,551 @@
+/* Writable checkpoints without FUSE (fs/wckpt.c and the modules under it):
+ * write, commit and read the pack back, plain and sealed; auto-commit;
+ * EBUSY while packing; a failed pack and its retry; renames and removal;
+ * and recovery after a "crash" (the table dropped without saving), in
+ * every state, with a wrong key, and with leftovers on disk. */
+#include "testutil.h"
+
+#include "../../fs/fslog.c"
+#include "../../fs/packer.c"
+#include "../../fs/stage.c"
+#include "../../fs/stage_crypt.c"
+#include "../../fs/stage_blob.c"
+#include "../../fs/wckpt.c"
+#include "../../fs/wckpt_jobs.c"
+#include "../../fs/wckpt_ops.c"
+#include "../../fs/wckpt_recover.c"
+#include "../../fs/wtree.c"
+
+static char *dir;
+static int backing;
+
+static void setup(void)
+{
+    dir = tu_mkdtemp();
+    backing = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    cr_assert_geq(backing, 0);
+}
+
+static void teardown(void)
+{
+    close(backing);
+    tu_rm_rf(dir);
+    free(dir);
+}
+
+TestSuite(wckpt, .init = setup, .fini = teardown, .timeout = 60);
+
+static ckpt_key *make_key(uint8_t fill)
+{
+    uint8_t raw[CKPT_KEY_BYTES];
+    memset(raw, fill, sizeof raw);
+    ckpt_key *k;
+    cr_assert_eq(ckpt_key_from_bytes(raw, &k, NULL), 0);
+    return k;
+}
+
+static void open_table(wtable *t, const ckpt_key *key, double delay, int start)
+{
+    wtable_opts o = {.commit_delay = delay, .pack_threads = 2};
+    ckpt_err err = {0};
+    cr_assert_eq(wtable_init(t, dir, backing, key, &o, &err), 0, "%s", err.msg);
+    cr_assert_eq(wtable_recover(t), 0);
+    if (start)
+        cr_assert_eq(wtable_start(t), 0);
+}
+
+static void close_table(wtable *t)
+{
+    wtable_stop(t);
+    wtable_destroy(t);
+}
+
+/* What a SIGKILL leaves: no saving, no parking, threads just gone. */
+static void crash_table(wtable *t)
+{
+    pthread_mutex_lock(&t->lock);
+    t->stopping = 1;
+    pthread_cond_broadcast(&t->wake);
+    pthread_cond_broadcast(&t->timer_wake);
+    pthread_mutex_unlock(&t->lock);
+    if (t->threads_started) {
+        pthread_join(t->packer, NULL);
+        pthread_join(t->timer, NULL);
+    }
+    wtable_destroy(t);
+}
+
+static uint32_t make_file(wckpt *c, uint32_t parent, const char *name, const void *data,
+                          size_t len)
+{
+    uint32_t node;
+    struct stat st;
+    int rc = wckpt_create(c, parent, name, 0640, &node, &st);
+    cr_assert_eq(rc, 0, "create %s: %s", name, strerror(-rc));
+    size_t done = 0;
+    while (done < len) {
+        size_t n = len - done < 100000 ? len - done : 100000;
+        cr_assert_eq(wckpt_write(c, node, (const uint8_t *)data + done, n, done), (ssize_t)n);
+        done += n;
+    }
+    wckpt_release(c, node);
+    return node;
+}
+
+static void wait_state(wckpt *c, wstate want)
+{
+    for (int i = 0; i < 3000; i++) {
+        pthread_mutex_lock(&c->lock);
+        wstate s = c->state;
+        pthread_mutex_unlock(&c->lock);
+        if (s == want)
+            return;
+        usleep(10000);
+    }
+    cr_assert_fail("state %s, wanted %s (error: %s)", wstate_name(c->state), wstate_name(want),
+                   c->error ? c->error : "none");
+}
+
+/* A tiny safetensors file with one BF16 tensor of n elements. */
+static uint8_t *safetensors(size_t n, size_t *len)
+{
+    char head[256];
+    int hl = snprintf(head, sizeof head,
+                      "{\"w\":{\"dtype\":\"BF16\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}", n,
+                      2 * n);
+    while (hl % 8)
+        head[hl++] = ' ';
+    *len = 8 + (size_t)hl + 2 * n;
+    uint8_t *b = malloc(*len);
+    put_u64(b, (uint64_t)hl);
+    memcpy(b + 8, head, (size_t)hl);
+    tu_fill_pattern(b + 8 + hl, 2 * n, 77);
+    return b;
+}
+
+static void expect_pack_file(ckpt_pack *p, const char *path, const void *want, size_t len)
+{
+    long i = ckpt_file_find(p, path);
+    cr_assert_geq(i, 0, "%s not in the pack", path);
+    cr_assert_eq(ckpt_file_at(p, (size_t)i)->size, len, "%s size", path);
+    uint8_t *got = malloc(len + 1);
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_file_pread(p, (size_t)i, got, len, 0, &err), (ssize_t)len, "%s", err.msg);
+    cr_assert_eq(memcmp(got, want, len), 0, "%s differs", path);
+    free(got);
+}
+
+static char *pack_path(const char *name)
+{
+    char file[300];
+    snprintf(file, sizeof file, "%s.tpack", name);
+    return tu_join(dir, file);
+}
+
+static int count_entries(const char *sub)
+{
+    char *p = tu_join(dir, sub);
+    DIR *d = opendir(p);
+    free(p);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static void write_commit_read(const ckpt_key *key)
+{
+    wtable t;
+    open_table(&t, key, 0, 1);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "step-100", 0755, &c), 0);
+    size_t big_len = 3 * 1024 * 1024 + 17, st_len;
+    uint8_t *big = malloc(big_len), *st = safetensors(300000, &st_len);
+    tu_fill_pattern(big, big_len, 1);
+    uint32_t sub, node;
+    struct stat sb;
+    cr_assert_eq(wckpt_mkdir(c, WTREE_ROOT, "opt", 0755, &sub, &sb), 0);
+    make_file(c, sub, "state.bin", big, big_len);
+    make_file(c, WTREE_ROOT, "model.safetensors", st, st_len);
+    make_file(c, WTREE_ROOT, "empty", "", 0);
+    /* Read-your-writes before commit. */
+    cr_assert_eq(wckpt_lookup(c, sub, "state.bin", &node, &sb), 0);
+    cr_assert_eq(sb.st_size, (off_t)big_len);
+    uint8_t *back = malloc(big_len);
+    cr_assert_eq(wckpt_read(c, node, back, big_len, 0), (ssize_t)big_len);
+    cr_assert_eq(memcmp(back, big, big_len), 0);
+    char v[64];
+    cr_assert_gt(wckpt_xattr(c, "user.ckptfs.state", v, sizeof v), 0);
+    cr_assert_str_eq(v, "writing");
+
+    cr_assert_eq(wtable_commit(&t, c), 0);
+    wait_state(c, WST_COMMITTED);
+    cr_assert_eq(wckpt_read(c, node, back, 10, 0), -ESTALE, "reads go to the pack now");
+    cr_assert_eq(wckpt_write(c, node, "x", 1, 0), -ESTALE);
+    cr_assert_null(wtable_get(&t, "step-100", 0));
+    for (int i = 0; i < 500 && count_entries(".ckptfs/stage") != 0; i++)
+        usleep(10000); /* removed just after the state changes */
+    cr_assert_eq(count_entries(".ckptfs/stage"), 0, "staging removed");
+
+    char *pp = pack_path("step-100");
+    ckpt_pack *p;
+    ckpt_err err = {0};
+    if (key) {
+        cr_assert_eq(ckpt_open(pp, NULL, &p, &err), -EACCES, "packed with the key");
+    }
+    cr_assert_eq(ckpt_open(pp, key, &p, &err), 0, "%s", err.msg);
+    expect_pack_file(p, "opt/state.bin", big, big_len);
+    expect_pack_file(p, "model.safetensors", st, st_len);
+    expect_pack_file(p, "empty", "", 0);
+    cr_assert_eq(ckpt_tensor_count(p), 1, "safetensors indexed");
+    cr_assert_eq(ckpt_file_at(p, (size_t)ckpt_file_find(p, "opt/state.bin"))->mode, 0640);
+    ckpt_close(p);
+    free(pp);
+    free(big);
+    free(back);
+    free(st);
+    wtable_forget(&t, c, 1);
+    close_table(&t);
+}
+
+Test(wckpt, plain_write_commit_read) { write_commit_read(NULL); }
+
+Test(wckpt, sealed_write_commit_read)
+{
+    ckpt_key *k = make_key(4);
+    write_commit_read(k);
+    ckpt_key_free(k);
+}
+
+Test(wckpt, auto_commit_after_quiet)
+{
+    wtable t;
+    open_table(&t, NULL, 0.3, 1);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "auto", 0755, &c), 0);
+    usleep(600000);
+    pthread_mutex_lock(&c->lock);
+    cr_assert_eq(c->state, WST_WRITING, "an untouched checkpoint is not committed");
+    pthread_mutex_unlock(&c->lock);
+    uint32_t node;
+    struct stat st;
+    cr_assert_eq(wckpt_create(c, WTREE_ROOT, "f", 0644, &node, &st), 0);
+    cr_assert_eq(wckpt_write(c, node, "abc", 3, 0), 3);
+    usleep(600000);
+    pthread_mutex_lock(&c->lock);
+    cr_assert_eq(c->state, WST_WRITING, "not while a file is open");
+    pthread_mutex_unlock(&c->lock);
+    wckpt_release(c, node);
+    wait_state(c, WST_COMMITTED);
+    wtable_forget(&t, c, 1);
+    close_table(&t);
+}
+
+Test(wckpt, busy_while_packing_and_retry_after_failure)
+{
+    wtable t;
+    open_table(&t, NULL, 0, 0); /* no packer yet: stays packing */
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "b", 0755, &c), 0);
+    uint32_t node = make_file(c, WTREE_ROOT, "f", "data", 4), n2;
+    cr_assert_eq(wtable_commit(&t, c), 0);
+    struct stat st;
+    cr_assert_eq(wckpt_write(c, node, "x", 1, 0), -EBUSY);
+    cr_assert_eq(wckpt_create(c, WTREE_ROOT, "g", 0644, &n2, &st), -EBUSY);
+    cr_assert_eq(wckpt_unlink(c, WTREE_ROOT, "f"), -EBUSY);
+    cr_assert_eq(wckpt_open(c, node, O_WRONLY), -EBUSY);
+    cr_assert_eq(wckpt_open(c, node, O_RDONLY), 0, "reads are fine");
+    wckpt_release(c, node);
+    cr_assert_eq(wtable_rmdir(&t, "b"), -EBUSY);
+    cr_assert_eq(wtable_rename(&t, "b", "c", 0), -EBUSY);
+    char buf[8];
+    cr_assert_eq(wckpt_read(c, node, buf, 8, 0), 4);
+    /* A pack of that name appears: packing must fail, not replace it. */
+    char *pp = pack_path("b");
+    tu_write_str(pp, "someone else's");
+    cr_assert_eq(wtable_start(&t), 0);
+    wait_state(c, WST_FAILED);
+    tu_assert_contains(c->error, "already exists");
+    char v[600];
+    cr_assert_gt(wckpt_xattr(c, "user.ckptfs.error", v, sizeof v), 0);
+    tu_assert_contains(v, "already exists");
+    /* Staged data kept; once the obstacle is gone a commit retries. */
+    unlink(pp);
+    cr_assert_eq(wckpt_read(c, node, buf, 8, 0), 4);
+    cr_assert_eq(wtable_commit(&t, c), 0);
+    wait_state(c, WST_COMMITTED);
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(pp, NULL, &p, NULL), 0);
+    expect_pack_file(p, "f", "data", 4);
+    ckpt_close(p);
+    free(pp);
+    wtable_forget(&t, c, 1);
+    close_table(&t);
+}
+
+Test(wckpt, names_rename_and_rmdir)
+{
+    wtable t;
+    open_table(&t, NULL, 0, 1);
+    wckpt *c, *d;
+    cr_assert_eq(wtable_mkdir(&t, ".hidden", 0755, &c), -EINVAL);
+    cr_assert_eq(wtable_mkdir(&t, "a", 0755, &c), 0);
+    cr_assert_eq(wtable_mkdir(&t, "a", 0755, &d), -EEXIST);
+    char *pp = pack_path("packed");
+    tu_write_str(pp, "x");
+    cr_assert_eq(wtable_mkdir(&t, "packed", 0755, &d), -EEXIST);
+    cr_assert_eq(wtable_rename(&t, "a", "packed", 0), -ENOTEMPTY);
+    cr_assert_eq(wtable_rename(&t, "a", "packed", 1), -EEXIST);
+    make_file(c, WTREE_ROOT, "f", "1", 1);
+    cr_assert_eq(wtable_rename(&t, "a", "b", 0), 0);
+    cr_assert_null(wtable_get(&t, "a", 0));
+    cr_assert_eq(wtable_get(&t, "b", 0), c);
+    cr_assert_eq(wtable_rmdir(&t, "b"), -ENOTEMPTY);
+    /* Packs are renamed and removed as files. */
+    cr_assert_eq(wtable_rename(&t, "packed", "p2", 0), 0);
+    free(pp);
+    pp = pack_path("p2");
+    cr_assert_eq(access(pp, F_OK), 0);
+    cr_assert_eq(wtable_remove_pack(&t, "p2"), 0);
+    cr_assert_neq(access(pp, F_OK), 0);
+    free(pp);
+    char **names;
+    uint64_t *inos;
+    size_t n;
+    cr_assert_eq(wtable_names(&t, &names, &inos, &n), 0);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(names[0], "b");
+    cr_assert_eq(inos[0], wckpt_ino(c, WTREE_ROOT));
+    free(names[0]);
+    free(names);
+    free(inos);
+    close_table(&t);
+    /* The new name survived. */
+    open_table(&t, NULL, 0, 0);
+    c = wtable_get(&t, "b", 0);
+    cr_assert_not_null(c);
+    cr_assert_eq(wckpt_unlink(c, WTREE_ROOT, "f"), 0);
+    cr_assert_eq(wtable_rmdir(&t, "b"), 0);
+    cr_assert_null(wtable_get(&t, "b", 0));
+    cr_assert_eq(count_entries(".ckptfs/stage"), 0);
+    close_table(&t);
+}
+
+static void crash_while_writing(const ckpt_key *key)
+{
+    wtable t;
+    open_table(&t, key, 0, 1);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "w", 0755, &c), 0);
+    size_t len = 200000;
+    uint8_t *a = malloc(len), *b = malloc(len);
+    tu_fill_pattern(a, len, 10);
+    tu_fill_pattern(b, len, 11);
+    uint32_t sub, na, nb;
+    struct stat st;
+    cr_assert_eq(wckpt_mkdir(c, WTREE_ROOT, "d", 0700, &sub, &st), 0);
+    na = make_file(c, sub, "synced", a, len);
+    cr_assert_eq(wckpt_fsync(c, na), 0);
+    /* Written after the fsync, never synced: may or may not survive. */
+    nb = make_file(c, WTREE_ROOT, "unsynced", b, len);
+    (void)nb;
+    crash_table(&t);
+
+    open_table(&t, key, 0, 1);
+    c = wtable_get(&t, "w", 1);
+    cr_assert_not_null(c);
+    cr_assert_eq(c->state, WST_WRITING);
+    cr_assert_eq(wckpt_lookup(c, WTREE_ROOT, "d", &sub, &st), 0);
+    cr_assert_eq(st.st_mode & 07777, 0700);
+    cr_assert_eq(wckpt_lookup(c, sub, "synced", &na, &st), 0);
+    cr_assert_eq(st.st_size, (off_t)len);
+    uint8_t *back = malloc(len);
+    cr_assert_eq(wckpt_read(c, na, back, len, 0), (ssize_t)len);
+    cr_assert_eq(memcmp(back, a, len), 0, "every fsynced byte intact");
+    /* And it carries on: commit and read from the pack. */
+    int rc = wtable_commit(&t, c);
+    cr_assert_eq(rc, 0, "commit: %s (%s)", strerror(-rc), c->error ? c->error : "");
+    wait_state(c, WST_COMMITTED);
+    char *pp = pack_path("w");
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(pp, key, &p, NULL), 0);
+    expect_pack_file(p, "d/synced", a, len);
+    ckpt_close(p);
+    free(pp);
+    free(a);
+    free(b);
+    free(back);
+    wtable_forget(&t, c, 1);
+    close_table(&t);
+}
+
+Test(wckpt, plain_crash_while_writing) { crash_while_writing(NULL); }
+
+Test(wckpt, sealed_crash_while_writing)
+{
+    ckpt_key *k = make_key(5);
+    crash_while_writing(k);
+    ckpt_key_free(k);
+}
+
+Test(wckpt, crash_while_packing_resumes)
+{
+    wtable t;
+    open_table(&t, NULL, 0, 0);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "p", 0755, &c), 0);
+    make_file(c, WTREE_ROOT, "x", "hello", 5);
+    cr_assert_eq(wtable_commit(&t, c), 0);
+    /* The packer died half way: a temporary pack is left over. */
+    char *tmp = tu_join(dir, ".p.tpack.tmp");
+    tu_write_str(tmp, "half a pack");
+    crash_table(&t);
+    open_table(&t, NULL, 0, 0);
+    cr_assert_neq(access(tmp, F_OK), 0, "leftover .tmp removed");
+    c = wtable_get(&t, "p", 1);
+    cr_assert_not_null(c);
+    cr_assert_eq(c->state, WST_PACKING);
+    cr_assert_eq(wtable_start(&t), 0);
+    wait_state(c, WST_COMMITTED);
+    char *pp = pack_path("p");
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(pp, NULL, &p, NULL), 0);
+    expect_pack_file(p, "x", "hello", 5);
+    ckpt_close(p);
+    free(pp);
+    free(tmp);
+    wtable_forget(&t, c, 1);
+    close_table(&t);
+}
+
+Test(wckpt, crash_after_rename_completes_commit)
+{
+    wtable t;
+    open_table(&t, NULL, 0, 0);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "r", 0755, &c), 0);
+    make_file(c, WTREE_ROOT, "x", "bytes", 5);
+    cr_assert_eq(wtable_commit(&t, c), 0);
+    /* Pack renamed into place, then the crash, before staging was removed. */
+    packer_file f = {strdup("x"), wc_file_of(c, 1)->blob, 5, 0644, 0, 0};
+    packer_job job = {.backing_fd = backing, .backing_path = dir, .name = "r", .files = &f, .n_files = 1};
+    ckpt_err err = {0};
+    cr_assert_eq(packer_run(&job, &err), 0, "%s", err.msg);
+    free(f.path);
+    crash_table(&t);
+    cr_assert_eq(count_entries(".ckptfs/stage"), 1);
+    open_table(&t, NULL, 0, 0);
+    cr_assert_null(wtable_get(&t, "r", 0), "committed: the pack is what shows");
+    cr_assert_eq(count_entries(".ckptfs/stage"), 0, "staging cleaned up");
+    close_table(&t);
+}
+
+Test(wckpt, crash_leftovers_are_cleaned)
+{
+    wtable t;
+    open_table(&t, NULL, 0, 0);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "l", 0755, &c), 0);
+    uint32_t n = make_file(c, WTREE_ROOT, "kept", "k", 1);
+    cr_assert_eq(wckpt_fsync(c, n), 0);
+    make_file(c, WTREE_ROOT, "orphan", "o", 1); /* never saved */
+    crash_table(&t);
+    /* A staging dir whose mkdir never finished (no record). */
+    char *half = tu_join(dir, ".ckptfs/stage/0123456789abcdef0123456789abcdef");
+    cr_assert_eq(mkdir(half, 0700), 0);
+    open_table(&t, NULL, 0, 0);
+    cr_assert_neq(access(half, F_OK), 0);
+    c = wtable_get(&t, "l", 0);
+    uint32_t node;
+    struct stat st;
+    cr_assert_eq(wckpt_lookup(c, WTREE_ROOT, "kept", &node, &st), 0);
+    cr_assert_eq(wckpt_lookup(c, WTREE_ROOT, "orphan", &node, &st), -ENOENT);
+    char data_dir[200];
+    snprintf(data_dir, sizeof data_dir, ".ckptfs/stage/%s/data", c->dir.sid);
+    cr_assert_eq(count_entries(data_dir), 1, "orphan data removed");
+    free(half);
+    close_table(&t);
+}
+
+Test(wckpt, wrong_key_loses_nothing)
+{
+    ckpt_key *good = make_key(6), *bad = make_key(7);
+    wtable t;
+    open_table(&t, good, 0, 1);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "enc", 0755, &c), 0);
+    make_file(c, WTREE_ROOT, "f", "secret", 6);
+    close_table(&t);
+
+    open_table(&t, bad, 0, 1);
+    c = wtable_get(&t, "enc", 0);
+    cr_assert_not_null(c, "still listed");
+    uint32_t node;
+    struct stat st;
+    cr_assert_eq(wckpt_getattr(c, WTREE_ROOT, &st), 0);
+    cr_assert_eq(wckpt_lookup(c, WTREE_ROOT, "f", &node, &st), -EACCES);
+    cr_assert_eq(wckpt_create(c, WTREE_ROOT, "g", 0644, &node, &st), -EACCES);
+    cr_assert_eq(wtable_commit(&t, c), -EACCES);
+    cr_assert_eq(wtable_rmdir(&t, "enc"), -EACCES);
+    char v[64];
+    cr_assert_gt(wckpt_xattr(c, "user.ckptfs.state", v, sizeof v), 0);
+    cr_assert_str_eq(v, "writing");
+    close_table(&t);
+
+    open_table(&t, NULL, 0, 1);
+    c = wtable_get(&t, "enc", 0);
+    cr_assert_eq(wckpt_lookup(c, WTREE_ROOT, "f", &node, &st), -EACCES);
+    close_table(&t);
+
+    open_table(&t, good, 0, 1);
+    c = wtable_get(&t, "enc", 0);
+    cr_assert_eq(wckpt_lookup(c, WTREE_ROOT, "f", &node, &st), 0);
+    char buf[8];
+    cr_assert_eq(wckpt_read(c, node, buf, 8, 0), 6);
+    cr_assert_eq(memcmp(buf, "secret", 6), 0);
+    close_table(&t);
+    ckpt_key_free(good);
+    ckpt_key_free(bad);
+}
+
+Test(wckpt, setattr_truncate_rename_inside)
+{
+    wtable t;
+    open_table(&t, NULL, 0, 1);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "s", 0755, &c), 0);
+    uint32_t f = make_file(c, WTREE_ROOT, "f", "0123456789", 10), g;
+    struct stat st;
+    struct timespec when = {1234567890, 5};
+    cr_assert_eq(wckpt_setattr(c, f, WSET_SIZE | WSET_MODE | WSET_MTIME, 0600, 4, &when, &st), 0);
+    cr_assert_eq(st.st_size, 4);
+    cr_assert_eq(st.st_mode, S_IFREG | 0600);
+    cr_assert_eq(st.st_mtim.tv_sec, 1234567890);
+    cr_assert_eq(wckpt_rename(c, WTREE_ROOT, "f", WTREE_ROOT, "g", 0), 0);
+    cr_assert_eq(wckpt_lookup(c, WTREE_ROOT, "g", &g, &st), 0);
+    cr_assert_eq(g, f);
+    cr_assert_eq(wckpt_allocate(c, g, 0, 100), 0);
+    cr_assert_eq(wckpt_getattr(c, g, &st), 0);
+    cr_assert_eq(st.st_size, 100);
+    /* An unlinked file stays usable while open. */
+    cr_assert_eq(wckpt_open(c, g, O_RDWR), 0);
+    cr_assert_eq(wckpt_unlink(c, WTREE_ROOT, "g"), 0);
+    cr_assert_eq(wckpt_write(c, g, "zz", 2, 0), 2);
+    char buf[4];
+    cr_assert_eq(wckpt_read(c, g, buf, 4, 0), 4);
+    cr_assert_eq(memcmp(buf, "zz23", 4), 0);
+    wckpt_release(c, g);
+    cr_assert_null(c->tree.nodes[g].data, "freed on last release");
+    wdirent *v;
+    size_t n;
+    uint32_t parent;
+    cr_assert_eq(wckpt_list(c, WTREE_ROOT, &v, &n, &parent), 0);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(parent, WTREE_NONE);
+    wdirents_free(v, n);
+    close_table(&t);
+}
