@@ -1,4 +1,4 @@
-# Mounting helpers shared by the mount test files: start ckptfs in the
+# Mounting helpers shared by the mount and write test files: start ckptfs in the
 # foreground on a backing dir, wait until it is mounted, unmount and reap it.
 # Source after lib.sh.
 
@@ -26,14 +26,15 @@ unmount_all() {
 trap 'unmount_all; cleanup_tmp' EXIT
 
 # mount_ckptfs BACKING MNT LOG [options...]: runs ckptfs -f in the
-# background with its stderr in LOG and waits until MNT is mounted.
+# background with its stderr appended to LOG (so a restart keeps the history)
+# and waits up to 20 s until MNT is mounted.
 mount_ckptfs() {
-    local back=$1 mnt=$2 log=$3 i
+    local back=$1 mnt=$2 log=$3 _
     shift 3
     mkdir -p "$mnt"
-    "$CKPTFS" -f "$@" "$back" "$mnt" 2>"$log" &
+    "$CKPTFS" -f "$@" "$back" "$mnt" 2>>"$log" &
     DAEMON_OF[$mnt]=$!
-    for i in $(seq 200); do
+    for _ in $(seq 400); do
         mountpoint -q "$mnt" && return 0
         kill -0 "${DAEMON_OF[$mnt]}" 2>/dev/null || return 1
         sleep 0.05

@@ -7,7 +7,6 @@
 # checkpoints, and refusals at the mount root.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
-write_preflight
 
 cd "$TMP" || exit 1
 BACK=$TMP/back

@@ -9,7 +9,6 @@
 # staging, whose logs must recover from a cut tail).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
-write_preflight
 
 ROUNDS=${CRASH_ROUNDS:-15}
 KEYED_ROUNDS=${CRASH_KEYED_ROUNDS:-6}

@@ -6,7 +6,6 @@
 # `ckpt commit` succeeds.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
-write_preflight
 
 cd "$TMP" || exit 1
 SMALL=$TMP/small

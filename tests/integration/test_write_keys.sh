@@ -5,7 +5,6 @@
 # Also with a passphrase.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
-write_preflight
 
 cd "$TMP" || exit 1
 BACK=$TMP/back
