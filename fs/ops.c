@@ -125,6 +125,15 @@ static int resolve(ckptfs *fs, fuse_ino_t ino, checkpoint **c, uint32_t *node)
     return 0;
 }
 
+/* resolve() for the operations that only make sense on a directory. */
+static int resolve_dir(ckptfs *fs, fuse_ino_t ino, checkpoint **c, uint32_t *node)
+{
+    int err = resolve(fs, ino, c, node);
+    if (!err && (*c)->tree->nodes[*node].kind != TREE_DIR)
+        err = ENOTDIR;
+    return err;
+}
+
 static void reply_entry(fuse_req_t req, ckptfs *fs, checkpoint *c, uint32_t node,
                         double entry_timeout, double attr_timeout)
 {
@@ -158,13 +167,9 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     }
     checkpoint *c;
     uint32_t node;
-    int err = resolve(fs, parent, &c, &node);
+    int err = resolve_dir(fs, parent, &c, &node);
     if (err) {
         fuse_reply_err(req, err);
-        return;
-    }
-    if (c->tree->nodes[node].kind != TREE_DIR) {
-        fuse_reply_err(req, ENOTDIR);
         return;
     }
     uint32_t child = pack_tree_lookup(c->tree, node, name);
@@ -436,13 +441,9 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         return;
     checkpoint *c;
     uint32_t node;
-    int err = resolve(fs, ino, &c, &node);
+    int err = resolve_dir(fs, ino, &c, &node);
     if (err) {
         fuse_reply_err(req, err);
-        return;
-    }
-    if (c->tree->nodes[node].kind != TREE_DIR) {
-        fuse_reply_err(req, ENOTDIR);
         return;
     }
     fi->fh = 0;
@@ -738,13 +739,9 @@ static void remove_in_pack(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const 
 {
     checkpoint *c;
     uint32_t node;
-    int err = resolve(fs, parent, &c, &node);
+    int err = resolve_dir(fs, parent, &c, &node);
     if (err) {
         fuse_reply_err(req, err);
-        return;
-    }
-    if (c->tree->nodes[node].kind != TREE_DIR) {
-        fuse_reply_err(req, ENOTDIR);
         return;
     }
     fuse_reply_err(req, -wops_pack_hide(fs, c, node, name, want_dir));
