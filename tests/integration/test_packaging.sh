@@ -138,7 +138,7 @@ last_stdout_has "pkg-config gives the version" "$VERSION"
 expect_ok "pkg-config --cflags --libs libckpt" pkg-config --cflags --libs libckpt
 last_stdout_has "pkg-config points into DESTDIR" "-I$D/usr/include" "-L$D/usr/lib" "-lckpt"
 expect_ok "pkg-config --static --libs libckpt" pkg-config --static --libs libckpt
-last_stdout_has "pkg-config --static names the private libraries" "-lsodium" "-ldeflate" "-lz" "-ljansson"
+last_stdout_has "pkg-config --static names the private libraries" "-lsodium" "-ldeflate" "-lz" "-ljansson" "-lcrypto"
 
 cat >"$TMP/t.c" <<'EOF'
 /* Prints one file of an unencrypted pack, through the installed libckpt. */
