@@ -88,10 +88,10 @@ expect_ok "edited files too" $PY "$WCLIENTS" same-tree "$PLAIN/w" "$MNT/work/w" 
 
 # --------------------------------------------------------- python writers
 
-expect_ok "torch.save, np.save and safetensors into a plain directory" $PY "$WCLIENTS" save "$PLAIN/py" mixed 5
+expect_ok "torch.save, np.save, safetensors and DCP into a plain directory" $PY "$WCLIENTS" save "$PLAIN/py" mixed 5
 expect_ok "the same writers into a checkpoint" bash -c "mkdir '$MNT/py' && $PY '$WCLIENTS' save '$MNT/py' mixed 5"
 expect_ok "byte-identical to the plain copy before commit" $PY "$WCLIENTS" same-tree "$PLAIN/py" "$MNT/py"
-expect_ok "torch.load, np.load(mmap) and safetensors(mmap) read them before commit" $PY "$WCLIENTS" verify "$MNT/py" mixed 5
+expect_ok "torch.load, np.load(mmap), safetensors(mmap) and DCP read them before commit" $PY "$WCLIENTS" verify "$MNT/py" mixed 5
 
 # ------------------------------------------------------- status and commit
 

@@ -10,7 +10,10 @@ the mount, and a reader can regenerate what it should find.
                             torch (one torch.save of a state_dict),
                             torch-per-tensor (one torch.save per tensor),
                             npy (np.save per array), safetensors (written per
-                            its format), mixed (all four in subdirectories)
+                            its format), dcp (the file protocol of PyTorch
+                            DCP's FileSystemWriter, saved from a background
+                            thread as async_save does), mixed (all five in
+                            subdirectories)
   verify DIR KIND SEED      load it back (torch.load, np.load with mmap,
                             safetensors parsed over mmap) and compare
   random-ops A B SEED N     N random file operations (writes at random
@@ -119,6 +122,79 @@ def safe_name(name):
     return name.replace("/", "_")
 
 
+KINDS = ("torch", "torch-per-tensor", "npy", "safetensors", "dcp")
+
+# Debian's torch 1.13 has no torch.distributed.checkpoint, so this follows
+# what its FileSystemWriter (torch >= 2.0) does to the filesystem: each rank
+# writes __RANK_0.distcp (torch.save of each tensor, back to back) and fsyncs
+# it, then the coordinator writes .metadata.tmp, fsyncs it and renames it to
+# .metadata. async_save first stages the state dict to CPU copies and runs
+# all of that on a thread while training goes on.
+DCP_RANKS = 2
+
+
+def dcp_save(d, arrays):
+    import pickle
+    import threading
+    import torch
+    live = torch_tensors(arrays)
+    staged = {name: t.clone() for name, t in live.items()}
+    names = sorted(staged)
+    where = {}
+    lock = threading.Lock()
+
+    def write_rank(rank):
+        fname = "__%d_0.distcp" % rank
+        with open(os.path.join(d, fname), "wb") as f:
+            for name in names[rank::DCP_RANKS]:
+                start = f.tell()
+                torch.save(staged[name], f)
+                with lock:
+                    where[name] = (fname, start, f.tell() - start)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def save_all():
+        ranks = [threading.Thread(target=write_rank, args=(r,)) for r in range(DCP_RANKS)]
+        for t in ranks:
+            t.start()
+        for t in ranks:
+            t.join()
+        tmp = os.path.join(d, ".metadata.tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump({"storage": dict(sorted(where.items()))}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, os.path.join(d, ".metadata"))
+
+    writer = threading.Thread(target=save_all)
+    writer.start()
+    for t in live.values():  # the next training step changes the live weights
+        t.mul_(2)
+    writer.join()
+    if len(where) != len(names):
+        fail("dcp: a rank did not write all its tensors")
+
+
+def dcp_load(d):
+    import io
+    import pickle
+    import torch
+    if os.path.exists(os.path.join(d, ".metadata.tmp")):
+        fail("dcp: .metadata.tmp is still there after the rename")
+    with open(os.path.join(d, ".metadata"), "rb") as f:
+        where = pickle.load(f)["storage"]
+    out = {}
+    for name, (fname, start, length) in where.items():
+        with open(os.path.join(d, fname), "rb") as f:
+            f.seek(start)
+            blob = f.read(length)
+        if len(blob) != length:
+            fail("dcp: %s: short read at %d in %s" % (name, start, fname))
+        out[name] = torch.load(io.BytesIO(blob))
+    return out
+
+
 def save(d, kind, seed):
     arrays = tensors_for(seed)
     os.makedirs(d, exist_ok=True)
@@ -134,8 +210,10 @@ def save(d, kind, seed):
             np.save(os.path.join(d, safe_name(name) + ".npy"), a)
     elif kind == "safetensors":
         write_safetensors(os.path.join(d, "model.safetensors"), arrays)
+    elif kind == "dcp":
+        dcp_save(d, arrays)
     elif kind == "mixed":
-        for k in ("torch", "torch-per-tensor", "npy", "safetensors"):
+        for k in KINDS:
             save(os.path.join(d, k), k, seed)
         return
     else:
@@ -175,8 +253,17 @@ def verify(d, kind, seed):
             fail("safetensors names differ")
         for name, a in arrays.items():
             same_array(name, back[name], a)
+    elif kind == "dcp":
+        import torch
+        back = dcp_load(d)
+        if sorted(back) != sorted(arrays):
+            fail("dcp: names differ")
+        for name, a in arrays.items():
+            t = back[name]
+            got = t.view(torch.int16).numpy().astype(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
+            same_array(name, got, a)
     elif kind == "mixed":
-        for k in ("torch", "torch-per-tensor", "npy", "safetensors"):
+        for k in KINDS:
             verify(os.path.join(d, k), k, seed)
         return
     ok("%s in %s loads back identical" % (kind, d))
