@@ -5,7 +5,8 @@
 # is a half-written NAME.tpack visible; after the restart every checkpoint
 # is where it was (writing stays writing, packing resumes, committed stays
 # committed), no .tmp is left, and every fsynced file is intact, before and
-# after it is finally committed. Once without a key, then with one (sealed
+# after it is finally committed. One more kill lands exactly between the
+# pack's rename and the directory fsync. Once without a key, then with one (sealed
 # staging, whose logs must recover from a cut tail).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
@@ -117,6 +118,49 @@ crash_rounds() {
     else pass "$label: no crash traces in the log"; fi
 }
 
+# rename_window: the narrowest kill point, after .NAME.tpack.tmp is renamed
+# to NAME.tpack but before the backing directory is fsynced and the daemon
+# records the commit. strace holds the daemon for 5 s right after rename()
+# returns (the packer is its only caller; staging uses renameat), and the
+# daemon is killed there. After the restart the checkpoint is committed,
+# from that pack, with every file intact and nothing left in staging.
+rename_window() {
+    if ! command -v strace >/dev/null; then
+        skip "killed between rename and directory fsync" "no strace (apt-get install strace)"
+        return
+    fi
+    local back=$TMP/rw/back mnt=$TMP/rw/mnt log=$TMP/rw/ckptfs.log plain=$TMP/rw/plain _ tracer daemon
+    mkdir -p "$back" "$mnt"
+    strace -f -qq -o /dev/null -e trace=rename -e inject=rename:delay_exit=5000000 \
+        "$CKPTFS" -f -o commit_delay=0 "$back" "$mnt" 2>>"$log" &
+    tracer=$!
+    for _ in $(seq 400); do mountpoint -q "$mnt" && break; sleep 0.05; done
+    mountpoint -q "$mnt" || { fail "rename window: mount under strace" "$(tail -3 "$log")"; return; }
+    $PY "$WCLIENTS" save "$plain" mixed 11 >/dev/null &&
+        mkdir "$mnt/r" && $PY "$WCLIENTS" save "$mnt/r" mixed 11 >/dev/null &&
+        "$CKPT" commit "$mnt/r" >/dev/null || { fail "rename window: write and commit" "$(tail -3 "$log")"; return; }
+    for _ in $(seq 400); do [ -e "$back/r.tpack" ] && break; sleep 0.05; done
+    daemon=$(pgrep -P "$tracer" -x ckptfs)
+    [ -e "$back/r.tpack" ] && [ -n "$daemon" ] && kill -KILL "$daemon"
+    wait "$tracer" 2>/dev/null
+    fusermount3 -u -z "$mnt" 2>/dev/null
+    if grep -q "checkpoint 'r' committed" "$log"; then
+        fail "rename window: killed after the rename, before the commit was recorded" "$(tail -2 "$log")"
+        return
+    fi
+    pass "rename window: killed right after the rename (pack in place, commit not yet logged)"
+    mount_ckptfs "$back" "$mnt" "$log" -o commit_delay=0 || { fail "rename window: remount" "$(tail -3 "$log")"; return; }
+    [ "$(state_of "$mnt/r")" = committed ] && pass "rename window: committed after the restart" ||
+        fail "rename window: committed after the restart" "state $(state_of "$mnt/r")"
+    expect_ok "rename window: every file byte-identical, from the pack" $PY "$WCLIENTS" same-tree "$plain" "$mnt/r" --packed
+    expect_ok "rename window: and loads back" $PY "$WCLIENTS" verify "$mnt/r" mixed 11
+    expect_ok "rename window: the pack verifies" "$CKPT" verify "$back/r.tpack"
+    [ -z "$(ls "$back/.ckptfs/stage")" ] && pass "rename window: its staging was removed" ||
+        fail "rename window: its staging was removed" "$(ls "$back/.ckptfs/stage")"
+    unmount_ckptfs "$mnt" || fail "rename window: clean unmount" "$(tail -3 "$log")"
+}
+
+rename_window
 KEYOPT=()
 crash_rounds plain "$ROUNDS"
 KEYOPT=(--key-file "$TMP/key")
