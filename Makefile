@@ -42,7 +42,7 @@ ifneq ($(FS_SRC),)
 BINS += $(B)/bin/ckptfs
 endif
 
-.PHONY: all deps demo check unit unit-asan integration fuzz bench bench-pack bench-mount bench-write clean
+.PHONY: all deps demo check unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write clean
 all: $(B)/lib/libckpt.a $(B)/lib/libckpt.so $(BINS) cuda
 
 # The optional CUDA tool lives in its own makefile: it defines the targets
@@ -131,9 +131,17 @@ FUZZ_SECONDS ?= 60
 fuzz: $(FUZZ_BIN)
 	@scripts/run-fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BIN)
 
-# Benchmarks take minutes and need root for dropping caches; BENCH_ARGS=--quick
-# runs them on a smaller checkpoint.
-bench: bench-pack bench-mount bench-write
+# Benchmarks need root for dropping caches. `make bench` writes bench/report.md
+# and .png (about 30 minutes on 2 cores); BENCH_ARGS=--quick (or `make
+# bench-quick`) is a smoke run of a few minutes into bench/out/report-quick.*.
+# The three below print their own tables (--quick: a smaller checkpoint).
+bench: all
+	@scripts/deps.sh bench
+	@B=$(B) bench/report.sh $(BENCH_ARGS)
+
+bench-quick: all
+	@scripts/deps.sh bench
+	@B=$(B) bench/report.sh --quick $(BENCH_ARGS)
 
 bench-pack: all
 	@scripts/deps.sh bench

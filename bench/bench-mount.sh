@@ -11,38 +11,42 @@
 #
 # and measures cold sequential reads (cat of every file, after
 # `echo 3 > /proc/sys/vm/drop_caches`), warm re-reads, and random 4 KiB reads
-# through mmap over the largest tensor (about 100 MB), cold and warm. Each
-# figure is the median of --runs runs. Prints a table in MB/s with ratios to
-# native and to squashfuse, then the targets.
+# through mmap over the largest tensor (about 100 MB), cold and warm, and
+# each daemon's peak RSS (VmHWM). Each figure is the median of --runs runs.
+# The ckptfs modes are measured at each --threads count (`-o threads=N`, its
+# decode workers); the other systems have no such setting. Prints a table in
+# MB/s with ratios to native, squashfuse and gocryptfs, then the targets.
 #
-# Usage: bench/bench-mount.sh [--quick] [--runs N] [WORKDIR]
-#   --quick  4 layers instead of 24 (about 150 MB), for a smoke run
-#   WORKDIR  kept afterwards (default: a new directory under /tmp); the
-#            generated data and packs are reused when already there
+# Usage: bench/bench-mount.sh [options] [WORKDIR]
+#   --quick           4 layers instead of 24 (about 200 MB), for a smoke run
+#   --size SIZE       a checkpoint of about SIZE bytes instead (100M, 1G, 4G)
+#   --src DIR         read this checkpoint instead of generating one
+#   --runs N          runs per figure (default 3)
+#   --threads LIST    ckptfs thread counts, e.g. 1,2,4 or "scale" (1, 2, 4
+#                     ... nproc) (default: nproc)
+#   --tsv FILE        also append the results to FILE as tab-separated
+#                     bench/dtype/bytes/system/threads/metric/value lines
+#   WORKDIR           kept afterwards (default: a new directory under /tmp);
+#                     the generated data and packs are reused when there
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/${B:-build}/bin
-quick=0
+BENCH_NAME=bench-mount
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 runs=3
 while [ $# -gt 0 ]; do
     case $1 in
-    --quick) quick=1; shift ;;
-    --runs) runs=$2; shift 2 ;;
-    -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) break ;;
+    --runs) runs=${2:?--runs needs a number}; shift 2 ;;
+    *) bench_common_opt "$@" || break; shift "$BENCH_SHIFT" ;;
     esac
 done
 work=${1:-$(mktemp -d /tmp/ckptfs-bench.XXXXXX)}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
+BENCH_LOG=$work/daemons.log
 
-if [ "$(id -u)" -ne 0 ]; then
-    echo "bench-mount: needs root to drop the page cache between cold runs" >&2
-    exit 1
-fi
-for tool in "$bin/ckptfs" "$bin/ckpt" "$bin/ckpt-gen"; do
-    [ -x "$tool" ] || { echo "bench-mount: $tool is missing; run make first" >&2; exit 1; }
-done
+need_root "to drop the page cache between cold runs"
+need_bins "$bin/ckptfs"
+[ ${#threads_list[@]} -gt 0 ] || threads_list=("$(nproc)")
 have_squashfuse=1
 have_gocryptfs=1
 command -v mksquashfs >/dev/null && command -v squashfuse >/dev/null || have_squashfuse=0
@@ -51,60 +55,49 @@ command -v gocryptfs >/dev/null || have_gocryptfs=0
 # -------------------------------------------------------------- mounts
 
 # Every FUSE file system under test is mounted afresh before each cold run,
-# so no daemon answers from what it cached during an earlier run.
+# so no daemon answers from what it cached during an earlier run; ckptfs
+# with ck_threads decode workers. The peak RSS of the daemon serving the
+# system being measured (cur_sys) is kept in rss_of when it is unmounted.
 mnt=$work/mnt
 sqmnt=$work/sqmnt
 gcmnt=$work/gcmnt
-ckptfs_pid=
-cleanup() {
-    local m
-    for m in "$mnt" "$sqmnt" "$gcmnt"; do
-        mountpoint -q "$m" 2>/dev/null && fusermount3 -u "$m" 2>/dev/null || true
-    done
-    [ -n "$ckptfs_pid" ] && wait "$ckptfs_pid" 2>/dev/null || true
-}
-trap cleanup EXIT
-
-wait_mounted() {
-    local i
-    for i in $(seq 400); do
-        mountpoint -q "$1" && return 0
-        sleep 0.05
-    done
-    echo "bench-mount: $1 did not mount" >&2
-    exit 1
-}
-
+ck_threads=${threads_list[-1]}
+cur_sys=
+declare -A rss_of=()
 mount_all() {
-    mkdir -p "$mnt" "$sqmnt" "$gcmnt"
-    # Daemons must not hold the stdout of a measuring pipeline open.
-    "$bin/ckptfs" -f -o key_file="$work/key" "$back" "$mnt" >/dev/null 2>>"$work/ckptfs.log" &
-    ckptfs_pid=$!
-    wait_mounted "$mnt"
+    start_daemon "$mnt" "$bin/ckptfs" -f -o "key_file=$work/key,threads=$ck_threads" "$back" "$mnt"
     if [ $have_squashfuse = 1 ] && [ -f "$work/tensors.sqfs" ]; then
-        squashfuse "$work/tensors.sqfs" "$sqmnt" >/dev/null
-        wait_mounted "$sqmnt"
+        start_daemon "$sqmnt" squashfuse -f "$work/tensors.sqfs" "$sqmnt"
     fi
     if [ $have_gocryptfs = 1 ] && [ -f "$work/gcipher/gocryptfs.conf" ]; then
-        gocryptfs -q -nosyslog -extpass "cat $work/gocryptfs.pass" "$work/gcipher" "$gcmnt" >/dev/null
-        wait_mounted "$gcmnt"
+        start_daemon "$gcmnt" gocryptfs -fg -q -nosyslog -passfile "$work/gocryptfs.pass" "$work/gcipher" "$gcmnt"
     fi
 }
 
 unmount_all() {
-    cleanup
-    ckptfs_pid=
+    local m
+    for m in "$mnt" "$sqmnt" "$gcmnt"; do
+        stop_mount "$m"
+        case $cur_sys:$m in
+        ckptfs-*:"$mnt" | squashfuse:"$sqmnt" | gocryptfs:"$gcmnt") ;;
+        *) continue ;;
+        esac
+        if [ "$LAST_HWM_KIB" -gt "${rss_of[$cur_sys]:-0}" ]; then rss_of[$cur_sys]=$LAST_HWM_KIB; fi
+    done
 }
 
 # --------------------------------------------------------------- inputs
 
-layers=24
-[ $quick = 1 ] && layers=4
-src=$work/src
-if [ ! -f "$src/model.safetensors" ]; then
-    "$bin/ckpt-gen" "$src" --preset gpt2-medium --layers $layers --dtype bf16 >/dev/null
+if [ -n "$src_dir" ]; then
+    src=$(cd "$src_dir" && pwd)
+    [ -f "$src/config.json" ] || bench_die "$src is not a ckpt-gen checkpoint"
+else
+    src=$work/src
+    gen_ckpt "$src" bf16
 fi
-[ -f "$work/key" ] || "$bin/ckpt" keygen -o "$work/key" >/dev/null
+dtype=$(dtype_of "$src")
+src_bytes=$(du -sb "$src" | cut -f1)
+[ -f "$work/key" ] || "$bin/ckpt" keygen -o "$work/key" >/dev/null 2>&1
 back=$work/back
 mkdir -p "$back"
 pack() { # NAME [pack options...]
@@ -122,6 +115,7 @@ mount_all
 # The raw tensor files, as the other file systems will hold them.
 native=$work/native
 if [ ! -d "$native" ]; then
+    rm -rf "$native.tmp"
     cp -r "$mnt/plain/tensors" "$native.tmp"
     mv "$native.tmp" "$native"
 fi
@@ -134,11 +128,11 @@ fi
 if [ $have_gocryptfs = 1 ] && [ ! -f "$work/gcipher/gocryptfs.conf" ]; then
     printf 'bench passphrase\n' >"$work/gocryptfs.pass"
     rm -rf "$work/gcipher" "$work/gcipher.tmp"
-    mkdir -p "$work/gcipher.tmp" "$gcmnt"
-    gocryptfs -init -q -nosyslog -extpass "cat $work/gocryptfs.pass" "$work/gcipher.tmp" >/dev/null
-    gocryptfs -q -nosyslog -extpass "cat $work/gocryptfs.pass" "$work/gcipher.tmp" "$gcmnt"
+    mkdir -p "$work/gcipher.tmp"
+    gocryptfs -init -q -nosyslog -passfile "$work/gocryptfs.pass" "$work/gcipher.tmp" >/dev/null
+    start_daemon "$gcmnt" gocryptfs -fg -q -nosyslog -passfile "$work/gocryptfs.pass" "$work/gcipher.tmp" "$gcmnt"
     cp -r "$native/." "$gcmnt/"
-    fusermount3 -u "$gcmnt"
+    stop_mount "$gcmnt"
     mv "$work/gcipher.tmp" "$work/gcipher"
 fi
 unmount_all
@@ -195,12 +189,9 @@ cc -O2 -o "$work/randread" "$work/randread.c"
 
 fresh_start() {
     unmount_all
-    sync
-    echo 3 >/proc/sys/vm/drop_caches
+    drop_caches
     mount_all
 }
-now() { date +%s.%N; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # Every file under DIR, in one fixed order, so each system reads the same.
 list_files() { (cd "$1" && find . -type f | LC_ALL=C sort); }
@@ -208,16 +199,19 @@ mapfile -t files < <(list_files "$native")
 largest=$(cd "$native" && find . -type f -printf '%s %p\n' | sort -n | tail -n 1 | cut -d' ' -f2-)
 largest_size=$(stat -c %s "$native/$largest")
 
-seq_read() { # DIR COLD(0/1): prints MB/s
+# seq_read and rand_read run in this shell, not in a $(subshell), since a
+# cold run remounts: each sets val to the MB/s it measured.
+val=
+seq_read() { # DIR COLD(0/1)
     local dir=$1 cold=$2 t0 t1
     if [ "$cold" = 1 ]; then fresh_start; else (cd "$dir" && cat "${files[@]}" >/dev/null); fi
     t0=$(now)
     (cd "$dir" && cat "${files[@]}" >/dev/null)
     t1=$(now)
-    awk -v b="$logical" -v t0="$t0" -v t1="$t1" 'BEGIN { printf "%.1f\n", b / 1e6 / (t1 - t0) }'
+    val=$(mbps "$logical" "$(elapsed "$t0" "$t1")")
 }
 
-rand_read() { # DIR COLD(0/1): prints MB/s of random 4 KiB reads
+rand_read() { # DIR COLD(0/1): random 4 KiB reads
     local dir=$1 cold=$2 count secs
     if [ "$cold" = 1 ]; then
         fresh_start
@@ -227,32 +221,46 @@ rand_read() { # DIR COLD(0/1): prints MB/s of random 4 KiB reads
         count=200000
     fi
     secs=$("$work/randread" "$dir/$largest" $count | cut -d' ' -f1)
-    awk -v n=$count -v s="$secs" 'BEGIN { printf "%.1f\n", n * 4096 / 1e6 / s }'
+    val=$(awk -v n=$count -v s="$secs" 'BEGIN { printf "%.1f\n", n * 4096 / 1e6 / s }')
 }
 
-measure() { # FN DIR COLD
-    local i
-    for i in $(seq "$runs"); do "$@"; done | median
+measure() { # KEY FN DIR COLD: result[KEY] = the median of --runs runs
+    local key=$1 i vals=
+    shift
+    for i in $(seq "$runs"); do
+        "$@"
+        vals+="$val"$'\n'
+    done
+    result[$key]=$(printf '%s' "$vals" | median)
 }
 
+# A system is NAME, or NAME@THREADS for the ckptfs modes; shown as NAME when
+# there is one thread count, else as "NAME tTHREADS".
 systems=(native)
 declare -A dir_of=([native]=$native)
 [ $have_squashfuse = 1 ] && { systems+=(squashfuse); dir_of[squashfuse]=$sqmnt; }
 [ $have_gocryptfs = 1 ] && { systems+=(gocryptfs); dir_of[gocryptfs]=$gcmnt; }
-for m in plain comp enc both; do
-    systems+=("ckptfs-$m")
-    dir_of[ckptfs-$m]=$mnt/$m/tensors
+for t in "${threads_list[@]}"; do
+    for m in plain comp enc both; do
+        systems+=("ckptfs-$m@$t")
+        dir_of[ckptfs-$m@$t]=$mnt/$m/tensors
+    done
 done
+shown() {
+    if [ ${#threads_list[@]} -gt 1 ] && [[ $1 == *@* ]]; then echo "${1%@*} t${1#*@}"; else echo "${1%@*}"; fi
+}
+top=$(printf '%s\n' "${threads_list[@]}" | sort -n | tail -n 1)
 
 # Every system must hand back the same bytes before its speed counts.
 want=$(cd "$native" && cat "${files[@]}" | sha256sum)
 for s in "${systems[@]}"; do
     got=$(cd "${dir_of[$s]}" && cat "${files[@]}" | sha256sum)
-    [ "$got" = "$want" ] || { echo "bench-mount: $s reads different bytes" >&2; exit 1; }
+    [ "$got" = "$want" ] || bench_die "$s reads different bytes"
 done
 
 declare -A result
 tests=("cold sequential" "warm sequential" "cold random 4K mmap" "warm random 4K mmap")
+metrics=(cold_seq_mbps warm_seq_mbps cold_rand_mbps warm_rand_mbps)
 # Other work on the machine skews these figures; note how busy it was.
 max_load=0
 note_load() {
@@ -261,21 +269,33 @@ note_load() {
 for s in "${systems[@]}"; do
     note_load
     d=${dir_of[$s]}
-    result["$s,cold sequential"]=$(measure seq_read "$d" 1)
-    result["$s,warm sequential"]=$(measure seq_read "$d" 0)
-    result["$s,cold random 4K mmap"]=$(measure rand_read "$d" 1)
-    result["$s,warm random 4K mmap"]=$(measure rand_read "$d" 0)
+    cur_sys=${s%@*}
+    [[ $s == *@* ]] && ck_threads=${s#*@}
+    rss_of[$cur_sys]=0
+    measure "$s,cold sequential" seq_read "$d" 1
+    measure "$s,warm sequential" seq_read "$d" 0
+    measure "$s,cold random 4K mmap" rand_read "$d" 1
+    measure "$s,warm random 4K mmap" rand_read "$d" 0
+    unmount_all
+    rss_of[$s]=${rss_of[$cur_sys]}
+    cur_sys=
+    mount_all
+    threads=-
+    [[ $s == *@* ]] && threads=${s#*@}
+    for i in "${!tests[@]}"; do
+        tsv_row mount "$dtype" "$src_bytes" "${s%@*}" "$threads" "${metrics[$i]}" "${result[$s,${tests[$i]}]}"
+    done
+    [ "$s" = native ] || tsv_row mount "$dtype" "$src_bytes" "${s%@*}" "$threads" rss_kib "${rss_of[$s]}"
 done
 
 # --------------------------------------------------------------- report
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 echo
-echo "ckptfs read benchmark: $(basename "$src") gpt2-medium bf16, $((layers)) layers," \
+echo "ckptfs read benchmark: $(basename "$src") $dtype, $((src_bytes / 1000000)) MB checkpoint," \
     "$((logical / 1000000)) MB of tensors in ${#files[@]} files; largest $((largest_size / 1000000)) MB;" \
     "$(nproc) cores; median of $runs runs; MB/s"
 printf '\n| test |'
-for s in "${systems[@]}"; do printf ' %s |' "$s"; done
+for s in "${systems[@]}"; do printf ' %s |' "$(shown "$s")"; done
 printf '\n|---|'
 for s in "${systems[@]}"; do printf -- '---|'; done
 printf '\n'
@@ -284,7 +304,7 @@ for t in "${tests[@]}"; do
     for s in "${systems[@]}"; do printf ' %s |' "${result[$s,$t]}"; done
     printf '\n'
 done
-for base in native squashfuse; do
+for base in native squashfuse gocryptfs; do
     [ -n "${result[$base,cold sequential]:-}" ] || continue
     for t in "${tests[@]}"; do
         printf '| %s, x %s |' "$t" "$base"
@@ -292,6 +312,11 @@ for base in native squashfuse; do
         printf '\n'
     done
 done
+printf '| daemon peak RSS MiB |'
+for s in "${systems[@]}"; do
+    if [ "$s" = native ]; then printf ' - |'; else printf ' %s |' "$((rss_of[$s] / 1024))"; fi
+done
+printf '\n'
 
 note_load
 echo
@@ -300,12 +325,13 @@ echo "highest 1-minute load average seen: $max_load (this script alone keeps it 
 target() { # NAME VALUE GOAL
     awk -v n="$1" -v v="$2" -v g="$3" 'BEGIN { printf "%-58s %6.2f  (target >= %.2f)  %s\n", n, v, g, (v >= g ? "met" : "MISSED") }'
 }
+[ ${#threads_list[@]} -gt 1 ] && echo "targets at $top threads:"
 if [ $have_squashfuse = 1 ]; then
     target "compressed+encrypted cold read, x squashfuse" \
-        "$(ratio "${result[ckptfs-both,cold sequential]}" "${result[squashfuse,cold sequential]}")" 4
+        "$(ratio "${result[ckptfs-both@$top,cold sequential]}" "${result[squashfuse,cold sequential]}")" 4
 fi
-worst_warm=$(for m in plain comp enc both; do echo "${result[ckptfs-$m,warm sequential]}"; done | sort -g | head -n 1)
+worst_warm=$(for m in plain comp enc both; do echo "${result[ckptfs-$m@$top,warm sequential]}"; done | sort -g | head -n 1)
 target "warm re-read (slowest ckptfs mode), x native" "$(ratio "$worst_warm" "${result[native,warm sequential]}")" 0.9
 target "plain pack cold read, x native" \
-    "$(ratio "${result[ckptfs-plain,cold sequential]}" "${result[native,cold sequential]}")" 0.7
+    "$(ratio "${result[ckptfs-plain@$top,cold sequential]}" "${result[native,cold sequential]}")" 0.7
 echo "data kept in $work"

@@ -1,58 +1,124 @@
 #!/usr/bin/env bash
 # Pack/unpack benchmark for the core (issue: tpack format): on generated
-# GPT-2-medium-shaped checkpoints (bf16 and fp32, N(0, 0.02)), measures the
-# compression ratio, pack MB/s and unpack MB/s with all cores, plain and
-# encrypted, next to `mksquashfs -comp gzip -b 1M` on the same files.
-# Usage: bench/bench-pack.sh [--quick] [WORKDIR]   (quick = 4 layers)
+# GPT-2-shaped checkpoints (N(0, 0.02) weights), measures the compression
+# ratio, pack and unpack MB/s and the peak RSS of each process, plain
+# compressed, encrypted and stored, next to `mksquashfs -comp gzip -b 1M`
+# (and unsquashfs) on the same files, at each thread count (`ckpt pack
+# --threads N`, `mksquashfs -processors N`). The source is read from the
+# page cache: this measures the CPU cost, not the disk.
+#
+# Usage: bench/bench-pack.sh [options] [WORKDIR]
+#   --quick           GPT-2 medium with 4 layers instead of 24 (about 200 MB
+#                     in bf16), for a smoke run
+#   --size SIZE       a checkpoint of about SIZE bytes instead (100M, 1G, 4G)
+#   --dtypes LIST     the checkpoints to make, bf16, f16, f32 (default bf16,f32)
+#   --src DIR         measure this checkpoint instead of generating one
+#   --threads LIST    thread counts, e.g. 1,2,4 or "scale" (1, 2, 4 ... nproc)
+#                     (default: nproc)
+#   --tsv FILE        also append the results to FILE as tab-separated
+#                     bench/dtype/bytes/system/threads/metric/value lines
+#   WORKDIR           kept afterwards (default: a new directory under /tmp);
+#                     generated checkpoints there are reused
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/${B:-build}/bin
-quick=0
-[ "${1:-}" = --quick ] && { quick=1; shift; }
+BENCH_NAME=bench-pack
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+while [ $# -gt 0 ]; do
+    bench_common_opt "$@" || break
+    shift "$BENCH_SHIFT"
+done
 work=${1:-$(mktemp -d /tmp/ckpt-bench-pack.XXXXXX)}
 mkdir -p "$work"
-layers=24
-[ $quick = 1 ] && layers=4
+work=$(cd "$work" && pwd)
+need_bins "$bin/ckpt"
+[ ${#dtypes[@]} -gt 0 ] || dtypes=(bf16 f32)
+[ ${#threads_list[@]} -gt 0 ] || threads_list=("$(nproc)")
+have_squashfs=1
+command -v mksquashfs >/dev/null && command -v unsquashfs >/dev/null || have_squashfs=0
 
-now() { date +%s.%N; }
-mbps() { awk -v b="$1" -v t0="$2" -v t1="$3" 'BEGIN { printf "%.0f", b / 1e6 / (t1 - t0) }'; }
 size_of() { du -sb "$1" | cut -f1; }
+mib() { echo $(($1 / 1024)); }
+
+# The checkpoints to measure: --src, or one generated per dtype.
+srcs=()
+if [ -n "$src_dir" ]; then
+    [ -f "$src_dir/config.json" ] || bench_die "$src_dir is not a ckpt-gen checkpoint"
+    srcs=("$(cd "$src_dir" && pwd)")
+else
+    for dtype in "${dtypes[@]}"; do
+        gen_ckpt "$work/src-$dtype${size:+-$size}" "$dtype"
+        srcs+=("$work/src-$dtype${size:+-$size}")
+    done
+fi
 
 "$bin/ckpt" keygen -o "$work/key" 2>/dev/null || true
-printf '| data | method | ratio | pack MB/s | unpack MB/s |\n|---|---|---|---|---|\n'
-for dtype in bf16 f32; do
-  src=$work/src-$dtype
-  [ -d "$src" ] || "$bin/ckpt-gen" "$src" --preset gpt2-medium --layers $layers --dtype $dtype >/dev/null
-  logical=$(size_of "$src")
-  for mode in compressed encrypted stored; do
-    out=$work/$dtype-$mode.tpack
-    rm -f "$out"
-    args=() keys=()
-    [ $mode = encrypted ] && keys=(--key-file "$work/key")
-    [ $mode = stored ] && args=(--no-compress)
-    sync
-    t0=$(now); "$bin/ckpt" pack "$src" -o "$out" "${args[@]}" "${keys[@]}" >/dev/null; t1=$(now)
-    stored=$(stat -c %s "$out")
-    rm -rf "$work/out"
-    t2=$(now); "$bin/ckpt" unpack "$out" -o "$work/out" "${keys[@]}" >/dev/null; t3=$(now)
-    cmp -s "$work/out/model.safetensors" "$src/model.safetensors" || { echo "round trip FAILED for $out" >&2; exit 1; }
-    printf '| %s %s MB | ckpt %s | %.3f | %s | %s |\n' $dtype $((logical / 1000000)) $mode \
-      "$(awk -v a=$logical -v b=$stored 'BEGIN{print a/b}')" "$(mbps $logical $t0 $t1)" \
-      "$(mbps $logical $t2 $t3)"
-    rm -f "$out"
-  done
-  if command -v mksquashfs >/dev/null; then
-    img=$work/$dtype.sqfs
-    rm -f "$img"
-    t0=$(now); mksquashfs "$src" "$img" -comp gzip -b 1M -noappend -quiet >/dev/null; t1=$(now)
-    stored=$(stat -c %s "$img")
-    rm -rf "$work/out"
-    t2=$(now); unsquashfs -q -d "$work/out" "$img" >/dev/null; t3=$(now)
-    printf '| %s %s MB | mksquashfs gzip -b 1M | %.3f | %s | %s |\n' $dtype $((logical / 1000000)) \
-      "$(awk -v a=$logical -v b=$stored 'BEGIN{print a/b}')" "$(mbps $logical $t0 $t1)" \
-      "$(mbps $logical $t2 $t3)"
-    rm -f "$img"
-  fi
+printf '| data | method | threads | ratio | pack MB/s | unpack MB/s | pack RSS MiB | unpack RSS MiB |\n'
+printf '|---|---|---|---|---|---|---|---|\n'
+# row DATA METHOD THREADS LOGICAL STORED T_PACK T_UNPACK RSS_PACK RSS_UNPACK
+row() {
+    printf '| %s | %s | %s | %.3f | %s | %s | %s | %s |\n' "$1" "$2" "$3" \
+        "$(awk -v a="$4" -v b="$5" 'BEGIN { print a / b }')" "$(mbps "$4" "$6")" "$(mbps "$4" "$7")" \
+        "$(mib "$8")" "$(mib "$9")"
+}
+# emit DTYPE LOGICAL SYSTEM THREADS STORED T_PACK T_UNPACK RSS_PACK RSS_UNPACK
+emit() {
+    tsv_row pack "$1" "$2" "$3" "$4" ratio "$(awk -v a="$2" -v b="$5" 'BEGIN { printf "%.4f", a / b }')"
+    tsv_row pack "$1" "$2" "$3" "$4" stored_bytes "$5"
+    tsv_row pack "$1" "$2" "$3" "$4" pack_mbps "$(mbps "$2" "$6")"
+    tsv_row pack "$1" "$2" "$3" "$4" unpack_mbps "$(mbps "$2" "$7")"
+    tsv_row pack "$1" "$2" "$3" "$4" pack_rss_kib "$8"
+    tsv_row pack "$1" "$2" "$3" "$4" unpack_rss_kib "$9"
+}
+
+for src in "${srcs[@]}"; do
+    dtype=$(dtype_of "$src")
+    logical=$(size_of "$src")
+    data="$dtype $((logical / 1000000)) MB"
+    cat "$src"/* >/dev/null # the source comes from the page cache for every method
+    for t in "${threads_list[@]}"; do
+        for mode in compressed encrypted stored; do
+            out=$work/$dtype-$mode.tpack
+            rm -f "$out"
+            args=() keys=()
+            [ $mode = encrypted ] && keys=(--key-file "$work/key")
+            [ $mode = stored ] && args=(--no-compress)
+            sync
+            t0=$(now)
+            run_rss "$bin/ckpt" pack "$src" -o "$out" --threads "$t" "${args[@]}" "${keys[@]}" >/dev/null
+            t1=$(now)
+            rss_pack=$LAST_RSS_KIB
+            stored=$(stat -c %s "$out")
+            rm -rf "$work/out"
+            t2=$(now)
+            run_rss "$bin/ckpt" unpack "$out" -o "$work/out" "${keys[@]}" >/dev/null
+            t3=$(now)
+            cmp -s "$work/out/model.safetensors" "$src/model.safetensors" || bench_die "round trip FAILED for $out"
+            row "$data" "ckpt $mode" "$t" "$logical" "$stored" "$(elapsed "$t0" "$t1")" "$(elapsed "$t2" "$t3")" \
+                "$rss_pack" "$LAST_RSS_KIB"
+            emit "$dtype" "$logical" "ckpt-$mode" "$t" "$stored" "$(elapsed "$t0" "$t1")" "$(elapsed "$t2" "$t3")" \
+                "$rss_pack" "$LAST_RSS_KIB"
+            rm -f "$out"
+        done
+        if [ $have_squashfs = 1 ]; then
+            img=$work/$dtype.sqfs
+            rm -f "$img"
+            sync
+            t0=$(now)
+            run_rss mksquashfs "$src" "$img" -comp gzip -b 1M -noappend -quiet -no-progress -processors "$t" >/dev/null
+            t1=$(now)
+            rss_pack=$LAST_RSS_KIB
+            stored=$(stat -c %s "$img")
+            rm -rf "$work/out"
+            t2=$(now)
+            run_rss unsquashfs -q -no-progress -processors "$t" -d "$work/out" "$img" >/dev/null
+            t3=$(now)
+            row "$data" "mksquashfs gzip -b 1M" "$t" "$logical" "$stored" "$(elapsed "$t0" "$t1")" \
+                "$(elapsed "$t2" "$t3")" "$rss_pack" "$LAST_RSS_KIB"
+            emit "$dtype" "$logical" mksquashfs "$t" "$stored" "$(elapsed "$t0" "$t1")" "$(elapsed "$t2" "$t3")" \
+                "$rss_pack" "$LAST_RSS_KIB"
+            rm -f "$img"
+        fi
+    done
 done
 rm -rf "$work/out"
 echo "cores: $(nproc); data kept in $work"

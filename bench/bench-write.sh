@@ -9,120 +9,105 @@
 #              until committed: packing); without and with a key
 #   gocryptfs  cp -r into an encrypted gocryptfs directory, then sync
 #
-# and the daemon's peak RSS. Each figure is the median of --runs runs.
-# Prints a table in seconds and MB/s, then the targets:
+# and the daemons' peak RSS (VmHWM). Each figure is the median of --runs runs.
+# Prints a table in seconds and MB/s, with ratios to native and gocryptfs,
+# then the targets:
 #   cp -r into the mount returns in <= 1.5x native cp (+sync) time
 #   packing adds <= 1 s per 250 MB of bf16 (2 cores)
 #   daemon RSS <= 512 MB
 #
-# Usage: bench/bench-write.sh [--quick] [--runs N] [WORKDIR]
-#   --quick  4 layers instead of 24 (about 150 MB), for a smoke run
-#   WORKDIR  kept afterwards (default: a new directory under /tmp); the
-#            generated checkpoint is reused when already there
+# Usage: bench/bench-write.sh [options] [WORKDIR]
+#   --quick           4 layers instead of 24 (about 200 MB), for a smoke run
+#   --size SIZE       a checkpoint of about SIZE bytes instead (100M, 1G, 4G)
+#   --src DIR         write this checkpoint instead of generating one
+#   --runs N          runs per figure (default 3)
+#   --threads LIST    mount ckptfs with -o threads=N for each N (default:
+#                     nproc); its background packer uses all cores whatever
+#                     N is, so this only varies the decode workers
+#   --tsv FILE        also append the results to FILE as tab-separated
+#                     bench/dtype/bytes/system/threads/metric/value lines
+#   WORKDIR           kept afterwards (default: a new directory under /tmp);
+#                     the generated checkpoint is reused when already there
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/${B:-build}/bin
-quick=0
+BENCH_NAME=bench-write
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 runs=3
 while [ $# -gt 0 ]; do
     case $1 in
-    --quick) quick=1; shift ;;
-    --runs) runs=$2; shift 2 ;;
-    -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) break ;;
+    --runs) runs=${2:?--runs needs a number}; shift 2 ;;
+    *) bench_common_opt "$@" || break; shift "$BENCH_SHIFT" ;;
     esac
 done
 work=${1:-$(mktemp -d /tmp/ckptfs-wbench.XXXXXX)}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
+BENCH_LOG=$work/daemons.log
 
-if [ "$(id -u)" -ne 0 ]; then
-    echo "bench-write: needs root (drop_caches, gocryptfs mounts)" >&2
-    exit 1
-fi
-for tool in "$bin/ckptfs" "$bin/ckpt" "$bin/ckpt-gen"; do
-    [ -x "$tool" ] || { echo "bench-write: $tool is missing; run make first" >&2; exit 1; }
-done
+need_root "drop_caches, gocryptfs mounts"
+need_bins "$bin/ckptfs"
+[ ${#threads_list[@]} -gt 0 ] || threads_list=("$(nproc)")
 have_gocryptfs=1
 command -v gocryptfs >/dev/null || have_gocryptfs=0
-
-src=$work/src
 mnt=$work/mnt
 gcmnt=$work/gcmnt
-ckptfs_pid=
-cleanup() {
-    local m
-    for m in "$mnt" "$gcmnt"; do
-        mountpoint -q "$m" 2>/dev/null && fusermount3 -u "$m" 2>/dev/null || true
-    done
-    [ -n "$ckptfs_pid" ] && wait "$ckptfs_pid" 2>/dev/null || true
-}
-trap cleanup EXIT
-
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-
-wait_mounted() {
-    local _
-    for _ in $(seq 400); do
-        mountpoint -q "$1" && return 0
-        sleep 0.05
-    done
-    echo "bench-write: $1 did not mount" >&2
-    exit 1
-}
 
 # ------------------------------------------------------------- the input
 
-if [ ! -f "$src/model.safetensors" ]; then
-    echo "generating the checkpoint..." >&2
-    if [ $quick -eq 1 ]; then
-        "$bin/ckpt-gen" "$src" --preset gpt2-medium --layers 4 >/dev/null
-    else
-        "$bin/ckpt-gen" "$src" --preset gpt2-medium >/dev/null
-    fi
+if [ -n "$src_dir" ]; then
+    src=$(cd "$src_dir" && pwd)
+    [ -f "$src/config.json" ] || bench_die "$src is not a ckpt-gen checkpoint"
+else
+    src=$work/src
+    gen_ckpt "$src" bf16
 fi
+dtype=$(dtype_of "$src")
 bytes=$(du -sb "$src" | cut -f1)
 mb=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1e6 }')
-rate() { awk -v b="$bytes" -v s="$1" 'BEGIN { printf "%.0f", (s > 0) ? b / 1e6 / s : 0 }'; }
+rate() { mbps "$bytes" "$1"; }
 
 # Same state before every run: source warm, nothing dirty, old copies gone.
 prepare() {
     rm -rf "$work/native" "$work/back" "$work/gcipher"
-    sync
-    echo 3 >/proc/sys/vm/drop_caches
+    drop_caches
     cat "$src"/* >/dev/null
 }
 
 # ------------------------------------------------------------ the runs
 
-native_cp=() native_sync=() plain_cp=() plain_pack=() key_cp=() key_pack=() gc_cp=() gc_sync=()
-rss_plain=0 rss_key=0
+# Per system (native, gocryptfs, ckptfs@N, ckptfs-key@N): the seconds until
+# cp returns and until the data is durable in its final form (sync; for
+# ckptfs `ckpt commit --wait`, which packs and fsyncs), one per run, and the
+# daemon's highest peak RSS.
+declare -A cp_s=() done_s=() rss=()
 "$bin/ckpt" keygen -o "$work/key.$$" >/dev/null
 key=$work/key.$$
 printf 'bench-write-passphrase\n' >"$work/gcpass"
+trap 'stop_all_mounts; rm -f "$key"' EXIT
 
-# run_ckptfs LABEL [mount options...]: prints "cp_seconds pack_seconds peak_rss_kib"
+# note SYSTEM T0 T1 T2 [RSS_KIB]
+note() {
+    cp_s[$1]+=" $(elapsed "$2" "$3")"
+    done_s[$1]+=" $(elapsed "$2" "$4")"
+    [ "${5:-0}" -gt "${rss[$1]:-0}" ] && rss[$1]=$5
+    return 0
+}
+
+# run_ckptfs SYSTEM THREADS [mount options...]
 run_ckptfs() {
-    mkdir -p "$work/back" "$mnt"
-    "$bin/ckptfs" -f -o commit_delay=0 "$@" "$work/back" "$mnt" 2>>"$work/ckptfs.log" </dev/null >/dev/null &
-    ckptfs_pid=$!
-    wait_mounted "$mnt"
+    local sys=$1 t=$2 t0 t1 t2
+    shift 2
+    mkdir -p "$work/back"
+    start_daemon "$mnt" "$bin/ckptfs" -f -o commit_delay=0,threads="$t" "$@" "$work/back" "$mnt"
     mkdir "$mnt/ckpt"
-    local t0 t1 t2
     t0=$(now)
     cp -r "$src/." "$mnt/ckpt/"
     t1=$(now)
     "$bin/ckpt" commit --wait --quiet "$mnt/ckpt"
     t2=$(now)
-    local hwm
-    hwm=$(awk '/VmHWM/ {print $2}' "/proc/$ckptfs_pid/status")
-    cmp -s "$src/model.safetensors" "$mnt/ckpt/model.safetensors" || { echo "bench-write: packed copy differs" >&2; exit 1; }
-    fusermount3 -u "$mnt"
-    wait "$ckptfs_pid" || true
-    ckptfs_pid=
-    echo "$(elapsed "$t0" "$t1") $(elapsed "$t1" "$t2") $hwm"
+    cmp -s "$src/model.safetensors" "$mnt/ckpt/model.safetensors" || bench_die "packed copy differs"
+    stop_mount "$mnt"
+    note "$sys" "$t0" "$t1" "$t2" "$LAST_HWM_KIB"
 }
 
 for r in $(seq "$runs"); do
@@ -133,71 +118,95 @@ for r in $(seq "$runs"); do
     t1=$(now)
     sync
     t2=$(now)
-    native_cp+=("$(elapsed "$t0" "$t1")")
-    native_sync+=("$(elapsed "$t0" "$t2")")
+    note native "$t0" "$t1" "$t2"
 
-    prepare
-    read -r c p h < <(run_ckptfs)
-    plain_cp+=("$c"); plain_pack+=("$p")
-    [ "$h" -gt "$rss_plain" ] && rss_plain=$h
-
-    prepare
-    read -r c p h < <(run_ckptfs -o key_file="$key")
-    key_cp+=("$c"); key_pack+=("$p")
-    [ "$h" -gt "$rss_key" ] && rss_key=$h
+    for t in "${threads_list[@]}"; do
+        prepare
+        run_ckptfs "ckptfs@$t" "$t"
+        prepare
+        run_ckptfs "ckptfs-key@$t" "$t" -o key_file="$key"
+    done
 
     if [ $have_gocryptfs -eq 1 ]; then
         prepare
-        mkdir -p "$work/gcipher" "$gcmnt"
+        mkdir -p "$work/gcipher"
         gocryptfs -q -init -passfile "$work/gcpass" "$work/gcipher" >/dev/null 2>&1
-        gocryptfs -q -passfile "$work/gcpass" "$work/gcipher" "$gcmnt" </dev/null >/dev/null 2>&1
-        wait_mounted "$gcmnt"
+        start_daemon "$gcmnt" gocryptfs -fg -q -nosyslog -passfile "$work/gcpass" "$work/gcipher" "$gcmnt"
         t0=$(now)
         cp -r "$src/." "$gcmnt/"
         t1=$(now)
         sync
         t2=$(now)
-        gc_cp+=("$(elapsed "$t0" "$t1")")
-        gc_sync+=("$(elapsed "$t0" "$t2")")
-        fusermount3 -u "$gcmnt"
+        stop_mount "$gcmnt"
+        note gocryptfs "$t0" "$t1" "$t2" "$LAST_HWM_KIB"
     fi
 done
-rm -rf "$work/native" "$work/back" "$work/gcipher" "$key"
+rm -rf "$work/native" "$work/back" "$work/gcipher"
 
-m() { printf '%s\n' "$@" | median; }
-n_cp=$(m "${native_cp[@]}")
-n_sync=$(m "${native_sync[@]}")
-p_cp=$(m "${plain_cp[@]}")
-p_pack=$(m "${plain_pack[@]}")
-k_cp=$(m "${key_cp[@]}")
-k_pack=$(m "${key_pack[@]}")
+systems=(native)
+for t in "${threads_list[@]}"; do systems+=("ckptfs@$t" "ckptfs-key@$t"); done
+[ $have_gocryptfs -eq 1 ] && systems+=(gocryptfs)
+m() { tr ' ' '\n' <<<"$1" | grep . | median; } # "N N N"
+declare -A cp_m=() done_m=()
+for s in "${systems[@]}"; do
+    cp_m[$s]=$(m "${cp_s[$s]}")
+    done_m[$s]=$(m "${done_s[$s]}")
+    threads=-
+    [[ $s == *@* ]] && threads=${s#*@}
+    tsv_row write "$dtype" "$bytes" "${s%@*}" "$threads" cp_s "${cp_m[$s]}"
+    tsv_row write "$dtype" "$bytes" "${s%@*}" "$threads" done_s "${done_m[$s]}"
+    tsv_row write "$dtype" "$bytes" "${s%@*}" "$threads" cp_mbps "$(rate "${cp_m[$s]}")"
+    tsv_row write "$dtype" "$bytes" "${s%@*}" "$threads" done_mbps "$(rate "${done_m[$s]}")"
+    [ "$s" = native ] || tsv_row write "$dtype" "$bytes" "${s%@*}" "$threads" rss_kib "${rss[$s]}"
+done
 
+# --------------------------------------------------------------- report
+
+top=$(printf '%s\n' "${threads_list[@]}" | sort -n | tail -n 1)
 echo
-echo "bench-write: $mb MB checkpoint (bf16 safetensors + config), $(nproc) cores, median of $runs runs"
-printf '%-34s %9s %9s\n' "" seconds "MB/s"
-row() { printf '%-34s %9.3f %9s\n' "$1" "$2" "$(rate "$2")"; }
-row "native cp -r" "$n_cp"
-row "native cp -r + sync" "$n_sync"
-row "ckptfs cp -r returns" "$p_cp"
-row "ckptfs packing (commit --wait)" "$p_pack"
-row "ckptfs cp -r + packing" "$(awk -v a="$p_cp" -v b="$p_pack" 'BEGIN { print a + b }')"
-row "ckptfs+key cp -r returns" "$k_cp"
-row "ckptfs+key packing" "$k_pack"
+echo "bench-write: $mb MB checkpoint ($dtype safetensors + config), $(nproc) cores, median of $runs runs"
+printf '%-36s %9s %9s %9s %9s\n' "" seconds "MB/s" "x native" "x gocrypt"
+row() { # LABEL SECONDS NATIVE_SECONDS [GOCRYPTFS_SECONDS]
+    printf '%-36s %9.3f %9s %9s %9s\n' "$1" "$2" "$(rate "$2")" "$(ratio "$3" "$2")" "$(ratio "${4:-}" "$2")"
+}
+pack_s() { awk -v a="${done_m[$1]}" -v b="${cp_m[$1]}" 'BEGIN { printf "%.3f", a - b }'; }
+row "native cp -r" "${cp_m[native]}" "${cp_m[native]}" "${cp_m[gocryptfs]:-}"
+row "native cp -r + sync" "${done_m[native]}" "${done_m[native]}" "${done_m[gocryptfs]:-}"
+for t in "${threads_list[@]}"; do
+    label=ckptfs
+    [ ${#threads_list[@]} -gt 1 ] && label="ckptfs -o threads=$t"
+    row "$label cp -r returns" "${cp_m[ckptfs@$t]}" "${done_m[native]}" "${done_m[gocryptfs]:-}"
+    row "$label packing (commit --wait)" "$(pack_s "ckptfs@$t")" "${done_m[native]}"
+    row "$label cp -r + packing" "${done_m[ckptfs@$t]}" "${done_m[native]}" "${done_m[gocryptfs]:-}"
+    row "$label+key cp -r returns" "${cp_m[ckptfs-key@$t]}" "${done_m[native]}" "${done_m[gocryptfs]:-}"
+    row "$label+key packing" "$(pack_s "ckptfs-key@$t")" "${done_m[native]}"
+    row "$label+key cp -r + packing" "${done_m[ckptfs-key@$t]}" "${done_m[native]}" "${done_m[gocryptfs]:-}"
+done
 if [ $have_gocryptfs -eq 1 ]; then
-    row "gocryptfs cp -r" "$(m "${gc_cp[@]}")"
-    row "gocryptfs cp -r + sync" "$(m "${gc_sync[@]}")"
+    row "gocryptfs cp -r" "${cp_m[gocryptfs]}" "${cp_m[native]}" "${cp_m[gocryptfs]}"
+    row "gocryptfs cp -r + sync" "${done_m[gocryptfs]}" "${done_m[native]}" "${done_m[gocryptfs]}"
 fi
-printf '%-34s %9s\n' "ckptfs daemon peak RSS (no key)" "$((rss_plain / 1024)) MiB"
-printf '%-34s %9s\n' "ckptfs daemon peak RSS (key)" "$((rss_key / 1024)) MiB"
+echo "(x native and x gocrypt: their cp -r + sync time over this time, or cp -r alone on the cp -r rows"
+echo " of native and gocryptfs; above 1 is faster)"
+for s in "${systems[@]}"; do
+    [ "$s" = native ] && continue
+    label=${s%@*}
+    label=${label/#ckptfs-key/ckptfs+key}
+    [ ${#threads_list[@]} -gt 1 ] && [[ $s == *@* ]] && label+=" t${s#*@}"
+    printf '%-36s %9s\n' "$label daemon peak RSS" "$((rss[$s] / 1024)) MiB"
+done
 
 echo
 verdict() { awk -v v="$1" -v lim="$2" 'BEGIN { print (v <= lim) ? "met" : "MISSED" }'; }
-ratio_sync=$(awk -v a="$p_cp" -v b="$n_sync" 'BEGIN { printf "%.2f", a / b }')
-ratio_cp=$(awk -v a="$p_cp" -v b="$n_cp" 'BEGIN { printf "%.2f", a / b }')
-per250=$(awk -v s="$p_pack" -v b="$bytes" 'BEGIN { printf "%.2f", s / (b / 250e6) }')
-per250k=$(awk -v s="$k_pack" -v b="$bytes" 'BEGIN { printf "%.2f", s / (b / 250e6) }')
-echo "targets:"
+p_cp=${cp_m[ckptfs@$top]}
+ratio_sync=$(awk -v a="$p_cp" -v b="${done_m[native]}" 'BEGIN { printf "%.2f", a / b }')
+ratio_cp=$(awk -v a="$p_cp" -v b="${cp_m[native]}" 'BEGIN { printf "%.2f", a / b }')
+per250=$(awk -v s="$(pack_s "ckptfs@$top")" -v b="$bytes" 'BEGIN { printf "%.2f", s / (b / 250e6) }')
+per250k=$(awk -v s="$(pack_s "ckptfs-key@$top")" -v b="$bytes" 'BEGIN { printf "%.2f", s / (b / 250e6) }')
+rss_max=${rss[ckptfs@$top]:-0}
+[ "${rss[ckptfs-key@$top]:-0}" -gt "$rss_max" ] && rss_max=${rss[ckptfs-key@$top]}
+echo "targets (ckptfs -o threads=$top):"
 echo "  cp -r into the mount <= 1.5x native cp+sync:  ${ratio_sync}x  $(verdict "$ratio_sync" 1.5)"
 echo "    (against native cp alone, page cache only:  ${ratio_cp}x  $(verdict "$ratio_cp" 1.5))"
 echo "  packing <= 1 s per 250 MB:                    ${per250} s  $(verdict "$per250" 1.0)  (with key: ${per250k} s $(verdict "$per250k" 1.0))"
-echo "  daemon RSS <= 512 MB:                         $(( (rss_plain > rss_key ? rss_plain : rss_key) / 1024 )) MiB  $(verdict "$(( rss_plain > rss_key ? rss_plain : rss_key ))" $((512 << 10)))"
+echo "  daemon RSS <= 512 MB:                         $((rss_max / 1024)) MiB  $(verdict "$rss_max" $((512 << 10)))"
