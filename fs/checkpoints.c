@@ -323,7 +323,10 @@ static int open_pack(checkpoint_table *t, checkpoint *c)
     ckpt_pack *pack = NULL;
     int rc = ckpt_open(c->pack_path, t->key, &pack, &err);
     if (rc < 0) {
-        fslog("checkpoint '%s': %s", c->name, err.msg[0] ? err.msg : strerror(-rc));
+        /* No key or the wrong one is the mount's configuration; anything
+         * else is the pack. */
+        fslog_at(rc == -EACCES ? LOG_WARNING : LOG_ERR, "checkpoint '%s': %s", c->name,
+                 err.msg[0] ? err.msg : strerror(-rc));
         return rc;
     }
     /* The file we stat'ed may have been replaced since; never show one
@@ -341,7 +344,7 @@ static int open_pack(checkpoint_table *t, checkpoint *c)
     if (rc == 0)
         rc = manifest_build(pack, c->name, tree, &manifest, &manifest_len);
     if (rc) {
-        fslog("checkpoint '%s': cannot show the pack: %s", c->name, strerror(-rc));
+        fslog_err("checkpoint '%s': cannot show the pack: %s", c->name, strerror(-rc));
         pack_tree_free(tree);
         ckpt_close(pack);
         return rc;

@@ -1,7 +1,11 @@
 /* ckptfs: mount a directory of packed checkpoints, and pack new ones
  * written into it. Parses options, loads the key and recovers checkpoints
  * left by an earlier run before daemonizing (so errors reach the
- * terminal), mounts, runs the FUSE loop and frees everything at unmount. */
+ * terminal), mounts, runs the FUSE loop and frees everything at unmount.
+ *
+ * Exit: SIGTERM or SIGINT (or an unmount) ends the loop; the mount goes
+ * first, so nothing new arrives, then packing is suspended or, with
+ * -o finish_on_exit, finished (wtable_stop). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -14,7 +18,10 @@
 
 #include "ckptfs.h"
 #include "fslog.h"
+#include "libfuse_log.h"
 #include "options.h"
+#include "signals.h"
+#include "trace.h"
 #include "wops.h"
 
 #define EXIT_USAGE 2
@@ -23,7 +30,7 @@
 /* The largest request FUSE sends (256 pages): one 1 MiB chunk per read. */
 #define READAHEAD_KIB 1024
 
-static int load_key(const fs_options *o, ckpt_key **key)
+static int load_key(const fs_options *o, ckpt_key **key, int priority)
 {
     ckpt_err err = {0};
     int rc = 0;
@@ -33,7 +40,7 @@ static int load_key(const fs_options *o, ckpt_key **key)
     else if (o->passphrase_file)
         rc = ckpt_key_load_passphrase_file(o->passphrase_file, key, &err);
     if (rc < 0)
-        fslog("cannot load key: %s", err.msg[0] ? err.msg : strerror(-rc));
+        fslog_at(priority, "cannot load key: %s", err.msg[0] ? err.msg : strerror(-rc));
     return rc;
 }
 
@@ -50,7 +57,7 @@ static int forbid_core_dumps(void)
 static void reload_key_after_fork(const fs_options *o, ckpt_key **key, ckptfs *fs)
 {
     ckpt_key *fresh = NULL;
-    if (!*key || load_key(o, &fresh) < 0)
+    if (!*key || load_key(o, &fresh, LOG_WARNING) < 0)
         return;
     ckpt_key_free(*key);
     *key = fresh;
@@ -78,9 +85,13 @@ static void setup_writing(ckptfs *fs, const fs_options *o, const char *backing_p
                           int backing_fd, const ckpt_key *key)
 {
     ckpt_err err = {0};
-    wtable_opts wo = {.commit_delay = o->commit_delay, .pack_threads = 0};
+    wtable_opts wo = {
+        .commit_delay = o->commit_delay,
+        .pack_threads = 0,
+        .finish_on_stop = o->finish_on_exit,
+    };
     if (wtable_init(&fs->wtable, backing_path, backing_fd, key, &wo, &err) != 0) {
-        fslog("cannot write checkpoints into this mount (%s); it is read-only", err.msg);
+        fslog_warn("cannot write checkpoints into this mount (%s); it is read-only", err.msg);
         wtable_destroy(&fs->wtable);
         return;
     }
@@ -121,6 +132,47 @@ static void print_help(const char *prog)
     fuse_lowlevel_help();
 }
 
+/* libfuse's -d / -o debug dumps raw requests to stderr; ours (trace.h)
+ * replace it, so libfuse is not told. fuse_parse_cmdline has already
+ * noted it (cmd.debug, and foreground, which it implies). */
+static int drop_libfuse_debug(struct fuse_args *args)
+{
+    static const struct fuse_opt drop[] = {
+        FUSE_OPT_KEY("debug", FUSE_OPT_KEY_DISCARD),
+        FUSE_OPT_KEY("-d", FUSE_OPT_KEY_DISCARD),
+        FUSE_OPT_END,
+    };
+    return fuse_opt_parse(args, NULL, drop, NULL);
+}
+
+static void log_mounted(const ckptfs *fs, const fs_options *o, const char *backing,
+                        const char *mnt, int tracing)
+{
+    char cache[32];
+    snprintf(cache, sizeof cache, "%lluM", (unsigned long long)(o->cache_bytes >> 20));
+    /* Whether there is a key, never anything about it. */
+    fslog_info("mounted %s on %s (%s; %s; cache %s; %u decode workers; %s; pid %ld%s)", backing,
+               mnt, fs->writable ? "writable" : "read-only",
+               o->key_file ? "key file" : o->passphrase_file ? "passphrase" : "no key", cache,
+               o->threads, !fs->writable ? "no packing"
+                           : o->finish_on_exit ? "packing finished at exit"
+                                                : "packing suspended at exit",
+               (long)getpid(), tracing ? "; tracing requests" : "");
+}
+
+/* Why the loop ended, as fuse_session_loop says: a signal's number, 0 for
+ * an unmount, or -errno. */
+static void log_loop_end(int rc, const char *mnt)
+{
+    const char *sig = signals_name(rc);
+    if (sig)
+        fslog_info("%s: unmounting %s", sig, mnt);
+    else if (rc < 0)
+        fslog_err("the FUSE loop failed: %s; unmounting %s", strerror(-rc), mnt);
+    else
+        fslog_info("%s was unmounted", mnt);
+}
+
 static int run_loop(struct fuse_session *se, const struct fuse_cmdline_opts *cmd)
 {
     if (cmd->singlethread)
@@ -147,12 +199,15 @@ int main(int argc, char **argv)
     ckptfs fs;
     ckpt_key *key = NULL;
     struct fuse_session *se = NULL;
-    int backing_fd = -1, exit_code = EXIT_USAGE, table_ready = 0;
+    int backing_fd = -1, exit_code = EXIT_USAGE, table_ready = 0, mounted = 0;
     char backing_path[PATH_MAX], mount_path[PATH_MAX];
+    sigset_t unblocked;
     memset(&cmd, 0, sizeof cmd);
     memset(&fs, 0, sizeof fs);
     fs.handles.next = fs.handles.prev = &fs.handles;
     pthread_mutex_init(&fs.handles_lock, NULL);
+    pthread_sigmask(SIG_SETMASK, NULL, &unblocked);
+    libfuse_log_to_fslog();
 
     if (fs_options_parse(&args, &o) != 0 || fuse_parse_cmdline(&args, &cmd) != 0)
         goto out;
@@ -170,15 +225,35 @@ int main(int argc, char **argv)
         fprintf(stderr, "ckptfs: need BACKING_DIR and MOUNTPOINT (see %s --help)\n", argv[0]);
         goto out;
     }
+    if (cmd.debug) {
+        if (drop_libfuse_debug(&args) != 0)
+            goto out;
+        fslog_set_max_priority(LOG_DEBUG);
+    }
 
     exit_code = EXIT_FAILURE;
+    /* The log's destination from the start, so that what recovery says
+     * is there too; until mounted, errors and warnings are also shown
+     * where ckptfs was run (why a mount failed belongs there). */
+    if (o.log_file) {
+        int rc = fslog_use_file(o.log_file);
+        if (rc) {
+            fprintf(stderr, "ckptfs: cannot open log_file '%s': %s\n", o.log_file,
+                    strerror(-rc));
+            goto out;
+        }
+        fslog_tee_stderr(1);
+    } else if (!cmd.foreground) {
+        fslog_use_syslog();
+        fslog_tee_stderr(1);
+    }
     if (!realpath(o.backing_dir, backing_path) ||
         (backing_fd = open(backing_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
         fprintf(stderr, "ckptfs: cannot use backing directory '%s': %s\n", o.backing_dir,
                 strerror(errno));
         goto out;
     }
-    if (load_key(&o, &key) < 0)
+    if (load_key(&o, &key, LOG_ERR) < 0)
         goto out;
     if (key && forbid_core_dumps() != 0) {
         fprintf(stderr, "ckptfs: cannot disable core dumps: %s\n", strerror(errno));
@@ -186,6 +261,8 @@ int main(int argc, char **argv)
     }
 
     tune_malloc();
+    /* Threads may start from here on (recovery seals staged data). */
+    signals_block(NULL);
     fs.uid = getuid();
     fs.gid = getgid();
     fs.cache = chunk_cache_new(o.cache_bytes);
@@ -203,18 +280,25 @@ int main(int argc, char **argv)
     if (fuse_opt_add_arg(&args, fs.writable ? "-odefault_permissions,subtype=ckptfs,fsname=ckptfs"
                                             : "-oro,default_permissions,subtype=ckptfs,fsname=ckptfs") != 0)
         goto out;
-    se = fuse_session_new(&args, &ckptfs_ops, sizeof ckptfs_ops, &fs);
+    /* Tracing costs nothing unless asked for: another table, other I/O. */
+    const struct fuse_lowlevel_ops *ops = cmd.debug ? trace_ops(&ckptfs_ops) : &ckptfs_ops;
+    se = fuse_session_new(&args, ops, sizeof *ops, &fs);
     if (!se) {
         exit_code = EXIT_USAGE; /* libfuse said which option it did not know */
         goto out;
     }
-    if (fuse_set_signal_handlers(se) != 0)
+    /* Helpers libfuse runs (fusermount3) must not inherit blocked signals. */
+    signals_unblock(&unblocked);
+    if (signals_install(se) != 0)
         goto out;
     /* Resolved now: once mounted, looking at the path would wait for the
      * FUSE loop that is not running yet. */
     int have_mount_path = realpath(cmd.mountpoint, mount_path) != NULL;
     if (fuse_session_mount(se, cmd.mountpoint) != 0)
         goto out_handlers;
+    mounted = 1;
+    if (cmd.debug)
+        trace_io_install(se);
     if (have_mount_path) {
         fs.mount_path = mount_path;
         fs.readahead_kib = READAHEAD_KIB;
@@ -222,27 +306,39 @@ int main(int argc, char **argv)
     }
     if (fuse_daemonize(cmd.foreground) != 0)
         goto out_unmount;
-    if (!cmd.foreground) {
-        fslog_use_syslog();
+    fslog_tee_stderr(0);
+    if (!cmd.foreground)
         reload_key_after_fork(&o, &key, &fs);
-    }
-    /* Threads only now: they would not survive the daemon's fork. */
+    /* Threads only now: they would not survive the daemon's fork. Until
+     * the loop runs, signals wait: they must reach this thread. */
+    signals_block(NULL);
+    int rc = fslog_start_reopener();
+    if (rc != 0)
+        fslog_warn("cannot start the log reopener (%s); SIGHUP will not reopen the log",
+                   strerror(-rc));
     fs.pool = worker_pool_new(o.threads, MAX_QUEUED_JOBS);
     if (!fs.pool)
-        fslog("cannot start decode workers (%s); decoding on request threads", strerror(errno));
+        fslog_warn("cannot start decode workers (%s); decoding on request threads",
+                   strerror(errno));
     reader_set_pool(&fs.reader, fs.pool);
     __atomic_store_n(&fs.se, se, __ATOMIC_RELEASE);
     if (fs.writable && wtable_start(&fs.wtable) != 0)
-        fslog("cannot start the packer (%s); checkpoints written now stay unpacked until "
-              "the next mount", strerror(errno));
+        fslog_err("cannot start the packer (%s); checkpoints written now stay unpacked until "
+                  "the next mount", strerror(errno));
+    log_mounted(&fs, &o, backing_path, have_mount_path ? mount_path : cmd.mountpoint, cmd.debug);
+    signals_unblock(&unblocked);
 
-    exit_code = run_loop(se, &cmd) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+    int loop_rc = run_loop(se, &cmd);
+    exit_code = loop_rc < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+    log_loop_end(loop_rc, have_mount_path ? mount_path : cmd.mountpoint);
 
 out_unmount:
     __atomic_store_n(&fs.se, NULL, __ATOMIC_RELEASE);
     fuse_session_unmount(se);
 out_handlers:
-    fuse_remove_signal_handlers(se);
+    /* From here a second SIGTERM or SIGINT ends the process at once: as
+     * safe as a crash, which the next mount recovers from. */
+    signals_remove(se);
 out:
     /* Packing in progress resumes next time. Stopped before the session
      * goes: the packer tells the kernel about commits through it. */
@@ -265,6 +361,8 @@ out:
     if (backing_fd >= 0)
         close(backing_fd);
     pthread_mutex_destroy(&fs.handles_lock);
+    if (mounted)
+        fslog_info("stopped");
     free(cmd.mountpoint);
     fs_options_free(&o);
     fuse_opt_free_args(&args);

@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -9,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define OPT(templ, field) { templ, offsetof(fs_options, field), 0 }
+#define OPT(templ, field) { templ, offsetof(fs_options, field), 1 }
 enum { KEY_RO = 1 };
 
 static const struct fuse_opt ckptfs_opts[] = {
@@ -18,6 +19,8 @@ static const struct fuse_opt ckptfs_opts[] = {
     OPT("cache_size=%s", cache_size_text),
     OPT("threads=%s", threads_text),
     OPT("commit_delay=%s", commit_delay_text),
+    OPT("log_file=%s", log_file),
+    OPT("finish_on_exit", finish_on_exit),
     FUSE_OPT_KEY("ro", KEY_RO),
     FUSE_OPT_END,
 };
@@ -75,6 +78,31 @@ static long online_cpus(void)
     return n > 0 ? n : 1;
 }
 
+/* The daemon's working directory is "/" (fuse_daemonize), and files are
+ * opened again there (the key, to lock it in the daemon's memory; the log,
+ * on SIGHUP): relative paths are made absolute now. Whether they can be
+ * opened is for main to find out, naming the path. */
+static int make_absolute(char **path, const char *what)
+{
+    if (!*path)
+        return 0;
+    if (!(*path)[0]) {
+        fprintf(stderr, "ckptfs: bad %s '' (want the path of a file)\n", what);
+        return -1;
+    }
+    if ((*path)[0] == '/')
+        return 0;
+    char cwd[PATH_MAX], *abs = NULL;
+    if (!getcwd(cwd, sizeof cwd) || asprintf(&abs, "%s/%s", cwd, *path) < 0) {
+        fprintf(stderr, "ckptfs: bad %s '%s': cannot make it absolute: %s\n", what, *path,
+                strerror(errno));
+        return -1;
+    }
+    free(*path);
+    *path = abs;
+    return 0;
+}
+
 int fs_options_parse(struct fuse_args *args, fs_options *o)
 {
     memset(o, 0, sizeof *o);
@@ -116,6 +144,10 @@ int fs_options_parse(struct fuse_args *args, fs_options *o)
         }
         o->commit_delay = d;
     }
+    if (make_absolute(&o->key_file, "key_file") != 0 ||
+        make_absolute(&o->passphrase_file, "passphrase_file") != 0 ||
+        make_absolute(&o->log_file, "log_file") != 0)
+        return -1;
     return 0;
 }
 
@@ -127,6 +159,7 @@ void fs_options_free(fs_options *o)
     free(o->cache_size_text);
     free(o->threads_text);
     free(o->commit_delay_text);
+    free(o->log_file);
     memset(o, 0, sizeof *o);
 }
 
@@ -147,6 +180,18 @@ void fs_options_usage(const char *prog)
            "    -o commit_delay=SECONDS  commit a checkpoint being written once nothing in it\n"
            "                             was open or changed for this long (default 2;\n"
            "                             0: only 'ckpt commit MOUNTPOINT/NAME' commits)\n"
+           "    -o finish_on_exit        on SIGTERM, SIGINT or unmount, finish the checkpoint\n"
+           "                             being packed before exiting (default: suspend it at\n"
+           "                             once; the next mount packs it again)\n"
+           "    -o log_file=PATH         log to PATH (appended; created mode 0600) instead of\n"
+           "                             stderr (-f) or syslog; SIGHUP reopens it\n"
+           "    -o debug, -d             log every request and its outcome (implies -f)\n"
+           "\n"
+           "Logging: errors, warnings and events (mounted, committed, suspended...) go to\n"
+           "stderr with -f, else to syslog (facility daemon), or to log_file. Keys and file\n"
+           "contents are never logged. Signals: SIGTERM/SIGINT unmount and exit within\n"
+           "seconds, suspending packing (staged data stays; no partial pack is left);\n"
+           "SIGHUP reopens log_file (logrotate) and is otherwise ignored.\n"
            "\n"
            "Committed checkpoints are read-only; manifest.json describes the pack and\n"
            "tensors/ holds one raw file per tensor (see also the user.ckptfs.* xattrs).\n"

@@ -19,9 +19,11 @@ typedef struct fs_options {
     char *cache_size_text;
     char *threads_text;
     char *commit_delay_text;
+    char *log_file;           /* absolute (made so at parsing); NULL: none */
     uint64_t cache_bytes;
     double commit_delay;      /* seconds; 0: only `ckpt commit` commits */
     int read_only;            /* -o ro: serve packs only */
+    int finish_on_exit;       /* finish the pack under way before exiting */
     unsigned threads;
     int positional;           /* positional arguments seen */
 } fs_options;

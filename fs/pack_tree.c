@@ -138,7 +138,7 @@ static tree_node dir_proto(const builder *b)
 static void log_skip(builder *b, const char *what, const char *path, const char *why)
 {
     if (++b->skipped <= SKIP_LOG_LIMIT)
-        fslog("checkpoint '%s': %s '%s' not shown: %s", b->checkpoint, what, path, why);
+        fslog_warn("checkpoint '%s': %s '%s' not shown: %s", b->checkpoint, what, path, why);
 }
 
 /* Adds path below start, creating implied directories. Returns 0 with *out
@@ -290,7 +290,7 @@ int pack_tree_build(const ckpt_pack *p, const char *checkpoint, int64_t mtime_se
         (rc = add_files(&b, p)) || (rc = add_tensors(&b, p, tensors_dir)))
         goto fail;
     if (b.skipped > SKIP_LOG_LIMIT)
-        fslog("checkpoint '%s': %zu entries not shown in all", checkpoint, b.skipped);
+        fslog_warn("checkpoint '%s': %zu entries not shown in all", checkpoint, b.skipped);
     *out = t;
     return 0;
 fail:

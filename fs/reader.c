@@ -135,9 +135,9 @@ static void log_fault(const checkpoint *c, const tree_node *n, uint64_t position
     const char *file = ckpt_file_at(c->pack, n->file_index)->path;
     char *shown = pack_tree_path(t, (uint32_t)(n - t->nodes));
     int other_name = shown && strcmp(shown, file) != 0;
-    fslog("checkpoint '%s': read of '%s' at offset %" PRIu64 "%s%s%s failed: %s", c->name, file,
-          position, other_name ? " (via '" : "", other_name ? shown : "",
-          other_name ? "')" : "", msg && msg[0] ? msg : "corrupt chunk");
+    fslog_err("checkpoint '%s': read of '%s' at offset %" PRIu64 "%s%s%s failed: %s", c->name, file,
+              position, other_name ? " (via '" : "", other_name ? shown : "",
+              other_name ? "')" : "", msg && msg[0] ? msg : "corrupt chunk");
     free(shown);
 }
 
@@ -251,9 +251,9 @@ static int plan_chunks(reader *r, checkpoint *c, const tree_node *n, uint64_t st
         ckpt_chunk_ref ref;
         int rc = ckpt_chunk_locate(c->pack, n->file_index, pos, &ref, &err);
         if (rc < 0 || ref.file_offset > pos || pos - ref.file_offset >= ref.size) {
-            fslog("checkpoint '%s': no chunk holds offset %" PRIu64 " of '%s'%s%s", c->name, pos,
-                  ckpt_file_at(c->pack, n->file_index)->path, rc < 0 ? ": " : "",
-                  rc < 0 ? err.msg : "");
+            fslog_err("checkpoint '%s': no chunk holds offset %" PRIu64 " of '%s'%s%s", c->name,
+                      pos, ckpt_file_at(c->pack, n->file_index)->path, rc < 0 ? ": " : "",
+                      rc < 0 ? err.msg : "");
             return -EIO;
         }
         if (plan->n == plan->cap && plan_grow(plan))

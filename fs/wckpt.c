@@ -167,9 +167,9 @@ int wc_modifiable(wckpt *c, const char *what)
     case WST_PACKING:
         if (!c->busy_logged) {
             c->busy_logged = 1;
-            fslog("checkpoint '%s' is being packed: %s refused with EBUSY (it is read-only "
-                  "from the commit on; write into a new checkpoint)",
-                  c->name, what);
+            fslog_warn("checkpoint '%s' is being packed: %s refused with EBUSY (it is read-only "
+                       "from the commit on; write into a new checkpoint)",
+                       c->name, what);
         }
         return -EBUSY;
     case WST_COMMITTED:
@@ -212,9 +212,9 @@ void wc_staging_failed(wckpt *c, int rc, const char *msg)
     if (rc != -ENOSPC && rc != -EDQUOT && rc != -EIO)
         return;
     if (c->state != WST_FAILED || !c->error || strcmp(c->error, msg) != 0)
-        fslog("checkpoint '%s': %s; state is now failed (staged data is kept: free space, "
-              "rewrite what failed and run 'ckpt commit' to retry)",
-              c->name, msg);
+        fslog_err("checkpoint '%s': %s; state is now failed (staged data is kept: free space, "
+                  "rewrite what failed and run 'ckpt commit' to retry)",
+                  c->name, msg);
     c->state = WST_FAILED;
     wc_set_error(c, msg);
     c->record_dirty = 1;
@@ -324,7 +324,7 @@ int wtable_commit(wtable *t, wckpt *c)
         c->state = was == WST_FAILED ? WST_FAILED : WST_WRITING;
         wc_staging_failed(c, rc, err.msg);
         if (c->state != WST_FAILED)
-            fslog("checkpoint '%s': cannot commit: %s", c->name, err.msg);
+            fslog_err("checkpoint '%s': cannot commit: %s", c->name, err.msg);
     } else {
         wc_set_error(c, NULL);
         c->record_dirty = 0;
@@ -397,27 +397,54 @@ int wtable_start(wtable *t)
     return 0;
 }
 
+/* Which checkpoints this run leaves packing, and what the next does. */
+static void log_suspended(wtable *t)
+{
+    for (wckpt *c = t->all; c; c = c->next) {
+        pthread_mutex_lock(&c->lock);
+        if (c->current && c->state == WST_PACKING && !c->locked) {
+            if (c->pack_suspended)
+                fslog_notice("checkpoint '%s' suspended: packing stopped at %.1f of %.1f MB as "
+                             "the daemon exits; the next mount packs it again from its staged "
+                             "data", c->name, (double)c->pack_done / 1e6,
+                             (double)c->pack_total / 1e6);
+            else
+                fslog_notice("checkpoint '%s' suspended: it was waiting to be packed as the "
+                             "daemon exits; the next mount packs it", c->name);
+        }
+        pthread_mutex_unlock(&c->lock);
+    }
+}
+
 void wtable_stop(wtable *t)
 {
     pthread_mutex_lock(&t->lock);
     __atomic_store_n(&t->stopping, 1, __ATOMIC_RELAXED);
+    if (!t->opts.finish_on_stop)
+        __atomic_store_n(&t->cancel_packing, 1, __ATOMIC_RELAXED);
+    int running = 0;
+    for (wckpt *c = t->all; c; c = c->next)
+        running |= c->pack_running;
     pthread_cond_broadcast(&t->wake);
     pthread_cond_broadcast(&t->timer_wake);
     pthread_mutex_unlock(&t->lock);
+    if (running && t->opts.finish_on_stop)
+        fslog_info("finishing the pack under way before exiting (finish_on_exit)");
     if (t->threads_started) {
         pthread_join(t->packer, NULL);
         pthread_join(t->timer, NULL);
         t->threads_started = 0;
     }
+    log_suspended(t);
     for (wckpt *c = t->all; c; c = c->next) {
         ckpt_err err = {0};
         if (c->current && wc_save(c, &err) != 0)
-            fslog("checkpoint '%s': cannot wc_save its namespace: %s", c->name, err.msg);
+            fslog_err("checkpoint '%s': cannot save its namespace: %s", c->name, err.msg);
         pthread_mutex_lock(&c->lock);
         for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
             wfile *f = c->tree.nodes[i].kind == WNODE_FILE ? c->tree.nodes[i].data : NULL;
             if (f && stage_blob_park(f->blob, &err) != 0)
-                fslog("checkpoint '%s': %s", c->name, err.msg);
+                fslog_err("checkpoint '%s': %s", c->name, err.msg);
         }
         pthread_mutex_unlock(&c->lock);
     }
@@ -558,7 +585,7 @@ int wtable_mkdir(wtable *t, const char *name, uint32_t mode, wckpt **out)
         c->next_blob_id = 1;
         rc = stage_create(&t->root, name, &c->dir, &err);
         if (rc)
-            fslog("cannot start checkpoint '%s': %s", name, err.msg);
+            fslog_err("cannot start checkpoint '%s': %s", name, err.msg);
     }
     if (rc) {
         if (c)
@@ -598,7 +625,7 @@ int wtable_rmdir(wtable *t, const char *name)
         ckpt_err err = {0};
         c->current = 0;
         if (stage_remove(&t->root, &c->dir, &err) != 0)
-            fslog("checkpoint '%s' removed, but not all of its staging: %s", name, err.msg);
+            fslog_warn("checkpoint '%s' removed, but not all of its staging: %s", name, err.msg);
         wc_release_if_unused(t, c);
     }
     pthread_mutex_unlock(&t->lock);
@@ -615,7 +642,7 @@ int wtable_remove_pack(wtable *t, const char *name)
         return -errno;
     if (fsync(t->backing_fd) != 0)
         return -errno;
-    fslog("checkpoint '%s' deleted (%s/%s removed)", name, t->backing_path, file);
+    fslog_info("checkpoint '%s' deleted (%s/%s removed)", name, t->backing_path, file);
     return 0;
 }
 
@@ -652,7 +679,7 @@ int wtable_rename(wtable *t, const char *from, const char *to, int noreplace)
         } else if (rc == 0) {
             rc = -ENOMEM;
         } else if (rc != -EBUSY) {
-            fslog("cannot rename checkpoint '%s': %s", from, err.msg);
+            fslog_err("cannot rename checkpoint '%s': %s", from, err.msg);
         }
     } else if (wtable_name_ok(from) && wc_pack_exists(t, from)) {
         char a[NAME_MAX + 1], b[NAME_MAX + 1];

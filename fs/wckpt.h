@@ -86,6 +86,7 @@ typedef struct wckpt {
     int changed_since_commit;
     uint64_t commit_seq;      /* packing order */
     int pack_running;
+    int pack_suspended;       /* cancelled by wtable_stop, to be packed again */
     uint64_t pack_done, pack_total;
     double pack_started;
 
@@ -104,6 +105,7 @@ typedef struct wtable_opts {
     double commit_delay;      /* seconds of quiet before auto-commit; 0: never */
     unsigned pack_threads;    /* 0: all cores */
     ckpt_cipher cipher;       /* with a key: NONE means the default */
+    int finish_on_stop;       /* wtable_stop finishes the pack under way */
 } wtable_opts;
 
 typedef struct wtable {
@@ -118,7 +120,8 @@ typedef struct wtable {
     wckpt *all;
     uint32_t next_serial;
     uint64_t commit_seq;
-    int stopping;
+    int stopping;             /* threads: return (the packer once idle) */
+    int cancel_packing;       /* the pack under way: stop it, -ECANCELED */
     int threads_started;
     pthread_t packer, timer;
     pthread_cond_t timer_wake;
@@ -150,8 +153,10 @@ int wtable_init(wtable *t, const char *backing_path, int backing_fd, const ckpt_
 int wtable_recover(wtable *t);
 /* Starts the packer and the commit timer (after any fork). */
 int wtable_start(wtable *t);
-/* Stops both; packing in progress is abandoned, to resume next time.
- * Saves every namespace. */
+/* Stops both and saves every namespace. The pack under way is abandoned
+ * (its .tmp removed) unless opts.finish_on_stop, then finished; either
+ * way checkpoints still packing stay so on disk, and the next start packs
+ * them again from their staged data. Logs each one left packing. */
 void wtable_stop(wtable *t);
 void wtable_destroy(wtable *t);
 

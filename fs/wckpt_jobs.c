@@ -104,13 +104,13 @@ static void pack_one(wtable *t, wckpt *c)
             .threads = t->opts.pack_threads,
             .progress = pack_progress,
             .progress_ud = c,
-            .cancel = &t->stopping,
+            .cancel = &t->cancel_packing,
         };
         double start = wc_now_mono();
         rc = packer_run(&job, &err);
         if (rc == 0)
-            fslog("checkpoint '%s' committed: %zu files, %.1f MB packed in %.2f s", name, n,
-                  (double)c->pack_total / 1e6, wc_now_mono() - start);
+            fslog_info("checkpoint '%s' committed: %zu files, %.1f MB packed in %.2f s", name, n,
+                       (double)c->pack_total / 1e6, wc_now_mono() - start);
     }
     packer_files_free(files, n);
 
@@ -132,21 +132,24 @@ static void pack_one(wtable *t, wckpt *c)
         /* The pack is durable; a crash before this removal is finished by
          * recovery (a "packing" record with its pack in place). */
         if (stage_remove(&t->root, &c->dir, &rm_err) != 0)
-            fslog("checkpoint '%s': %s (removed at the next mount)", name, rm_err.msg);
+            fslog_warn("checkpoint '%s': %s (removed at the next mount)", name, rm_err.msg);
         if (t->committed)
             t->committed(t->successor_ud, name);
     } else if (rc != -ECANCELED) {
-        fslog("checkpoint '%s': packing failed: %s", name ? name : c->name, err.msg);
+        fslog_err("checkpoint '%s': packing failed: %s", name ? name : c->name, err.msg);
         ckpt_err rec_err = {0};
         pthread_mutex_lock(&c->save_lock);
         if (stage_write_record(&t->root, &c->dir, name ? name : c->name, STAGE_FAILED, err.msg,
                                &rec_err) != 0)
-            fslog("checkpoint '%s': %s", c->name, rec_err.msg);
+            fslog_err("checkpoint '%s': %s", c->name, rec_err.msg);
         pthread_mutex_unlock(&c->save_lock);
     }
     pthread_mutex_lock(&t->lock);
     pthread_mutex_lock(&c->lock);
     c->pack_running = 0;
+    /* Still "packing" on disk: wtable_stop says so, the next start packs
+     * it again. */
+    c->pack_suspended = rc == -ECANCELED;
     if (rc != 0 && rc != -ECANCELED) {
         c->state = WST_FAILED;
         wc_set_error(c, err.msg);
@@ -230,13 +233,13 @@ static void tick(wtable *t, double *last_park)
             park_idle(c, now);
         pthread_mutex_unlock(&c->lock);
         if (quiet) {
-            fslog("checkpoint '%s': nothing open or changed for %.1f s: committing", c->name,
-                  t->opts.commit_delay);
+            fslog_info("checkpoint '%s': nothing open or changed for %.1f s: committing", c->name,
+                       t->opts.commit_delay);
             wtable_commit(t, c);
         } else if (unsaved) {
             ckpt_err err = {0};
             if (wc_save(c, &err) != 0)
-                fslog("checkpoint '%s': cannot wc_save its namespace: %s", c->name, err.msg);
+                fslog_err("checkpoint '%s': cannot save its namespace: %s", c->name, err.msg);
         }
     }
     pthread_mutex_lock(&t->lock);

@@ -102,7 +102,7 @@ int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32
         rc = stage_blob_open(c->dir.data_fd, id, c->dir.key, 1, &f->blob, &err);
         if (rc) {
             wc_staging_failed(c, rc, err.msg);
-            fslog("checkpoint '%s': %s", c->name, err.msg);
+            fslog_err("checkpoint '%s': %s", c->name, err.msg);
         }
     }
     if (rc == 0) {
@@ -158,7 +158,7 @@ static void removed(wckpt *c, uint32_t node)
     if (f) {
         ckpt_err err = {0};
         if (stage_blob_unlink(f->blob, &err) != 0)
-            fslog("checkpoint '%s': %s", c->name, err.msg);
+            fslog_err("checkpoint '%s': %s", c->name, err.msg);
     }
     wc_drop_if_detached(c, node);
 }
@@ -261,7 +261,7 @@ void wckpt_release(wckpt *c, uint32_t node)
             ckpt_err err = {0};
             if (stage_blob_park(f->blob, &err) != 0) {
                 wc_staging_failed(c, err.code, err.msg);
-                fslog("checkpoint '%s': %s", c->name, err.msg);
+                fslog_err("checkpoint '%s': %s", c->name, err.msg);
             }
         }
         wc_drop_if_detached(c, node);
@@ -309,7 +309,7 @@ ssize_t wckpt_read(wckpt *c, uint32_t node, void *buf, size_t len, uint64_t off)
     ssize_t n = stage_blob_pread(f->blob, buf, len, off, &err);
     pthread_mutex_lock(&c->lock);
     if (n < 0)
-        fslog("checkpoint '%s': %s", c->name, err.msg);
+        fslog_err("checkpoint '%s': %s", c->name, err.msg);
     end_io(c, node, f);
     pthread_mutex_unlock(&c->lock);
     return n;
@@ -329,7 +329,7 @@ ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64
     if (n < 0) {
         wc_staging_failed(c, (int)n, err.msg);
         if (n != -ENOSPC && n != -EDQUOT)
-            fslog("checkpoint '%s': %s", c->name, err.msg);
+            fslog_err("checkpoint '%s': %s", c->name, err.msg);
     } else {
         wc_mark_mtime(&c->tree.nodes[node]);
         wc_touched(c, 0);
@@ -420,7 +420,7 @@ int wckpt_fsync(wckpt *c, uint32_t node)
     if (rc == 0)
         rc = wc_save(c, &err);
     if (rc)
-        fslog("checkpoint '%s': fsync failed: %s", c->name, err.msg);
+        fslog_err("checkpoint '%s': fsync failed: %s", c->name, err.msg);
     return rc;
 }
 

@@ -63,8 +63,8 @@ static void remove_orphans(wckpt *c)
     closedir(dir);
     free(ids);
     if (removed)
-        fslog("checkpoint '%s': removed %u staged file(s) created after its last saved state",
-              c->name, removed);
+        fslog_warn("checkpoint '%s': removed %u staged file(s) created after its last saved state",
+                   c->name, removed);
 }
 
 static int open_blobs(wckpt *c)
@@ -82,13 +82,13 @@ static int open_blobs(wckpt *c)
             /* Named in a saved namespace but never synced itself. */
             char path[WTREE_PATH_MAX + 1];
             wtree_path(&c->tree, i, path, sizeof path);
-            fslog("checkpoint '%s': %s had no data on disk (written but never synced); it "
-                  "is empty now", c->name, path);
+            fslog_warn("checkpoint '%s': %s had no data on disk (written but never synced); it "
+                       "is empty now", c->name, path);
             rc = stage_blob_open(c->dir.data_fd, n->blob_id, c->dir.key, 1, &f->blob, &err);
         }
         if (rc) {
             free(f);
-            fslog("checkpoint '%s': %s", c->name, err.msg);
+            fslog_err("checkpoint '%s': %s", c->name, err.msg);
             return rc;
         }
         stage_blob_park(f->blob, &err);
@@ -107,16 +107,16 @@ static int recover_one(void *ud, const char *sid)
     if (rc == -ENOENT) {
         /* A checkpoint whose creation (or removal) a crash cut short. */
         if (stage_remove_sid(&t->root, sid, &err) == 0)
-            fslog("removed unfinished staging %s", sid);
+            fslog_info("removed unfinished staging %s", sid);
         return 0;
     }
     if (rc) {
-        fslog("%s; leaving it alone", err.msg);
+        fslog_warn("%s; leaving it alone", err.msg);
         return 0;
     }
     if (!wtable_name_ok(rec.name) || wc_by_name(t, rec.name)) {
-        fslog("staging %s: name '%s' is %s; leaving it alone", sid, rec.name,
-              wtable_name_ok(rec.name) ? "taken by another staged checkpoint" : "not valid");
+        fslog_warn("staging %s: name '%s' is %s; leaving it alone", sid, rec.name,
+                   wtable_name_ok(rec.name) ? "taken by another staged checkpoint" : "not valid");
         goto skip;
     }
     if (wc_pack_exists(t, rec.name)) {
@@ -124,18 +124,18 @@ static int recover_one(void *ud, const char *sid)
             /* Packed and renamed into place before the crash. */
             fsync(t->backing_fd);
             if (stage_remove(&t->root, &d, &err) == 0)
-                fslog("checkpoint '%s': its pack was in place; commit completed", rec.name);
+                fslog_info("checkpoint '%s': its pack was in place; commit completed", rec.name);
             else
-                fslog("checkpoint '%s': %s", rec.name, err.msg);
+                fslog_err("checkpoint '%s': %s", rec.name, err.msg);
         } else {
-            fslog("staging %s: a pack named '%s' exists too; the staged checkpoint is left "
-                  "alone (remove or rename the pack to reach it)", sid, rec.name);
+            fslog_warn("staging %s: a pack named '%s' exists too; the staged checkpoint is left "
+                       "alone (remove or rename the pack to reach it)", sid, rec.name);
         }
         goto skip;
     }
     wckpt *c = wc_wckpt_new(t, rec.name);
     if (!c) {
-        fslog("staging %s: out of memory", sid);
+        fslog_err("staging %s: out of memory", sid);
         goto skip;
     }
     c->dir = d;
@@ -162,9 +162,9 @@ static int recover_one(void *ud, const char *sid)
         wc_free_blobs(c);
         wtree_free(&c->tree);
         wtree_init(&c->tree, 0755, 0, 0);
-        fslog("%s (it stays %s; nothing is deleted)", err.msg, wstate_name(c->state));
+        fslog_warn("%s (it stays %s; nothing is deleted)", err.msg, wstate_name(c->state));
     } else {
-        fslog("checkpoint '%s' recovered: %s", c->name, wstate_name(c->state));
+        fslog_info("checkpoint '%s' recovered: %s", c->name, wstate_name(c->state));
     }
     c->saved_gen = c->meta_gen;
     if (c->state == WST_PACKING)
@@ -183,12 +183,12 @@ int wtable_recover(wtable *t)
 {
     int removed = packer_remove_leftovers(t->backing_fd);
     if (removed > 0)
-        fslog("removed %d unfinished pack(s) (.NAME.tpack.tmp) left by a crash", removed);
+        fslog_info("removed %d unfinished pack(s) (.NAME.tpack.tmp) left by a crash", removed);
     ckpt_err err = {0};
     pthread_mutex_lock(&t->lock);
     int rc = stage_scan(&t->root, recover_one, t, &err);
     pthread_mutex_unlock(&t->lock);
     if (rc)
-        fslog("%s", err.msg);
+        fslog_err("%s", err.msg);
     return rc;
 }

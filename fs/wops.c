@@ -100,7 +100,7 @@ void wops_root_mkdir(fuse_req_t req, ckptfs *fs, const char *name, mode_t mode)
     wckpt *c;
     int rc = wtable_mkdir(&fs->wtable, name, mode & 07777, &c);
     if (rc == -EINVAL)
-        fslog("mkdir '%s': checkpoint names cannot be empty or start with '.'", name);
+        fslog_warn("mkdir '%s': checkpoint names cannot be empty or start with '.'", name);
     if (rc) {
         fuse_reply_err(req, -rc);
         return;
@@ -120,7 +120,8 @@ void wops_root_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
     int rc = fs->writable ? wtable_rmdir(&fs->wtable, name) : -ENOENT;
     if (rc != -ENOENT) {
         if (rc == -EBUSY)
-            fslog("rmdir '%s': the checkpoint is being packed; remove it once committed", name);
+            fslog_warn("rmdir '%s': the checkpoint is being packed; remove it once committed",
+                       name);
         fuse_reply_err(req, -rc);
         return;
     }
@@ -159,15 +160,15 @@ void wops_root_rename(fuse_req_t req, ckptfs *fs, const char *name, const char *
     }
     int rc = wtable_rename(&fs->wtable, name, newname, (flags & RENAME_NOREPLACE) != 0);
     if (rc == 0)
-        fslog("checkpoint '%s' renamed to '%s'", name, newname);
+        fslog_info("checkpoint '%s' renamed to '%s'", name, newname);
     fuse_reply_err(req, -rc);
 }
 
 void wops_root_refuse(fuse_req_t req, const char *name, const char *what)
 {
-    fslog("cannot create %s '%s' at the top of the mount: only checkpoint directories live "
-          "there (mkdir MOUNT/NAME, then write into MOUNT/NAME/)",
-          what, name);
+    fslog_warn("cannot create %s '%s' at the top of the mount: only checkpoint directories live "
+               "there (mkdir MOUNT/NAME, then write into MOUNT/NAME/)",
+               what, name);
     fuse_reply_err(req, EPERM);
 }
 
@@ -313,8 +314,8 @@ int wops_mknod(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, 
     if (!c)
         return 1;
     if (!S_ISREG(mode)) {
-        fslog("checkpoint '%s': cannot create '%s': a pack holds only regular files and "
-              "directories", c->name, name);
+        fslog_warn("checkpoint '%s': cannot create '%s': a pack holds only regular files and "
+                   "directories", c->name, name);
         fuse_reply_err(req, EPERM);
         return 1;
     }
@@ -566,8 +567,8 @@ int wops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
     if (node == WTREE_ROOT && strcmp(name, XATTR_COMMIT) == 0) {
         int rc = wtable_commit(&fs->wtable, c);
         if (rc == -EACCES)
-            fslog("checkpoint '%s': cannot commit: %s", c->name,
-                  c->error ? c->error : "its staged data cannot be read with this key");
+            fslog_warn("checkpoint '%s': cannot commit: %s", c->name,
+                       c->error ? c->error : "its staged data cannot be read with this key");
         fuse_reply_err(req, -rc);
         return 1;
     }
@@ -752,10 +753,10 @@ int wops_pack_hide(ckptfs *fs, checkpoint *c, uint32_t dir, const char *name, in
         c->hidden[node] = 1;
         if (!c->hide_logged) {
             c->hide_logged = 1;
-            fslog("checkpoint '%s' is committed and cannot change: removing entries in it only "
-                  "hides them until the next mount; removing the directory '%s' itself "
-                  "(rm -r) deletes the checkpoint",
-                  c->name, c->name);
+            fslog_info("checkpoint '%s' is committed and cannot change: removing entries in it "
+                       "only hides them until the next mount; removing the directory '%s' "
+                       "itself (rm -r) deletes the checkpoint",
+                       c->name, c->name);
         }
     }
     pthread_mutex_unlock(&c->hide_lock);
