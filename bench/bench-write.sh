@@ -22,8 +22,7 @@
 #   --src DIR         write this checkpoint instead of generating one
 #   --runs N          runs per figure (default 3)
 #   --threads LIST    mount ckptfs with -o threads=N for each N (default:
-#                     nproc); its background packer uses all cores whatever
-#                     N is, so this only varies the decode workers
+#                     nproc): N decode workers and N packing threads
 #   --tsv FILE        also append the results to FILE as tab-separated
 #                     bench/dtype/bytes/system/threads/metric/value lines
 #   WORKDIR           kept afterwards (default: a new directory under /tmp);

@@ -121,7 +121,7 @@ for s in "${sizes[@]}"; do
     step "pack-$s" "$here/bench-pack.sh" --src "$ck" --threads "$tl" --tsv "$tsv" "$work/pack-$s"
     step "mount-$s" "$here/bench-mount.sh" --src "$ck" --threads "$tl" --runs "$r" --tsv "$tsv" "$work/mount-$s"
     rm -rf "$work/mount-$s"
-    step "write-$s" "$here/bench-write.sh" --src "$ck" --threads "$N" --runs "$r" --tsv "$tsv" "$work/write-$s"
+    step "write-$s" "$here/bench-write.sh" --src "$ck" --threads "$tl" --runs "$r" --tsv "$tsv" "$work/write-$s"
     rm -rf "$work/pack-$s" "$work/write-$s"
     [ "$s" = "${sizes[0]}" ] || rm -rf "$ck"
 done
@@ -198,7 +198,7 @@ mkdir -p "$datdir"
     echo "## Method"
     echo
     echo "- **Read** (\`bench/bench-mount.sh\`): the tensor files of the checkpoint as raw files on the local disk (native), in a \`mksquashfs -comp gzip -b 1M\` image under squashfuse, in a gocryptfs directory, and as \`tensors/\` of a ckptfs mount over packs stored, compressed, encrypted and both. Cold: every FUSE daemon restarted and \`echo 3 > /proc/sys/vm/drop_caches\` before each run. Every system's bytes are checked against native first."
-    echo "- **Write** (\`bench/bench-write.sh\`): \`cp -r\` of the checkpoint, warm in the page cache, into each file system on the same disk. ckptfs packs in the background with all cores (\`-o threads\` sets its decode workers, not its packer)."
+    echo "- **Write** (\`bench/bench-write.sh\`): \`cp -r\` of the checkpoint, warm in the page cache, into each file system on the same disk. ckptfs packs in the background with \`-o threads\` workers (all cores unless the row says otherwise)."
     echo "- **Pack** (\`bench/bench-pack.sh\`): \`ckpt pack\`/\`unpack\` and \`mksquashfs\`/\`unsquashfs\` of the whole checkpoint, source warm in the page cache; peak RSS from \`/usr/bin/time -f %M\`. Daemon RSS is VmHWM from \`/proc/PID/status\` when it unmounts."
     echo "- Other work on the machine skews the figures; the load averages above tell how busy it was."
     echo "- Every figure, as tab-separated bench/dtype/bytes/system/threads/metric/value lines: [$(basename "$out").tsv](./$(basename "$out").tsv)."

@@ -87,7 +87,7 @@ static void setup_writing(ckptfs *fs, const fs_options *o, const char *backing_p
     ckpt_err err = {0};
     wtable_opts wo = {
         .commit_delay = o->commit_delay,
-        .pack_threads = 0,
+        .pack_threads = o->threads,
         .finish_on_stop = o->finish_on_exit,
     };
     if (wtable_init(&fs->wtable, backing_path, backing_fd, key, &wo, &err) != 0) {

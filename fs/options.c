@@ -175,7 +175,7 @@ void fs_options_usage(const char *prog)
            "    -o key_file=PATH         key for encrypted packs (32 raw bytes or 64 hex digits)\n"
            "    -o passphrase_file=PATH  passphrase for encrypted packs\n"
            "    -o cache_size=SIZE       decoded-chunk cache (default 256M; K/M/G suffixes)\n"
-           "    -o threads=N             decode workers (default: number of CPUs)\n"
+           "    -o threads=N             decode and packing workers (default: number of CPUs)\n"
            "    -o ro                    serve the packs only: no writing, no staging area\n"
            "    -o commit_delay=SECONDS  commit a checkpoint being written once nothing in it\n"
            "                             was open or changed for this long (default 2;\n"
