@@ -16,6 +16,9 @@
 
 typedef enum cc_dir { CC_H2D = 1, CC_D2H = 2 } cc_dir;
 
+/* What cudaMalloc guarantees: "aligned to at least 256 bytes". */
+#define CC_DEV_ALIGN 256u
+
 typedef struct cc_backend cc_backend;
 
 typedef struct cc_backend_ops {
@@ -23,6 +26,7 @@ typedef struct cc_backend_ops {
      * what was current so unbind_thread can put it back. */
     int (*bind_thread)(cc_backend *b, ckpt_err *err);
     void (*unbind_thread)(cc_backend *b);
+    /* Aligned to CC_DEV_ALIGN, and no more is promised. */
     int (*dev_alloc)(cc_backend *b, size_t len, void **out, ckpt_err *err);
     void (*dev_free)(cc_backend *b, void *p);
     /* Page-locked host memory, so asynchronous copies really are. */

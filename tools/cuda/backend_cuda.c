@@ -4,8 +4,10 @@
  * caller's own work. */
 #include "backend_cuda.h"
 
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,14 +42,39 @@ static int code_of(cudaError_t e)
     }
 }
 
-/* Fills err for a failed call. cudaGetLastError() clears the error unless
- * it is sticky (then the context is lost and every later call fails too,
- * each with its own message). */
+/* The errors after which, in the runtime's words, "the process must be
+ * terminated and relaunched": the context is lost and every later call fails
+ * the same way, whichever work (often the caller's kernel) caused it. */
+static int is_sticky(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorMpsClientTerminated:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Fills err for a failed call. cudaGetLastError() clears the error, so the
+ * caller's own next check does not find ours; a sticky one says so, since
+ * the fault need not be in the call that reported it. */
 static int fail_cuda(ckpt_err *err, cudaError_t e, const char *what)
 {
     cudaGetLastError();
-    return cc_fail(err, code_of(e), "%s: %s (%s)", what, cudaGetErrorString(e),
-                   cudaGetErrorName(e));
+    return cc_fail(err, code_of(e), "%s: %s (%s)%s", what, cudaGetErrorString(e),
+                   cudaGetErrorName(e),
+                   is_sticky(e) ? "; the device's context is lost, the process must restart to "
+                                  "use it again"
+                                : "");
 }
 
 static int probe(int device, int *count, ckpt_err *err)
@@ -56,6 +83,22 @@ static int probe(int device, int *count, ckpt_err *err)
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         cudaGetLastError();
+        /* "driver version is insufficient" means either no driver at all or
+         * one older than this (statically linked) runtime, which is common
+         * on hosts with a GPU: tell the two apart. */
+        int drv = 0;
+        if (e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&drv) == cudaSuccess) {
+            if (drv == 0)
+                return cc_fail(err, -ENODEV, "no CUDA device: no CUDA driver is installed "
+                                             "(cudaGetDeviceCount: %s)",
+                               cudaGetErrorString(e));
+            return cc_fail(err, -ENODEV,
+                           "no CUDA device: the driver supports CUDA %d.%d, older than the "
+                           "CUDA %d.%d runtime this was built with; update the driver "
+                           "(cudaGetDeviceCount: %s)",
+                           drv / 1000, drv % 1000 / 10, CUDART_VERSION / 1000,
+                           CUDART_VERSION % 1000 / 10, cudaGetErrorString(e));
+        }
         return cc_fail(err, -ENODEV, "no CUDA device (cudaGetDeviceCount: %s)",
                        cudaGetErrorString(e));
     }
@@ -68,14 +111,55 @@ static int probe(int device, int *count, ckpt_err *err)
     return 0;
 }
 
+/* cuCtxGetCurrent, found through the runtime so that nothing links libcuda
+ * (which would stop the tool from starting, let alone explaining, on a host
+ * without a driver); NULL if the driver does not offer it. */
+static PFN_cuCtxGetCurrent_v4000 ctx_current;
+static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
+
+static void find_ctx_current(void)
+{
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000,
+                                                     cudaEnableDefault, &q);
+#elif CUDART_VERSION >= 12000
+    cudaError_t e = cudaGetDriverEntryPoint("cuCtxGetCurrent", &fn, cudaEnableDefault, &q);
+#else
+    /* Before CUDA 12 cudaSetDevice() created no context: nothing to avoid. */
+    cudaError_t e = cudaErrorNotSupported;
+#endif
+    if (e != cudaSuccess)
+        cudaGetLastError();
+    else if (q == cudaDriverEntryPointSuccess && fn)
+        ctx_current = (PFN_cuCtxGetCurrent_v4000)fn;
+}
+
+/* The device this thread works on, or -1 when it has none to go back to.
+ * cudaGetDevice() says 0 on a thread that never used CUDA (every worker and
+ * writer thread we start, and many callers' threads), and since CUDA 12
+ * cudaSetDevice(0) creates device 0's primary context: restoring that "0"
+ * after working on device 1 would cost device 0 a context (hundreds of MB
+ * and a fraction of a second) in every process, on a GPU it never used. */
+static int thread_device(void)
+{
+    pthread_once(&ctx_once, find_ctx_current);
+    CUcontext ctx = NULL;
+    if (ctx_current && (ctx_current(&ctx) != CUDA_SUCCESS || !ctx))
+        return -1;
+    int dev = -1;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return dev;
+}
+
 static int be_bind(cc_backend *b, ckpt_err *err)
 {
     cuda_be *cb = (cuda_be *)b;
-    int prev = -1;
-    if (cudaGetDevice(&prev) != cudaSuccess) {
-        cudaGetLastError();
-        prev = -1;
-    }
+    int prev = thread_device();
     cudaError_t e = cudaSetDevice(cb->dev);
     if (e != cudaSuccess) {
         char what[64];
@@ -105,6 +189,9 @@ static int be_dev_alloc(cc_backend *b, size_t len, void **out, ckpt_err *err)
     cudaError_t e = cudaMalloc(out, len);
     if (e == cudaSuccess)
         return 0;
+    /* Callers free what is non-NULL; cudaMalloc does not promise to leave
+     * *out alone when it fails. */
+    *out = NULL;
     cudaGetLastError();
     char want[32];
     cc_fmt_bytes(len, want);
@@ -139,6 +226,7 @@ static int be_host_alloc(cc_backend *b, size_t len, void **out, ckpt_err *err)
     cudaError_t e = cudaHostAlloc(out, len, cudaHostAllocDefault);
     if (e == cudaSuccess)
         return 0;
+    *out = NULL;
     char want[32], what[96];
     cc_fmt_bytes(len, want);
     snprintf(what, sizeof what, "%s pinned host memory allocating %s (cudaHostAlloc)",

@@ -24,7 +24,9 @@
  * shared with the caller's own work.
  *
  * Threads: each call uses its own streams and buffers, so calls may run
- * concurrently. The calling thread's current device is restored on return.
+ * concurrently. The calling thread's current device is restored on return;
+ * a thread that had no CUDA context is left on the call's device (restoring
+ * the runtime's default, device 0, would create a context there).
  */
 #ifndef CKPT_CUDA_H
 #define CKPT_CUDA_H
@@ -53,7 +55,8 @@ typedef struct ckpt_cuda_load_opts {
      * likely a typo. n_select == 0 loads every tensor. */
     const char *const *select;
     size_t n_select;
-    size_t alignment;           /* power of two; 0 = CKPT_CUDA_DEFAULT_ALIGN */
+    size_t alignment;           /* of each tensor's address and offset: a power
+                                 * of two up to 1 GiB; 0 = CKPT_CUDA_DEFAULT_ALIGN */
     size_t pinned_bytes;        /* bound on pinned host memory; 0 = default */
     unsigned threads;           /* reader/decoder threads; 0 = one per core (max 32) */
     unsigned streams;           /* CUDA streams; 0 = CKPT_CUDA_DEFAULT_STREAMS */

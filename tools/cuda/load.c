@@ -76,8 +76,15 @@ static void run_worker(load_job *j, int bind)
 {
     ckpt_err e = {0};
     void *rd = NULL;
-    if ((bind && j->be->ops->bind_thread(j->be, &e) < 0) ||
-        j->src->reader_new(j->src, &rd, &e) < 0) {
+    int bound = 0;
+    if (bind) {
+        if (j->be->ops->bind_thread(j->be, &e) < 0) {
+            cc_ring_fail(j->ring, &e);
+            return;
+        }
+        bound = 1;
+    }
+    if (j->src->reader_new(j->src, &rd, &e) < 0) {
         cc_ring_fail(j->ring, &e);
         goto out;
     }
@@ -100,7 +107,8 @@ static void run_worker(load_job *j, int bind)
 out:
     if (rd)
         j->src->reader_free(j->src, rd);
-    if (bind)
+    /* Only a bind that worked is undone. */
+    if (bound)
         j->be->ops->unbind_thread(j->be);
 }
 
@@ -171,8 +179,8 @@ void ckpt_cuda_free(ckpt_cuda_ckpt *c)
 {
     if (!c)
         return;
-    if (c->block)
-        c->be->ops->dev_free(c->be, c->block);
+    if (c->alloc)
+        c->be->ops->dev_free(c->be, c->alloc);
     if (c->own_be)
         c->be->ops->destroy(c->be);
     free(c->t);
@@ -250,8 +258,20 @@ int cc_load_from(cc_backend *be, cc_source *s, const ckpt_cuda_load_opts *opts, 
     if (rc < 0)
         goto fail;
     uint64_t total = c->layout.total;
-    if (total > 0 && (rc = be->ops->dev_alloc(be, (size_t)total, &c->block, err)) < 0)
-        goto fail;
+    if (total > 0) {
+        /* Offsets are multiples of the alignment, but cudaMalloc aligns the
+         * block to 256 bytes only: for more, over-allocate and round the
+         * start up, so the tensors' addresses are aligned too. */
+        uint64_t slack = o.alignment > CC_DEV_ALIGN ? o.alignment - CC_DEV_ALIGN : 0;
+        if (slack > SIZE_MAX - total) {
+            rc = cc_fail(err, -EOVERFLOW, "checkpoint too large for this host");
+            goto fail;
+        }
+        if ((rc = be->ops->dev_alloc(be, (size_t)(total + slack), &c->alloc, err)) < 0)
+            goto fail;
+        uintptr_t a = (uintptr_t)c->alloc, m = (uintptr_t)o.alignment - 1;
+        c->block = (uint8_t *)c->alloc + (((a + m) & ~m) - a);
+    }
     for (size_t i = 0; i < c->n; i++)
         c->t[i].dev = c->block ? (uint8_t *)c->block + c->off[i] : NULL;
     for (size_t i = 0; i < c->n; i++) {

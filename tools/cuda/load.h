@@ -11,7 +11,8 @@
 struct ckpt_cuda_ckpt {
     cc_backend *be;
     int own_be;             /* destroy be in ckpt_cuda_free */
-    void *block;
+    void *block;            /* alloc rounded up to the alignment */
+    void *alloc;            /* what dev_alloc returned, for dev_free */
     ckpt_cuda_tensor *t;
     size_t n;
     uint64_t *off, *len;    /* the layout, for verify */

@@ -29,6 +29,7 @@ typedef struct alloc {
     uint8_t *p;
     size_t len;
     int dev;
+    void *raw;              /* what malloc returned, when not p */
 } alloc;
 
 typedef struct fake_be {
@@ -68,13 +69,13 @@ static const alloc *find(fake_be *f, const void *p, size_t len)
     for (size_t i = 0; i < f->n_allocs; i++)
         if (inside(&f->allocs[i], p, len))
             return &f->allocs[i];
-    f->region = (alloc){f->cfg->dev_region, f->cfg->dev_region_len, 1};
+    f->region = (alloc){f->cfg->dev_region, f->cfg->dev_region_len, 1, NULL};
     if (f->region.p && inside(&f->region, p, len))
         return &f->region;
     return NULL;
 }
 
-static void track(fake_be *f, void *p, size_t len, int dev)
+static void track(fake_be *f, void *p, size_t len, int dev, void *raw)
 {
     if (f->n_allocs == f->cap_allocs) {
         f->cap_allocs = f->cap_allocs ? 2 * f->cap_allocs : 16;
@@ -82,14 +83,18 @@ static void track(fake_be *f, void *p, size_t len, int dev)
         if (!f->allocs)
             abort();
     }
-    f->allocs[f->n_allocs++] = (alloc){p, len, dev};
+    f->allocs[f->n_allocs++] = (alloc){p, len, dev, raw};
 }
 
-static size_t untrack(fake_be *f, void *p)
+/* Forgets allocation p: its length, and in *raw what to free(). */
+static size_t untrack(fake_be *f, void *p, void **raw)
 {
+    *raw = p;
     for (size_t i = 0; i < f->n_allocs; i++) {
         if (f->allocs[i].p == p) {
             size_t len = f->allocs[i].len;
+            if (f->allocs[i].raw)
+                *raw = f->allocs[i].raw;
             f->allocs[i] = f->allocs[--f->n_allocs];
             return len;
         }
@@ -166,6 +171,7 @@ static void fb_unbind(cc_backend *b)
 static int fb_dev_alloc(cc_backend *b, size_t len, void **out, ckpt_err *err)
 {
     fake_be *f = F(b);
+    void *raw;
     pthread_mutex_lock(&f->mu);
     int rc = 0;
     if (f->cfg->dev_capacity && len > f->cfg->dev_capacity - f->cfg->dev_in_use) {
@@ -173,12 +179,16 @@ static int fb_dev_alloc(cc_backend *b, size_t len, void **out, ckpt_err *err)
         snprintf(msg, sizeof msg, "out of device memory allocating %zu bytes on device %d", len,
                  f->dev);
         rc = fail(err, -ENOMEM, msg);
-    } else if (!(*out = malloc(len ? len : 1))) {
+    } else if (!(raw = malloc(len + 3 * CC_DEV_ALIGN))) {
         rc = fail(err, -ENOMEM, "fake: malloc failed");
     } else {
+        /* Aligned to exactly what cudaMalloc promises and no more (an odd
+         * multiple of it), so a pipeline counting on more is caught. */
+        uintptr_t two = 2 * (uintptr_t)CC_DEV_ALIGN;
+        *out = (void *)((((uintptr_t)raw + two - 1) & ~(two - 1)) + CC_DEV_ALIGN);
         /* Garbage, like fresh device memory: padding must be written. */
         memset(*out, 0xA5, len);
-        track(f, *out, len, 1);
+        track(f, *out, len, 1, raw);
         f->cfg->dev_in_use += len;
         f->cfg->live_dev++;
     }
@@ -189,13 +199,14 @@ static int fb_dev_alloc(cc_backend *b, size_t len, void **out, ckpt_err *err)
 static void fb_dev_free(cc_backend *b, void *p)
 {
     fake_be *f = F(b);
+    void *raw;
     pthread_mutex_lock(&f->mu);
-    size_t len = untrack(f, p);
+    size_t len = untrack(f, p, &raw);
     check_free(f, p, len);
     f->cfg->dev_in_use -= len;
     f->cfg->live_dev--;
     pthread_mutex_unlock(&f->mu);
-    free(p);
+    free(raw);
 }
 
 static int fb_host_alloc(cc_backend *b, size_t len, void **out, ckpt_err *err)
@@ -209,7 +220,7 @@ static int fb_host_alloc(cc_backend *b, size_t len, void **out, ckpt_err *err)
         rc = fail(err, -ENOMEM, "fake: malloc failed");
     } else {
         memset(*out, 0x5A, len);
-        track(f, *out, len, 0);
+        track(f, *out, len, 0, NULL);
         f->cfg->live_host++;
     }
     pthread_mutex_unlock(&f->mu);
@@ -219,12 +230,13 @@ static int fb_host_alloc(cc_backend *b, size_t len, void **out, ckpt_err *err)
 static void fb_host_free(cc_backend *b, void *p)
 {
     fake_be *f = F(b);
+    void *raw;
     pthread_mutex_lock(&f->mu);
-    size_t len = untrack(f, p);
+    size_t len = untrack(f, p, &raw);
     check_free(f, p, len);
     f->cfg->live_host--;
     pthread_mutex_unlock(&f->mu);
-    free(p);
+    free(raw);
 }
 
 static int fb_stream_new(cc_backend *b, void **out, ckpt_err *err)

@@ -4,7 +4,8 @@
  * reuses a pinned buffer before its copy has run moves the wrong bytes and
  * the test sees it. It also checks every copy's pointers against live
  * allocations, notices host memory freed under a queued copy, counts what
- * is left allocated, and injects faults on demand. */
+ * is left allocated, and injects faults on demand. Device memory is aligned
+ * like cudaMalloc's: to 256 bytes, and never by chance to more. */
 #ifndef FAKE_BACKEND_H
 #define FAKE_BACKEND_H
 

@@ -28,8 +28,8 @@ static void teardown(void)
 
 TestSuite(load, .init = setup, .fini = teardown);
 
-/* Every loaded tensor holds its bytes at an aligned offset, and padding is
- * zero (the fake's fresh device memory is 0xA5). */
+/* Every loaded tensor holds its bytes at an aligned offset and address, and
+ * padding is zero (the fake's fresh device memory is 0xA5). */
 static void check_block(ckpt_cuda_ckpt *c, size_t align)
 {
     uint64_t total;
@@ -46,6 +46,9 @@ static void check_block(ckpt_cuda_ckpt *c, size_t align)
             cr_assert_eq(t->shape[d], tl_tensors[k].shape[d]);
         cr_assert_eq(t->nbytes, tl_nbytes(k));
         cr_assert_eq(t->offset % align, 0, "%s at %llu", t->name, (unsigned long long)t->offset);
+        /* The address too: the fake's allocations, like cudaMalloc's, are
+         * aligned to 256 bytes and no more. */
+        cr_assert_eq((uintptr_t)t->dev % align, 0, "%s at address %p", t->name, t->dev);
         cr_assert_eq((uint8_t *)t->dev, block + t->offset);
         for (uint64_t p = cursor; p < t->offset; p++)
             cr_assert_eq(block[p], 0, "padding byte %llu", (unsigned long long)p);
