@@ -171,20 +171,21 @@ END {
     # --------------------------------------------------- thread scaling
     sb = scale_by
     printf "## Thread scaling: %s bf16 checkpoint (%s)\n\n", scale_lab, fmt_size(sb)
-    print "`ckpt pack --threads N`, `mksquashfs -processors N`, `ckptfs -o threads=N` (decode workers), MB/s. squashfuse, gocryptfs and native ext4 have no such setting: their figure is the same on every row."
+    print "`ckpt pack --threads N`, `mksquashfs -processors N`, `ckptfs -o threads=N` (decode and packing workers), MB/s; ckptfs write is `cp -r` until committed. squashfuse, gocryptfs and native ext4 have no such setting: their figure is the same on every row."
     print ""
-    print "| threads | ckpt pack compressed | ckpt pack compressed+encrypted | mksquashfs | ckpt unpack compressed | unsquashfs | ckptfs cold read stored | compressed | encrypted | compressed+encrypted | native | squashfuse | gocryptfs |"
-    print "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    print "| threads | ckpt pack compressed | ckpt pack compressed+encrypted | mksquashfs | ckpt unpack compressed | unsquashfs | ckptfs cold read stored | compressed | encrypted | compressed+encrypted | ckptfs write | ckptfs write with key | native | squashfuse | gocryptfs |"
+    print "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     tdat = datdir "/threads.dat"
     print "# threads pack_comp pack_enc pack_stored mksquashfs read_plain read_comp read_enc read_both native squashfuse gocryptfs" > tdat
     for (i = 1; i <= nt; i++) {
         t = tl[i]
-        printf "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", t,
+        printf "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", t,
             f1(get("pack", "bf16", sb, "ckpt-compressed", t, "pack_mbps")), f1(get("pack", "bf16", sb, "ckpt-encrypted", t, "pack_mbps")),
             f1(get("pack", "bf16", sb, "mksquashfs", t, "pack_mbps")),
             f1(get("pack", "bf16", sb, "ckpt-compressed", t, "unpack_mbps")), f1(get("pack", "bf16", sb, "mksquashfs", t, "unpack_mbps")),
             f1(get("mount", "bf16", sb, "ckptfs-plain", t, "cold_seq_mbps")), f1(get("mount", "bf16", sb, "ckptfs-comp", t, "cold_seq_mbps")),
             f1(get("mount", "bf16", sb, "ckptfs-enc", t, "cold_seq_mbps")), f1(get("mount", "bf16", sb, "ckptfs-both", t, "cold_seq_mbps")),
+            f1(get("write", "bf16", sb, "ckptfs", t, "done_mbps")), f1(get("write", "bf16", sb, "ckptfs-key", t, "done_mbps")),
             f1(get("mount", "bf16", sb, "native", "-", "cold_seq_mbps")), f1(get("mount", "bf16", sb, "squashfuse", "-", "cold_seq_mbps")),
             f1(get("mount", "bf16", sb, "gocryptfs", "-", "cold_seq_mbps"))
         printf "%d %s %s %s %s %s %s %s %s %s %s %s\n", t,
