@@ -88,15 +88,7 @@ unmount_all() {
 
 # --------------------------------------------------------------- inputs
 
-if [ -n "$src_dir" ]; then
-    src=$(cd "$src_dir" && pwd)
-    [ -f "$src/config.json" ] || bench_die "$src is not a ckpt-gen checkpoint"
-else
-    src=$work/src
-    gen_ckpt "$src" bf16
-fi
-dtype=$(dtype_of "$src")
-src_bytes=$(du -sb "$src" | cut -f1)
+use_src
 [ -f "$work/key" ] || "$bin/ckpt" keygen -o "$work/key" >/dev/null 2>&1
 back=$work/back
 mkdir -p "$back"

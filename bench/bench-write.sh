@@ -54,15 +54,8 @@ gcmnt=$work/gcmnt
 
 # ------------------------------------------------------------- the input
 
-if [ -n "$src_dir" ]; then
-    src=$(cd "$src_dir" && pwd)
-    [ -f "$src/config.json" ] || bench_die "$src is not a ckpt-gen checkpoint"
-else
-    src=$work/src
-    gen_ckpt "$src" bf16
-fi
-dtype=$(dtype_of "$src")
-bytes=$(du -sb "$src" | cut -f1)
+use_src
+bytes=$src_bytes
 mb=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1e6 }')
 rate() { mbps "$bytes" "$1"; }
 

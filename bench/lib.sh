@@ -10,7 +10,7 @@
 #   mounts       start_daemon MNT CMD..., stop_mount MNT (sets LAST_HWM_KIB),
 #                stop_all_mounts; every mount is undone on exit
 #   memory       hwm_kib PID, run_rss CMD... (sets LAST_RSS_KIB)
-#   inputs       gen_args SIZE DTYPE, gen_ckpt DIR DTYPE, dtype_of DIR
+#   inputs       gen_args SIZE DTYPE, gen_ckpt DIR DTYPE, use_src, dtype_of DIR
 #   results      tsv_row BENCH DTYPE BYTES SYSTEM THREADS METRIC VALUE
 
 BENCH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -200,6 +200,21 @@ gen_ckpt() {
     # shellcheck disable=SC2086 # $args is a list of options
     "$bin/ckpt-gen" "$dir.tmp" $args >/dev/null
     mv "$dir.tmp" "$dir"
+}
+
+# use_src: the checkpoint a benchmark measures, --src DIR or one generated
+# (bf16) under $work/src; sets src, dtype and src_bytes.
+use_src() {
+    # shellcheck disable=SC2154 # work is set by the script before calling this
+    if [ -n "$src_dir" ]; then
+        src=$(cd "$src_dir" && pwd)
+        [ -f "$src/config.json" ] || bench_die "$src is not a ckpt-gen checkpoint"
+    else
+        src=$work/src
+        gen_ckpt "$src" bf16
+    fi
+    dtype=$(dtype_of "$src")
+    src_bytes=$(du -sb "$src" | cut -f1)
 }
 
 # dtype_of DIR: bf16, f16 or f32, from the config.json ckpt-gen writes.
