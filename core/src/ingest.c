@@ -30,6 +30,11 @@ static void set_msg(char *msg, size_t msg_len, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, msg_len, fmt, ap);
     va_end(ap);
+    /* Messages quote the file (jansson's "near '...'" echoes raw header
+     * bytes): keep them one printable line. */
+    for (unsigned char *c = (unsigned char *)msg; *c; c++)
+        if (*c < 0x20 || *c == 0x7f)
+            *c = '?';
 }
 
 static void quote_name(char *dst, size_t cap, const char *name)

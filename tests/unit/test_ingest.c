@@ -281,6 +281,20 @@ Test(safetensors, not_json)
     st_expect_fault("{\"a\": nope}", 0, "invalid JSON");
 }
 
+/* Found by fuzzing: jansson's message quotes the bad token, here a raw
+ * newline inside a key; ours must stay one printable line. */
+Test(safetensors, invalid_json_message_is_one_line)
+{
+    blob b = st_make("{\"e.emp\\\n\\ty\":{}}", 0);
+    result r = st_parse(&b);
+    cr_assert_eq(r.rc, -EINVAL);
+    tu_assert_contains(r.msg, "safetensors header: invalid JSON at byte ");
+    for (const char *c = r.msg; *c; c++)
+        cr_assert(*c >= 0x20 && *c != 0x7f, "control byte 0x%02x in \"%s\"", (unsigned char)*c, r.msg);
+    tu_assert_contains(r.msg, "near '\"e.emp\\?'");
+    free(b.p);
+}
+
 Test(safetensors, not_starting_with_brace)
 {
     st_expect_fault(" {}", 0, "does not start with '{'");
