@@ -344,30 +344,29 @@ int wops_mkdir(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, 
     return 1;
 }
 
-int wops_unlink(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name)
+/* unlink and rmdir: the same lookup and replies around a different removal. */
+static int remove_entry(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name,
+                        int (*remove)(wckpt *, uint32_t, const char *))
 {
     uint32_t dir;
     wckpt *c = find(req, fs, parent, &dir);
     if (!c)
         return 1;
-    int rc = wckpt_unlink(c, dir, name);
+    int rc = remove(c, dir, name);
     if (rc)
         return reply_error(req, c, rc);
     fuse_reply_err(req, 0);
     return 1;
 }
 
+int wops_unlink(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name)
+{
+    return remove_entry(req, fs, parent, name, wckpt_unlink);
+}
+
 int wops_rmdir(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name)
 {
-    uint32_t dir;
-    wckpt *c = find(req, fs, parent, &dir);
-    if (!c)
-        return 1;
-    int rc = wckpt_rmdir(c, dir, name);
-    if (rc)
-        return reply_error(req, c, rc);
-    fuse_reply_err(req, 0);
-    return 1;
+    return remove_entry(req, fs, parent, name, wckpt_rmdir);
 }
 
 void wops_rename(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name,
