@@ -7,11 +7,6 @@
 # checkpoints, and refusals at the mount root.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
-
-cd "$TMP" || exit 1
-BACK=$TMP/back
-MNT=$TMP/mnt
-LOG=$TMP/ckptfs.log
 SRC=$TMP/src
 PLAIN=$TMP/plain
 mkdir -p "$BACK" "$PLAIN"

@@ -5,11 +5,6 @@
 # ends committed and byte-identical to what was written.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
-
-cd "$TMP" || exit 1
-BACK=$TMP/back
-MNT=$TMP/mnt
-LOG=$TMP/ckptfs.log
 SRC=$TMP/src
 mkdir -p "$BACK"
 "$CKPT_GEN" "$SRC" --preset tiny --format both --shards 3 >/dev/null || { fail "ckpt-gen"; finish; }

@@ -5,11 +5,6 @@
 # Also with a passphrase.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
-
-cd "$TMP" || exit 1
-BACK=$TMP/back
-MNT=$TMP/mnt
-LOG=$TMP/ckptfs.log
 mkdir -p "$BACK"
 "$CKPT" keygen -o "$TMP/key" >/dev/null
 "$CKPT" keygen -o "$TMP/other" >/dev/null

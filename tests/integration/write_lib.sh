@@ -5,6 +5,11 @@
 
 . "$(dirname "${BASH_SOURCE[0]}")/mount_lib.sh"
 WCLIENTS=$ROOT/tests/integration/write_clients.py
+# The usual layout of one test file's mount, in its scratch directory.
+cd "$TMP" || exit 1
+BACK=$TMP/back
+MNT=$TMP/mnt
+LOG=$TMP/ckptfs.log
 
 # crash_ckptfs MNT: SIGKILL the daemon, then drop the dead mount.
 crash_ckptfs() {

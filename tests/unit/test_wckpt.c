@@ -21,16 +21,12 @@ static int backing;
 
 static void setup(void)
 {
-    dir = tu_mkdtemp();
-    backing = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    cr_assert_geq(backing, 0);
+    dir = tu_scratch_open(&backing);
 }
 
 static void teardown(void)
 {
-    close(backing);
-    tu_rm_rf(dir);
-    free(dir);
+    tu_scratch_close(dir, backing);
 }
 
 TestSuite(wckpt, .init = setup, .fini = teardown, .timeout = 60);

@@ -61,6 +61,23 @@ static inline void tu_rm_rf(const char *path)
                  strerror(errno));
 }
 
+/* A scratch directory with a descriptor on it: the backing directory of
+ * the staging and writable-checkpoint tests. */
+static inline char *tu_scratch_open(int *fd)
+{
+    char *dir = tu_mkdtemp();
+    *fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    cr_assert_geq(*fd, 0, "open(%s): %s", dir, strerror(errno));
+    return dir;
+}
+
+static inline void tu_scratch_close(char *dir, int fd)
+{
+    close(fd);
+    tu_rm_rf(dir);
+    free(dir);
+}
+
 /* Writes len bytes to path (created 0644 or truncated). */
 static inline void tu_write_file(const char *path, const void *buf, size_t len)
 {
