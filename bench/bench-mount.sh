@@ -39,10 +39,7 @@ while [ $# -gt 0 ]; do
     *) bench_common_opt "$@" || break; shift "$BENCH_SHIFT" ;;
     esac
 done
-work=${1:-$(mktemp -d /tmp/ckptfs-bench.XXXXXX)}
-mkdir -p "$work"
-work=$(cd "$work" && pwd)
-BENCH_LOG=$work/daemons.log
+use_workdir /tmp/ckptfs-bench.XXXXXX "${1:-}"
 
 need_root "to drop the page cache between cold runs"
 need_bins "$bin/ckptfs"

@@ -27,9 +27,7 @@ while [ $# -gt 0 ]; do
     bench_common_opt "$@" || break
     shift "$BENCH_SHIFT"
 done
-work=${1:-$(mktemp -d /tmp/ckpt-bench-pack.XXXXXX)}
-mkdir -p "$work"
-work=$(cd "$work" && pwd)
+use_workdir /tmp/ckpt-bench-pack.XXXXXX "${1:-}"
 need_bins "$bin/ckpt"
 [ ${#dtypes[@]} -gt 0 ] || dtypes=(bf16 f32)
 [ ${#threads_list[@]} -gt 0 ] || threads_list=("$(nproc)")

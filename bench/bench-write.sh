@@ -39,10 +39,7 @@ while [ $# -gt 0 ]; do
     *) bench_common_opt "$@" || break; shift "$BENCH_SHIFT" ;;
     esac
 done
-work=${1:-$(mktemp -d /tmp/ckptfs-wbench.XXXXXX)}
-mkdir -p "$work"
-work=$(cd "$work" && pwd)
-BENCH_LOG=$work/daemons.log
+use_workdir /tmp/ckptfs-wbench.XXXXXX "${1:-}"
 
 need_root "drop_caches, gocryptfs mounts"
 need_bins "$bin/ckptfs"

@@ -70,6 +70,15 @@ bench_die() { echo "$BENCH_NAME: $*" >&2; exit 1; }
 
 need_root() { [ "$(id -u)" -eq 0 ] || bench_die "needs root ($1)"; }
 
+# use_workdir TEMPLATE [DIR]: work is DIR (made if missing) or a new mktemp
+# TEMPLATE directory, as an absolute path; daemons log to work/daemons.log.
+use_workdir() {
+    work=${2:-$(mktemp -d "$1")}
+    mkdir -p "$work"
+    work=$(cd "$work" && pwd)
+    BENCH_LOG=$work/daemons.log
+}
+
 need_bins() {
     local tool
     for tool in "$bin/ckpt" "$bin/ckpt-gen" "$@"; do
