@@ -159,7 +159,8 @@ void wtree_free(wtree *t)
     memset(t, 0, sizeof *t);
 }
 
-static int child_add(wtree *t, uint32_t dir, uint32_t id)
+/* Room for one more child of dir, so that adding it cannot fail. */
+static int child_reserve(wtree *t, uint32_t dir)
 {
     wnode *d = &t->nodes[dir];
     if (d->n_children == d->children_cap) {
@@ -170,6 +171,15 @@ static int child_add(wtree *t, uint32_t dir, uint32_t id)
         d->children = grown;
         d->children_cap = cap;
     }
+    return 0;
+}
+
+static int child_add(wtree *t, uint32_t dir, uint32_t id)
+{
+    int rc = child_reserve(t, dir);
+    if (rc)
+        return rc;
+    wnode *d = &t->nodes[dir];
     d->children[d->n_children++] = id;
     return 0;
 }
@@ -240,15 +250,9 @@ int wtree_add(wtree *t, uint32_t dir, const char *name, wnode_kind kind, uint32_
     if (!fits(t, dir, name))
         return -ENAMETOOLONG;
     /* Reserve the child slot first so nothing fails after the node exists. */
-    wnode *d = &t->nodes[dir];
-    if (d->n_children == d->children_cap) {
-        uint32_t cap = d->children_cap ? d->children_cap * 2 : 8;
-        uint32_t *grown = realloc(d->children, (size_t)cap * sizeof *grown);
-        if (!grown)
-            return -ENOMEM;
-        d->children = grown;
-        d->children_cap = cap;
-    }
+    rc = child_reserve(t, dir);
+    if (rc)
+        return rc;
     uint32_t id;
     rc = new_node(t, name, &id);
     if (rc)
