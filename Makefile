@@ -25,7 +25,7 @@ FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 B := build
-CORE_SRC := $(wildcard core/src/*.c)
+CORE_SRC := $(wildcard core/src/*.c core/src/*/*.c)
 CORE_OBJ := $(CORE_SRC:%.c=$(B)/%.o)
 CORE_ASAN_OBJ := $(CORE_SRC:%.c=$(B)/asan/%.o)
 CKPT_SRC := $(wildcard tools/ckpt/*.c)
@@ -59,11 +59,11 @@ endif
 deps:
 	@scripts/deps.sh build
 
-$(B)/%.o: %.c $(wildcard core/include/*.h core/src/*.h fs/*.h)
+$(B)/%.o: %.c $(wildcard core/include/*.h core/src/*.h core/src/*/*.h fs/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(if $(filter fs/%,$<),$(FUSE_CFLAGS)) -c $< -o $@
 
-$(B)/asan/%.o: %.c $(wildcard core/include/*.h core/src/*.h)
+$(B)/asan/%.o: %.c $(wildcard core/include/*.h core/src/*.h core/src/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(SAN) -c $< -o $@
 
