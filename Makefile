@@ -30,7 +30,10 @@ CORE_OBJ := $(CORE_SRC:%.c=$(B)/%.o)
 CORE_ASAN_OBJ := $(CORE_SRC:%.c=$(B)/asan/%.o)
 CKPT_SRC := $(wildcard tools/ckpt/*.c)
 GEN_SRC  := $(wildcard tools/gen/*.c)
-FS_SRC   := $(wildcard fs/*.c)
+# The daemon's layers (fs/README.md) form an internal static library that
+# fs/main.c and the unit tests link against.
+FS_LIB_SRC := $(wildcard fs/common/*.c fs/read/*.c fs/write/*.c fs/fuse/*.c)
+FS_SRC   := $(wildcard fs/main.c) $(FS_LIB_SRC)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 UNIT_ASAN_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/asan/tests/%)
@@ -59,13 +62,13 @@ endif
 deps:
 	@scripts/deps.sh build
 
-$(B)/%.o: %.c $(wildcard core/include/*.h core/src/*.h core/src/*/*.h fs/*.h)
+$(B)/%.o: %.c $(wildcard core/include/*.h core/src/*.h core/src/*/*.h fs/*/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(if $(filter fs/%,$<),$(FUSE_CFLAGS)) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(if $(filter fs/%,$<),-Ifs $(FUSE_CFLAGS)) -c $< -o $@
 
-$(B)/asan/%.o: %.c $(wildcard core/include/*.h core/src/*.h core/src/*/*.h)
+$(B)/asan/%.o: %.c $(wildcard core/include/*.h core/src/*.h core/src/*/*.h fs/*/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SAN) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(SAN) $(if $(filter fs/%,$<),-Ifs $(FUSE_CFLAGS)) -c $< -o $@
 
 $(B)/lib/libckpt.a: $(CORE_OBJ)
 	@mkdir -p $(dir $@)
@@ -87,17 +90,30 @@ $(B)/bin/ckpt-gen: $(GEN_SRC:%.c=$(B)/%.o) $(B)/lib/libckpt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) $(LDFLAGS) -o $@ $^ $(CORE_LIBS) -lm
 
-$(B)/bin/ckptfs: $(FS_SRC:%.c=$(B)/%.o) $(B)/lib/libckpt.a
+$(B)/lib/libckptfs.a: $(FS_LIB_SRC:%.c=$(B)/%.o)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(B)/lib/libckptfs-asan.a: $(FS_LIB_SRC:%.c=$(B)/asan/%.o)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(B)/bin/ckptfs: $(B)/fs/main.o $(B)/lib/libckptfs.a $(B)/lib/libckpt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(CORE_LIBS)
 
-$(B)/tests/%: tests/unit/%.c $(B)/lib/libckpt.a tests/unit/testutil.h
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests/unit -o $@ $< $(B)/lib/libckpt.a -lcriterion $(CORE_LIBS) -lm
+# Unit tests link the daemon's layers too: tests of fs/write and fs/common
+# use them without FUSE.
+UNIT_CFLAGS = -Itests/unit -Ifs $(FUSE_CFLAGS)
+UNIT_LIBS   = -lcriterion $(FUSE_LIBS) $(CORE_LIBS) -lm
 
-$(B)/asan/tests/%: tests/unit/%.c $(B)/lib/libckpt-asan.a tests/unit/testutil.h
+$(B)/tests/%: tests/unit/%.c $(B)/lib/libckptfs.a $(B)/lib/libckpt.a tests/unit/testutil.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SAN) -Itests/unit -o $@ $< $(B)/lib/libckpt-asan.a -lcriterion $(CORE_LIBS) -lm
+	$(CC) $(CFLAGS_ALL) $(UNIT_CFLAGS) -o $@ $< $(B)/lib/libckptfs.a $(B)/lib/libckpt.a $(UNIT_LIBS)
+
+$(B)/asan/tests/%: tests/unit/%.c $(B)/lib/libckptfs-asan.a $(B)/lib/libckpt-asan.a tests/unit/testutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(SAN) $(UNIT_CFLAGS) -o $@ $< $(B)/lib/libckptfs-asan.a $(B)/lib/libckpt-asan.a $(UNIT_LIBS)
 
 $(B)/fuzz/%: fuzz/%.c $(CORE_SRC)
 	@mkdir -p $(dir $@)

@@ -16,13 +16,14 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "ckptfs.h"
-#include "fslog.h"
-#include "libfuse_log.h"
-#include "options.h"
-#include "signals.h"
-#include "trace.h"
-#include "wops.h"
+#include "fuse/mount.h"
+#include "common/fslog.h"
+#include "fuse/libfuse_log.h"
+#include "fuse/options.h"
+#include "fuse/signals.h"
+#include "fuse/trace.h"
+#include "fuse/handles.h"
+#include "fuse/handover.h"
 
 #define EXIT_USAGE 2
 /* Prefetch and read-ahead jobs waiting for a decode worker. */
@@ -95,8 +96,8 @@ static void setup_writing(ckptfs *fs, const fs_options *o, const char *backing_p
         wtable_destroy(&fs->wtable);
         return;
     }
-    fs->wtable.drop_successor = wops_drop_successor;
-    fs->wtable.committed = wops_committed;
+    fs->wtable.drop_successor = handover_drop_successor;
+    fs->wtable.committed = handover_committed;
     fs->wtable.successor_ud = fs;
     fs->writable = 1;
     raise_fd_limit();
@@ -349,7 +350,7 @@ out:
     worker_pool_free(fs.pool);
     if (table_ready)
         reader_destroy(&fs.reader);
-    ckptfs_free_handles(&fs);
+    handles_free_all(&fs);
     /* Before the packs: committed checkpoints let go of theirs. */
     if (fs.writable)
         wtable_destroy(&fs.wtable);

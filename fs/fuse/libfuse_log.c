@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "fslog.h"
+#include "common/fslog.h"
 #include "fuse_api.h"
 
 /* libfuse builds some lines in several calls ("unknown option(s): `",

@@ -6,12 +6,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "checkpoints.h"
-#include "chunk_cache.h"
+#include "read/checkpoints.h"
+#include "read/chunk_cache.h"
 #include "fuse_api.h"
-#include "reader.h"
-#include "wckpt.h"
-#include "worker_pool.h"
+#include "read/reader.h"
+#include "write/wckpt.h"
+#include "common/worker_pool.h"
 
 /* An open file (only while the kernel still sends opens, see op_open) or
  * an open root directory. Kept on a list so handles the kernel never
@@ -54,10 +54,5 @@ typedef struct ckptfs {
 
 extern const struct fuse_lowlevel_ops ckptfs_ops;
 
-/* Frees handles the kernel did not release. */
-void ckptfs_free_handles(ckptfs *fs);
-/* Puts a handle on the list, or takes it off and frees it. */
-void ckptfs_track_handle(ckptfs *fs, fs_handle *h);
-void ckptfs_drop_handle(ckptfs *fs, fs_handle *h);
 
 #endif

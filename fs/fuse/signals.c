@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "fslog.h"
+#include "common/fslog.h"
 
 static void handled_set(sigset_t *set)
 {

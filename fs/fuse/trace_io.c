@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fslog.h"
+#include "common/fslog.h"
 
 static _Thread_local trace_req current;
 

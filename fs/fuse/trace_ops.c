@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fslog.h"
+#include "common/fslog.h"
 
 static const struct fuse_lowlevel_ops *inner;
 static struct fuse_lowlevel_ops traced;

@@ -1,4 +1,4 @@
-#include "wops.h"
+#include "write_ops.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -8,7 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fslog.h"
+#include "common/fslog.h"
+#include "handles.h"
+#include "reply.h"
 
 /* Everything inside a checkpoint being written changes only through this
  * mount, which the kernel sees; a short timeout still lets it notice a
@@ -493,10 +495,7 @@ int wops_opendir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_in
     h->is_wlisting = 1;
     h->u.wlisting.self = ino;
     h->u.wlisting.parent = parent == WTREE_NONE ? FUSE_ROOT_ID : wckpt_ino(c, parent);
-    ckptfs_track_handle(fs, h);
-    fi->fh = (uintptr_t)h;
-    if (fuse_reply_open(req, fi) != 0)
-        ckptfs_drop_handle(fs, h);
+    handle_reply_open(req, fs, h, fi);
     return 1;
 }
 
@@ -547,12 +546,8 @@ int wops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name, 
     int len = node == WTREE_ROOT ? wckpt_xattr(c, name, value, sizeof value) : -ENODATA;
     if (len < 0)
         fuse_reply_err(req, -len);
-    else if (size == 0)
-        fuse_reply_xattr(req, (size_t)len);
-    else if (size < (size_t)len)
-        fuse_reply_err(req, ERANGE);
     else
-        fuse_reply_buf(req, value, (size_t)len);
+        reply_xattr_value(req, value, (size_t)len, size);
     return 1;
 }
 
@@ -587,13 +582,7 @@ int wops_listxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size)
         return 1;
     if (committed(c))
         return 0;
-    size_t len = node == WTREE_ROOT ? sizeof names : 0;
-    if (size == 0)
-        fuse_reply_xattr(req, len);
-    else if (size < len)
-        fuse_reply_err(req, ERANGE);
-    else
-        fuse_reply_buf(req, names, len);
+    reply_xattr_value(req, names, node == WTREE_ROOT ? sizeof names : 0, size);
     return 1;
 }
 
@@ -614,150 +603,4 @@ int wops_fallocate(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, int mode, off_t o
     int rc = wckpt_allocate(c, node, (uint64_t)off, (uint64_t)len);
     fuse_reply_err(req, rc == -ESTALE ? EROFS : -rc);
     return 1;
-}
-
-/* ------------------------------------------ committed: back to the pack */
-
-/* The pack tree node at path (as it was written), following the move of
- * reserved top-level names under .packed/ (pack_tree.h). */
-static uint32_t pack_node_of(checkpoint *c, const char *path, int is_file)
-{
-    if (!*path)
-        return TREE_ROOT;
-    if (is_file) {
-        long i = ckpt_file_find(c->pack, path);
-        return i < 0 ? TREE_NONE : c->tree->file_node[i];
-    }
-    size_t top = strcspn(path, "/");
-    uint32_t node = TREE_ROOT;
-    if ((top == 13 && strncmp(path, "manifest.json", 13) == 0) ||
-        (top == 7 && strncmp(path, "tensors", 7) == 0) ||
-        (top == 7 && strncmp(path, PACKED_DIR, 7) == 0))
-        node = pack_tree_lookup(c->tree, TREE_ROOT, PACKED_DIR);
-    char *copy = strdup(path), *save = NULL;
-    if (!copy)
-        return TREE_NONE;
-    for (char *part = strtok_r(copy, "/", &save); part && node != TREE_NONE;
-         part = strtok_r(NULL, "/", &save))
-        node = pack_tree_lookup(c->tree, node, part);
-    free(copy);
-    return node;
-}
-
-/* The pack that replaced w, pinned by a lookup reference for as long as
- * w lives (its inodes may be used long after the commit: a shell's
- * working directory, an open file). */
-static checkpoint *successor(ckptfs *fs, wckpt *w)
-{
-    pthread_mutex_lock(&w->lock);
-    checkpoint *c = w->successor;
-    char *name = c ? NULL : strdup(w->name);
-    pthread_mutex_unlock(&w->lock);
-    if (c || !name)
-        return c;
-    int err;
-    c = checkpoints_lookup(&fs->table, name, 1, &err);
-    free(name);
-    if (!c)
-        return NULL;
-    pthread_mutex_lock(&w->lock);
-    if (w->successor) { /* another thread won */
-        checkpoint *won = w->successor;
-        pthread_mutex_unlock(&w->lock);
-        checkpoint_forget(&fs->table, c, 1);
-        return won;
-    }
-    w->successor = c;
-    pthread_mutex_unlock(&w->lock);
-    return c;
-}
-
-void wops_committed(void *ud, const char *name)
-{
-    ckptfs *fs = ud;
-    struct fuse_session *se = __atomic_load_n(&fs->se, __ATOMIC_ACQUIRE);
-    if (se)
-        fuse_lowlevel_notify_inval_entry(se, FUSE_ROOT_ID, name, strlen(name));
-}
-
-void wops_drop_successor(void *ud, void *successor_)
-{
-    ckptfs *fs = ud;
-    checkpoint_forget(&fs->table, successor_, 1);
-}
-
-int wops_translate(ckptfs *fs, fuse_ino_t ino, checkpoint **out, uint32_t *node)
-{
-    uint32_t wn;
-    wckpt *w = wtable_find(&fs->wtable, ino, &wn);
-    if (!w)
-        return ESTALE;
-    pthread_mutex_lock(&w->lock);
-    int ok = w->state == WST_COMMITTED && wn < w->tree.n_nodes;
-    size_t len = ok ? wtree_path_len(&w->tree, wn) : 0;
-    char *path = ok ? malloc(len + 1) : NULL;
-    int is_file = ok && w->tree.nodes[wn].kind == WNODE_FILE;
-    if (path)
-        wtree_path(&w->tree, wn, path, len + 1);
-    pthread_mutex_unlock(&w->lock);
-    int rc = ESTALE;
-    checkpoint *c = path ? successor(fs, w) : NULL;
-    if (c) {
-        int err = checkpoint_open(&fs->table, c);
-        uint32_t n = err ? TREE_NONE : pack_node_of(c, path, is_file);
-        if (err) {
-            rc = -err;
-        } else if (n != TREE_NONE) {
-            *out = c;
-            *node = n;
-            rc = 0;
-        }
-    }
-    free(path);
-    return rc;
-}
-
-/* ------------------------------------------- removing committed packs */
-
-int wops_pack_hidden(checkpoint *c, uint32_t node)
-{
-    pthread_mutex_lock(&c->hide_lock);
-    int hidden = c->hidden && c->hidden[node];
-    pthread_mutex_unlock(&c->hide_lock);
-    return hidden;
-}
-
-int wops_pack_hide(ckptfs *fs, checkpoint *c, uint32_t dir, const char *name, int want_dir)
-{
-    if (!fs->writable)
-        return -EROFS;
-    uint32_t node = pack_tree_lookup(c->tree, dir, name);
-    pthread_mutex_lock(&c->hide_lock);
-    int rc = 0;
-    if (node == TREE_NONE || (c->hidden && c->hidden[node])) {
-        rc = -ENOENT;
-    } else {
-        const tree_node *n = &c->tree->nodes[node];
-        if (want_dir && n->kind != TREE_DIR)
-            rc = -ENOTDIR;
-        else if (!want_dir && n->kind == TREE_DIR)
-            rc = -EISDIR;
-        for (uint32_t i = 0; rc == 0 && want_dir && i < n->n_children; i++)
-            if (!c->hidden || !c->hidden[n->children[i]])
-                rc = -ENOTEMPTY;
-    }
-    if (rc == 0 && !c->hidden && !(c->hidden = calloc(c->tree->n_nodes, 1)))
-        rc = -ENOMEM;
-    if (rc == 0) {
-        c->hidden[node] = 1;
-        if (!c->hide_logged) {
-            c->hide_logged = 1;
-            fslog_info("checkpoint '%s' is committed and cannot change: removing entries in it "
-                       "only hides them until the next mount; removing the directory '%s' "
-                       "itself (rm -r) deletes the checkpoint",
-                       c->name, c->name);
-        }
-    }
-    pthread_mutex_unlock(&c->hide_lock);
-    return rc;
 }

@@ -1,16 +1,16 @@
 /* The FUSE side of writable checkpoints (wckpt.h): requests on the root
  * that create, remove or rename checkpoints, requests on the inodes of
- * checkpoints being written, and the way back from a committed
- * checkpoint's old inodes to its pack.
+ * checkpoints being written. Committed checkpoints' old inodes are
+ * handover.h's.
  *
  * Functions that take an inode return 1 once they have replied, and 0 when
  * the inode belongs to a checkpoint committed since it was looked up: the
- * caller then answers from the pack, where wops_translate finds the same
- * path. ops.c calls them before its read-only handling. */
-#ifndef CKPTFS_WOPS_H
-#define CKPTFS_WOPS_H
+ * caller then answers from the pack, where handover_resolve finds the same
+ * path. ops.c, the dispatcher, calls them before the read side. */
+#ifndef CKPTFS_WRITE_OPS_H
+#define CKPTFS_WRITE_OPS_H
 
-#include "ckptfs.h"
+#include "mount.h"
 
 /* ---- the root ---- */
 int wops_root_lookup(fuse_req_t req, ckptfs *fs, const char *name);
@@ -52,22 +52,5 @@ int wops_fallocate(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, int mode, off_t o
 
 /* A directory listing taken at opendir (fs_handle.u.wlisting). */
 void wops_readdir(fuse_req_t req, fs_handle *h, size_t size, off_t off);
-
-/* The pack checkpoint and node that an inode of a committed writable
- * checkpoint now stands for: 0, or ESTALE when there is none (the pack was
- * renamed or removed since, or the path is not in it). */
-int wops_translate(ckptfs *fs, fuse_ino_t ino, checkpoint **c, uint32_t *node);
-/* For wtable.drop_successor: lets go of that pack. */
-void wops_drop_successor(void *ud, void *successor);
-/* For wtable.committed: has the kernel drop its entry for name, so the
- * inodes of the checkpoint as it was written are forgotten (and freed)
- * once unused; the next lookup finds the pack. */
-void wops_committed(void *ud, const char *name);
-
-/* Deleting committed checkpoints: removing an entry inside one hides it
- * (the pack is immutable), and removing the checkpoint directory once
- * everything in it is hidden deletes the pack. */
-int wops_pack_hide(ckptfs *fs, checkpoint *c, uint32_t dir, const char *name, int want_dir);
-int wops_pack_hidden(checkpoint *c, uint32_t node);
 
 #endif

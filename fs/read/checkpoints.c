@@ -9,9 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fslog.h"
+#include "common/fslog.h"
 #include "manifest.h"
-#include "wckpt.h"
 
 #define SUFFIX_LEN (sizeof CKPT_SUFFIX - 1)
 /* A pack with this many distinct damaged chunks is hopeless; stop keeping
@@ -137,7 +136,7 @@ static checkpoint *current_for(checkpoint_table *t, const char *name, const char
         retire(t, c);
         break;
     }
-    if (t->next_serial >= WCKPT_SERIAL_BASE)
+    if (t->next_serial >= INODE_WRITE_SERIAL_BASE)
         return NULL;
     checkpoint *c = checkpoint_new(t, name, file_name, st);
     if (!c)
@@ -265,9 +264,8 @@ void root_listing_free(root_listing *l)
 
 checkpoint *checkpoints_find(checkpoint_table *t, uint64_t ino, uint32_t *node)
 {
-    uint32_t serial = (uint32_t)(ino >> 32);
-    uint32_t low = (uint32_t)ino;
-    if (serial == 0 || low == 0)
+    uint32_t serial, n;
+    if (!inode_split(ino, &serial, &n))
         return NULL;
     pthread_mutex_lock(&t->lock);
     checkpoint *c = t->all;
@@ -275,7 +273,7 @@ checkpoint *checkpoints_find(checkpoint_table *t, uint64_t ino, uint32_t *node)
         c = c->next;
     pthread_mutex_unlock(&t->lock);
     if (c)
-        *node = low - 1;
+        *node = n;
     return c;
 }
 
@@ -404,4 +402,47 @@ int checkpoint_first_fault(checkpoint *c, size_t chunk_id)
     }
     pthread_mutex_unlock(&c->fault_lock);
     return first;
+}
+
+/* ------------------------------------------ hiding entries of a pack */
+
+int checkpoint_node_hidden(checkpoint *c, uint32_t node)
+{
+    pthread_mutex_lock(&c->hide_lock);
+    int hidden = c->hidden && c->hidden[node];
+    pthread_mutex_unlock(&c->hide_lock);
+    return hidden;
+}
+
+int checkpoint_hide(checkpoint *c, uint32_t dir, const char *name, int want_dir)
+{
+    uint32_t node = pack_tree_lookup(c->tree, dir, name);
+    pthread_mutex_lock(&c->hide_lock);
+    int rc = 0;
+    if (node == TREE_NONE || (c->hidden && c->hidden[node])) {
+        rc = -ENOENT;
+    } else {
+        const tree_node *n = &c->tree->nodes[node];
+        if (want_dir && n->kind != TREE_DIR)
+            rc = -ENOTDIR;
+        else if (!want_dir && n->kind == TREE_DIR)
+            rc = -EISDIR;
+        for (uint32_t i = 0; rc == 0 && want_dir && i < n->n_children; i++)
+            if (!c->hidden || !c->hidden[n->children[i]])
+                rc = -ENOTEMPTY;
+    }
+    if (rc == 0 && !c->hidden && !(c->hidden = calloc(c->tree->n_nodes, 1)))
+        rc = -ENOMEM;
+    if (rc == 0) {
+        c->hidden[node] = 1;
+        if (!c->hide_logged) {
+            c->hide_logged = 1;
+            fslog_info("checkpoint '%s' is committed and cannot change: removing entries in it "
+                       "only hides them until the next mount; removing the directory '%s' "
+                       "itself (rm -r) deletes the checkpoint",
+                       c->name, c->name);
+        }
+    }
+    pthread_mutex_unlock(&c->hide_lock);
+    return rc;
 }

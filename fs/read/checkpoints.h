@@ -18,6 +18,7 @@
 #include "chunk_cache.h"
 #include "ckpt.h"
 #include "pack_tree.h"
+#include "common/inode.h"
 
 #define CKPT_SUFFIX ".tpack"
 
@@ -78,7 +79,7 @@ void checkpoints_destroy(checkpoint_table *t);
 
 static inline uint64_t checkpoint_ino(const checkpoint *c, uint32_t node)
 {
-    return ((uint64_t)c->serial << 32) | ((uint64_t)node + 1);
+    return inode_make(c->serial, node);
 }
 
 /* NAME -> its current checkpoint, with one kernel reference taken when
@@ -105,5 +106,12 @@ int checkpoint_open(checkpoint_table *t, checkpoint *c);
 /* 1 the first time a fault in this chunk is reported, then 0: one damaged
  * chunk read many times (kernel readahead retries) logs one line. */
 int checkpoint_first_fault(checkpoint *c, size_t chunk_id);
+
+/* Removing entries of a committed checkpoint: the pack is immutable, so
+ * they are only hidden until the next mount; once everything in the
+ * checkpoint directory is hidden, removing it deletes the pack. hide
+ * returns 0, -ENOENT, -ENOTDIR, -EISDIR, -ENOTEMPTY or -ENOMEM. */
+int checkpoint_hide(checkpoint *c, uint32_t dir, const char *name, int want_dir);
+int checkpoint_node_hidden(checkpoint *c, uint32_t node);
 
 #endif

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fslog.h"
-#include "name_escape.h"
+#include "common/fslog.h"
+#include "common/name_escape.h"
 
 #define COMPONENT_MAX 255
 #define PACKED_DIR ".packed"
@@ -340,4 +340,24 @@ void pack_tree_free(pack_tree *t)
     free(t->tensor_node);
     free(t->manifest);
     free(t);
+}
+
+uint32_t pack_tree_find_written(const pack_tree *t, const ckpt_pack *p, const char *path,
+                                int is_file)
+{
+    if (!*path)
+        return TREE_ROOT;
+    if (is_file) {
+        long i = ckpt_file_find(p, path);
+        return i < 0 ? TREE_NONE : t->file_node[i];
+    }
+    uint32_t node = is_reserved_top(path) ? pack_tree_lookup(t, TREE_ROOT, PACKED_DIR) : TREE_ROOT;
+    char *copy = strdup(path), *save = NULL;
+    if (!copy)
+        return TREE_NONE;
+    for (char *part = strtok_r(copy, "/", &save); part && node != TREE_NONE;
+         part = strtok_r(NULL, "/", &save))
+        node = pack_tree_lookup(t, node, part);
+    free(copy);
+    return node;
 }

@@ -61,6 +61,12 @@ void pack_tree_set_manifest(pack_tree *t, char *text, size_t len);
 void pack_tree_free(pack_tree *t);
 
 uint32_t pack_tree_lookup(const pack_tree *t, uint32_t parent, const char *name);
+/* The node that path, as the checkpoint was written (a file when
+ * is_file, else a directory; "" is the root), shows as in the pack,
+ * following the move of reserved top-level names under .packed/; or
+ * TREE_NONE. */
+uint32_t pack_tree_find_written(const pack_tree *t, const ckpt_pack *p, const char *path,
+                                int is_file);
 /* The node's path relative to the checkpoint directory (malloc'd). */
 char *pack_tree_path(const pack_tree *t, uint32_t node);
 

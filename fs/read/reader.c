@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fslog.h"
+#include "common/fslog.h"
 
 /* Reads this close to where the last one ended still count as sequential:
  * the kernel's readahead requests arrive on several threads, a little out

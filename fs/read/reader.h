@@ -17,7 +17,7 @@
 
 #include "checkpoints.h"
 #include "chunk_cache.h"
-#include "worker_pool.h"
+#include "common/worker_pool.h"
 
 #define STREAM_SETS 64
 #define STREAM_WAYS 4

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "fslog.h"
+#include "common/fslog.h"
 #include "wckpt_internal.h"
 
 double wc_now_mono(void)
@@ -356,7 +356,7 @@ int wtable_init(wtable *t, const char *backing_path, int backing_fd, const ckpt_
     t->key = key;
     if (o)
         t->opts = *o;
-    t->next_serial = WCKPT_SERIAL_BASE;
+    t->next_serial = INODE_WRITE_SERIAL_BASE;
     pthread_mutex_init(&t->lock, NULL);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
@@ -489,8 +489,8 @@ wckpt *wtable_get(wtable *t, const char *name, int count_lookup)
 
 wckpt *wtable_find(wtable *t, uint64_t ino, uint32_t *node)
 {
-    uint32_t serial = (uint32_t)(ino >> 32), low = (uint32_t)ino;
-    if (serial < WCKPT_SERIAL_BASE || low == 0)
+    uint32_t serial, n;
+    if (!inode_split(ino, &serial, &n) || !inode_is_written(ino))
         return NULL;
     pthread_mutex_lock(&t->lock);
     wckpt *c = t->all;
@@ -498,7 +498,7 @@ wckpt *wtable_find(wtable *t, uint64_t ino, uint32_t *node)
         c = c->next;
     pthread_mutex_unlock(&t->lock);
     if (c)
-        *node = low - 1;
+        *node = n;
     return c;
 }
 

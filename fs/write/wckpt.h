@@ -26,8 +26,8 @@
  * checkpoint), wckpt_jobs.c (packer and timer threads) and
  * wckpt_recover.c (startup).
  *
- * Inode numbers of writable checkpoints are (serial << 32) | (node + 1)
- * with serials from WCKPT_SERIAL_BASE, apart from those of packs.
+ * Inode numbers follow common/inode.h, with serials from
+ * INODE_WRITE_SERIAL_BASE, apart from those of packs.
  *
  * Locking: the table's lock, then a checkpoint's lock; never the reverse.
  * Blob I/O runs without either, counted in `inflight`. */
@@ -43,8 +43,7 @@
 #include "stage.h"
 #include "stage_blob.h"
 #include "wtree.h"
-
-#define WCKPT_SERIAL_BASE 0x80000000u
+#include "common/inode.h"
 
 typedef enum wstate {
     WST_WRITING = 1,
@@ -168,11 +167,11 @@ wckpt *wtable_get(wtable *t, const char *name, int count_lookup);
 wckpt *wtable_find(wtable *t, uint64_t ino, uint32_t *node);
 static inline int wtable_owns(uint64_t ino)
 {
-    return (uint32_t)(ino >> 32) >= WCKPT_SERIAL_BASE;
+    return inode_is_written(ino);
 }
 static inline uint64_t wckpt_ino(const wckpt *c, uint32_t node)
 {
-    return ((uint64_t)c->serial << 32) | ((uint64_t)node + 1);
+    return inode_make(c->serial, node);
 }
 void wtable_count_lookup(wtable *t, wckpt *c);
 void wtable_forget(wtable *t, wckpt *c, uint64_t n);

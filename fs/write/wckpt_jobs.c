@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "fslog.h"
+#include "common/fslog.h"
 #include "wckpt_internal.h"
 
 /* How often the timer looks for quiet checkpoints and unsaved namespaces. */

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "fslog.h"
+#include "common/fslog.h"
 #include "wckpt_internal.h"
 
 /* cp and friends size their buffers by st_blksize: big writes mean fewer

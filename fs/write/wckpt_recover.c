@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "fslog.h"
+#include "common/fslog.h"
 #include "wckpt_internal.h"
 
 /* ----------------------------------------------------------- recovery */

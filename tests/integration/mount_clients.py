@@ -33,7 +33,7 @@ import numpy as np
 # Tensor names that are not usable path components, to check the escaping.
 ODD_NAMES = ["a//b", "/lead", "trail/", "..", ".", "x%y", "ctl\x01c", "sub/./x",
              "deep/er/name", "sp ace"]
-# Escaped paths the mount must show them at (see fs/name_escape.h).
+# Escaped paths the mount must show them at (see fs/common/name_escape.h).
 ODD_PATHS = {"a//b": "a%2F/b", "/lead": "%2Flead", "trail/": "trail%2F",
              "..": "%2E%2E", ".": "%2E", "x%y": "x%25y", "ctl\x01c": "ctl%01c",
              "sub/./x": "sub/%2E/x", "deep/er/name": "deep/er/name", "sp ace": "sp ace"}

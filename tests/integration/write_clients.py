@@ -281,7 +281,7 @@ def all_files(root, packed=False):
     for base, dirs, files in os.walk(root):
         for name in files:
             out.append(os.path.relpath(os.path.join(base, name), root))
-    if packed:  # what the mount adds to a pack (fs/pack_tree.h)
+    if packed:  # what the mount adds to a pack (fs/read/pack_tree.h)
         out = [p for p in out if p != "manifest.json" and not p.startswith("tensors/")]
     return sorted(out)
 

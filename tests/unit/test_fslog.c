@@ -1,4 +1,4 @@
-/* The daemon's logger (fs/fslog.c) writing to a file: the line format,
+/* The daemon's logger (fs/common/fslog.c) writing to a file: the line format,
  * levels and the priority filter, the sanitizer, truncation to one line,
  * and a reopen requested the way SIGHUP requests it, after the file was
  * moved away as logrotate does. */
@@ -6,7 +6,7 @@
 
 #include <time.h>
 
-#include "../../fs/fslog.c"
+#include "common/fslog.h"
 
 static char *dir, *path;
 

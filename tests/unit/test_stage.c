@@ -1,12 +1,12 @@
-/* The staging area (fs/stage.c): records and namespaces survive a reopen,
+/* The staging area (fs/write/stage.c): records and namespaces survive a reopen,
  * plain and sealed; a sealed namespace shows no names on disk; a wrong or
  * missing key is EACCES before anything is decrypted; damage is EIO; and
  * removal leaves nothing behind. */
 #include "testutil.h"
 
-#include "../../fs/stage.c"
-#include "../../fs/stage_crypt.c"
-#include "../../fs/wtree.c"
+#include "write/stage.h"
+#include "write/stage_crypt.h"
+#include "write/wtree.h"
 
 static char *dir;
 static int backing;

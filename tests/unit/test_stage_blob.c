@@ -1,11 +1,13 @@
-/* Staged file contents (fs/stage_blob.c), plain and sealed: random writes
+/* Staged file contents (fs/write/stage_blob.c), plain and sealed: random writes
  * and truncates against an in-memory model, reopening after sync, crash
  * leftovers (a torn tail, a torn rewrite), no plaintext on disk,
  * compaction, sparse files and unlinked-but-open blobs. */
 #include "testutil.h"
 
-#include "../../fs/stage_blob.c"
-#include "../../fs/stage_crypt.c"
+#include "common.h"
+
+#include "write/stage_blob_internal.h"
+#include "write/stage_crypt.h"
 
 static char *dir;
 static int dirfd_;

@@ -1,20 +1,21 @@
-/* Writable checkpoints without FUSE (fs/wckpt.c and the modules under it):
+/* Writable checkpoints without FUSE (fs/write/wckpt.c and the modules under it):
  * write, commit and read the pack back, plain and sealed; auto-commit;
  * EBUSY while packing; a failed pack and its retry; renames and removal;
  * and recovery after a "crash" (the table dropped without saving), in
  * every state, with a wrong key, and with leftovers on disk. */
 #include "testutil.h"
 
-#include "../../fs/fslog.c"
-#include "../../fs/packer.c"
-#include "../../fs/stage.c"
-#include "../../fs/stage_crypt.c"
-#include "../../fs/stage_blob.c"
-#include "../../fs/wckpt.c"
-#include "../../fs/wckpt_jobs.c"
-#include "../../fs/wckpt_ops.c"
-#include "../../fs/wckpt_recover.c"
-#include "../../fs/wtree.c"
+#include <dirent.h>
+
+#include "common.h"
+
+#include "common/fslog.h"
+#include "write/packer.h"
+#include "write/stage.h"
+#include "write/stage_crypt.h"
+#include "write/stage_blob.h"
+#include "write/wckpt_internal.h"
+#include "write/wtree.h"
 
 static char *dir;
 static int backing;

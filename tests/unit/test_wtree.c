@@ -1,9 +1,9 @@
-/* The namespace of a checkpoint being written (fs/wtree.c): adding,
+/* The namespace of a checkpoint being written (fs/write/wtree.c): adding,
  * removing and renaming with rename(2)'s rules, paths, the sorted file
  * list for packing, and many entries in one directory. */
 #include "testutil.h"
 
-#include "../../fs/wtree.c"
+#include "write/wtree.h"
 
 static wtree t;
 static void setup(void) { cr_assert_eq(wtree_init(&t, 0755, 1, 2), 0); }

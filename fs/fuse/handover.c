@@ -1,0 +1,83 @@
+/* A checkpoint written through the mount is a pack once committed, but
+ * the kernel may go on using the inodes it knew it by (a shell's working
+ * directory, an open file). This maps those inodes to the same paths in
+ * the pack that replaced it: the one place where the two sides meet. */
+#include "handover.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The pack that replaced w, pinned by a lookup reference for as long as
+ * w lives (its inodes may be used long after the commit: a shell's
+ * working directory, an open file). */
+static checkpoint *successor(ckptfs *fs, wckpt *w)
+{
+    pthread_mutex_lock(&w->lock);
+    checkpoint *c = w->successor;
+    char *name = c ? NULL : strdup(w->name);
+    pthread_mutex_unlock(&w->lock);
+    if (c || !name)
+        return c;
+    int err;
+    c = checkpoints_lookup(&fs->table, name, 1, &err);
+    free(name);
+    if (!c)
+        return NULL;
+    pthread_mutex_lock(&w->lock);
+    if (w->successor) { /* another thread won */
+        checkpoint *won = w->successor;
+        pthread_mutex_unlock(&w->lock);
+        checkpoint_forget(&fs->table, c, 1);
+        return won;
+    }
+    w->successor = c;
+    pthread_mutex_unlock(&w->lock);
+    return c;
+}
+
+void handover_committed(void *ud, const char *name)
+{
+    ckptfs *fs = ud;
+    struct fuse_session *se = __atomic_load_n(&fs->se, __ATOMIC_ACQUIRE);
+    if (se)
+        fuse_lowlevel_notify_inval_entry(se, FUSE_ROOT_ID, name, strlen(name));
+}
+
+void handover_drop_successor(void *ud, void *successor_)
+{
+    ckptfs *fs = ud;
+    checkpoint_forget(&fs->table, successor_, 1);
+}
+
+int handover_resolve(ckptfs *fs, fuse_ino_t ino, checkpoint **out, uint32_t *node)
+{
+    uint32_t wn;
+    wckpt *w = wtable_find(&fs->wtable, ino, &wn);
+    if (!w)
+        return ESTALE;
+    pthread_mutex_lock(&w->lock);
+    int ok = w->state == WST_COMMITTED && wn < w->tree.n_nodes;
+    size_t len = ok ? wtree_path_len(&w->tree, wn) : 0;
+    char *path = ok ? malloc(len + 1) : NULL;
+    int is_file = ok && w->tree.nodes[wn].kind == WNODE_FILE;
+    if (path)
+        wtree_path(&w->tree, wn, path, len + 1);
+    pthread_mutex_unlock(&w->lock);
+    int rc = ESTALE;
+    checkpoint *c = path ? successor(fs, w) : NULL;
+    if (c) {
+        int err = checkpoint_open(&fs->table, c);
+        uint32_t n = err ? TREE_NONE : pack_tree_find_written(c->tree, c->pack, path, is_file);
+        if (err) {
+            rc = -err;
+        } else if (n != TREE_NONE) {
+            *out = c;
+            *node = n;
+            rc = 0;
+        }
+    }
+    free(path);
+    return rc;
+}
+

@@ -1,0 +1,18 @@
+/* From the inodes of a committed written checkpoint to its pack. */
+#ifndef CKPTFS_HANDOVER_H
+#define CKPTFS_HANDOVER_H
+
+#include "mount.h"
+
+/* The pack checkpoint and node that an inode of a committed writable
+ * checkpoint now stands for: 0, or ESTALE when there is none (the pack was
+ * renamed or removed since, or the path is not in it). */
+int handover_resolve(ckptfs *fs, fuse_ino_t ino, checkpoint **c, uint32_t *node);
+/* For wtable.drop_successor: lets go of that pack. */
+void handover_drop_successor(void *ud, void *successor);
+/* For wtable.committed: has the kernel drop its entry for name, so the
+ * inodes of the checkpoint as it was written are forgotten (and freed)
+ * once unused; the next lookup finds the pack. */
+void handover_committed(void *ud, const char *name);
+
+#endif
