@@ -24,6 +24,7 @@
 #include "fuse/trace.h"
 #include "fuse/handles.h"
 #include "fuse/handover.h"
+#include "common/mount_key.h"
 
 #define EXIT_USAGE 2
 /* Prefetch and read-ahead jobs waiting for a decode worker. */
@@ -55,17 +56,14 @@ static int forbid_core_dumps(void)
 /* fork() in fuse_daemonize drops memory locks; a key loaded again in the
  * daemon is locked again. If the file is gone by now, the first copy still
  * works, just unlocked. */
-static void reload_key_after_fork(const fs_options *o, ckpt_key **key, ckptfs *fs)
+static void reload_key_after_fork(const fs_options *o, mount_key *key)
 {
     ckpt_key *fresh = NULL;
-    if (!*key || load_key(o, &fresh, LOG_WARNING) < 0)
+    if (!key->key || load_key(o, &fresh, LOG_WARNING) < 0)
         return;
-    ckpt_key_free(*key);
-    *key = fresh;
-    fs->table.key = fresh;
     /* No thread uses it yet: they start after this. */
-    fs->wtable.key = fresh;
-    fs->wtable.root.key = fresh;
+    ckpt_key_free(key->key);
+    key->key = fresh;
 }
 
 /* One descriptor per staged file being written, so many files written at
@@ -83,7 +81,7 @@ static void raise_fd_limit(void)
  * earlier run left there. Without it (a read-only backing directory) the
  * mount still serves the packs. */
 static void setup_writing(ckptfs *fs, const fs_options *o, const char *backing_path,
-                          int backing_fd, const ckpt_key *key)
+                          int backing_fd, const mount_key *key)
 {
     ckpt_err err = {0};
     wtable_opts wo = {
@@ -192,181 +190,243 @@ static int run_loop(struct fuse_session *se, const struct fuse_cmdline_opts *cmd
     return rc;
 }
 
-int main(int argc, char **argv)
-{
-    struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+/* Everything one run of the daemon holds, so that each phase of main is
+ * a function and the teardown undoes exactly what was set up. */
+typedef struct daemon_run {
+    struct fuse_args args;
     struct fuse_cmdline_opts cmd;
     fs_options o;
     ckptfs fs;
-    ckpt_key *key = NULL;
-    struct fuse_session *se = NULL;
-    int backing_fd = -1, exit_code = EXIT_USAGE, table_ready = 0, mounted = 0;
+    mount_key key; /* the key's one owner (mount_key.h) */
+    struct fuse_session *se;
+    int backing_fd, table_ready, mounted, have_mount_path;
     char backing_path[PATH_MAX], mount_path[PATH_MAX];
     sigset_t unblocked;
-    memset(&cmd, 0, sizeof cmd);
-    memset(&fs, 0, sizeof fs);
-    fs.handles.next = fs.handles.prev = &fs.handles;
-    pthread_mutex_init(&fs.handles_lock, NULL);
-    pthread_sigmask(SIG_SETMASK, NULL, &unblocked);
-    libfuse_log_to_fslog();
+} daemon_run;
 
-    if (fs_options_parse(&args, &o) != 0 || fuse_parse_cmdline(&args, &cmd) != 0)
-        goto out;
-    if (cmd.show_help) {
-        print_help(argv[0]);
-        exit_code = 0;
-        goto out;
+/* 0 to go on; 1 when done (help, version); -1 on a usage error. */
+static int parse_command_line(daemon_run *d, const char *prog)
+{
+    if (fs_options_parse(&d->args, &d->o) != 0 || fuse_parse_cmdline(&d->args, &d->cmd) != 0)
+        return -1;
+    if (d->cmd.show_help) {
+        print_help(prog);
+        return 1;
     }
-    if (cmd.show_version) {
+    if (d->cmd.show_version) {
         print_version();
-        exit_code = 0;
-        goto out;
+        return 1;
     }
-    if (!o.backing_dir || !cmd.mountpoint) {
-        fprintf(stderr, "ckptfs: need BACKING_DIR and MOUNTPOINT (see %s --help)\n", argv[0]);
-        goto out;
+    if (!d->o.backing_dir || !d->cmd.mountpoint) {
+        fprintf(stderr, "ckptfs: need BACKING_DIR and MOUNTPOINT (see %s --help)\n", prog);
+        return -1;
     }
-    if (cmd.debug) {
-        if (drop_libfuse_debug(&args) != 0)
-            goto out;
+    if (d->cmd.debug) {
+        if (drop_libfuse_debug(&d->args) != 0)
+            return -1;
         fslog_set_max_priority(LOG_DEBUG);
     }
+    return 0;
+}
 
-    exit_code = EXIT_FAILURE;
-    /* The log's destination from the start, so that what recovery says
-     * is there too; until mounted, errors and warnings are also shown
-     * where ckptfs was run (why a mount failed belongs there). */
-    if (o.log_file) {
-        int rc = fslog_use_file(o.log_file);
+/* The log's destination from the start, so that what recovery says is
+ * there too; until mounted, errors and warnings are also shown where
+ * ckptfs was run (why a mount failed belongs there). */
+static int open_log(const daemon_run *d)
+{
+    if (d->o.log_file) {
+        int rc = fslog_use_file(d->o.log_file);
         if (rc) {
-            fprintf(stderr, "ckptfs: cannot open log_file '%s': %s\n", o.log_file,
+            fprintf(stderr, "ckptfs: cannot open log_file '%s': %s\n", d->o.log_file,
                     strerror(-rc));
-            goto out;
+            return -1;
         }
         fslog_tee_stderr(1);
-    } else if (!cmd.foreground) {
+    } else if (!d->cmd.foreground) {
         fslog_use_syslog();
         fslog_tee_stderr(1);
     }
-    if (!realpath(o.backing_dir, backing_path) ||
-        (backing_fd = open(backing_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-        fprintf(stderr, "ckptfs: cannot use backing directory '%s': %s\n", o.backing_dir,
-                strerror(errno));
-        goto out;
-    }
-    if (load_key(&o, &key, LOG_ERR) < 0)
-        goto out;
-    if (key && forbid_core_dumps() != 0) {
-        fprintf(stderr, "ckptfs: cannot disable core dumps: %s\n", strerror(errno));
-        goto out;
-    }
+    return 0;
+}
 
+static int open_backing_and_key(daemon_run *d)
+{
+    if (!realpath(d->o.backing_dir, d->backing_path) ||
+        (d->backing_fd = open(d->backing_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        fprintf(stderr, "ckptfs: cannot use backing directory '%s': %s\n", d->o.backing_dir,
+                strerror(errno));
+        return -1;
+    }
+    if (load_key(&d->o, &d->key.key, LOG_ERR) < 0)
+        return -1;
+    if (d->key.key && forbid_core_dumps() != 0) {
+        fprintf(stderr, "ckptfs: cannot disable core dumps: %s\n", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* The read side, then the write side (which recovers what an earlier run
+ * left), then the FUSE session over both. -2 when libfuse refused an
+ * option (it has said which), else -1 on failure. */
+static int build_mount(daemon_run *d)
+{
+    ckptfs *fs = &d->fs;
     tune_malloc();
     /* Threads may start from here on (recovery seals staged data). */
     signals_block(NULL);
-    fs.uid = getuid();
-    fs.gid = getgid();
-    fs.cache = chunk_cache_new(o.cache_bytes);
-    if (!fs.cache || checkpoints_init(&fs.table, backing_path, backing_fd, key, fs.cache) != 0) {
+    fs->uid = getuid();
+    fs->gid = getgid();
+    fs->cache = chunk_cache_new(d->o.cache_bytes);
+    if (!fs->cache ||
+        checkpoints_init(&fs->table, d->backing_path, d->backing_fd, &d->key, fs->cache) != 0) {
         fprintf(stderr, "ckptfs: out of memory\n");
-        goto out;
+        return -1;
     }
-    table_ready = 1;
-    reader_init(&fs.reader, &fs.table, fs.cache, NULL, o.cache_bytes, o.threads);
-    if (!o.read_only)
-        setup_writing(&fs, &o, backing_path, backing_fd, key);
+    d->table_ready = 1;
+    reader_init(&fs->reader, &fs->table, fs->cache, NULL, d->o.cache_bytes, d->o.threads);
+    if (!d->o.read_only)
+        setup_writing(fs, &d->o, d->backing_path, d->backing_fd, &d->key);
 
     /* The mode bits we show are enforced; without staging, read-only in
      * the kernel too. */
-    if (fuse_opt_add_arg(&args, fs.writable ? "-odefault_permissions,subtype=ckptfs,fsname=ckptfs"
-                                            : "-oro,default_permissions,subtype=ckptfs,fsname=ckptfs") != 0)
-        goto out;
+    if (fuse_opt_add_arg(&d->args, fs->writable
+                                       ? "-odefault_permissions,subtype=ckptfs,fsname=ckptfs"
+                                       : "-oro,default_permissions,subtype=ckptfs,fsname=ckptfs") != 0)
+        return -1;
     /* Tracing costs nothing unless asked for: another table, other I/O. */
-    const struct fuse_lowlevel_ops *ops = cmd.debug ? trace_ops(&ckptfs_ops) : &ckptfs_ops;
-    se = fuse_session_new(&args, ops, sizeof *ops, &fs);
-    if (!se) {
-        exit_code = EXIT_USAGE; /* libfuse said which option it did not know */
-        goto out;
-    }
-    /* Helpers libfuse runs (fusermount3) must not inherit blocked signals. */
-    signals_unblock(&unblocked);
-    if (signals_install(se) != 0)
-        goto out;
+    const struct fuse_lowlevel_ops *ops = d->cmd.debug ? trace_ops(&ckptfs_ops) : &ckptfs_ops;
+    d->se = fuse_session_new(&d->args, ops, sizeof *ops, fs);
+    return d->se ? 0 : -2;
+}
+
+/* Mounts, then forks into the background unless -f. */
+static int mount_and_daemonize(daemon_run *d)
+{
     /* Resolved now: once mounted, looking at the path would wait for the
      * FUSE loop that is not running yet. */
-    int have_mount_path = realpath(cmd.mountpoint, mount_path) != NULL;
-    if (fuse_session_mount(se, cmd.mountpoint) != 0)
-        goto out_handlers;
-    mounted = 1;
-    if (cmd.debug)
-        trace_io_install(se);
-    if (have_mount_path) {
-        fs.mount_path = mount_path;
-        fs.readahead_kib = READAHEAD_KIB;
-        fs.readahead_pending = 1;
+    d->have_mount_path = realpath(d->cmd.mountpoint, d->mount_path) != NULL;
+    if (fuse_session_mount(d->se, d->cmd.mountpoint) != 0)
+        return -1;
+    d->mounted = 1;
+    if (d->cmd.debug)
+        trace_io_install(d->se);
+    if (d->have_mount_path) {
+        d->fs.mount_path = d->mount_path;
+        d->fs.readahead_kib = READAHEAD_KIB;
+        d->fs.readahead_pending = 1;
     }
-    if (fuse_daemonize(cmd.foreground) != 0)
-        goto out_unmount;
+    if (fuse_daemonize(d->cmd.foreground) != 0)
+        return -1;
     fslog_tee_stderr(0);
-    if (!cmd.foreground)
-        reload_key_after_fork(&o, &key, &fs);
-    /* Threads only now: they would not survive the daemon's fork. Until
-     * the loop runs, signals wait: they must reach this thread. */
+    if (!d->cmd.foreground)
+        reload_key_after_fork(&d->o, &d->key);
+    return 0;
+}
+
+/* Threads only now: they would not survive the daemon's fork. Until the
+ * loop runs, signals wait: they must reach this thread. */
+static void start_threads(daemon_run *d)
+{
+    ckptfs *fs = &d->fs;
     signals_block(NULL);
     int rc = fslog_start_reopener();
     if (rc != 0)
         fslog_warn("cannot start the log reopener (%s); SIGHUP will not reopen the log",
                    strerror(-rc));
-    fs.pool = worker_pool_new(o.threads, MAX_QUEUED_JOBS);
-    if (!fs.pool)
+    fs->pool = worker_pool_new(d->o.threads, MAX_QUEUED_JOBS);
+    if (!fs->pool)
         fslog_warn("cannot start decode workers (%s); decoding on request threads",
                    strerror(errno));
-    reader_set_pool(&fs.reader, fs.pool);
-    __atomic_store_n(&fs.se, se, __ATOMIC_RELEASE);
-    if (fs.writable && wtable_start(&fs.wtable) != 0)
+    reader_set_pool(&fs->reader, fs->pool);
+    __atomic_store_n(&fs->se, d->se, __ATOMIC_RELEASE);
+    if (fs->writable && wtable_start(&fs->wtable) != 0)
         fslog_err("cannot start the packer (%s); checkpoints written now stay unpacked until "
                   "the next mount", strerror(errno));
-    log_mounted(&fs, &o, backing_path, have_mount_path ? mount_path : cmd.mountpoint, cmd.debug);
-    signals_unblock(&unblocked);
+}
 
-    int loop_rc = run_loop(se, &cmd);
-    exit_code = loop_rc < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
-    log_loop_end(loop_rc, have_mount_path ? mount_path : cmd.mountpoint);
+static const char *shown_mount_path(const daemon_run *d)
+{
+    return d->have_mount_path ? d->mount_path : d->cmd.mountpoint;
+}
 
-out_unmount:
-    __atomic_store_n(&fs.se, NULL, __ATOMIC_RELEASE);
-    fuse_session_unmount(se);
-out_handlers:
-    /* From here a second SIGTERM or SIGINT ends the process at once: as
-     * safe as a crash, which the next mount recovers from. */
-    signals_remove(se);
-out:
+static void tear_down(daemon_run *d)
+{
+    ckptfs *fs = &d->fs;
     /* Packing in progress resumes next time. Stopped before the session
      * goes: the packer tells the kernel about commits through it. */
-    if (fs.writable)
-        wtable_stop(&fs.wtable);
-    if (se)
-        fuse_session_destroy(se);
-    worker_pool_free(fs.pool);
-    if (table_ready)
-        reader_destroy(&fs.reader);
-    handles_free_all(&fs);
+    if (fs->writable)
+        wtable_stop(&fs->wtable);
+    if (d->se)
+        fuse_session_destroy(d->se);
+    worker_pool_free(fs->pool);
+    if (d->table_ready)
+        reader_destroy(&fs->reader);
+    handles_free_all(fs);
     /* Before the packs: committed checkpoints let go of theirs. */
-    if (fs.writable)
-        wtable_destroy(&fs.wtable);
-    if (table_ready)
-        checkpoints_destroy(&fs.table);
-    chunk_cache_free(fs.cache);
-    if (key)
-        ckpt_key_free(key);
-    if (backing_fd >= 0)
-        close(backing_fd);
-    pthread_mutex_destroy(&fs.handles_lock);
-    if (mounted)
+    if (fs->writable)
+        wtable_destroy(&fs->wtable);
+    if (d->table_ready)
+        checkpoints_destroy(&fs->table);
+    chunk_cache_free(fs->cache);
+    if (d->key.key)
+        ckpt_key_free(d->key.key);
+    if (d->backing_fd >= 0)
+        close(d->backing_fd);
+    pthread_mutex_destroy(&fs->handles_lock);
+    if (d->mounted)
         fslog_info("stopped");
-    free(cmd.mountpoint);
-    fs_options_free(&o);
-    fuse_opt_free_args(&args);
+    free(d->cmd.mountpoint);
+    fs_options_free(&d->o);
+    fuse_opt_free_args(&d->args);
     fslog_close();
+}
+
+int main(int argc, char **argv)
+{
+    static daemon_run d; /* large (two PATH_MAX buffers); zeroed */
+    d.args = (struct fuse_args)FUSE_ARGS_INIT(argc, argv);
+    d.backing_fd = -1;
+    d.fs.handles.next = d.fs.handles.prev = &d.fs.handles;
+    pthread_mutex_init(&d.fs.handles_lock, NULL);
+    pthread_sigmask(SIG_SETMASK, NULL, &d.unblocked);
+    libfuse_log_to_fslog();
+
+    int exit_code = EXIT_USAGE;
+    int parsed = parse_command_line(&d, argv[0]);
+    if (parsed != 0) {
+        exit_code = parsed > 0 ? EXIT_SUCCESS : EXIT_USAGE;
+        goto out;
+    }
+    exit_code = EXIT_FAILURE;
+    if (open_log(&d) != 0 || open_backing_and_key(&d) != 0)
+        goto out;
+    int built = build_mount(&d);
+    if (built != 0) {
+        if (built == -2)
+            exit_code = EXIT_USAGE;
+        goto out;
+    }
+    /* Helpers libfuse runs (fusermount3) must not inherit blocked signals. */
+    signals_unblock(&d.unblocked);
+    if (signals_install(d.se) != 0)
+        goto out;
+    if (mount_and_daemonize(&d) == 0) {
+        start_threads(&d);
+        log_mounted(&d.fs, &d.o, d.backing_path, shown_mount_path(&d), d.cmd.debug);
+        signals_unblock(&d.unblocked);
+        int loop_rc = run_loop(d.se, &d.cmd);
+        exit_code = loop_rc < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+        log_loop_end(loop_rc, shown_mount_path(&d));
+    }
+    if (d.mounted) {
+        __atomic_store_n(&d.fs.se, NULL, __ATOMIC_RELEASE);
+        fuse_session_unmount(d.se);
+    }
+    /* From here a second SIGTERM or SIGINT ends the process at once: as
+     * safe as a crash, which the next mount recovers from. */
+    signals_remove(d.se);
+out:
+    tear_down(&d);
     return exit_code;
 }

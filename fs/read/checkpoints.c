@@ -18,7 +18,7 @@
 #define MAX_LOGGED_CHUNKS 4096
 
 int checkpoints_init(checkpoint_table *t, const char *backing_path, int backing_fd,
-                     const ckpt_key *key, chunk_cache *cache)
+                     const mount_key *key, chunk_cache *cache)
 {
     memset(t, 0, sizeof *t);
     t->backing_path = strdup(backing_path);
@@ -319,7 +319,7 @@ static int open_pack(checkpoint_table *t, checkpoint *c)
 {
     ckpt_err err = {0};
     ckpt_pack *pack = NULL;
-    int rc = ckpt_open(c->pack_path, t->key, &pack, &err);
+    int rc = ckpt_open(c->pack_path, mount_key_get(t->key), &pack, &err);
     if (rc < 0) {
         /* No key or the wrong one is the mount's configuration; anything
          * else is the pack. */

@@ -19,6 +19,7 @@
 #include "ckpt.h"
 #include "pack_tree.h"
 #include "common/inode.h"
+#include "common/mount_key.h"
 
 #define CKPT_SUFFIX ".tpack"
 
@@ -57,7 +58,7 @@ typedef struct checkpoint_table {
     pthread_mutex_t lock;
     int backing_fd;
     char *backing_path;
-    const ckpt_key *key;
+    const mount_key *key;   /* borrowed from main.c */
     chunk_cache *cache;
     checkpoint *all;
     uint32_t next_serial;
@@ -74,7 +75,7 @@ typedef struct root_listing {
 } root_listing;
 
 int checkpoints_init(checkpoint_table *t, const char *backing_path, int backing_fd,
-                     const ckpt_key *key, chunk_cache *cache);
+                     const mount_key *key, chunk_cache *cache);
 void checkpoints_destroy(checkpoint_table *t);
 
 static inline uint64_t checkpoint_ino(const checkpoint *c, uint32_t node)

@@ -135,7 +135,7 @@ static int read_small(int dirfd, const char *name, size_t max, uint8_t **out, si
 
 /* ------------------------------------------------------------------ root */
 
-int stage_root_open(stage_root *r, int backing_fd, const ckpt_key *key, ckpt_err *err)
+int stage_root_open(stage_root *r, int backing_fd, const mount_key *key, ckpt_err *err)
 {
     memset(r, 0, sizeof *r);
     r->stage_fd = -1;
@@ -213,7 +213,7 @@ static int derive_key(stage_root *r, const uint8_t salt[16], const char *sid, st
         rc = ckpt_fail(err, -ENOMEM, "out of locked memory");
     if (rc == 0 && (!r->master_valid || memcmp(r->master_salt, salt, 16) != 0)) {
         r->master_valid = 0;
-        rc = ckpt_key_derive(r->key, MASTER_CONTEXT, salt, r->master, err);
+        rc = ckpt_key_derive(mount_key_get(r->key), MASTER_CONTEXT, salt, r->master, err);
         if (rc == 0) {
             memcpy(r->master_salt, salt, 16);
             r->master_valid = 1;
@@ -397,7 +397,7 @@ int stage_create(stage_root *r, const char *name, stage_dir *d, ckpt_err *err)
         (d->data_fd = openat(d->fd, DATA_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         rc = ckpt_fail(err, -errno, "staging for '%s': cannot set up %s/stage/%s: %s", name,
                        STAGE_HIDDEN_DIR, d->sid, strerror(errno));
-    if (rc == 0 && r->key) {
+    if (rc == 0 && mount_key_get(r->key)) {
         memcpy(d->salt, r->salt, 16);
         rc = derive_key(r, d->salt, d->sid, stage_cipher_default(), &d->key, err);
     }
@@ -443,7 +443,7 @@ int stage_unlock(stage_root *r, stage_dir *d, const stage_record *rec, ckpt_err 
 {
     if (!rec->sealed || d->key)
         return 0;
-    if (!r->key)
+    if (!mount_key_get(r->key))
         return ckpt_fail(err, -EACCES, "checkpoint '%s': its staged data is encrypted; "
                          "mount with its key to reach it", rec->name);
     if (!rec->cipher || !stage_cipher_available(rec->cipher))

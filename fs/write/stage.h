@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "ckpt.h"
+#include "common/mount_key.h"
 #include "stage_blob.h"
 #include "stage_crypt.h"
 #include "wtree.h"
@@ -38,7 +39,7 @@ typedef enum stage_state { STAGE_WRITING = 1, STAGE_PACKING = 2, STAGE_FAILED = 
 typedef struct stage_root {
     int backing_fd;           /* borrowed */
     int stage_fd;             /* BACKING/.ckptfs/stage */
-    const ckpt_key *key;      /* borrowed; NULL: plain staging */
+    const mount_key *key;     /* borrowed; no key: plain staging */
     pthread_mutex_t key_lock;
     uint8_t salt[16];         /* for new checkpoints */
     int have_salt;
@@ -66,7 +67,7 @@ typedef struct stage_record {
 } stage_record;
 
 /* Creates BACKING/.ckptfs/stage if needed. Errors name the path. */
-int stage_root_open(stage_root *r, int backing_fd, const ckpt_key *key, ckpt_err *err);
+int stage_root_open(stage_root *r, int backing_fd, const mount_key *key, ckpt_err *err);
 void stage_root_close(stage_root *r);
 
 /* A new staging directory for checkpoint name, recorded as writing. The

@@ -348,7 +348,7 @@ int wtable_commit(wtable *t, wckpt *c)
 
 /* ----------------------------------------------------------- the table */
 
-int wtable_init(wtable *t, const char *backing_path, int backing_fd, const ckpt_key *key,
+int wtable_init(wtable *t, const char *backing_path, int backing_fd, const mount_key *key,
                 const wtable_opts *o, ckpt_err *err)
 {
     memset(t, 0, sizeof *t);

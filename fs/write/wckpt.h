@@ -112,7 +112,7 @@ typedef struct wtable {
     pthread_cond_t wake;      /* packer: work queued, or stopping */
     int backing_fd;           /* borrowed */
     char *backing_path;
-    const ckpt_key *key;
+    const mount_key *key;     /* borrowed from main.c */
     wtable_opts opts;
     stage_root root;
     int root_ready;
@@ -146,7 +146,7 @@ typedef struct wdirent {
 /* ------------------------------------------------------------ the table */
 
 /* Sets up the staging area under backing. Errors name the path. */
-int wtable_init(wtable *t, const char *backing_path, int backing_fd, const ckpt_key *key,
+int wtable_init(wtable *t, const char *backing_path, int backing_fd, const mount_key *key,
                 const wtable_opts *o, ckpt_err *err);
 /* Puts every staged checkpoint back (see above); logs what it did. */
 int wtable_recover(wtable *t);

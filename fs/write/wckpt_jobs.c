@@ -99,7 +99,7 @@ static void pack_one(wtable *t, wckpt *c)
             .name = name,
             .files = files,
             .n_files = n,
-            .key = t->key,
+            .key = mount_key_get(t->key),
             .cipher = t->opts.cipher,
             .threads = t->opts.pack_threads,
             .progress = pack_progress,
