@@ -45,7 +45,7 @@ ifneq ($(FS_SRC),)
 BINS += $(B)/bin/ckptfs
 endif
 
-.PHONY: all deps demo check unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write clean
+.PHONY: all deps demo check lint-layout unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write clean
 all: $(B)/lib/libckpt.a $(B)/lib/libckpt.so $(BINS) cuda
 
 # The optional CUDA tool lives in its own makefile: it defines the targets
@@ -134,8 +134,13 @@ unit-asan: $(UNIT_ASAN_BIN)
 integration: all
 	@B=$(B) tests/integration/run.sh
 
+# The include layout of fs/README.md: one-way dependencies, no cycles.
+lint-layout:
+	@scripts/lint-layout.py
+
 check:
 	@scripts/deps.sh test
+	@$(MAKE) --no-print-directory lint-layout
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory unit-asan

@@ -16,15 +16,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "fuse/mount.h"
 #include "common/fslog.h"
-#include "fuse/libfuse_log.h"
-#include "fuse/options.h"
-#include "fuse/signals.h"
-#include "fuse/trace.h"
-#include "fuse/handles.h"
-#include "fuse/handover.h"
 #include "common/mount_key.h"
+#include "fuse/frontend.h"
 
 #define EXIT_USAGE 2
 /* Prefetch and read-ahead jobs waiting for a decode worker. */

@@ -1,4 +1,4 @@
-/* The state of one mount, shared by the FUSE operations. */
+/* The state of one mount, shared by the FUSE operations of both sides. */
 #ifndef CKPTFS_CKPTFS_H
 #define CKPTFS_CKPTFS_H
 
@@ -6,12 +6,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "read/checkpoints.h"
-#include "read/chunk_cache.h"
-#include "fuse_api.h"
-#include "read/reader.h"
-#include "write/wckpt.h"
 #include "common/worker_pool.h"
+#include "fuse_api.h"
+#include "read/read.h"
+#include "write/write.h"
 
 /* An open file (only while the kernel still sends opens, see op_open) or
  * an open root directory. Kept on a list so handles the kernel never
