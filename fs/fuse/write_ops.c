@@ -1,3 +1,7 @@
+/* The write side's FUSE requests: one short function per operation on
+ * the root (creating, removing and renaming checkpoints) and on the inodes
+ * of checkpoints being written; each turns a request into a wtable call
+ * and its answer into a reply. One job, hence one file, though long. */
 #include "write_ops.h"
 
 #include <errno.h>

@@ -1,0 +1,249 @@
+/* The namespace file ("meta") of a staged checkpoint: the wtree encoded
+ * as records, sealed with the checkpoint's key (or hashed, when plain), and
+ * replaced atomically; decoding validates every field, since the file is
+ * read back after crashes and may be damaged. */
+#include "stage_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+
+typedef struct enc {
+    bytebuf b;
+    uint32_t *index_of;       /* node id -> position in the file (0 = root) */
+    uint32_t n;
+} enc;
+
+static int encode_node(void *ud, const wtree *t, uint32_t id)
+{
+    enc *e = ud;
+    const wnode *n = &t->nodes[id];
+    if (id == WTREE_ROOT) {
+        e->index_of[id] = 0;
+        return 0;
+    }
+    e->index_of[id] = ++e->n;
+    size_t len = strlen(n->name);
+    bb_u32(&e->b, e->index_of[n->parent]);
+    bb_u8(&e->b, n->kind);
+    bb_u32(&e->b, n->mode);
+    bb_u64(&e->b, (uint64_t)n->mtime_sec);
+    bb_u32(&e->b, n->mtime_nsec);
+    bb_u64(&e->b, n->blob_id);
+    bb_u16(&e->b, (uint16_t)len);
+    bb_put(&e->b, n->name, len);
+    return 0;
+}
+
+int stage_encode_meta(const stage_dir *d, const wtree *t, uint64_t next_blob_id, uint8_t **out,
+                      size_t *out_len)
+{
+    enc e = {{0}, calloc(t->n_nodes ? t->n_nodes : 1, sizeof(uint32_t)), 0};
+    if (!e.index_of)
+        return -ENOMEM;
+    const wnode *root = &t->nodes[WTREE_ROOT];
+    bb_u32(&e.b, 1);
+    bb_u64(&e.b, next_blob_id);
+    bb_u32(&e.b, root->mode);
+    bb_u64(&e.b, (uint64_t)root->mtime_sec);
+    bb_u32(&e.b, root->mtime_nsec);
+    size_t count_at = e.b.len;
+    bb_u32(&e.b, 0);
+    int rc = wtree_walk(t, encode_node, &e);
+    free(e.index_of);
+    if (rc == 0 && e.b.oom)
+        rc = -ENOMEM;
+    size_t len = 8 + (d->key ? META_NONCE + e.b.len + META_TAG : e.b.len + META_HASH);
+    uint8_t *buf = rc ? NULL : malloc(len);
+    if (rc == 0 && !buf)
+        rc = -ENOMEM;
+    if (rc == 0) {
+        put_u32(e.b.p + count_at, e.n);
+        if (d->key) {
+            memcpy(buf, META_MAGIC_SEALED, 8);
+            uint8_t ad[8 + STAGE_SID_LEN];
+            memcpy(ad, META_MAGIC_SEALED, 8);
+            memcpy(ad + 8, d->sid, STAGE_SID_LEN);
+            stage_seal(d->key, ad, sizeof ad, e.b.p, e.b.len, buf + 8, buf + 8 + META_NONCE);
+        } else {
+            memcpy(buf, META_MAGIC_PLAIN, 8);
+            memcpy(buf + 8, e.b.p, e.b.len);
+            crypto_generichash(buf + 8 + e.b.len, META_HASH, e.b.p, e.b.len, NULL, 0);
+        }
+    }
+    if (e.b.p)
+        sodium_memzero(e.b.p, e.b.len);
+    bb_free(&e.b);
+    *out = buf;
+    *out_len = len;
+    return rc;
+}
+
+int stage_write_meta(stage_dir *d, const uint8_t *buf, size_t len, ckpt_err *err)
+{
+    char what[64];
+    snprintf(what, sizeof what, "staging %s", d->sid);
+    /* Blobs the namespace names must exist after a crash too. */
+    if (fsync(d->data_fd) != 0)
+        return ckpt_fail(err, -errno, "%s: fsync of the data directory: %s", what, strerror(errno));
+    return stage_replace_file(d->fd, what, META_NAME, buf, len, err);
+}
+
+int stage_save_meta(stage_dir *d, const wtree *t, uint64_t next_blob_id, ckpt_err *err)
+{
+    uint8_t *buf;
+    size_t len;
+    int rc = stage_encode_meta(d, t, next_blob_id, &buf, &len);
+    if (rc)
+        return ckpt_fail(err, rc, "out of memory");
+    rc = stage_write_meta(d, buf, len, err);
+    free(buf);
+    return rc;
+}
+
+typedef struct dec {
+    const uint8_t *p;
+    size_t left;
+    int bad;
+} dec;
+
+static const uint8_t *take(dec *d, size_t n)
+{
+    if (d->bad || d->left < n) {
+        d->bad = 1;
+        return NULL;
+    }
+    const uint8_t *p = d->p;
+    d->p += n;
+    d->left -= n;
+    return p;
+}
+
+static uint64_t take_u64(dec *d) { const uint8_t *p = take(d, 8); return p ? get_u64(p) : 0; }
+static uint32_t take_u32(dec *d) { const uint8_t *p = take(d, 4); return p ? get_u32(p) : 0; }
+static uint16_t take_u16(dec *d) { const uint8_t *p = take(d, 2); return p ? get_u16(p) : 0; }
+static uint8_t take_u8(dec *d) { const uint8_t *p = take(d, 1); return p ? p[0] : 0; }
+
+static int decode_meta(const uint8_t *p, size_t len, wtree *t, uint64_t *next_blob_id)
+{
+    dec d = {p, len, 0};
+    if (take_u32(&d) != 1)
+        return -EIO;
+    *next_blob_id = take_u64(&d);
+    uint32_t root_mode = take_u32(&d);
+    int64_t root_sec = (int64_t)take_u64(&d);
+    uint32_t root_nsec = take_u32(&d);
+    uint32_t n = take_u32(&d);
+    if (d.bad || n > d.left / 31)
+        return -EIO;
+    int rc = wtree_init(t, root_mode, root_sec, root_nsec);
+    if (rc)
+        return rc;
+    uint32_t *id_of = malloc(((size_t)n + 1) * sizeof *id_of);
+    if (!id_of) {
+        wtree_free(t);
+        return -ENOMEM;
+    }
+    id_of[0] = WTREE_ROOT;
+    char name[256];
+    for (uint32_t i = 1; rc == 0 && i <= n; i++) {
+        uint32_t parent = take_u32(&d);
+        uint8_t kind = take_u8(&d);
+        uint32_t mode = take_u32(&d);
+        int64_t sec = (int64_t)take_u64(&d);
+        uint32_t nsec = take_u32(&d);
+        uint64_t blob = take_u64(&d);
+        uint16_t nlen = take_u16(&d);
+        const uint8_t *nm = nlen < sizeof name ? take(&d, nlen) : NULL;
+        if (d.bad || !nm || parent >= i || memchr(nm, 0, nlen) || mode > 07777 || nsec >= 1000000000u) {
+            rc = -EIO;
+            break;
+        }
+        memcpy(name, nm, nlen);
+        name[nlen] = 0;
+        /* wtree_add checks the name, the parent being a directory and
+         * duplicates; any of those means a damaged file. */
+        rc = wtree_add(t, id_of[parent], name, (wnode_kind)kind, mode, sec, nsec, blob, &id_of[i]);
+        if (rc && rc != -ENOMEM)
+            rc = -EIO;
+        if (rc == 0 && kind == WNODE_FILE && blob >= *next_blob_id)
+            rc = -EIO;
+    }
+    free(id_of);
+    if (rc == 0 && d.left)
+        rc = -EIO;
+    if (rc)
+        wtree_free(t);
+    return rc;
+}
+
+int stage_load_meta(stage_dir *d, wtree *t, uint64_t *next_blob_id, ckpt_err *err)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = stage_read_small(d->fd, META_NAME, META_MAX, &buf, &len);
+    if (rc == -ENOENT) {
+        /* Created, then a crash before the first save: nothing was synced. */
+        *next_blob_id = 1;
+        rc = wtree_init(t, 0755, 0, 0);
+        return rc ? ckpt_fail(err, rc, "out of memory") : 0;
+    }
+    if (rc)
+        return ckpt_fail(err, rc == -EIO ? -EIO : rc, "staging %s: cannot read its namespace: %s",
+                         d->sid, strerror(-rc));
+    uint8_t *plain = NULL;
+    size_t plen = 0;
+    if (len >= 8 + META_NONCE + META_TAG && memcmp(buf, META_MAGIC_SEALED, 8) == 0) {
+        if (!d->key) {
+            free(buf);
+            return ckpt_fail(err, -EACCES, "staging %s: namespace is encrypted and no key is set",
+                             d->sid);
+        }
+        plen = len - 8 - META_NONCE - META_TAG;
+        plain = malloc(plen ? plen : 1);
+        uint8_t ad[8 + STAGE_SID_LEN];
+        memcpy(ad, META_MAGIC_SEALED, 8);
+        memcpy(ad + 8, d->sid, STAGE_SID_LEN);
+        if (plain && stage_unseal(d->key, ad, sizeof ad, buf + 8 + META_NONCE, plen, buf + 8,
+                                  plain) != 0)
+            rc = -EIO; /* the key was checked: this is damage */
+    } else if (len >= 8 + META_HASH && memcmp(buf, META_MAGIC_PLAIN, 8) == 0) {
+        if (d->key) {
+            /* Sealed staging never writes a plain namespace. */
+            rc = -EIO;
+        } else {
+            plen = len - 8 - META_HASH;
+            plain = malloc(plen ? plen : 1);
+            uint8_t h[META_HASH];
+            crypto_generichash(h, META_HASH, buf + 8, plen, NULL, 0);
+            if (plain && memcmp(h, buf + 8 + plen, META_HASH) != 0)
+                rc = -EIO;
+            else if (plain)
+                memcpy(plain, buf + 8, plen);
+        }
+    } else {
+        rc = -EIO;
+    }
+    free(buf);
+    if (rc == 0 && !plain)
+        rc = -ENOMEM;
+    if (rc == 0)
+        rc = decode_meta(plain, plen, t, next_blob_id);
+    if (plain)
+        sodium_memzero(plain, plen);
+    free(plain);
+    if (rc == -EIO)
+        return ckpt_fail(err, rc, "staging %s: namespace file is damaged", d->sid);
+    if (rc)
+        return ckpt_fail(err, rc, "staging %s: %s", d->sid, strerror(-rc));
+    return 0;
+}
