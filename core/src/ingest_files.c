@@ -24,10 +24,7 @@ typedef struct source {
 
 static ssize_t fd_read(void *ud, void *buf, size_t len, uint64_t off)
 {
-    for (;;) {
-        ssize_t r = pread(*(const int *)ud, buf, len, (off_t)off);
-        if (r >= 0 || errno != EINTR) return r < 0 ? -errno : r;
-    }
+    return ckpt_pread_full(*(const int *)ud, buf, len, off);
 }
 
 static int read_at(const source *src, uint8_t *buf, size_t len, uint64_t off, ckpt_err *err)
