@@ -53,7 +53,7 @@ CKCU_HOST_SRC := util.c plan.c ring.c source.c src_pack.c src_mount.c load.c ver
     sthdr.c save.c bench.c
 # The only sources that need the toolkit (api.c binds the pipelines to it).
 CKCU_CUDA_SRC := backend_cuda.c api.c
-CKCU_TOOL_SRC := main.c cmd_load.c
+CKCU_TOOL_SRC := main.c cmd_load.c tool.c
 CKCU_HOST_TESTS := test_cuda_plan test_cuda_ring test_cuda_load test_cuda_save
 
 CKCU_HDR := $(wildcard $(CKCU_DIR)/*.h $(CKCU_DIR)/tests/*.h) core/include/ckpt.h \
