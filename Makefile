@@ -9,7 +9,14 @@ ifeq ($(WERROR),1)
 WARN    += -Werror
 endif
 CSTD    := -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64
-CFLAGS_ALL = $(CSTD) $(OPT) $(WARN) -pthread -fPIC -Icore/include -Icore/src $(SHA_CFLAGS) $(CPPFLAGS) $(CFLAGS)
+# Code outside core sees core's public headers only (ckpt.h, ckpt_mount.h,
+# and ckpt_internal.h when a file asks for it by defining CKPT_INTERNAL_API).
+CFLAGS_API = $(CSTD) $(OPT) $(WARN) -pthread -fPIC -Icore/include $(SHA_CFLAGS) $(CPPFLAGS) $(CFLAGS)
+CFLAGS_ALL = $(CFLAGS_API) -Icore/src
+# Header dependencies: each compile writes a .d file beside its output
+# (a binary built straight from its source: <binary>.d).
+DEPFLAGS := -MMD -MP
+DEPFLAGS_BIN = $(DEPFLAGS) -MF $@.d -MT $@
 CORE_LIBS  := -lsodium -ldeflate -lz -ljansson -lm -pthread
 # Content checksums (SHA-256 of every file and tensor) through OpenSSL's
 # libcrypto, which uses the CPU's SHA instructions; libsodium has only a
@@ -63,9 +70,17 @@ $(B)/%.o: %.c $(wildcard core/include/*.h core/src/*.h core/src/*/*.h fs/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(if $(filter fs/%,$<),$(FUSE_CFLAGS)) -c $< -o $@
 
-$(B)/asan/%.o: %.c $(wildcard core/include/*.h core/src/*.h core/src/*/*.h)
+$(B)/core/%.o: core/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SAN) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -c $< -o $@
+
+$(B)/tools/%.o: tools/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_API) $(DEPFLAGS) -c $< -o $@
+
+$(B)/asan/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(SAN) $(DEPFLAGS) -c $< -o $@
 
 $(B)/lib/libckpt.a: $(CORE_OBJ)
 	@mkdir -p $(dir $@)
@@ -91,13 +106,18 @@ $(B)/bin/ckptfs: $(FS_SRC:%.c=$(B)/%.o) $(B)/lib/libckpt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(CORE_LIBS)
 
-$(B)/tests/%: tests/unit/%.c $(B)/lib/libckpt.a tests/unit/testutil.h
+$(B)/tests/%: tests/unit/%.c $(B)/lib/libckpt.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests/unit -o $@ $< $(B)/lib/libckpt.a -lcriterion $(CORE_LIBS) -lm
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS_BIN) -Itests/unit -o $@ $< $(B)/lib/libckpt.a -lcriterion $(CORE_LIBS) -lm
 
-$(B)/asan/tests/%: tests/unit/%.c $(B)/lib/libckpt-asan.a tests/unit/testutil.h
+$(B)/asan/tests/%: tests/unit/%.c $(B)/lib/libckpt-asan.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SAN) -Itests/unit -o $@ $< $(B)/lib/libckpt-asan.a -lcriterion $(CORE_LIBS) -lm
+	$(CC) $(CFLAGS_ALL) $(SAN) $(DEPFLAGS_BIN) -Itests/unit -o $@ $< $(B)/lib/libckpt-asan.a -lcriterion $(CORE_LIBS) -lm
+
+# What -MMD wrote (absent before the first build; -MP keeps a deleted header
+# from breaking the next one).
+-include $(CORE_OBJ:.o=.d) $(CORE_ASAN_OBJ:.o=.d) $(CKPT_SRC:%.c=$(B)/%.d) $(GEN_SRC:%.c=$(B)/%.d) \
+    $(UNIT_BIN:=.d) $(UNIT_ASAN_BIN:=.d)
 
 $(B)/fuzz/%: fuzz/%.c $(CORE_SRC)
 	@mkdir -p $(dir $@)
