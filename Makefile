@@ -9,7 +9,14 @@ ifeq ($(WERROR),1)
 WARN    += -Werror
 endif
 CSTD    := -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64
-CFLAGS_ALL = $(CSTD) $(OPT) $(WARN) -pthread -fPIC -Icore/include -Icore/src $(SHA_CFLAGS) $(CPPFLAGS) $(CFLAGS)
+# Code outside core sees core's public headers only (ckpt.h, ckpt_mount.h,
+# and ckpt_internal.h when a file asks for it by defining CKPT_INTERNAL_API).
+CFLAGS_API = $(CSTD) $(OPT) $(WARN) -pthread -fPIC -Icore/include $(SHA_CFLAGS) $(CPPFLAGS) $(CFLAGS)
+CFLAGS_ALL = $(CFLAGS_API) -Icore/src
+# Header dependencies: each compile writes a .d file beside its output
+# (a binary built straight from its source: <binary>.d).
+DEPFLAGS := -MMD -MP
+DEPFLAGS_BIN = $(DEPFLAGS) -MF $@.d -MT $@
 CORE_LIBS  := -lsodium -ldeflate -lz -ljansson -lm -pthread
 # Content checksums (SHA-256 of every file and tensor) through OpenSSL's
 # libcrypto, which uses the CPU's SHA instructions; libsodium has only a
@@ -62,13 +69,22 @@ endif
 deps:
 	@scripts/deps.sh build
 
-$(B)/%.o: %.c $(wildcard core/include/*.h core/src/*.h core/src/*/*.h fs/*/*.h)
+$(B)/core/%.o: core/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(if $(filter fs/%,$<),-Ifs $(FUSE_CFLAGS)) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS) -c $< -o $@
 
-$(B)/asan/%.o: %.c $(wildcard core/include/*.h core/src/*.h core/src/*/*.h fs/*/*.h)
+$(B)/tools/%.o: tools/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SAN) $(if $(filter fs/%,$<),-Ifs $(FUSE_CFLAGS)) -c $< -o $@
+	$(CC) $(CFLAGS_API) $(DEPFLAGS) -c $< -o $@
+
+# The daemon sees core through its public headers only, like the tools.
+$(B)/fs/%.o: fs/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_API) -Ifs $(FUSE_CFLAGS) $(DEPFLAGS) -c $< -o $@
+
+$(B)/asan/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(SAN) $(if $(filter fs/%,$<),-Ifs $(FUSE_CFLAGS)) $(DEPFLAGS) -c $< -o $@
 
 $(B)/lib/libckpt.a: $(CORE_OBJ)
 	@mkdir -p $(dir $@)
@@ -107,13 +123,18 @@ $(B)/bin/ckptfs: $(B)/fs/main.o $(B)/lib/libckptfs.a $(B)/lib/libckpt.a
 UNIT_CFLAGS = -Itests/unit -Ifs $(FUSE_CFLAGS)
 UNIT_LIBS   = -lcriterion $(FUSE_LIBS) $(CORE_LIBS) -lm
 
-$(B)/tests/%: tests/unit/%.c $(B)/lib/libckptfs.a $(B)/lib/libckpt.a tests/unit/testutil.h
+$(B)/tests/%: tests/unit/%.c $(B)/lib/libckptfs.a $(B)/lib/libckpt.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(UNIT_CFLAGS) -o $@ $< $(B)/lib/libckptfs.a $(B)/lib/libckpt.a $(UNIT_LIBS)
+	$(CC) $(CFLAGS_ALL) $(UNIT_CFLAGS) $(DEPFLAGS_BIN) -o $@ $< $(B)/lib/libckptfs.a $(B)/lib/libckpt.a $(UNIT_LIBS)
 
-$(B)/asan/tests/%: tests/unit/%.c $(B)/lib/libckptfs-asan.a $(B)/lib/libckpt-asan.a tests/unit/testutil.h
+$(B)/asan/tests/%: tests/unit/%.c $(B)/lib/libckptfs-asan.a $(B)/lib/libckpt-asan.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SAN) $(UNIT_CFLAGS) -o $@ $< $(B)/lib/libckptfs-asan.a $(B)/lib/libckpt-asan.a $(UNIT_LIBS)
+	$(CC) $(CFLAGS_ALL) $(SAN) $(UNIT_CFLAGS) $(DEPFLAGS_BIN) -o $@ $< $(B)/lib/libckptfs-asan.a $(B)/lib/libckpt-asan.a $(UNIT_LIBS)
+
+# What -MMD wrote (absent before the first build; -MP keeps a deleted header
+# from breaking the next one).
+-include $(CORE_OBJ:.o=.d) $(CORE_ASAN_OBJ:.o=.d) $(CKPT_SRC:%.c=$(B)/%.d) $(GEN_SRC:%.c=$(B)/%.d) \
+    $(FS_SRC:%.c=$(B)/%.d) $(FS_LIB_SRC:%.c=$(B)/asan/%.d) $(UNIT_BIN:=.d) $(UNIT_ASAN_BIN:=.d)
 
 $(B)/fuzz/%: fuzz/%.c $(CORE_SRC)
 	@mkdir -p $(dir $@)

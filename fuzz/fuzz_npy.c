@@ -1,14 +1,14 @@
 /* Fuzzes the npy header parser with the input as a whole file, and again
  * with only a prefix copied into a buffer of exactly that size so that any
  * read past head_len trips ASan. Accepted layouts are checked against the
- * promises ingest.h makes. */
+ * promises formats/formats.h makes. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt.h"
-#include "ingest.h"
+#include "formats/formats.h"
 
 static void check_layout(const ingest_layout *l, uint64_t file_size)
 {

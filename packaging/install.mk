@@ -5,7 +5,8 @@
 #   make uninstall (the same variables as the install it undoes)
 #
 # Installs the binaries (ckpt, ckptfs, and ckpt-cuda when it was built),
-# libckpt (static, shared with its soname links, header, pkg-config file),
+# libckpt (static, shared with its soname links, the public headers ckpt.h
+# and ckpt_mount.h, pkg-config file),
 # the man pages, the mount(8) helper, the systemd unit template and an
 # example configuration. ckpt-gen is a development tool and is not
 # installed. `uninstall` removes exactly those files; the example
@@ -85,7 +86,8 @@ install: all $(GEN_FILES)
 	$(INSTALL) -m 0755 $(B)/lib/libckpt.so $(D_LIB)/$(LIB_REAL)
 	ln -sf $(LIB_REAL) $(D_LIB)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(D_LIB)/libckpt.so
-	$(INSTALL) -m 0644 core/include/ckpt.h $(DESTDIR)$(INCLUDEDIR)/ckpt.h
+	@# ckpt_internal.h stays out: it is the tree's own unstable API.
+	$(INSTALL) -m 0644 core/include/ckpt.h core/include/ckpt_mount.h $(DESTDIR)$(INCLUDEDIR)/
 	$(INSTALL) -m 0644 $(GEN_DIR)/libckpt.pc $(DESTDIR)$(PKGCONFIGDIR)/libckpt.pc
 	for m in $(MAN_PAGES); do \
 	    gzip -9n <$(PKG_DIR)/man/$${m#*/} >$(D_MAN)/$$m.gz && chmod 0644 $(D_MAN)/$$m.gz || exit 1; \
@@ -108,7 +110,7 @@ install: all $(GEN_FILES)
 uninstall:
 	rm -f $(D_BIN)/ckpt $(D_BIN)/ckptfs $(D_BIN)/ckpt-cuda
 	rm -f $(D_LIB)/libckpt.a $(D_LIB)/$(LIB_REAL) $(D_LIB)/$(LIB_SONAME) $(D_LIB)/libckpt.so
-	rm -f $(DESTDIR)$(INCLUDEDIR)/ckpt.h $(DESTDIR)$(PKGCONFIGDIR)/libckpt.pc
+	rm -f $(DESTDIR)$(INCLUDEDIR)/ckpt.h $(DESTDIR)$(INCLUDEDIR)/ckpt_mount.h $(DESTDIR)$(PKGCONFIGDIR)/libckpt.pc
 	rm -f $(addprefix $(D_MAN)/,$(addsuffix .gz,$(MAN_PAGES))) $(D_MAN)/man1/ckpt-cuda.1.gz \
 	    $(addprefix $(D_MAN)/man8/,$(addsuffix .gz,$(MAN8_LINKS)))
 	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/ckptfs@.service

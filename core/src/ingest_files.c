@@ -1,6 +1,6 @@
 /* Adding files and trees from disk: safetensors and npy files are checked
  * and their tensors indexed; everything else is stored as opaque bytes. */
-#include "ingest.h"
+#include "formats/formats.h"
 #include "writer.h"
 
 #include <dirent.h>
@@ -11,14 +11,8 @@
 #include <unistd.h>
 
 #define READ_BLOCK (1u << 20)
-/* npy headers are tiny in practice; this bounds what a hostile one can make us read. */
-#define NPY_MAX_HEADER (64u << 20)
-
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
+/* What a format's sniff() is shown: the first page of the file. */
+#define SNIFF_HEAD 4096
 
 /* Where a file's bytes come from: a descriptor (add_path) or the caller's
  * callback (add_reader). Everything below reads through this. */
@@ -30,10 +24,7 @@ typedef struct source {
 
 static ssize_t fd_read(void *ud, void *buf, size_t len, uint64_t off)
 {
-    for (;;) {
-        ssize_t r = pread(*(const int *)ud, buf, len, (off_t)off);
-        if (r >= 0 || errno != EINTR) return r < 0 ? -errno : r;
-    }
+    return ckpt_pread_full(*(const int *)ud, buf, len, off);
 }
 
 static int read_at(const source *src, uint8_t *buf, size_t len, uint64_t off, ckpt_err *err)
@@ -48,38 +39,24 @@ static int read_at(const source *src, uint8_t *buf, size_t len, uint64_t off, ck
     return 0;
 }
 
-/* Reads as much of the head as the parser asks for, then parses it. */
-static int parse_layout(const source *src, const char *pack_path, uint64_t size, int is_npy, ingest_layout *lay,
-                        ckpt_err *err)
+/* The tensor layout of a file whose container format claims it: 0 with lay
+ * filled, 1 to store it opaque (no format claims it, or a valid file that is
+ * best kept as bytes), or -errno naming the file (a malformed container
+ * fails the pack). */
+static int describe_file(const source *src, const char *pack_path, uint64_t size, ingest_layout *lay,
+                         ckpt_err *err)
 {
-    /* An npy file's one tensor is named by its path without the extension. */
-    char name[4096];
-    snprintf(name, sizeof name, "%.*s", (int)(strlen(pack_path) - (is_npy ? 4 : 0)), pack_path);
-    size_t have = size < 4096 ? (size_t)size : 4096;
-    uint8_t *head = malloc(have ? have : 1);
-    if (!head) return ckpt_fail(err, -ENOMEM, "out of memory");
+    uint8_t head[SNIFF_HEAD];
+    size_t have = size < sizeof head ? (size_t)size : sizeof head;
     int rc = read_at(src, head, have, 0, err);
-    for (int round = 0; rc == 0 && round < 3; round++) {
-        uint64_t need = 0;
-        char msg[400] = "";
-        rc = is_npy ? ingest_npy(head, have, size, name, lay, &need, msg, sizeof msg)
-                    : ingest_safetensors(head, have, size, lay, &need, msg, sizeof msg);
-        if (rc != -EAGAIN) {
-            if (rc < 0) rc = ckpt_fail(err, rc, "%s: %s", src->name, msg); /* msg names the part: "safetensors header: ..." */
-            break;
-        }
-        if (need <= have || need > size || need > (is_npy ? NPY_MAX_HEADER : CKPT_SAFETENSORS_MAX_HEADER + 8)) {
-            rc = ckpt_fail(err, -EINVAL, "%s: invalid %s: header length %llu does not fit the file", src->name,
-                           is_npy ? "npy file" : "safetensors file", (unsigned long long)need);
-            break;
-        }
-        uint8_t *bigger = realloc(head, (size_t)need);
-        if (!bigger) { rc = ckpt_fail(err, -ENOMEM, "out of memory"); break; }
-        head = bigger;
-        rc = read_at(src, head + have, (size_t)need - have, have, err);
-        have = (size_t)need;
-    }
-    free(head);
+    if (rc < 0) return rc;
+    const container_format *fmt = ckpt_container_sniff(pack_path, head, have, size);
+    if (!fmt) return 1;
+    ingest_source isrc = {src->read, src->ud, size, src->name};
+    char msg[400] = "";
+    rc = fmt->describe(&isrc, pack_path, lay, msg, sizeof msg);
+    /* msg names the part ("safetensors header: ..."); prefix the file. */
+    if (rc < 0) return ckpt_fail(err, rc, "%s: %s", src->name, msg);
     return rc;
 }
 
@@ -103,14 +80,9 @@ static int add_source(ckpt_writer *w, const char *pack_path, const source *src, 
 {
     ingest_layout lay;
     memset(&lay, 0, sizeof lay);
-    int is_st = ends_with(pack_path, ".safetensors"), is_npy = ends_with(pack_path, ".npy");
-    int structured = 0, rc = 0;
-    if (is_st || is_npy) {
-        rc = parse_layout(src, pack_path, size, is_npy, &lay, err);
-        if (rc < 0) return rc;
-        structured = rc == 0; /* 1 means a valid npy we keep as opaque bytes */
-        rc = 0;
-    }
+    int rc = describe_file(src, pack_path, size, &lay, err);
+    if (rc < 0) return rc;
+    int structured = rc == 0;
     uint8_t *buf = malloc(READ_BLOCK);
     if (!buf) { ingest_layout_free(&lay); return ckpt_fail(err, -ENOMEM, "out of memory"); }
     rc = ckpt_writer_begin_file(w, pack_path, mode, mtime_sec, mtime_nsec, err);

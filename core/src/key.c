@@ -78,19 +78,14 @@ static int read_secret_file(const char *path, uint8_t **buf, size_t *len, size_t
     }
     uint8_t *b = sodium_malloc(max + 1);
     if (!b) { close(fd); return ckpt_fail(err, -ENOMEM, "cannot allocate locked memory for the key"); }
-    size_t n = 0;
-    for (;;) {
-        ssize_t r = read(fd, b + n, max + 1 - n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            int e = errno;
-            sodium_free(b);
-            close(fd);
-            return ckpt_fail(err, -e, "%s: read failed: %s", path, strerror(e));
-        }
-        if (r == 0 || (n += (size_t)r) > max) break;
-    }
+    /* One byte more than a key may hold tells a too-large file apart. */
+    ssize_t r = ckpt_read_full(fd, b, max + 1);
     close(fd);
+    if (r < 0) {
+        sodium_free(b);
+        return ckpt_fail(err, (int)r, "%s: read failed: %s", path, strerror((int)-r));
+    }
+    size_t n = (size_t)r;
     if (n > max) { sodium_free(b); return ckpt_fail(err, -EINVAL, "%s: too large for a key", path); }
     *buf = b;
     *len = n;

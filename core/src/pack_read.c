@@ -23,19 +23,11 @@
 #define FUZZING_SKIPS_CHECKSUMS 0
 #endif
 
-static int pread_full(int fd, void *buf, size_t len, uint64_t off)
+/* All len bytes at off: 0, -ENODATA when the pack ends first, or -errno. */
+static int pread_exact(int fd, void *buf, size_t len, uint64_t off)
 {
-    uint8_t *b = buf;
-    while (len) {
-        ssize_t r = pread(fd, b, len, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return -errno;
-        if (r == 0) return -ENODATA;
-        b += r;
-        len -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
+    ssize_t r = ckpt_pread_full(fd, buf, len, off);
+    return r < 0 ? (int)r : (size_t)r < len ? -ENODATA : 0;
 }
 
 /* Bounds-checked reader over the plaintext index. */
@@ -270,7 +262,7 @@ static int read_header(int fd, const char *path, uint64_t size, uint8_t hdr[128]
 {
     if (size < TPACK_HEADER_SIZE + TPACK_FOOTER_SIZE)
         return ckpt_fail(err, -EIO, "%s: truncated: %llu bytes is less than a header and footer", path, (unsigned long long)size);
-    int rc = pread_full(fd, hdr, TPACK_HEADER_SIZE, 0);
+    int rc = pread_exact(fd, hdr, TPACK_HEADER_SIZE, 0);
     if (rc < 0) return ckpt_fail(err, rc, "%s: cannot read header: %s", path, strerror(-rc));
     if (memcmp(hdr + HDR_MAGIC, TPACK_MAGIC, 8) != 0) return ckpt_fail(err, -EINVAL, "%s: not a tpack file (bad magic)", path);
     uint32_t version = get_u32(hdr + HDR_VERSION);
@@ -372,7 +364,7 @@ static int unlock_keys(ckpt_pack *p, const ckpt_key *key, ckpt_err *err)
 static int load_index(ckpt_pack *p, ckpt_err *err)
 {
     uint8_t ftr[TPACK_FOOTER_SIZE];
-    int rc = pread_full(p->fd, ftr, sizeof ftr, p->file_size - TPACK_FOOTER_SIZE);
+    int rc = pread_exact(p->fd, ftr, sizeof ftr, p->file_size - TPACK_FOOTER_SIZE);
     if (rc < 0) return ckpt_fail(err, rc, "%s: cannot read footer: %s", p->path, strerror(-rc));
     if (memcmp(ftr + FTR_MAGIC, TPACK_END_MAGIC, 8) != 0)
         return ckpt_fail(err, -EIO, "%s: truncated or unfinished pack (no footer)", p->path);
@@ -394,7 +386,7 @@ static int load_index(ckpt_pack *p, ckpt_err *err)
         if (plain != stored) free(plain);
         return ckpt_fail(err, -ENOMEM, "%s: out of memory for the index", p->path);
     }
-    rc = pread_full(p->fd, stored, istored, ioff);
+    rc = pread_exact(p->fd, stored, istored, ioff);
     if (rc < 0) {
         rc = ckpt_fail(err, -EIO, "%s: cannot read index: %s", p->path, strerror(-rc));
     } else if (p->keys.subkey) {
@@ -514,7 +506,7 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
     const chunk *c = &p->chunks[id];
     int enc = p->keys.subkey != NULL;
     if (c->codec == CODEC_STORED && !enc) {
-        int rc = pread_full(p->fd, out, c->raw_size, c->offset);
+        int rc = pread_exact(p->fd, out, c->raw_size, c->offset);
         if (rc < 0) return chunk_fault(p, id, rc == -ENODATA ? "pack file is shorter than its index says" : strerror(-rc), err);
         if (!FUZZING_SKIPS_CHECKSUMS && (uint32_t)libdeflate_crc32(0, out, c->raw_size) != c->crc) return chunk_fault(p, id, "checksum mismatch", err);
         return 0;
@@ -525,7 +517,7 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
     size_t plen = c->stored_size;
     int rc = 0;
     if (!stored || (c->codec == CODEC_BYTEGROUP && !scratch)) { rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path); goto done; }
-    rc = pread_full(p->fd, stored, c->stored_size, c->offset);
+    rc = pread_exact(p->fd, stored, c->stored_size, c->offset);
     if (rc < 0) { rc = chunk_fault(p, id, rc == -ENODATA ? "pack file is shorter than its index says" : strerror(-rc), err); goto done; }
     if (enc) {
         const extent *e = &p->extents[c->extent_index];

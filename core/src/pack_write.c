@@ -175,17 +175,11 @@ static void *encode_worker(void *arg)
     return NULL;
 }
 
+/* 0 or -errno: the pack is written strictly in order. */
 static int write_all(int fd, const void *buf, size_t len)
 {
-    const uint8_t *p = buf;
-    while (len) {
-        ssize_t r = write(fd, p, len);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return -errno;
-        p += r;
-        len -= (size_t)r;
-    }
-    return 0;
+    ssize_t r = ckpt_write_full(fd, buf, len);
+    return r < 0 ? (int)r : 0;
 }
 
 static void *output_worker(void *arg)

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt_mount.h"
 #include "handles.h"
 #include "handover.h"
 #include "reply.h"
@@ -21,13 +22,6 @@
  * packs appear and disappear at once. */
 #define PACK_TIMEOUT 86400.0
 
-#define XATTR_DTYPE "user.ckptfs.dtype"
-#define XATTR_SHAPE "user.ckptfs.shape"
-#define XATTR_SHA256 "user.ckptfs.sha256"
-#define XATTR_STATE "user.ckptfs.state"
-#define XATTR_PROGRESS "user.ckptfs.progress"
-#define XATTR_SIZE "user.ckptfs.size"
-#define XATTR_COMMIT "user.ckptfs.commit"
 
 
 /* A checkpoint dir: readable (and searchable) by whoever may read the pack. */
@@ -351,14 +345,14 @@ void rops_readdir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t
  * its length, or -1 for an attribute the tensor does not have. */
 static long tensor_xattr(const ckpt_tensor_info *t, const char *name, char *buf, size_t cap)
 {
-    if (strcmp(name, XATTR_DTYPE) == 0)
+    if (strcmp(name, CKPT_XATTR_DTYPE) == 0)
         return snprintf(buf, cap, "%s", t->dtype);
-    if (strcmp(name, XATTR_SHA256) == 0) {
+    if (strcmp(name, CKPT_XATTR_SHA256) == 0) {
         char hex[65];
         ckpt_hex32(t->sha256, hex);
         return snprintf(buf, cap, "%s", hex);
     }
-    if (strcmp(name, XATTR_SHAPE) == 0) {
+    if (strcmp(name, CKPT_XATTR_SHAPE) == 0) {
         size_t len = 0;
         len += (size_t)snprintf(buf, cap, "[");
         for (uint32_t d = 0; d < t->ndim && len < cap; d++)
@@ -386,11 +380,11 @@ static const ckpt_tensor_info *tensor_of(ckptfs *fs, fuse_ino_t ino)
  * `ckpt status` and `ckpt commit --wait` read every checkpoint alike. */
 static long committed_xattr(const checkpoint *c, const char *name, char *buf, size_t cap)
 {
-    if (strcmp(name, XATTR_STATE) == 0)
-        return snprintf(buf, cap, "committed");
-    if (strcmp(name, XATTR_SIZE) == 0)
+    if (strcmp(name, CKPT_XATTR_STATE) == 0)
+        return snprintf(buf, cap, "%s", CKPT_STATE_COMMITTED);
+    if (strcmp(name, CKPT_XATTR_SIZE) == 0)
         return snprintf(buf, cap, "%" PRIu64, (uint64_t)c->identity.st_size);
-    if (strcmp(name, XATTR_PROGRESS) == 0)
+    if (strcmp(name, CKPT_XATTR_PROGRESS) == 0)
         return snprintf(buf, cap, "%" PRIu64 " %" PRIu64 " 0", (uint64_t)c->identity.st_size,
                         (uint64_t)c->identity.st_size);
     return -1;
@@ -435,8 +429,8 @@ void rops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
 
 void rops_listxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size)
 {
-    static const char names[] = XATTR_DTYPE "\0" XATTR_SHAPE "\0" XATTR_SHA256;
-    static const char dir_names[] = XATTR_STATE "\0" XATTR_PROGRESS "\0" XATTR_SIZE;
+    static const char names[] = CKPT_XATTR_DTYPE "\0" CKPT_XATTR_SHAPE "\0" CKPT_XATTR_SHA256;
+    static const char dir_names[] = CKPT_XATTR_STATE "\0" CKPT_XATTR_PROGRESS "\0" CKPT_XATTR_SIZE;
     uint32_t node;
     checkpoint *c = ino == FUSE_ROOT_ID ? NULL : checkpoints_find(&fs->table, ino, &node);
     if (c && node == TREE_ROOT)
@@ -452,7 +446,7 @@ void rops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name)
     uint32_t node;
     checkpoint *c = ino == FUSE_ROOT_ID ? NULL : checkpoints_find(&fs->table, ino, &node);
     /* `ckpt commit` on a checkpoint that is already committed: done. */
-    if (c && node == TREE_ROOT && strcmp(name, XATTR_COMMIT) == 0) {
+    if (c && node == TREE_ROOT && strcmp(name, CKPT_XATTR_COMMIT) == 0) {
         fuse_reply_err(req, 0);
         return;
     }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/fslog.h"
+#include "ckpt_mount.h"
 #include "handles.h"
 #include "reply.h"
 
@@ -20,9 +21,6 @@
  * mount, which the kernel sees; a short timeout still lets it notice a
  * commit (the checkpoint's name then leads to the pack's inodes). */
 #define WRITE_TIMEOUT 1.0
-#define XATTR_PREFIX "user.ckptfs."
-#define XATTR_COMMIT "user.ckptfs.commit"
-#define PACKED_DIR ".packed"
 
 static void fill_ids(ckptfs *fs, struct stat *st, uint64_t ino)
 {
@@ -562,7 +560,7 @@ int wops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
     wckpt *c = find(req, fs, ino, &node);
     if (!c)
         return 1;
-    if (node == WTREE_ROOT && strcmp(name, XATTR_COMMIT) == 0) {
+    if (node == WTREE_ROOT && strcmp(name, CKPT_XATTR_COMMIT) == 0) {
         int rc = wtable_commit(&fs->wtable, c);
         if (rc == -EACCES)
             fslog_warn("checkpoint '%s': cannot commit: %s", c->name,
@@ -573,13 +571,13 @@ int wops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
     if (committed(c))
         return 0;
     /* Packs keep no extended attributes; cp -a and friends skip ENOTSUP. */
-    fuse_reply_err(req, strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)) == 0 ? EPERM : ENOTSUP);
+    fuse_reply_err(req, strncmp(name, CKPT_XATTR_PREFIX, strlen(CKPT_XATTR_PREFIX)) == 0 ? EPERM : ENOTSUP);
     return 1;
 }
 
 int wops_listxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size)
 {
-    static const char names[] = "user.ckptfs.state\0user.ckptfs.progress\0user.ckptfs.size";
+    static const char names[] = CKPT_XATTR_STATE "\0" CKPT_XATTR_PROGRESS "\0" CKPT_XATTR_SIZE;
     uint32_t node;
     wckpt *c = find(req, fs, ino, &node);
     if (!c)

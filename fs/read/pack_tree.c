@@ -4,11 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_mount.h"
 #include "common/fslog.h"
 #include "common/name_escape.h"
 
 #define COMPONENT_MAX 255
-#define PACKED_DIR ".packed"
 /* A hostile pack could name a million clashing entries; say so a few
  * times, then once more with the total. */
 #define SKIP_LOG_LIMIT 8
@@ -182,7 +182,8 @@ static int insert_path(builder *b, uint32_t start, const char *path, const tree_
 
 static int is_reserved_top(const char *path)
 {
-    static const char *const reserved[] = {"manifest.json", "tensors", PACKED_DIR};
+    static const char *const reserved[] = {CKPT_MOUNT_MANIFEST, CKPT_MOUNT_TENSORS_DIR,
+                                           CKPT_MOUNT_PACKED_DIR};
     size_t len = strcspn(path, "/");
     for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
         if (strlen(reserved[i]) == len && strncmp(path, reserved[i], len) == 0)
@@ -207,7 +208,7 @@ static int add_files(builder *b, const ckpt_pack *p)
         if (is_reserved_top(f->path)) {
             if (packed_dir == TREE_NONE) {
                 tree_node dir = dir_proto(b);
-                int rc = add_node(b, TREE_ROOT, PACKED_DIR, strlen(PACKED_DIR), &dir, &packed_dir);
+                int rc = add_node(b, TREE_ROOT, CKPT_MOUNT_PACKED_DIR, strlen(CKPT_MOUNT_PACKED_DIR), &dir, &packed_dir);
                 if (rc)
                     return rc;
             }
@@ -285,8 +286,10 @@ int pack_tree_build(const ckpt_pack *p, const char *checkpoint, int64_t mtime_se
     manifest.mtime_nsec = mtime_nsec;
     tree_node dir = dir_proto(&b);
     uint32_t tensors_dir;
-    if ((rc = add_node(&b, TREE_ROOT, "manifest.json", 13, &manifest, &t->manifest_node)) ||
-        (rc = add_node(&b, TREE_ROOT, "tensors", 7, &dir, &tensors_dir)) ||
+    if ((rc = add_node(&b, TREE_ROOT, CKPT_MOUNT_MANIFEST, strlen(CKPT_MOUNT_MANIFEST), &manifest,
+                         &t->manifest_node)) ||
+        (rc = add_node(&b, TREE_ROOT, CKPT_MOUNT_TENSORS_DIR, strlen(CKPT_MOUNT_TENSORS_DIR), &dir,
+                         &tensors_dir)) ||
         (rc = add_files(&b, p)) || (rc = add_tensors(&b, p, tensors_dir)))
         goto fail;
     if (b.skipped > SKIP_LOG_LIMIT)
@@ -351,7 +354,7 @@ uint32_t pack_tree_find_written(const pack_tree *t, const ckpt_pack *p, const ch
         long i = ckpt_file_find(p, path);
         return i < 0 ? TREE_NONE : t->file_node[i];
     }
-    uint32_t node = is_reserved_top(path) ? pack_tree_lookup(t, TREE_ROOT, PACKED_DIR) : TREE_ROOT;
+    uint32_t node = is_reserved_top(path) ? pack_tree_lookup(t, TREE_ROOT, CKPT_MOUNT_PACKED_DIR) : TREE_ROOT;
     char *copy = strdup(path), *save = NULL;
     if (!copy)
         return TREE_NONE;

@@ -9,7 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common.h"
+#define CKPT_INTERNAL_API
+#include "ckpt_internal.h"
 
 #define PACK_SUFFIX ".tpack"
 #define TMP_SUFFIX ".tpack.tmp"

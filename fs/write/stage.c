@@ -11,7 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common.h"
+#define CKPT_INTERNAL_API
+#include "ckpt_internal.h"
 
 #define RECORD_NAME "record"
 #define SALT_NAME "salt"

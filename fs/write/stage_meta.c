@@ -15,7 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common.h"
+#define CKPT_INTERNAL_API
+#include "ckpt_internal.h"
 
 typedef struct enc {
     bytebuf b;

@@ -16,7 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common.h"
+#define CKPT_INTERNAL_API
+#include "ckpt_internal.h"
+#include "ckpt_mount.h"
 #include "common/fslog.h"
 #include "wckpt_internal.h"
 
@@ -37,10 +39,10 @@ struct timespec wc_now_real(void)
 const char *wstate_name(wstate s)
 {
     switch (s) {
-    case WST_WRITING: return "writing";
-    case WST_PACKING: return "packing";
-    case WST_COMMITTED: return "committed";
-    case WST_FAILED: return "failed";
+    case WST_WRITING: return CKPT_STATE_WRITING;
+    case WST_PACKING: return CKPT_STATE_PACKING;
+    case WST_COMMITTED: return CKPT_STATE_COMMITTED;
+    case WST_FAILED: return CKPT_STATE_FAILED;
     case WST_DELETED: return "deleted";
     }
     return "unknown";

@@ -13,7 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common.h"
+#define CKPT_INTERNAL_API
+#include "ckpt_internal.h"
+#include "ckpt_mount.h"
 #include "common/fslog.h"
 #include "wckpt_internal.h"
 
@@ -469,14 +471,14 @@ int wckpt_xattr(wckpt *c, const char *attr, char *buf, size_t cap)
 {
     int len = -ENODATA;
     pthread_mutex_lock(&c->lock);
-    if (strcmp(attr, "user.ckptfs.state") == 0) {
+    if (strcmp(attr, CKPT_XATTR_STATE) == 0) {
         len = snprintf(buf, cap, "%s", wstate_name(c->state));
-    } else if (strcmp(attr, "user.ckptfs.progress") == 0) {
+    } else if (strcmp(attr, CKPT_XATTR_PROGRESS) == 0) {
         uint64_t done = __atomic_load_n(&c->pack_done, __ATOMIC_RELAXED);
         uint64_t total = __atomic_load_n(&c->pack_total, __ATOMIC_RELAXED);
         double secs = c->state == WST_PACKING && c->pack_running ? wc_now_mono() - c->pack_started : 0;
         len = snprintf(buf, cap, "%" PRIu64 " %" PRIu64 " %.3f", done, total, secs);
-    } else if (strcmp(attr, "user.ckptfs.size") == 0) {
+    } else if (strcmp(attr, CKPT_XATTR_SIZE) == 0) {
         uint64_t size = 0;
         for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
             const wnode *n = &c->tree.nodes[i];
@@ -484,7 +486,7 @@ int wckpt_xattr(wckpt *c, const char *attr, char *buf, size_t cap)
                 size += stage_blob_size(((wfile *)n->data)->blob);
         }
         len = snprintf(buf, cap, "%" PRIu64, size);
-    } else if (strcmp(attr, "user.ckptfs.error") == 0 && c->error) {
+    } else if (strcmp(attr, CKPT_XATTR_ERROR) == 0 && c->error) {
         len = snprintf(buf, cap, "%s", c->error);
     }
     pthread_mutex_unlock(&c->lock);

@@ -14,7 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common.h"
+#define CKPT_INTERNAL_API
+#include "ckpt_internal.h"
 #include "common/fslog.h"
 #include "wckpt_internal.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ingest.h"
+#include "formats/formats.h"
 #include "testutil.h"
 
 /* ------------------------------------------------------------ builders */

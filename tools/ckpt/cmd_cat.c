@@ -2,6 +2,8 @@
  * chunks that cover it are decoded, so pulling one tensor out of a large
  * checkpoint costs about the size of that tensor. */
 #include "cli.h"
+#define CKPT_INTERNAL_API /* ckpt_write_full */
+#include "ckpt_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -95,17 +97,10 @@ static int to_stdout(void *ud, uint64_t off, const void *data, size_t len, const
         s->chunk_err = *cerr;
         return cerr->code ? cerr->code : -EIO;
     }
-    const char *p = data;
-    while (len > 0) {
-        ssize_t n = write(STDOUT_FILENO, p, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            s->write_errno = errno;
-            return -errno;
-        }
-        p += n;
-        len -= (size_t)n;
+    ssize_t n = ckpt_write_full(STDOUT_FILENO, data, len);
+    if (n < 0) {
+        s->write_errno = (int)-n;
+        return (int)n;
     }
     return 0;
 }

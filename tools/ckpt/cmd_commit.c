@@ -2,6 +2,7 @@
  * checkpoint written into the mount (by setting user.ckptfs.commit on its
  * directory), and with --wait follow it until it is committed. */
 #include "cli.h"
+#include "ckpt_mount.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -87,7 +88,7 @@ static int wait_committed(const struct commit_opts *o)
     int rc;
     for (;;) {
         rc = mount_state_read(o->path, &st);
-        if (rc || strcmp(st.state, "packing") != 0)
+        if (rc || strcmp(st.state, CKPT_STATE_PACKING) != 0)
             break;
         /* A commit waits its turn while another checkpoint is packed. */
         pg.label = st.done == 0 && st.seconds == 0 ? "queued " : "packing";
@@ -97,14 +98,14 @@ static int wait_committed(const struct commit_opts *o)
     progress_end(&pg);
     if (rc)
         return cli_fail("%s: %s", o->path, mount_state_why(rc));
-    if (strcmp(st.state, "committed") == 0) {
+    if (strcmp(st.state, CKPT_STATE_COMMITTED) == 0) {
         if (!o->quiet) {
             char size[16];
             printf("%s: committed (%s packed)\n", o->path, cli_fmt_bytes(st.size, size, sizeof size));
         }
         return EXIT_OK;
     }
-    if (strcmp(st.state, "failed") == 0)
+    if (strcmp(st.state, CKPT_STATE_FAILED) == 0)
         return cli_fail("%s: packing failed: %s (staged data is kept; fix the cause and run "
                         "'ckpt commit' again)",
                         o->path, st.error[0] ? st.error : "no reason recorded");
@@ -124,7 +125,7 @@ int cmd_commit(int argc, char **argv)
     rc = mount_state_read(o.path, &st0);
     if (rc)
         return cli_fail("%s: %s", o.path, mount_state_why(rc));
-    if (setxattr(o.path, "user.ckptfs.commit", "1", 1, 0) != 0) {
+    if (setxattr(o.path, CKPT_XATTR_COMMIT, "1", 1, 0) != 0) {
         int e = errno;
         mount_state st;
         if (e == EACCES && mount_state_read(o.path, &st) == 0 && st.error[0])

@@ -3,6 +3,7 @@
  * packed gets a progress bar with bytes done and an ETA; elsewhere each
  * checkpoint is one plain line, for scripts and logs. */
 #include "cli.h"
+#include "ckpt_mount.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -164,9 +165,9 @@ static void print_entry(const entry *e, int tty, size_t name_width)
     char size[16], done[16], total[16], eta[16];
     cli_fmt_bytes(st->size, size, sizeof size);
     printf("%-*s  %-9s  %10s", (int)name_width, e->name, st->state, size);
-    if (strcmp(st->state, "packing") == 0 && st->done == 0 && st->seconds == 0) {
+    if (strcmp(st->state, CKPT_STATE_PACKING) == 0 && st->done == 0 && st->seconds == 0) {
         printf("  queued behind another checkpoint");
-    } else if (strcmp(st->state, "packing") == 0) {
+    } else if (strcmp(st->state, CKPT_STATE_PACKING) == 0) {
         double pct = st->total ? 100.0 * (double)st->done / (double)st->total : 0.0;
         cli_fmt_bytes(st->done, done, sizeof done);
         cli_fmt_bytes(st->total, total, sizeof total);
@@ -181,7 +182,7 @@ static void print_entry(const entry *e, int tty, size_t name_width)
         } else {
             printf("  %.1f%% %s of %s, ETA %s", pct, done, total, eta);
         }
-    } else if (strcmp(st->state, "failed") == 0 && st->error[0]) {
+    } else if (strcmp(st->state, CKPT_STATE_FAILED) == 0 && st->error[0]) {
         printf("  %s", st->error);
     }
     /* Erase what a longer line left there when redrawing. */
@@ -201,7 +202,7 @@ static int show(const struct status_opts *o, int tty, int *packing, size_t *line
         size_t len = strlen(v[i].name);
         if (len > width)
             width = len;
-        *packing |= strcmp(v[i].st.state, "packing") == 0;
+        *packing |= strcmp(v[i].st.state, CKPT_STATE_PACKING) == 0;
     }
     if (tty)
         printf("%-*s  %-9s  %10s\033[K\n", (int)width, "NAME", "STATE", "SIZE");

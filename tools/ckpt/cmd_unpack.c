@@ -5,6 +5,8 @@
  * again and creates everything relative to directory descriptors opened with
  * O_NOFOLLOW: a symlink planted in DIR cannot redirect a write outside it. */
 #include "cli.h"
+#define CKPT_INTERNAL_API /* ckpt_pwrite_full */
+#include "ckpt_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -175,20 +177,12 @@ static int sink(void *ud, uint64_t off, const void *data, size_t len, const ckpt
         s->chunk_err = *cerr;
         return cerr->code ? cerr->code : -EIO;
     }
-    const char *p = data;
-    while (len > 0) {
-        ssize_t n = pwrite(s->fd, p, len, (off_t)off);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            s->write_errno = errno;
-            return -errno;
-        }
-        p += n;
-        off += (uint64_t)n;
-        len -= (size_t)n;
-        progress_add(s->pg, (uint64_t)n);
+    ssize_t n = ckpt_pwrite_full(s->fd, data, len, off);
+    if (n < 0) {
+        s->write_errno = (int)-n;
+        return (int)n;
     }
+    progress_add(s->pg, (uint64_t)n);
     return 0;
 }
 

@@ -3,6 +3,7 @@
  * between `ckpt commit`/`ckpt status` and the daemon, so both commands
  * work with nothing but a path. */
 #include "cli.h"
+#include "ckpt_mount.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -24,16 +25,16 @@ static int get_attr(const char *path, const char *name, char *buf, size_t cap)
 int mount_state_read(const char *path, mount_state *st)
 {
     memset(st, 0, sizeof *st);
-    int rc = get_attr(path, "user.ckptfs.state", st->state, sizeof st->state);
+    int rc = get_attr(path, CKPT_XATTR_STATE, st->state, sizeof st->state);
     if (rc)
         return rc;
     char buf[128];
-    if (get_attr(path, "user.ckptfs.size", buf, sizeof buf) == 0)
+    if (get_attr(path, CKPT_XATTR_SIZE, buf, sizeof buf) == 0)
         st->size = strtoull(buf, NULL, 10);
-    if (get_attr(path, "user.ckptfs.progress", buf, sizeof buf) == 0 &&
+    if (get_attr(path, CKPT_XATTR_PROGRESS, buf, sizeof buf) == 0 &&
         sscanf(buf, "%" SCNu64 " %" SCNu64 " %lf", &st->done, &st->total, &st->seconds) != 3)
         st->done = st->total = 0;
-    if (get_attr(path, "user.ckptfs.error", st->error, sizeof st->error) != 0)
+    if (get_attr(path, CKPT_XATTR_ERROR, st->error, sizeof st->error) != 0)
         st->error[0] = '\0';
     return 0;
 }

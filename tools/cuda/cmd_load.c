@@ -3,6 +3,7 @@
 
 #include "backend_cuda.h"
 #include "bench.h"
+#include "cmd_load.h"
 #include "source.h"
 #include "tool.h"
 #include "util.h"

@@ -1,5 +1,5 @@
 # ckpt-cuda and libckpt_cuda, included by the top Makefile (which owns B, CC,
-# CFLAGS_ALL, CORE_LIBS, SAN and the libckpt targets).
+# CFLAGS_API, DEPFLAGS, CORE_LIBS, SAN and the libckpt targets).
 #
 #   make cuda        $(B)/lib/libckpt_cuda.a and $(B)/bin/ckpt-cuda, or one
 #                    line saying why not (no nvcc, so no CUDA toolkit)
@@ -53,12 +53,11 @@ CKCU_HOST_SRC := util.c plan.c ring.c source.c src_pack.c src_mount.c load.c ver
     sthdr.c save.c bench.c
 # The only sources that need the toolkit (api.c binds the pipelines to it).
 CKCU_CUDA_SRC := backend_cuda.c api.c
-CKCU_TOOL_SRC := main.c cmd_load.c
+CKCU_TOOL_SRC := main.c cmd_load.c tool.c
 CKCU_HOST_TESTS := test_cuda_plan test_cuda_ring test_cuda_load test_cuda_save
 
-CKCU_HDR := $(wildcard $(CKCU_DIR)/*.h $(CKCU_DIR)/tests/*.h) core/include/ckpt.h \
-    tests/unit/testutil.h
-CKCU_CFLAGS = $(CFLAGS_ALL) -I$(CKCU_DIR)
+# Core's public headers only, like every tool; headers are tracked by -MMD.
+CKCU_CFLAGS = $(CFLAGS_API) -I$(CKCU_DIR)
 CKCU_TEST_CFLAGS = $(CKCU_CFLAGS) -I$(CKCU_DIR)/tests -Itests/unit
 
 CKCU_HOST_OBJ := $(CKCU_HOST_SRC:%.c=$(B)/$(CKCU_DIR)/%.o)
@@ -71,30 +70,34 @@ CKCU_TEST_BIN := $(CKCU_HOST_TESTS:%=$(B)/tests/cuda/%)
 CKCU_TEST_ASAN_BIN := $(CKCU_HOST_TESTS:%=$(B)/asan/tests/cuda/%)
 CKCU_GPU_TEST := $(B)/tests/cuda/test_cuda_gpu
 
-$(CKCU_HOST_OBJ) $(CKCU_TOOL_OBJ) $(CKCU_FAKE_OBJ): $(B)/$(CKCU_DIR)/%.o: $(CKCU_DIR)/%.c $(CKCU_HDR)
+$(CKCU_HOST_OBJ) $(CKCU_TOOL_OBJ) $(CKCU_FAKE_OBJ): $(B)/$(CKCU_DIR)/%.o: $(CKCU_DIR)/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CKCU_CFLAGS) -c $< -o $@
+	$(CC) $(CKCU_CFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(CKCU_HOST_ASAN_OBJ) $(CKCU_FAKE_ASAN_OBJ): $(B)/asan/$(CKCU_DIR)/%.o: $(CKCU_DIR)/%.c $(CKCU_HDR)
+$(CKCU_HOST_ASAN_OBJ) $(CKCU_FAKE_ASAN_OBJ): $(B)/asan/$(CKCU_DIR)/%.o: $(CKCU_DIR)/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CKCU_CFLAGS) $(SAN) -c $< -o $@
+	$(CC) $(CKCU_CFLAGS) $(SAN) $(DEPFLAGS) -c $< -o $@
 
 # -isystem: the toolkit's headers are not ours to keep warning-free.
-$(CKCU_CUDA_OBJ): $(B)/$(CKCU_DIR)/%.o: $(CKCU_DIR)/%.c $(CKCU_HDR)
+$(CKCU_CUDA_OBJ): $(B)/$(CKCU_DIR)/%.o: $(CKCU_DIR)/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CKCU_CFLAGS) -isystem $(CKCU_INC) -c $< -o $@
+	$(CC) $(CKCU_CFLAGS) -isystem $(CKCU_INC) $(DEPFLAGS) -c $< -o $@
 
 $(CKCU_TEST_BIN): $(B)/tests/cuda/%: $(CKCU_DIR)/tests/%.c $(CKCU_FAKE_OBJ) $(CKCU_HOST_OBJ) \
-    $(B)/lib/libckpt.a $(CKCU_HDR)
+    $(B)/lib/libckpt.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CKCU_TEST_CFLAGS) -o $@ $< $(CKCU_FAKE_OBJ) $(CKCU_HOST_OBJ) $(B)/lib/libckpt.a \
-	    -lcriterion $(CORE_LIBS)
+	$(CC) $(CKCU_TEST_CFLAGS) $(DEPFLAGS_BIN) -o $@ $< $(CKCU_FAKE_OBJ) $(CKCU_HOST_OBJ) \
+	    $(B)/lib/libckpt.a -lcriterion $(CORE_LIBS)
 
 $(CKCU_TEST_ASAN_BIN): $(B)/asan/tests/cuda/%: $(CKCU_DIR)/tests/%.c $(CKCU_FAKE_ASAN_OBJ) \
-    $(CKCU_HOST_ASAN_OBJ) $(B)/lib/libckpt-asan.a $(CKCU_HDR)
+    $(CKCU_HOST_ASAN_OBJ) $(B)/lib/libckpt-asan.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CKCU_TEST_CFLAGS) $(SAN) -o $@ $< $(CKCU_FAKE_ASAN_OBJ) $(CKCU_HOST_ASAN_OBJ) \
-	    $(B)/lib/libckpt-asan.a -lcriterion $(CORE_LIBS)
+	$(CC) $(CKCU_TEST_CFLAGS) $(SAN) $(DEPFLAGS_BIN) -o $@ $< $(CKCU_FAKE_ASAN_OBJ) \
+	    $(CKCU_HOST_ASAN_OBJ) $(B)/lib/libckpt-asan.a -lcriterion $(CORE_LIBS)
+
+-include $(CKCU_HOST_OBJ:.o=.d) $(CKCU_HOST_ASAN_OBJ:.o=.d) $(CKCU_CUDA_OBJ:.o=.d) \
+    $(CKCU_TOOL_OBJ:.o=.d) $(CKCU_FAKE_OBJ:.o=.d) $(CKCU_FAKE_ASAN_OBJ:.o=.d) \
+    $(CKCU_TEST_BIN:=.d) $(CKCU_TEST_ASAN_BIN:=.d) $(CKCU_GPU_TEST).d
 
 CKCU_HOST_CHECK = scripts/run-unit.sh $(CKCU_TEST_BIN) && \
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -111,10 +114,9 @@ $(B)/bin/ckpt-cuda: $(CKCU_TOOL_OBJ) $(B)/lib/libckpt_cuda.a $(B)/lib/libckpt.a
 	$(CC) $(OPT) -o $@ $^ $(CKCU_CUDART) $(CORE_LIBS)
 
 # Not under ASan: the CUDA driver maps memory where ASan's shadow lives.
-$(CKCU_GPU_TEST): $(CKCU_DIR)/tests/test_cuda_gpu.c $(B)/lib/libckpt_cuda.a $(B)/lib/libckpt.a \
-    $(CKCU_HDR)
+$(CKCU_GPU_TEST): $(CKCU_DIR)/tests/test_cuda_gpu.c $(B)/lib/libckpt_cuda.a $(B)/lib/libckpt.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CKCU_TEST_CFLAGS) -o $@ $< $(B)/lib/libckpt_cuda.a $(B)/lib/libckpt.a -lcriterion \
+	$(CC) $(CKCU_TEST_CFLAGS) $(DEPFLAGS_BIN) -o $@ $< $(B)/lib/libckpt_cuda.a $(B)/lib/libckpt.a -lcriterion \
 	    $(CKCU_CUDART) $(CORE_LIBS)
 
 cuda: $(B)/lib/libckpt_cuda.a $(B)/bin/ckpt-cuda

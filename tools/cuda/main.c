@@ -2,12 +2,12 @@
  * close that comes to the host-to-device link's limit. */
 #include <errno.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend_cuda.h"
+#include "cmd_load.h"
 #include "tool.h"
 
 static void usage(FILE *f)
@@ -44,34 +44,6 @@ static void usage(FILE *f)
           "exit status: 0 success, 1 failure (no device, unreadable source, a tensor\n"
           "that does not verify), 2 usage error\n",
           f);
-}
-
-int tool_usage_error(const char *cmd, const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "ckpt-cuda%s%s: ", cmd ? " " : "", cmd ? cmd : "");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputs("\nsee 'ckpt-cuda --help'\n", stderr);
-    return EXIT_USAGE;
-}
-
-int tool_fail(const ckpt_err *err)
-{
-    fprintf(stderr, "ckpt-cuda: %s\n", err->msg[0] ? err->msg : strerror(-err->code));
-    return EXIT_FAIL;
-}
-
-int tool_load_key(const tool_opts *o, ckpt_key **key)
-{
-    ckpt_err err = {0};
-    *key = NULL;
-    if (o->key_file && ckpt_key_load_file(o->key_file, key, &err) < 0)
-        return tool_fail(&err);
-    if (o->passphrase_file && ckpt_key_load_passphrase_file(o->passphrase_file, key, &err) < 0)
-        return tool_fail(&err);
-    return EXIT_OK;
 }
 
 /* "256M", "1G", "65536": binary multiples. */

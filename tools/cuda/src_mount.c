@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt_mount.h"
 #include "source.h"
 #include "util.h"
 
@@ -198,19 +199,19 @@ int cc_source_open_mount(const char *dir, cc_source **out, ckpt_err *err)
     ms->dirfd = -1;
     int rc = 0;
     json_t *root = NULL;
-    size_t mlen = strlen(dir) + sizeof "/manifest.json";
+    size_t mlen = strlen(dir) + sizeof "/" CKPT_MOUNT_MANIFEST;
     char *mpath = malloc(mlen);
     if (!mpath) {
         rc = cc_fail(err, -ENOMEM, "%s: out of memory", dir);
         goto out;
     }
-    snprintf(mpath, mlen, "%s/manifest.json", dir);
+    snprintf(mpath, mlen, "%s/" CKPT_MOUNT_MANIFEST, dir);
     ms->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (ms->dirfd < 0) {
         rc = cc_fail(err, -errno, "%s: %s", dir, strerror(errno));
         goto out;
     }
-    if (faccessat(ms->dirfd, "manifest.json", F_OK, 0) != 0) {
+    if (faccessat(ms->dirfd, CKPT_MOUNT_MANIFEST, F_OK, 0) != 0) {
         rc = cc_fail(err, -ENOENT,
                      "%s: no manifest.json: not a checkpoint directory of a ckptfs mount", dir);
         goto out;

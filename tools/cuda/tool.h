@@ -1,4 +1,5 @@
-/* The ckpt-cuda command-line tool: shared option parsing and commands. */
+/* The ckpt-cuda command-line tool: its options, exit codes, and the helpers
+ * every command shares (tool.c). */
 #ifndef CC_TOOL_H
 #define CC_TOOL_H
 
@@ -22,8 +23,5 @@ int tool_fail(const ckpt_err *err);
 
 /* The key named by --key-file/--passphrase-file, or NULL; EXIT_* on failure. */
 int tool_load_key(const tool_opts *o, ckpt_key **key);
-
-int cmd_load(const tool_opts *o);
-int cmd_bench(const tool_opts *o);
 
 #endif

@@ -1,5 +1,8 @@
 #include "util.h"
 
+#define CKPT_INTERNAL_API /* ckpt_write_full, ckpt_pread_full */
+#include "ckpt_internal.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -57,37 +60,12 @@ unsigned cc_cpu_count(void)
 
 int cc_write_all(int fd, const void *buf, size_t len)
 {
-    const uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (w == 0)
-            return -EIO;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
+    ssize_t w = ckpt_write_full(fd, buf, len);
+    return w < 0 ? (int)w : 0;
 }
 
 int cc_pread_all(int fd, void *buf, size_t len, uint64_t off)
 {
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t r = pread(fd, p, len, (off_t)off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            return -EIO;
-        p += r;
-        off += (uint64_t)r;
-        len -= (size_t)r;
-    }
-    return 0;
+    ssize_t r = ckpt_pread_full(fd, buf, len, off);
+    return r < 0 ? (int)r : (size_t)r < len ? -EIO : 0;
 }

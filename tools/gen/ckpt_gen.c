@@ -21,6 +21,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define CKPT_INTERNAL_API /* ckpt_write_full */
+#include "ckpt_internal.h"
+
 #define WRITE_BUF_BYTES (1u << 20)
 #define INIT_STD 0.02
 #define N_POSITIONS 1024u
@@ -445,16 +448,10 @@ static void out_open(out_file *f, const char *dir, const char *name)
 
 static void out_flush(out_file *f)
 {
-    const uint8_t *p = f->buf;
-    size_t left = f->used;
-    while (left > 0) {
-        ssize_t w = write(f->fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            io_error(f->path);
-        p += w;
-        left -= (size_t)w;
+    ssize_t w = ckpt_write_full(f->fd, f->buf, f->used);
+    if (w < 0) {
+        errno = (int)-w; /* io_error() reports errno */
+        io_error(f->path);
     }
     f->used = 0;
 }

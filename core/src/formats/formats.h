@@ -6,6 +6,8 @@
  * size, count and nesting depth, computes sizes with overflow checks and
  * never reads past the source. A file a parser rejects is stored opaque with
  * a warning that names the file and the fault; it never fails a checkpoint.
+ * (Until the callers switch to that, ingest_files.c still fails the pack on
+ * a rejected file, with the parser's message.)
  *
  * Not part of the public API: for core's own translation units, the fuzz
  * targets and the unit tests. */

@@ -1,0 +1,116 @@
+/*
+ * libckpt's internal API: helpers that ckptfs's own daemon (fs/) and tools
+ * (tools/) share with the library. Unstable: names and signatures change
+ * without notice, and this header is not installed. Programs outside this
+ * tree use ckpt.h only.
+ *
+ * Like zstd's ZSTD_STATIC_LINKING_ONLY, it must be asked for by name, so a
+ * reader of any file can see that the file reaches past the public API:
+ *
+ *     #define CKPT_INTERNAL_API
+ *     #include "ckpt_internal.h"
+ *
+ * The library's own sources get it through core/src/common.h.
+ */
+#ifndef CKPT_INTERNAL_H
+#define CKPT_INTERNAL_H
+
+#ifndef CKPT_INTERNAL_API
+#error "ckpt_internal.h is libckpt's unstable, uninstalled API: #define CKPT_INTERNAL_API before including it (ckptfs's own code only)"
+#endif
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ckpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CKPT_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+/* ---------------------------------------------------------------- errors */
+
+/* Fills err (if any) and returns code, so callers can `return ckpt_fail(...)`. */
+int ckpt_fail(ckpt_err *err, int code, const char *fmt, ...) CKPT_PRINTF(3, 4);
+/* Prefixes an existing message with "<prefix>: " (used to add file names). */
+int ckpt_fail_prefix(ckpt_err *err, const char *prefix);
+
+/* Online CPUs, between 1 and 256: the default worker count. */
+unsigned ckpt_default_threads(void);
+
+/* ------------------------------------------------ little-endian fields */
+
+static inline void put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+static inline uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* ------------------------------------------------------- growing memory */
+
+/* Growable byte buffer for building records. An allocation failure sets
+ * oom and makes later puts no-ops, so a builder checks once at the end. */
+typedef struct bytebuf {
+    uint8_t *p;
+    size_t len, cap;
+    int oom;
+} bytebuf;
+void bb_put(bytebuf *b, const void *data, size_t n);
+void bb_u8(bytebuf *b, uint8_t v);
+void bb_u16(bytebuf *b, uint16_t v);
+void bb_u32(bytebuf *b, uint32_t v);
+void bb_u64(bytebuf *b, uint64_t v);
+void bb_free(bytebuf *b);
+
+/* Grows *arr (of elem-sized items) so it holds at least n+1 items; 0 or
+ * -ENOMEM (*arr untouched). */
+int grow_array(void **arr, size_t *cap, size_t n, size_t elem);
+
+/* ------------------------------------------------------ whole transfers */
+
+/* read(2)/write(2) until the whole length is moved, retrying EINTR and
+ * short transfers; the one copy of that loop for the library, the daemon
+ * and the tools. len must not exceed SSIZE_MAX.
+ *
+ * Reads return the bytes read, which is less than len only when the file
+ * ends first (0 at or past the end), or -errno; what was read before an
+ * error is in buf but not reported. A caller that needs exactly len bytes
+ * treats a short count as its own error (a truncated file).
+ *
+ * Writes return len, or -errno (-EIO if the kernel accepts nothing without
+ * saying why); after an error an unknown prefix may have been written. */
+ssize_t ckpt_pread_full(int fd, void *buf, size_t len, uint64_t off);
+ssize_t ckpt_read_full(int fd, void *buf, size_t len);
+ssize_t ckpt_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
+ssize_t ckpt_write_full(int fd, const void *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
