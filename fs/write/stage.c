@@ -47,21 +47,6 @@ static int unhex(const char *hex, uint8_t *out, size_t len)
     return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const uint8_t *p = buf;
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Replaces dirfd/name with data: temporary file, fsync, rename, fsync of
  * the directory. A crash leaves the old contents or the new, never a mix. */
 int stage_replace_file(int dirfd, const char *what, const char *name, const void *data,
@@ -72,7 +57,8 @@ int stage_replace_file(int dirfd, const char *what, const char *name, const void
     int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return ckpt_fail(err, -errno, "%s: cannot create %s: %s", what, tmp, strerror(errno));
-    int rc = write_all(fd, data, len);
+    ssize_t w = ckpt_write_full(fd, data, len);
+    int rc = w < 0 ? (int)w : 0;
     if (rc == 0 && fsync(fd) != 0)
         rc = -errno;
     if (close(fd) != 0 && rc == 0)
@@ -106,17 +92,9 @@ int stage_read_small(int dirfd, const char *name, size_t max, uint8_t **out, siz
         close(fd);
         return -ENOMEM;
     }
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
+    ssize_t got = ckpt_read_full(fd, buf, n);
     close(fd);
-    if (got != n) {
+    if (got < 0 || (size_t)got != n) {
         free(buf);
         return -EIO;
     }

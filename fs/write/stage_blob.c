@@ -70,39 +70,15 @@ int blob_ensure_fd(stage_blob *b, ckpt_err *err)
 
 int blob_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 {
-    const uint8_t *p = buf;
-    while (len) {
-        ssize_t w = pwrite(fd, p, len, (off_t)off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        if (w == 0)
-            return -EIO;
-        p += w;
-        off += (uint64_t)w;
-        len -= (size_t)w;
-    }
-    return 0;
+    ssize_t w = ckpt_pwrite_full(fd, buf, len, off);
+    return w < 0 ? (int)w : 0;
 }
 
 /* 0, or -EIO at end of file, or -errno. */
 int blob_pread_all(int fd, void *buf, size_t len, uint64_t off)
 {
-    uint8_t *p = buf;
-    while (len) {
-        ssize_t r = pread(fd, p, len, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -errno;
-        if (r == 0)
-            return -EIO;
-        p += r;
-        off += (uint64_t)r;
-        len -= (size_t)r;
-    }
-    return 0;
+    ssize_t r = ckpt_pread_full(fd, buf, len, off);
+    return r < 0 ? (int)r : (size_t)r == len ? 0 : -EIO;
 }
 
 /* --------------------------------------------------------- block buffer */
