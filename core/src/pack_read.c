@@ -24,9 +24,9 @@
 #endif
 
 /* All len bytes at off: 0, -ENODATA when the pack ends first, or -errno. */
-static int pread_exact(int fd, void *buf, size_t len, uint64_t off)
+static int read_exact(store_reader *obj, void *buf, size_t len, uint64_t off)
 {
-    ssize_t r = ckpt_pread_full(fd, buf, len, off);
+    ssize_t r = obj->ops->read_at(obj, buf, len, off);
     return r < 0 ? (int)r : (size_t)r < len ? -ENODATA : 0;
 }
 
@@ -258,11 +258,13 @@ fail:
     return rc;
 }
 
-static int read_header(int fd, const char *path, uint64_t size, uint8_t hdr[128], ckpt_err *err)
+static int read_header(store_reader *obj, uint8_t hdr[128], ckpt_err *err)
 {
+    const char *path = obj->name;
+    uint64_t size = obj->id.size;
     if (size < TPACK_HEADER_SIZE + TPACK_FOOTER_SIZE)
         return ckpt_fail(err, -EIO, "%s: truncated: %llu bytes is less than a header and footer", path, (unsigned long long)size);
-    int rc = pread_exact(fd, hdr, TPACK_HEADER_SIZE, 0);
+    int rc = read_exact(obj, hdr, TPACK_HEADER_SIZE, 0);
     if (rc < 0) return ckpt_fail(err, rc, "%s: cannot read header: %s", path, strerror(-rc));
     if (memcmp(hdr + HDR_MAGIC, TPACK_MAGIC, 8) != 0) return ckpt_fail(err, -EINVAL, "%s: not a tpack file (bad magic)", path);
     uint32_t version = get_u32(hdr + HDR_VERSION);
@@ -301,30 +303,15 @@ static void fill_info_from_header(const uint8_t *hdr, uint64_t size, ckpt_pack_i
     info->stored_bytes = size;
 }
 
-static int open_fd(const char *path, int *fd_out, uint64_t *size, ckpt_err *err)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ckpt_fail(err, -errno, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ckpt_fail(err, -EINVAL, "%s: not a regular file", path);
-    }
-    *fd_out = fd;
-    *size = (uint64_t)st.st_size;
-    return 0;
-}
-
 int ckpt_probe(const char *path, ckpt_pack_info *info, ckpt_err *err)
 {
-    int fd;
-    uint64_t size;
+    store_reader *obj;
     uint8_t hdr[TPACK_HEADER_SIZE];
-    int rc = open_fd(path, &fd, &size, err);
+    int rc = store_local_open_path(path, &obj, err);
     if (rc < 0) return rc;
-    rc = read_header(fd, path, size, hdr, err);
-    close(fd);
-    if (rc == 0) fill_info_from_header(hdr, size, info);
+    rc = read_header(obj, hdr, err);
+    if (rc == 0) fill_info_from_header(hdr, obj->id.size, info);
+    obj->ops->close(obj);
     return rc;
 }
 
@@ -364,7 +351,7 @@ static int unlock_keys(ckpt_pack *p, const ckpt_key *key, ckpt_err *err)
 static int load_index(ckpt_pack *p, ckpt_err *err)
 {
     uint8_t ftr[TPACK_FOOTER_SIZE];
-    int rc = pread_exact(p->fd, ftr, sizeof ftr, p->file_size - TPACK_FOOTER_SIZE);
+    int rc = read_exact(p->obj, ftr, sizeof ftr, p->file_size - TPACK_FOOTER_SIZE);
     if (rc < 0) return ckpt_fail(err, rc, "%s: cannot read footer: %s", p->path, strerror(-rc));
     if (memcmp(ftr + FTR_MAGIC, TPACK_END_MAGIC, 8) != 0)
         return ckpt_fail(err, -EIO, "%s: truncated or unfinished pack (no footer)", p->path);
@@ -386,7 +373,7 @@ static int load_index(ckpt_pack *p, ckpt_err *err)
         if (plain != stored) free(plain);
         return ckpt_fail(err, -ENOMEM, "%s: out of memory for the index", p->path);
     }
-    rc = pread_exact(p->fd, stored, istored, ioff);
+    rc = read_exact(p->obj, stored, istored, ioff);
     if (rc < 0) {
         rc = ckpt_fail(err, -EIO, "%s: cannot read index: %s", p->path, strerror(-rc));
     } else if (p->keys.subkey) {
@@ -411,18 +398,20 @@ static int load_index(ckpt_pack *p, ckpt_err *err)
     return rc;
 }
 
-int ckpt_open(const char *path, const ckpt_key *key, ckpt_pack **out, ckpt_err *err)
+/* Opens the pack whose bytes obj holds; takes obj, even on failure. */
+static int open_object(store_reader *obj, const ckpt_key *key, ckpt_pack **out, ckpt_err *err)
 {
-    *out = NULL;
-    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "%s: libsodium failed to initialise", path);
     ckpt_pack *p = calloc(1, sizeof *p);
-    if (!p || !(p->path = strdup(path))) {
+    if (!p || !(p->path = strdup(obj->name))) {
+        int rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", obj->name);
         free(p);
-        return ckpt_fail(err, -ENOMEM, "%s: out of memory", path);
+        obj->ops->close(obj);
+        return rc;
     }
-    p->fd = -1;
-    int rc = open_fd(path, &p->fd, &p->file_size, err);
-    if (rc == 0) rc = read_header(p->fd, path, p->file_size, p->header, err);
+    p->obj = obj;
+    p->fd = obj->ops->fd(obj);
+    p->file_size = obj->id.size;
+    int rc = read_header(obj, p->header, err);
     if (rc == 0) {
         memcpy(p->pack_id, p->header + HDR_PACK_ID, 16);
         p->chunk_size = get_u32(p->header + HDR_CHUNK_SIZE);
@@ -438,10 +427,34 @@ int ckpt_open(const char *path, const ckpt_key *key, ckpt_pack **out, ckpt_err *
     return 0;
 }
 
+int ckpt_open(const char *path, const ckpt_key *key, ckpt_pack **out, ckpt_err *err)
+{
+    *out = NULL;
+    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "%s: libsodium failed to initialise", path);
+    store_reader *obj;
+    int rc = store_local_open_path(path, &obj, err);
+    return rc < 0 ? rc : open_object(obj, key, out, err);
+}
+
+int ckpt_pack_open_in(ckpt_store *s, const char *name, const ckpt_key *key, ckpt_pack **out,
+                      ckpt_err *err)
+{
+    *out = NULL;
+    if (!name || !ckpt_path_is_safe(name))
+        return ckpt_fail(err, -EINVAL, "%s: invalid pack name '%s'", ckpt_store_where(s), name ? name : "(null)");
+    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "%s/%s: libsodium failed to initialise",
+                                                 ckpt_store_where(s), name);
+    store_reader *obj;
+    int rc = s->ops->open_read(s, name, &obj, err);
+    return rc < 0 ? rc : open_object(obj, key, out, err);
+}
+
+void ckpt_pack_object_id(const ckpt_pack *p, ckpt_object_id *out) { *out = p->obj->id; }
+
 void ckpt_close(ckpt_pack *p)
 {
     if (!p) return;
-    if (p->fd >= 0) close(p->fd);
+    if (p->obj) p->obj->ops->close(p->obj);
     pack_keys_free(&p->keys);
     if (p->tensors)
         for (size_t i = 0; i < p->n_tensors; i++) free(p->tensors[i].shape);
@@ -506,7 +519,7 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
     const chunk *c = &p->chunks[id];
     int enc = p->keys.subkey != NULL;
     if (c->codec == CODEC_STORED && !enc) {
-        int rc = pread_exact(p->fd, out, c->raw_size, c->offset);
+        int rc = read_exact(p->obj, out, c->raw_size, c->offset);
         if (rc < 0) return chunk_fault(p, id, rc == -ENODATA ? "pack file is shorter than its index says" : strerror(-rc), err);
         if (!FUZZING_SKIPS_CHECKSUMS && (uint32_t)libdeflate_crc32(0, out, c->raw_size) != c->crc) return chunk_fault(p, id, "checksum mismatch", err);
         return 0;
@@ -517,7 +530,7 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
     size_t plen = c->stored_size;
     int rc = 0;
     if (!stored || (c->codec == CODEC_BYTEGROUP && !scratch)) { rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path); goto done; }
-    rc = pread_exact(p->fd, stored, c->stored_size, c->offset);
+    rc = read_exact(p->obj, stored, c->stored_size, c->offset);
     if (rc < 0) { rc = chunk_fault(p, id, rc == -ENODATA ? "pack file is shorter than its index says" : strerror(-rc), err); goto done; }
     if (enc) {
         const extent *e = &p->extents[c->extent_index];
