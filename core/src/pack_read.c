@@ -1,5 +1,14 @@
 /* Opening a pack: every header, footer and index field is checked before
- * any of it is used, so later reads can trust the in-memory index. */
+ * any of it is used, so later reads can trust the in-memory index. The
+ * index is parsed one section per function, in its on-disk order
+ * (index_counts, _files, _extents, _tensors, _chunks), each checked against
+ * the sections before it.
+ *
+ * One job at about 700 lines: the reader of one pack. The reads at the end
+ * (chunk decode, pread, locate) are the other half of the same contract,
+ * trusting exactly what the checks above proved; the streaming and verify
+ * paths that build on them live in stream.c. Bytes come through a
+ * store_reader (store/store.h), never from a path or descriptor directly. */
 #include "pack.h"
 #include "codec.h"
 #include "format.h"
@@ -73,16 +82,15 @@ static int cmp_path_slash_first(const void *x, const void *y)
 
 #define BAD(...) do { rc = ckpt_fail(err, -EIO, __VA_ARGS__); goto fail; } while (0)
 
-static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t index_offset, ckpt_err *err)
+/* The counts at the head of the index, and the arrays they size. */
+static int index_counts(ckpt_pack *p, rd *r, size_t len, ckpt_err *err)
 {
-    int rc = 0;
-    rd r = {idx, len, 0, 0};
-    if (rd_u32(&r) != TPACK_INDEX_MAGIC) return ckpt_fail(err, -EIO, "index: bad magic");
-    uint64_t nf = rd_u32(&r), nt = rd_u32(&r);
-    rd_u32(&r);
-    uint64_t ne = rd_u64(&r), nc = rd_u64(&r);
+    if (rd_u32(r) != TPACK_INDEX_MAGIC) return ckpt_fail(err, -EIO, "index: bad magic");
+    uint64_t nf = rd_u32(r), nt = rd_u32(r);
+    rd_u32(r);
+    uint64_t ne = rd_u64(r), nc = rd_u64(r);
     /* Each record has a minimum size, so counts larger than the index allows are lies. */
-    if (r.bad || nf > len / 70 || nt > len / 48 || ne > len / TPACK_EXTENT_RECORD || nc > len / TPACK_CHUNK_RECORD)
+    if (r->bad || nf > len / 70 || nt > len / 48 || ne > len / TPACK_EXTENT_RECORD || nc > len / TPACK_CHUNK_RECORD)
         return ckpt_fail(err, -EIO, "index: record counts do not fit the index size");
     p->n_files = nf; p->n_tensors = nt; p->n_extents = ne; p->n_chunks = nc;
     p->files = calloc(nf ? nf : 1, sizeof *p->files);
@@ -92,23 +100,29 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
     p->index = malloc(len + 1);
     if (!p->files || !p->tensors || !p->extents || !p->chunks || !p->index)
         return ckpt_fail(err, -ENOMEM, "out of memory for the index");
-    char *arena = (char *)p->index;
     if (strmap_init(&p->file_map, nf) < 0 || strmap_init(&p->tensor_map, nt) < 0)
         return ckpt_fail(err, -ENOMEM, "out of memory for the index");
+    return 0;
+}
 
+/* File records: safe unique paths, extents in order and covering all. */
+static int index_files(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
+{
+    int rc = 0;
+    size_t nf = p->n_files, ne = p->n_extents;
     uint64_t next_extent = 0;
     for (size_t i = 0; i < nf; i++) {
         file_rec *f = &p->files[i];
-        uint16_t plen = rd_u16(&r);
-        f->info.path = rd_str(&r, plen, &arena);
-        f->info.mode = rd_u32(&r);
-        f->info.mtime_sec = (int64_t)rd_u64(&r);
-        f->info.mtime_nsec = rd_u32(&r);
-        f->info.size = rd_u64(&r);
-        const uint8_t *sha = rd_take(&r, 32);
-        uint64_t first = rd_u64(&r);
-        uint32_t n = rd_u32(&r);
-        if (r.bad) BAD("index: file record %zu is truncated", i);
+        uint16_t plen = rd_u16(r);
+        f->info.path = rd_str(r, plen, arena);
+        f->info.mode = rd_u32(r);
+        f->info.mtime_sec = (int64_t)rd_u64(r);
+        f->info.mtime_nsec = rd_u32(r);
+        f->info.size = rd_u64(r);
+        const uint8_t *sha = rd_take(r, 32);
+        uint64_t first = rd_u64(r);
+        uint32_t n = rd_u32(r);
+        if (r->bad) BAD("index: file record %zu is truncated", i);
         memcpy(f->info.sha256, sha, 32);
         if (!ckpt_path_is_safe(f->info.path)) BAD("index: file %zu has an unsafe path '%s'", i, f->info.path);
         if (f->info.mode & ~07777u) BAD("index: file '%s' has invalid mode %o", f->info.path, f->info.mode);
@@ -123,18 +137,27 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
         if (put == 1) BAD("index: duplicate file path '%s'", f->info.path);
     }
     if (next_extent != ne) BAD("index: files cover %llu of %llu extents", (unsigned long long)next_extent, (unsigned long long)ne);
+fail:
+    return rc;
+}
 
+/* Extent records, then where each lies in its file: kinds, element sizes,
+ * chunks in order and covering all, and lengths summing to file sizes. */
+static int index_extents(ckpt_pack *p, rd *r, ckpt_err *err)
+{
+    int rc = 0;
+    size_t ne = p->n_extents, nc = p->n_chunks;
     uint64_t next_chunk = 0;
     for (size_t i = 0; i < ne; i++) {
         extent *e = &p->extents[i];
-        e->length = rd_u64(&r);
-        e->first_chunk = rd_u64(&r);
-        e->kind = rd_u8(&r);
-        e->elem_size = rd_u8(&r);
-        rd_u16(&r);
-        rd_u32(&r);
+        e->length = rd_u64(r);
+        e->first_chunk = rd_u64(r);
+        e->kind = rd_u8(r);
+        e->elem_size = rd_u8(r);
+        rd_u16(r);
+        rd_u32(r);
         e->tensor_index = -1;
-        if (r.bad) BAD("index: extent record %zu is truncated", i);
+        if (r->bad) BAD("index: extent record %zu is truncated", i);
         if (e->kind > EXTENT_TENSOR || !(e->elem_size == 1 || e->elem_size == 2 || e->elem_size == 4 || e->elem_size == 8) ||
             (e->kind == EXTENT_DATA && e->elem_size != 1))
             BAD("index: extent %zu has an invalid kind or element size", i);
@@ -144,7 +167,7 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
     }
     if (next_chunk != nc) BAD("index: extents cover %llu of %llu chunks", (unsigned long long)next_chunk, (unsigned long long)nc);
 
-    for (size_t i = 0; i < nf; i++) {
+    for (size_t i = 0; i < p->n_files; i++) {
         file_rec *f = &p->files[i];
         uint64_t off = 0;
         for (size_t j = 0; j < f->n_extents; j++) {
@@ -159,15 +182,24 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
         if (f->info.size > UINT64_MAX - p->logical_bytes) BAD("index: total size overflows");
         p->logical_bytes += f->info.size;
     }
+fail:
+    return rc;
+}
 
-    for (size_t i = 0; i < nt; i++) {
+/* Tensor records: each owns exactly one tensor extent of its file, of the
+ * size its dtype and shape need; every tensor extent has its tensor. */
+static int index_tensors(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
+{
+    int rc = 0;
+    size_t nf = p->n_files, ne = p->n_extents;
+    for (size_t i = 0; i < p->n_tensors; i++) {
         tensor_rec *t = &p->tensors[i];
-        uint16_t nlen = rd_u16(&r);
-        t->info.name = rd_str(&r, nlen, &arena);
-        uint8_t dlen = rd_u8(&r);
-        const uint8_t *d = rd_take(&r, dlen);
-        uint8_t ndim = rd_u8(&r);
-        if (r.bad) BAD("index: tensor record %zu is truncated", i);
+        uint16_t nlen = rd_u16(r);
+        t->info.name = rd_str(r, nlen, arena);
+        uint8_t dlen = rd_u8(r);
+        const uint8_t *d = rd_take(r, dlen);
+        uint8_t ndim = rd_u8(r);
+        if (r->bad) BAD("index: tensor record %zu is truncated", i);
         if (nlen == 0) BAD("index: tensor %zu has an empty name", i);
         if (dlen >= sizeof t->dtype || memchr(d, 0, dlen) || ndim > 64)
             BAD("index: tensor '%s' has an invalid dtype or rank", t->info.name);
@@ -175,11 +207,11 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
         t->dtype[dlen] = 0;
         t->shape = calloc(ndim ? ndim : 1, sizeof *t->shape);
         if (!t->shape) return ckpt_fail(err, -ENOMEM, "out of memory");
-        for (unsigned j = 0; j < ndim; j++) t->shape[j] = rd_u64(&r);
-        uint32_t fi = rd_u32(&r);
-        uint64_t ei = rd_u64(&r);
-        const uint8_t *sha = rd_take(&r, 32);
-        if (r.bad) BAD("index: tensor record '%s' is truncated", t->info.name);
+        for (unsigned j = 0; j < ndim; j++) t->shape[j] = rd_u64(r);
+        uint32_t fi = rd_u32(r);
+        uint64_t ei = rd_u64(r);
+        const uint8_t *sha = rd_take(r, 32);
+        if (r->bad) BAD("index: tensor record '%s' is truncated", t->info.name);
         uint64_t nbytes;
         if (!ckpt_dtype_valid(t->dtype)) BAD("index: tensor '%s' has unknown dtype '%s'", t->info.name, t->dtype);
         if (ckpt_tensor_bytes(t->dtype, ndim, t->shape, &nbytes) < 0) BAD("index: tensor '%s' shape overflows", t->info.name);
@@ -207,20 +239,29 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
     for (size_t i = 0; i < ne; i++)
         if (p->extents[i].kind == EXTENT_TENSOR && p->extents[i].tensor_index < 0)
             BAD("index: tensor extent %zu has no tensor", i);
+fail:
+    return rc;
+}
 
+/* Chunk records: packed back to back from the header to the index, each of
+ * the size its extent implies, with a codec that can hold it. */
+static int index_chunks(ckpt_pack *p, rd *r, uint64_t index_offset, ckpt_err *err)
+{
+    int rc = 0;
+    size_t ne = p->n_extents;
     uint64_t pos = TPACK_HEADER_SIZE;
     size_t ext = 0;
     uint32_t tag = p->keys.subkey ? TPACK_AEAD_TAG : 0;
-    for (size_t i = 0; i < nc; i++) {
+    for (size_t i = 0; i < p->n_chunks; i++) {
         chunk *c = &p->chunks[i];
-        c->offset = rd_u64(&r);
-        c->stored_size = rd_u32(&r);
-        c->raw_size = rd_u32(&r);
-        c->crc = rd_u32(&r);
-        c->codec = rd_u8(&r);
-        c->elem_size = rd_u8(&r);
-        rd_u16(&r);
-        if (r.bad) BAD("index: chunk record %zu is truncated", i);
+        c->offset = rd_u64(r);
+        c->stored_size = rd_u32(r);
+        c->raw_size = rd_u32(r);
+        c->crc = rd_u32(r);
+        c->codec = rd_u8(r);
+        c->elem_size = rd_u8(r);
+        rd_u16(r);
+        if (r->bad) BAD("index: chunk record %zu is truncated", i);
         while (ext < ne && i >= p->extents[ext].first_chunk + (p->extents[ext].length + p->chunk_size - 1) / p->chunk_size)
             ext++;
         extent *e = &p->extents[ext];
@@ -238,11 +279,17 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
     }
     if (pos != index_offset) BAD("index: chunk data ends at %llu but the index starts at %llu", (unsigned long long)pos,
                                  (unsigned long long)index_offset);
-    if (r.pos != r.len) BAD("index: %zu unexpected bytes at its end", r.len - r.pos);
+fail:
+    return rc;
+}
 
-    /* A file path must not also be a directory of another file ("a" and "a/b").
-     * Looking up every prefix of every path would cost the square of the path
-     * length; sorted with '/' first, a clash is always between neighbours. */
+/* A file path must not also be a directory of another file ("a" and "a/b").
+ * Looking up every prefix of every path would cost the square of the path
+ * length; sorted with '/' first, a clash is always between neighbours. */
+static int index_check_dirs(ckpt_pack *p, ckpt_err *err)
+{
+    int rc = 0;
+    size_t nf = p->n_files;
     const char **sorted = malloc((nf ? nf : 1) * sizeof *sorted);
     if (!sorted) return ckpt_fail(err, -ENOMEM, "out of memory for the index");
     for (size_t i = 0; i < nf; i++) sorted[i] = p->files[i].info.path;
@@ -254,7 +301,22 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
     }
     free(sorted);
     return rc;
-fail:
+}
+
+/* The plaintext index, section by section in its on-disk order (FORMAT.md):
+ * counts, files, extents, tensors, chunks. Each section is checked against
+ * those before it, so nothing read later can point outside what exists. */
+static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t index_offset, ckpt_err *err)
+{
+    rd r = {idx, len, 0, 0};
+    int rc = index_counts(p, &r, len, err);
+    char *arena = (char *)p->index;
+    if (rc == 0) rc = index_files(p, &r, &arena, err);
+    if (rc == 0) rc = index_extents(p, &r, err);
+    if (rc == 0) rc = index_tensors(p, &r, &arena, err);
+    if (rc == 0) rc = index_chunks(p, &r, index_offset, err);
+    if (rc == 0 && r.pos != r.len) rc = ckpt_fail(err, -EIO, "index: %zu unexpected bytes at its end", r.len - r.pos);
+    if (rc == 0) rc = index_check_dirs(p, err);
     return rc;
 }
 
