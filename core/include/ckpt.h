@@ -72,6 +72,53 @@ int ckpt_key_derive(const ckpt_key *key, const char *context, const uint8_t salt
 /* Writes 32 random bytes to path with mode 0600; refuses to overwrite. */
 int ckpt_keygen(const char *path, ckpt_err *err);
 
+/* ---------------------------------------------------------------- stores */
+
+/* Where packs live. A store holds named objects (a pack is one object): a
+ * local directory today, an object store such as S3 later. Objects are
+ * read by ranges and written whole: a new object becomes visible only when
+ * it is complete, never half-written. Names are relative, '/'-separated,
+ * and safe by ckpt_path_is_safe(). The path-based functions below
+ * (ckpt_open, ckpt_writer_open, ...) are the local case of the _in ones.
+ * A store may be used from several threads at once. */
+typedef struct ckpt_store ckpt_store;
+
+/* What tells one version of an object from another: a caller that saw an
+ * object can tell whether it was replaced since. Local files fill dev, ino
+ * and the mtime; object stores fill etag (and leave dev and ino 0). */
+typedef struct ckpt_object_id {
+    uint64_t dev, ino;
+    int64_t mtime_sec;
+    uint32_t mtime_nsec;
+    uint64_t size;
+    char etag[80];
+} ckpt_object_id;
+
+/* Whether two identities name the same version of an object. */
+int ckpt_object_id_equal(const ckpt_object_id *a, const ckpt_object_id *b);
+
+typedef struct ckpt_object_info {
+    const char *name;         /* relative to the store */
+    ckpt_object_id id;        /* size and mtime are in here */
+} ckpt_object_info;
+
+/* The directory dir as a store (opened once: renaming dir later does not
+ * move the store). Objects are its regular files; symbolic links are
+ * refused (-ELOOP), never followed. */
+int ckpt_store_open_local(const char *dir, ckpt_store **out, ckpt_err *err);
+void ckpt_store_free(ckpt_store *s);
+/* The store for messages: the directory, or a URL. */
+const char *ckpt_store_where(const ckpt_store *s);
+
+/* Calls fn once per object whose name starts with prefix ("" for all), in
+ * byte order of names, with info valid during the call only. Listing is
+ * one level: a prefix "a/b" lists the objects directly inside "a" whose
+ * names start with "b". A non-zero return from fn stops the listing and is
+ * returned. */
+typedef int (*ckpt_object_fn)(void *ud, const ckpt_object_info *info);
+int ckpt_store_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *ud,
+                    ckpt_err *err);
+
 /* --------------------------------------------------------------- reading */
 
 typedef struct ckpt_pack ckpt_pack;
@@ -111,7 +158,13 @@ typedef struct ckpt_tensor_info {
  * NULL for an unencrypted pack; an encrypted pack then fails with -EACCES and
  * "no key", and a wrong key with -EACCES and "wrong key". */
 int ckpt_open(const char *path, const ckpt_key *key, ckpt_pack **out, ckpt_err *err);
+/* ckpt_open for the object name in store s (messages name it "<where>/<name>"). */
+int ckpt_pack_open_in(ckpt_store *s, const char *name, const ckpt_key *key, ckpt_pack **out,
+                      ckpt_err *err);
 void ckpt_close(ckpt_pack *p);
+/* The identity of the pack object as it was opened: compare it with a later
+ * listing to find out whether the pack was replaced since. */
+void ckpt_pack_object_id(const ckpt_pack *p, ckpt_object_id *out);
 
 /* Reads only the header: whether the pack is encrypted and how. Cheap; does
  * not need a key. Returns -EIO/-EINVAL/-ENOTSUP for bad headers. */
@@ -154,7 +207,8 @@ int ckpt_chunk_decode(ckpt_pack *p, size_t id, void *out, ckpt_err *err);
 /* If chunk id is stored raw and unencrypted, its bytes can be read straight
  * from the pack file at *pack_offset (for zero-copy); returns 1, else 0. */
 int ckpt_chunk_plain_at(const ckpt_pack *p, size_t id, uint64_t *pack_offset);
-/* The pack's file descriptor (read-only). */
+/* The pack's file descriptor (read-only), or -1 for a pack in a store that
+ * has none (an object store): then read chunks with ckpt_chunk_decode(). */
 int ckpt_fd(const ckpt_pack *p);
 
 /* In-order streaming of a byte range of a file, with chunks decoded ahead on
@@ -207,6 +261,12 @@ typedef struct ckpt_writer ckpt_writer;
  * to final_path and fsyncs the directory. Until then final_path is untouched. */
 int ckpt_writer_open(const char *final_path, const char *tmp_path,
                      const ckpt_write_opts *opts, ckpt_writer **out, ckpt_err *err);
+/* ckpt_writer_open for the object name in store s. tmp_name (NULL =
+ * "<name>.tmp") is where a local store writes until ckpt_writer_finish();
+ * a store without renames ignores it. Either way the pack appears whole at
+ * finish or not at all. */
+int ckpt_writer_open_in(ckpt_store *s, const char *name, const char *tmp_name,
+                        const ckpt_write_opts *opts, ckpt_writer **out, ckpt_err *err);
 
 /* Streaming: begin a file, append its bytes as opaque data and/or tensors in
  * order, end it. Tensor data must be exactly numel * dtype size bytes and

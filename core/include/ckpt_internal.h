@@ -110,6 +110,24 @@ ssize_t ckpt_read_full(int fd, void *buf, size_t len);
 ssize_t ckpt_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
 ssize_t ckpt_write_full(int fd, const void *buf, size_t len);
 
+/* ------------------------------------------------ store administration */
+
+/* What ckptfs's writer does to a store beside reading and writing packs.
+ * remove and rename act on one object; on an object store rename is a copy
+ * and a delete, so it is not atomic there: use it only for names nobody
+ * reads concurrently. */
+int ckpt_store_remove(ckpt_store *s, const char *name, ckpt_err *err);
+int ckpt_store_rename(ckpt_store *s, const char *from, const char *to, ckpt_err *err);
+
+/* An exclusive advisory lock named name, for the one writer of a store
+ * (local: flock on that file, created if missing, holding the owner's PID).
+ * Another holder, in this process or another, makes it fail with -EBUSY and
+ * a message naming the holder's PID when known. Released by unlock or when
+ * the process exits. */
+typedef struct ckpt_store_lock ckpt_store_lock;
+int ckpt_store_lock_take(ckpt_store *s, const char *name, ckpt_store_lock **out, ckpt_err *err);
+void ckpt_store_lock_release(ckpt_store_lock *l);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "crypto.h"
+#include "store/store.h"
 
 typedef struct extent {
     uint64_t length;
@@ -37,8 +38,9 @@ typedef struct tensor_rec {
 } tensor_rec;
 
 struct ckpt_pack {
-    int fd;
-    char *path;
+    store_reader *obj;        /* where the pack's bytes come from */
+    int fd;                   /* obj's descriptor, or -1 */
+    char *path;               /* for messages: the path, or "<store>/<name>" */
     uint8_t header[128];
     uint8_t pack_id[16];
     uint32_t chunk_size;

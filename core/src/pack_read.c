@@ -1,5 +1,14 @@
 /* Opening a pack: every header, footer and index field is checked before
- * any of it is used, so later reads can trust the in-memory index. */
+ * any of it is used, so later reads can trust the in-memory index. The
+ * index is parsed one section per function, in its on-disk order
+ * (index_counts, _files, _extents, _tensors, _chunks), each checked against
+ * the sections before it.
+ *
+ * One job at about 700 lines: the reader of one pack. The reads at the end
+ * (chunk decode, pread, locate) are the other half of the same contract,
+ * trusting exactly what the checks above proved; the streaming and verify
+ * paths that build on them live in stream.c. Bytes come through a
+ * store_reader (store/store.h), never from a path or descriptor directly. */
 #include "pack.h"
 #include "codec.h"
 #include "format.h"
@@ -24,9 +33,9 @@
 #endif
 
 /* All len bytes at off: 0, -ENODATA when the pack ends first, or -errno. */
-static int pread_exact(int fd, void *buf, size_t len, uint64_t off)
+static int read_exact(store_reader *obj, void *buf, size_t len, uint64_t off)
 {
-    ssize_t r = ckpt_pread_full(fd, buf, len, off);
+    ssize_t r = obj->ops->read_at(obj, buf, len, off);
     return r < 0 ? (int)r : (size_t)r < len ? -ENODATA : 0;
 }
 
@@ -73,16 +82,15 @@ static int cmp_path_slash_first(const void *x, const void *y)
 
 #define BAD(...) do { rc = ckpt_fail(err, -EIO, __VA_ARGS__); goto fail; } while (0)
 
-static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t index_offset, ckpt_err *err)
+/* The counts at the head of the index, and the arrays they size. */
+static int index_counts(ckpt_pack *p, rd *r, size_t len, ckpt_err *err)
 {
-    int rc = 0;
-    rd r = {idx, len, 0, 0};
-    if (rd_u32(&r) != TPACK_INDEX_MAGIC) return ckpt_fail(err, -EIO, "index: bad magic");
-    uint64_t nf = rd_u32(&r), nt = rd_u32(&r);
-    rd_u32(&r);
-    uint64_t ne = rd_u64(&r), nc = rd_u64(&r);
+    if (rd_u32(r) != TPACK_INDEX_MAGIC) return ckpt_fail(err, -EIO, "index: bad magic");
+    uint64_t nf = rd_u32(r), nt = rd_u32(r);
+    rd_u32(r);
+    uint64_t ne = rd_u64(r), nc = rd_u64(r);
     /* Each record has a minimum size, so counts larger than the index allows are lies. */
-    if (r.bad || nf > len / 70 || nt > len / 48 || ne > len / TPACK_EXTENT_RECORD || nc > len / TPACK_CHUNK_RECORD)
+    if (r->bad || nf > len / 70 || nt > len / 48 || ne > len / TPACK_EXTENT_RECORD || nc > len / TPACK_CHUNK_RECORD)
         return ckpt_fail(err, -EIO, "index: record counts do not fit the index size");
     p->n_files = nf; p->n_tensors = nt; p->n_extents = ne; p->n_chunks = nc;
     p->files = calloc(nf ? nf : 1, sizeof *p->files);
@@ -92,23 +100,29 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
     p->index = malloc(len + 1);
     if (!p->files || !p->tensors || !p->extents || !p->chunks || !p->index)
         return ckpt_fail(err, -ENOMEM, "out of memory for the index");
-    char *arena = (char *)p->index;
     if (strmap_init(&p->file_map, nf) < 0 || strmap_init(&p->tensor_map, nt) < 0)
         return ckpt_fail(err, -ENOMEM, "out of memory for the index");
+    return 0;
+}
 
+/* File records: safe unique paths, extents in order and covering all. */
+static int index_files(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
+{
+    int rc = 0;
+    size_t nf = p->n_files, ne = p->n_extents;
     uint64_t next_extent = 0;
     for (size_t i = 0; i < nf; i++) {
         file_rec *f = &p->files[i];
-        uint16_t plen = rd_u16(&r);
-        f->info.path = rd_str(&r, plen, &arena);
-        f->info.mode = rd_u32(&r);
-        f->info.mtime_sec = (int64_t)rd_u64(&r);
-        f->info.mtime_nsec = rd_u32(&r);
-        f->info.size = rd_u64(&r);
-        const uint8_t *sha = rd_take(&r, 32);
-        uint64_t first = rd_u64(&r);
-        uint32_t n = rd_u32(&r);
-        if (r.bad) BAD("index: file record %zu is truncated", i);
+        uint16_t plen = rd_u16(r);
+        f->info.path = rd_str(r, plen, arena);
+        f->info.mode = rd_u32(r);
+        f->info.mtime_sec = (int64_t)rd_u64(r);
+        f->info.mtime_nsec = rd_u32(r);
+        f->info.size = rd_u64(r);
+        const uint8_t *sha = rd_take(r, 32);
+        uint64_t first = rd_u64(r);
+        uint32_t n = rd_u32(r);
+        if (r->bad) BAD("index: file record %zu is truncated", i);
         memcpy(f->info.sha256, sha, 32);
         if (!ckpt_path_is_safe(f->info.path)) BAD("index: file %zu has an unsafe path '%s'", i, f->info.path);
         if (f->info.mode & ~07777u) BAD("index: file '%s' has invalid mode %o", f->info.path, f->info.mode);
@@ -123,18 +137,27 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
         if (put == 1) BAD("index: duplicate file path '%s'", f->info.path);
     }
     if (next_extent != ne) BAD("index: files cover %llu of %llu extents", (unsigned long long)next_extent, (unsigned long long)ne);
+fail:
+    return rc;
+}
 
+/* Extent records, then where each lies in its file: kinds, element sizes,
+ * chunks in order and covering all, and lengths summing to file sizes. */
+static int index_extents(ckpt_pack *p, rd *r, ckpt_err *err)
+{
+    int rc = 0;
+    size_t ne = p->n_extents, nc = p->n_chunks;
     uint64_t next_chunk = 0;
     for (size_t i = 0; i < ne; i++) {
         extent *e = &p->extents[i];
-        e->length = rd_u64(&r);
-        e->first_chunk = rd_u64(&r);
-        e->kind = rd_u8(&r);
-        e->elem_size = rd_u8(&r);
-        rd_u16(&r);
-        rd_u32(&r);
+        e->length = rd_u64(r);
+        e->first_chunk = rd_u64(r);
+        e->kind = rd_u8(r);
+        e->elem_size = rd_u8(r);
+        rd_u16(r);
+        rd_u32(r);
         e->tensor_index = -1;
-        if (r.bad) BAD("index: extent record %zu is truncated", i);
+        if (r->bad) BAD("index: extent record %zu is truncated", i);
         if (e->kind > EXTENT_TENSOR || !(e->elem_size == 1 || e->elem_size == 2 || e->elem_size == 4 || e->elem_size == 8) ||
             (e->kind == EXTENT_DATA && e->elem_size != 1))
             BAD("index: extent %zu has an invalid kind or element size", i);
@@ -144,7 +167,7 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
     }
     if (next_chunk != nc) BAD("index: extents cover %llu of %llu chunks", (unsigned long long)next_chunk, (unsigned long long)nc);
 
-    for (size_t i = 0; i < nf; i++) {
+    for (size_t i = 0; i < p->n_files; i++) {
         file_rec *f = &p->files[i];
         uint64_t off = 0;
         for (size_t j = 0; j < f->n_extents; j++) {
@@ -159,15 +182,24 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
         if (f->info.size > UINT64_MAX - p->logical_bytes) BAD("index: total size overflows");
         p->logical_bytes += f->info.size;
     }
+fail:
+    return rc;
+}
 
-    for (size_t i = 0; i < nt; i++) {
+/* Tensor records: each owns exactly one tensor extent of its file, of the
+ * size its dtype and shape need; every tensor extent has its tensor. */
+static int index_tensors(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
+{
+    int rc = 0;
+    size_t nf = p->n_files, ne = p->n_extents;
+    for (size_t i = 0; i < p->n_tensors; i++) {
         tensor_rec *t = &p->tensors[i];
-        uint16_t nlen = rd_u16(&r);
-        t->info.name = rd_str(&r, nlen, &arena);
-        uint8_t dlen = rd_u8(&r);
-        const uint8_t *d = rd_take(&r, dlen);
-        uint8_t ndim = rd_u8(&r);
-        if (r.bad) BAD("index: tensor record %zu is truncated", i);
+        uint16_t nlen = rd_u16(r);
+        t->info.name = rd_str(r, nlen, arena);
+        uint8_t dlen = rd_u8(r);
+        const uint8_t *d = rd_take(r, dlen);
+        uint8_t ndim = rd_u8(r);
+        if (r->bad) BAD("index: tensor record %zu is truncated", i);
         if (nlen == 0) BAD("index: tensor %zu has an empty name", i);
         if (dlen >= sizeof t->dtype || memchr(d, 0, dlen) || ndim > 64)
             BAD("index: tensor '%s' has an invalid dtype or rank", t->info.name);
@@ -175,11 +207,11 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
         t->dtype[dlen] = 0;
         t->shape = calloc(ndim ? ndim : 1, sizeof *t->shape);
         if (!t->shape) return ckpt_fail(err, -ENOMEM, "out of memory");
-        for (unsigned j = 0; j < ndim; j++) t->shape[j] = rd_u64(&r);
-        uint32_t fi = rd_u32(&r);
-        uint64_t ei = rd_u64(&r);
-        const uint8_t *sha = rd_take(&r, 32);
-        if (r.bad) BAD("index: tensor record '%s' is truncated", t->info.name);
+        for (unsigned j = 0; j < ndim; j++) t->shape[j] = rd_u64(r);
+        uint32_t fi = rd_u32(r);
+        uint64_t ei = rd_u64(r);
+        const uint8_t *sha = rd_take(r, 32);
+        if (r->bad) BAD("index: tensor record '%s' is truncated", t->info.name);
         uint64_t nbytes;
         if (!ckpt_dtype_valid(t->dtype)) BAD("index: tensor '%s' has unknown dtype '%s'", t->info.name, t->dtype);
         if (ckpt_tensor_bytes(t->dtype, ndim, t->shape, &nbytes) < 0) BAD("index: tensor '%s' shape overflows", t->info.name);
@@ -207,20 +239,29 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
     for (size_t i = 0; i < ne; i++)
         if (p->extents[i].kind == EXTENT_TENSOR && p->extents[i].tensor_index < 0)
             BAD("index: tensor extent %zu has no tensor", i);
+fail:
+    return rc;
+}
 
+/* Chunk records: packed back to back from the header to the index, each of
+ * the size its extent implies, with a codec that can hold it. */
+static int index_chunks(ckpt_pack *p, rd *r, uint64_t index_offset, ckpt_err *err)
+{
+    int rc = 0;
+    size_t ne = p->n_extents;
     uint64_t pos = TPACK_HEADER_SIZE;
     size_t ext = 0;
     uint32_t tag = p->keys.subkey ? TPACK_AEAD_TAG : 0;
-    for (size_t i = 0; i < nc; i++) {
+    for (size_t i = 0; i < p->n_chunks; i++) {
         chunk *c = &p->chunks[i];
-        c->offset = rd_u64(&r);
-        c->stored_size = rd_u32(&r);
-        c->raw_size = rd_u32(&r);
-        c->crc = rd_u32(&r);
-        c->codec = rd_u8(&r);
-        c->elem_size = rd_u8(&r);
-        rd_u16(&r);
-        if (r.bad) BAD("index: chunk record %zu is truncated", i);
+        c->offset = rd_u64(r);
+        c->stored_size = rd_u32(r);
+        c->raw_size = rd_u32(r);
+        c->crc = rd_u32(r);
+        c->codec = rd_u8(r);
+        c->elem_size = rd_u8(r);
+        rd_u16(r);
+        if (r->bad) BAD("index: chunk record %zu is truncated", i);
         while (ext < ne && i >= p->extents[ext].first_chunk + (p->extents[ext].length + p->chunk_size - 1) / p->chunk_size)
             ext++;
         extent *e = &p->extents[ext];
@@ -238,11 +279,17 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
     }
     if (pos != index_offset) BAD("index: chunk data ends at %llu but the index starts at %llu", (unsigned long long)pos,
                                  (unsigned long long)index_offset);
-    if (r.pos != r.len) BAD("index: %zu unexpected bytes at its end", r.len - r.pos);
+fail:
+    return rc;
+}
 
-    /* A file path must not also be a directory of another file ("a" and "a/b").
-     * Looking up every prefix of every path would cost the square of the path
-     * length; sorted with '/' first, a clash is always between neighbours. */
+/* A file path must not also be a directory of another file ("a" and "a/b").
+ * Looking up every prefix of every path would cost the square of the path
+ * length; sorted with '/' first, a clash is always between neighbours. */
+static int index_check_dirs(ckpt_pack *p, ckpt_err *err)
+{
+    int rc = 0;
+    size_t nf = p->n_files;
     const char **sorted = malloc((nf ? nf : 1) * sizeof *sorted);
     if (!sorted) return ckpt_fail(err, -ENOMEM, "out of memory for the index");
     for (size_t i = 0; i < nf; i++) sorted[i] = p->files[i].info.path;
@@ -254,15 +301,32 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
     }
     free(sorted);
     return rc;
-fail:
+}
+
+/* The plaintext index, section by section in its on-disk order (FORMAT.md):
+ * counts, files, extents, tensors, chunks. Each section is checked against
+ * those before it, so nothing read later can point outside what exists. */
+static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t index_offset, ckpt_err *err)
+{
+    rd r = {idx, len, 0, 0};
+    int rc = index_counts(p, &r, len, err);
+    char *arena = (char *)p->index;
+    if (rc == 0) rc = index_files(p, &r, &arena, err);
+    if (rc == 0) rc = index_extents(p, &r, err);
+    if (rc == 0) rc = index_tensors(p, &r, &arena, err);
+    if (rc == 0) rc = index_chunks(p, &r, index_offset, err);
+    if (rc == 0 && r.pos != r.len) rc = ckpt_fail(err, -EIO, "index: %zu unexpected bytes at its end", r.len - r.pos);
+    if (rc == 0) rc = index_check_dirs(p, err);
     return rc;
 }
 
-static int read_header(int fd, const char *path, uint64_t size, uint8_t hdr[128], ckpt_err *err)
+static int read_header(store_reader *obj, uint8_t hdr[128], ckpt_err *err)
 {
+    const char *path = obj->name;
+    uint64_t size = obj->id.size;
     if (size < TPACK_HEADER_SIZE + TPACK_FOOTER_SIZE)
         return ckpt_fail(err, -EIO, "%s: truncated: %llu bytes is less than a header and footer", path, (unsigned long long)size);
-    int rc = pread_exact(fd, hdr, TPACK_HEADER_SIZE, 0);
+    int rc = read_exact(obj, hdr, TPACK_HEADER_SIZE, 0);
     if (rc < 0) return ckpt_fail(err, rc, "%s: cannot read header: %s", path, strerror(-rc));
     if (memcmp(hdr + HDR_MAGIC, TPACK_MAGIC, 8) != 0) return ckpt_fail(err, -EINVAL, "%s: not a tpack file (bad magic)", path);
     uint32_t version = get_u32(hdr + HDR_VERSION);
@@ -301,30 +365,15 @@ static void fill_info_from_header(const uint8_t *hdr, uint64_t size, ckpt_pack_i
     info->stored_bytes = size;
 }
 
-static int open_fd(const char *path, int *fd_out, uint64_t *size, ckpt_err *err)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ckpt_fail(err, -errno, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ckpt_fail(err, -EINVAL, "%s: not a regular file", path);
-    }
-    *fd_out = fd;
-    *size = (uint64_t)st.st_size;
-    return 0;
-}
-
 int ckpt_probe(const char *path, ckpt_pack_info *info, ckpt_err *err)
 {
-    int fd;
-    uint64_t size;
+    store_reader *obj;
     uint8_t hdr[TPACK_HEADER_SIZE];
-    int rc = open_fd(path, &fd, &size, err);
+    int rc = store_local_open_path(path, &obj, err);
     if (rc < 0) return rc;
-    rc = read_header(fd, path, size, hdr, err);
-    close(fd);
-    if (rc == 0) fill_info_from_header(hdr, size, info);
+    rc = read_header(obj, hdr, err);
+    if (rc == 0) fill_info_from_header(hdr, obj->id.size, info);
+    obj->ops->close(obj);
     return rc;
 }
 
@@ -364,7 +413,7 @@ static int unlock_keys(ckpt_pack *p, const ckpt_key *key, ckpt_err *err)
 static int load_index(ckpt_pack *p, ckpt_err *err)
 {
     uint8_t ftr[TPACK_FOOTER_SIZE];
-    int rc = pread_exact(p->fd, ftr, sizeof ftr, p->file_size - TPACK_FOOTER_SIZE);
+    int rc = read_exact(p->obj, ftr, sizeof ftr, p->file_size - TPACK_FOOTER_SIZE);
     if (rc < 0) return ckpt_fail(err, rc, "%s: cannot read footer: %s", p->path, strerror(-rc));
     if (memcmp(ftr + FTR_MAGIC, TPACK_END_MAGIC, 8) != 0)
         return ckpt_fail(err, -EIO, "%s: truncated or unfinished pack (no footer)", p->path);
@@ -386,7 +435,7 @@ static int load_index(ckpt_pack *p, ckpt_err *err)
         if (plain != stored) free(plain);
         return ckpt_fail(err, -ENOMEM, "%s: out of memory for the index", p->path);
     }
-    rc = pread_exact(p->fd, stored, istored, ioff);
+    rc = read_exact(p->obj, stored, istored, ioff);
     if (rc < 0) {
         rc = ckpt_fail(err, -EIO, "%s: cannot read index: %s", p->path, strerror(-rc));
     } else if (p->keys.subkey) {
@@ -411,18 +460,20 @@ static int load_index(ckpt_pack *p, ckpt_err *err)
     return rc;
 }
 
-int ckpt_open(const char *path, const ckpt_key *key, ckpt_pack **out, ckpt_err *err)
+/* Opens the pack whose bytes obj holds; takes obj, even on failure. */
+static int open_object(store_reader *obj, const ckpt_key *key, ckpt_pack **out, ckpt_err *err)
 {
-    *out = NULL;
-    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "%s: libsodium failed to initialise", path);
     ckpt_pack *p = calloc(1, sizeof *p);
-    if (!p || !(p->path = strdup(path))) {
+    if (!p || !(p->path = strdup(obj->name))) {
+        int rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", obj->name);
         free(p);
-        return ckpt_fail(err, -ENOMEM, "%s: out of memory", path);
+        obj->ops->close(obj);
+        return rc;
     }
-    p->fd = -1;
-    int rc = open_fd(path, &p->fd, &p->file_size, err);
-    if (rc == 0) rc = read_header(p->fd, path, p->file_size, p->header, err);
+    p->obj = obj;
+    p->fd = obj->ops->fd(obj);
+    p->file_size = obj->id.size;
+    int rc = read_header(obj, p->header, err);
     if (rc == 0) {
         memcpy(p->pack_id, p->header + HDR_PACK_ID, 16);
         p->chunk_size = get_u32(p->header + HDR_CHUNK_SIZE);
@@ -438,10 +489,34 @@ int ckpt_open(const char *path, const ckpt_key *key, ckpt_pack **out, ckpt_err *
     return 0;
 }
 
+int ckpt_open(const char *path, const ckpt_key *key, ckpt_pack **out, ckpt_err *err)
+{
+    *out = NULL;
+    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "%s: libsodium failed to initialise", path);
+    store_reader *obj;
+    int rc = store_local_open_path(path, &obj, err);
+    return rc < 0 ? rc : open_object(obj, key, out, err);
+}
+
+int ckpt_pack_open_in(ckpt_store *s, const char *name, const ckpt_key *key, ckpt_pack **out,
+                      ckpt_err *err)
+{
+    *out = NULL;
+    if (!name || !ckpt_path_is_safe(name))
+        return ckpt_fail(err, -EINVAL, "%s: invalid pack name '%s'", ckpt_store_where(s), name ? name : "(null)");
+    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "%s/%s: libsodium failed to initialise",
+                                                 ckpt_store_where(s), name);
+    store_reader *obj;
+    int rc = s->ops->open_read(s, name, &obj, err);
+    return rc < 0 ? rc : open_object(obj, key, out, err);
+}
+
+void ckpt_pack_object_id(const ckpt_pack *p, ckpt_object_id *out) { *out = p->obj->id; }
+
 void ckpt_close(ckpt_pack *p)
 {
     if (!p) return;
-    if (p->fd >= 0) close(p->fd);
+    if (p->obj) p->obj->ops->close(p->obj);
     pack_keys_free(&p->keys);
     if (p->tensors)
         for (size_t i = 0; i < p->n_tensors; i++) free(p->tensors[i].shape);
@@ -506,7 +581,7 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
     const chunk *c = &p->chunks[id];
     int enc = p->keys.subkey != NULL;
     if (c->codec == CODEC_STORED && !enc) {
-        int rc = pread_exact(p->fd, out, c->raw_size, c->offset);
+        int rc = read_exact(p->obj, out, c->raw_size, c->offset);
         if (rc < 0) return chunk_fault(p, id, rc == -ENODATA ? "pack file is shorter than its index says" : strerror(-rc), err);
         if (!FUZZING_SKIPS_CHECKSUMS && (uint32_t)libdeflate_crc32(0, out, c->raw_size) != c->crc) return chunk_fault(p, id, "checksum mismatch", err);
         return 0;
@@ -517,7 +592,7 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
     size_t plen = c->stored_size;
     int rc = 0;
     if (!stored || (c->codec == CODEC_BYTEGROUP && !scratch)) { rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path); goto done; }
-    rc = pread_exact(p->fd, stored, c->stored_size, c->offset);
+    rc = read_exact(p->obj, stored, c->stored_size, c->offset);
     if (rc < 0) { rc = chunk_fault(p, id, rc == -ENODATA ? "pack file is shorter than its index says" : strerror(-rc), err); goto done; }
     if (enc) {
         const extent *e = &p->extents[c->extent_index];

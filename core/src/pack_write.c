@@ -2,15 +2,21 @@
  * bytes into chunk slots and hashes each file; worker threads compress and
  * encrypt slots; one output thread hashes tensors and appends finished chunks
  * to the pack in order. Slots are used round-robin, so order is kept without
- * any reordering buffer. */
+ * any reordering buffer. The pack goes to a store_upload (store/store.h):
+ * nothing is visible under its name until finish commits it.
+ *
+ * One job at about 740 lines: the pipeline's three stages share the slot
+ * ring and its one lock, and the index written at finish is the record of
+ * what they produced, so splitting them would spread one state machine over
+ * files. Feeding it from disk is ingest_files.c. */
 #include "writer.h"
 #include "sha256.h"
 #include "codec.h"
 #include "crypto.h"
 #include "format.h"
+#include "store/store.h"
 
 #include <fcntl.h>
-#include <libgen.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -71,8 +77,9 @@ typedef struct wchunk {
 } wchunk;
 
 struct ckpt_writer {
-    int fd;
-    char *final_path, *tmp_path;
+    store_upload *out;        /* the pack being written; NULL once committed */
+    ckpt_store *own_store;    /* the store made for a path-based open, freed with w */
+    char *final_path;         /* for messages: the path, or "<store>/<name>" */
     dev_t dev;
     ino_t ino;
     uint32_t chunk_size;
@@ -175,13 +182,6 @@ static void *encode_worker(void *arg)
     return NULL;
 }
 
-/* 0 or -errno: the pack is written strictly in order. */
-static int write_all(int fd, const void *buf, size_t len)
-{
-    ssize_t r = ckpt_write_full(fd, buf, len);
-    return r < 0 ? (int)r : 0;
-}
-
 static void *output_worker(void *arg)
 {
     ckpt_writer *w = arg;
@@ -198,11 +198,11 @@ static void *output_worker(void *arg)
                 ckpt_sha256_update(&s->th->st, s->in, s->in_len);
                 if (s->last_of_tensor) ckpt_sha256_final(&s->th->st, s->th->digest);
             }
-            int rc = write_all(w->fd, s->out, s->out_len);
-            if (rc == 0 && grow_array((void **)&w->chunks, &w->cap_chunks, w->n_chunks, sizeof *w->chunks) < 0) rc = -ENOMEM;
+            ckpt_err e;
+            int rc = w->out->ops->write(w->out, s->out, s->out_len, &e);
+            if (rc == 0 && grow_array((void **)&w->chunks, &w->cap_chunks, w->n_chunks, sizeof *w->chunks) < 0)
+                rc = ckpt_fail(&e, -ENOMEM, "%s: out of memory", w->final_path);
             if (rc < 0) {
-                ckpt_err e;
-                ckpt_fail(&e, rc, "%s: write failed: %s", w->tmp_path, strerror(-rc));
                 set_failed(w, &e);
             } else {
                 w->chunks[w->n_chunks++] = (wchunk){w->write_pos, (uint32_t)s->out_len, (uint32_t)s->in_len, s->crc, s->codec, s->elem};
@@ -485,10 +485,13 @@ static void stop_threads(ckpt_writer *w)
     w->out_started = 0;
 }
 
+/* Frees everything; an unfinished pack is abandoned and its temporary file
+ * removed. */
 static void writer_free(ckpt_writer *w)
 {
     stop_threads(w);
-    if (w->fd >= 0) close(w->fd);
+    if (w->out) w->out->ops->abort(w->out);
+    ckpt_store_free(w->own_store);
     for (size_t i = 0; i < w->n_files; i++) free(w->files[i].path);
     for (size_t i = 0; i < w->n_tensors; i++) {
         free(w->tensors[i].name);
@@ -516,12 +519,12 @@ static void writer_free(ckpt_writer *w)
     pthread_cond_destroy(&w->to_write);
     pthread_cond_destroy(&w->to_fill);
     free(w->final_path);
-    free(w->tmp_path);
     free(w);
 }
 
-int ckpt_writer_open(const char *final_path, const char *tmp_path, const ckpt_write_opts *opts, ckpt_writer **out,
-                     ckpt_err *err)
+/* Opens a writer for name in s; final_path names it in messages. */
+static int writer_open(ckpt_store *s, const char *name, const char *tmp_name, const char *final_path,
+                       const ckpt_write_opts *opts, ckpt_writer **out, ckpt_err *err)
 {
     *out = NULL;
     if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
@@ -536,7 +539,6 @@ int ckpt_writer_open(const char *final_path, const char *tmp_path, const ckpt_wr
         return ckpt_fail(err, -EINVAL, "%s: a cipher was chosen but no key given", final_path);
     ckpt_writer *w = calloc(1, sizeof *w);
     if (!w) return ckpt_fail(err, -ENOMEM, "out of memory");
-    w->fd = -1;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->to_encode, NULL);
     pthread_cond_init(&w->to_write, NULL);
@@ -545,10 +547,8 @@ int ckpt_writer_open(const char *final_path, const char *tmp_path, const ckpt_wr
     w->chunk_size = cs;
     w->level = o.level < 0 ? 6 : o.level;
     w->final_path = strdup(final_path);
-    if (tmp_path) w->tmp_path = strdup(tmp_path);
-    else if (w->final_path && asprintf(&w->tmp_path, "%s.tmp", final_path) < 0) w->tmp_path = NULL;
     int rc = 0;
-    if (!w->final_path || !w->tmp_path || strmap_init(&w->file_map, 64) < 0 || strmap_init(&w->dir_map, 64) < 0 ||
+    if (!w->final_path || strmap_init(&w->file_map, 64) < 0 || strmap_init(&w->dir_map, 64) < 0 ||
         strmap_init(&w->tensor_map, 256) < 0) {
         rc = ckpt_fail(err, -ENOMEM, "out of memory");
         goto fail;
@@ -569,15 +569,11 @@ int ckpt_writer_open(const char *final_path, const char *tmp_path, const ckpt_wr
         w->slots[i].out = malloc(cs + TPACK_CHUNK_OVERHEAD);
         if (!w->slots[i].in || !w->slots[i].out) { rc = ckpt_fail(err, -ENOMEM, "out of memory for chunk buffers"); goto fail; }
     }
-    /* O_NOFOLLOW: a symlink planted at the temporary name must not redirect the write. */
-    w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (w->fd < 0) { rc = ckpt_fail(err, -errno, "%s: cannot create: %s", w->tmp_path, strerror(errno)); goto fail; }
-    struct stat st;
-    if (fstat(w->fd, &st) == 0) { w->dev = st.st_dev; w->ino = st.st_ino; }
-    if ((rc = write_all(w->fd, w->header, TPACK_HEADER_SIZE)) < 0) {
-        rc = ckpt_fail(err, rc, "%s: write failed: %s", w->tmp_path, strerror(-rc));
-        goto fail_unlink;
-    }
+    /* Nothing is visible under name until finish commits the upload. */
+    if ((rc = s->ops->create(s, name, tmp_name, &w->out, err)) < 0) goto fail;
+    w->dev = (dev_t)w->out->id.dev;
+    w->ino = (ino_t)w->out->id.ino;
+    if ((rc = w->out->ops->write(w->out, w->header, TPACK_HEADER_SIZE, err)) < 0) goto fail;
     w->write_pos = TPACK_HEADER_SIZE;
     for (unsigned i = 0; i < threads; i++) {
         if (pthread_create(&w->workers[i], NULL, encode_worker, w) != 0) break;
@@ -585,15 +581,39 @@ int ckpt_writer_open(const char *final_path, const char *tmp_path, const ckpt_wr
     }
     if (w->n_workers == 0 || pthread_create(&w->out_thread, NULL, output_worker, w) != 0) {
         rc = ckpt_fail(err, -EAGAIN, "cannot start writer threads");
-        goto fail_unlink;
+        goto fail;
     }
     w->out_started = 1;
     *out = w;
     return 0;
-fail_unlink:
-    unlink(w->tmp_path);
 fail:
-    writer_free(w);
+    writer_free(w); /* removes the temporary file, if it was made */
+    return rc;
+}
+
+int ckpt_writer_open(const char *final_path, const char *tmp_path, const ckpt_write_opts *opts, ckpt_writer **out,
+                     ckpt_err *err)
+{
+    /* Paths as given, resolved as open(2) and rename(2) resolve them. */
+    ckpt_store *cwd = store_cwd();
+    if (!cwd) return ckpt_fail(err, -ENOMEM, "out of memory");
+    int rc = writer_open(cwd, final_path, tmp_path, final_path, opts, out, err);
+    if (rc < 0) ckpt_store_free(cwd);
+    else (*out)->own_store = cwd;
+    return rc;
+}
+
+int ckpt_writer_open_in(ckpt_store *s, const char *name, const char *tmp_name, const ckpt_write_opts *opts,
+                        ckpt_writer **out, ckpt_err *err)
+{
+    *out = NULL;
+    if (!name || !ckpt_path_is_safe(name) || (tmp_name && !ckpt_path_is_safe(tmp_name)))
+        return ckpt_fail(err, -EINVAL, "%s: invalid pack name '%s'", ckpt_store_where(s),
+                         !name ? "(null)" : ckpt_path_is_safe(name) ? tmp_name : name);
+    char *shown = store_display_name(s, name);
+    if (!shown) return ckpt_fail(err, -ENOMEM, "out of memory");
+    int rc = writer_open(s, name, tmp_name, shown, opts, out, err);
+    free(shown);
     return rc;
 }
 
@@ -606,9 +626,7 @@ void writer_output_id(const ckpt_writer *w, dev_t *dev, ino_t *ino)
 void ckpt_writer_abort(ckpt_writer *w)
 {
     if (!w) return;
-    stop_threads(w);
-    unlink(w->tmp_path);
-    writer_free(w);
+    writer_free(w); /* stops the threads first, then removes the temporary file */
 }
 
 static void build_index(ckpt_writer *w, bytebuf *b)
@@ -666,18 +684,6 @@ static void build_index(ckpt_writer *w, bytebuf *b)
     }
 }
 
-static int fsync_dir_of(const char *path)
-{
-    char *copy = strdup(path);
-    if (!copy) return -ENOMEM;
-    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(copy);
-    if (dfd < 0) return -errno;
-    int rc = fsync(dfd) < 0 ? -errno : 0;
-    close(dfd);
-    return rc;
-}
-
 int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
 {
     int rc = 0;
@@ -709,22 +715,18 @@ int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
     put_u64(ftr + FTR_INDEX_STORED, stored_len);
     put_u64(ftr + FTR_INDEX_RAW, idx.len);
     memcpy(ftr + FTR_MAGIC, TPACK_END_MAGIC, 8);
-    rc = write_all(w->fd, stored, stored_len);
-    if (rc == 0) rc = write_all(w->fd, ftr, sizeof ftr);
+    rc = w->out->ops->write(w->out, stored, stored_len, err);
+    if (rc == 0) rc = w->out->ops->write(w->out, ftr, sizeof ftr, err);
     if (stored != idx.p) free(stored);
     bb_free(&idx);
-    if (rc < 0) { rc = ckpt_fail(err, rc, "%s: write failed: %s", w->tmp_path, strerror(-rc)); goto fail; }
+    if (rc < 0) goto fail;
     uint64_t total = w->write_pos + stored_len + TPACK_FOOTER_SIZE;
-    if (fsync(w->fd) < 0) { rc = ckpt_fail(err, -errno, "%s: fsync failed: %s", w->tmp_path, strerror(errno)); goto fail; }
-    close(w->fd);
-    w->fd = -1;
-    if (rename(w->tmp_path, w->final_path) < 0) {
-        rc = ckpt_fail(err, -errno, "%s: cannot rename to %s: %s", w->tmp_path, w->final_path, strerror(errno));
-        goto fail;
-    }
-    if ((rc = fsync_dir_of(w->final_path)) < 0) {
-        /* The pack is complete and in place; only its durability is in doubt. */
-        ckpt_fail(err, rc, "%s: directory fsync failed: %s", w->final_path, strerror(-rc));
+    /* Local: fsync, rename over the final name, fsync the directory. A
+     * failed commit leaves no pack, unless only the directory fsync failed:
+     * then the pack is complete and in place, its durability in doubt. */
+    rc = w->out->ops->commit(w->out, err);
+    w->out = NULL;
+    if (rc < 0) {
         writer_free(w);
         return rc;
     }

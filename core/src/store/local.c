@@ -1,0 +1,453 @@
+/* The local-directory store: objects are the regular files of one
+ * directory, reached with *at() calls relative to a descriptor opened once,
+ * so renaming or replacing the directory's path later changes nothing.
+ * Every open uses O_NOFOLLOW (a symbolic link planted at a name is refused,
+ * never followed) and O_CLOEXEC. New objects are written to a temporary
+ * name and published by commit: fsync, rename over the final name, fsync of
+ * the directory; abort unlinks the temporary file.
+ *
+ * The same code, with AT_FDCWD as its directory and names taken as paths,
+ * serves the path-based API (ckpt_open, ckpt_writer_open), so the bytes on
+ * disk, the syscalls and the messages are those of before the store. */
+#include "store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct local_store {
+    ckpt_store base;
+    int dirfd; /* AT_FDCWD: names are paths as given */
+} local_store;
+
+typedef struct local_reader {
+    store_reader base;
+    int fd;
+} local_reader;
+
+typedef struct local_upload {
+    store_upload base;
+    local_store *store;
+    int fd;
+    char *name, *tmp;           /* relative to the store */
+    char *shown_name, *shown_tmp; /* for messages */
+} local_upload;
+
+typedef struct local_lock {
+    ckpt_store_lock base;
+    int fd;
+} local_lock;
+
+/* Names in messages: "<dir>/<name>", or the path itself for AT_FDCWD. */
+#define SHOWN_MAX 8192
+static const char *shown(const local_store *ls, const char *name, char buf[SHOWN_MAX])
+{
+    if (!ls->base.where)
+        return name;
+    snprintf(buf, SHOWN_MAX, "%s/%s", ls->base.where, name);
+    return buf;
+}
+
+static void id_from_stat(const struct stat *st, ckpt_object_id *id)
+{
+    memset(id, 0, sizeof *id);
+    id->dev = (uint64_t)st->st_dev;
+    id->ino = (uint64_t)st->st_ino;
+    id->mtime_sec = (int64_t)st->st_mtim.tv_sec;
+    id->mtime_nsec = (uint32_t)st->st_mtim.tv_nsec;
+    id->size = (uint64_t)st->st_size;
+}
+
+/* ---------------------------------------------------------------- reading */
+
+static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off)
+{
+    return ckpt_pread_full(((local_reader *)r)->fd, buf, len, off);
+}
+
+static int reader_fd(const store_reader *r) { return ((const local_reader *)r)->fd; }
+
+static void reader_close(store_reader *r)
+{
+    local_reader *lr = (local_reader *)r;
+    if (!lr)
+        return;
+    if (lr->fd >= 0)
+        close(lr->fd);
+    free(lr->base.name);
+    free(lr);
+}
+
+static const store_reader_ops reader_ops = {reader_read_at, reader_fd, reader_close};
+
+/* Takes fd (closed on failure): a reader if it is a regular file. */
+static int reader_from_fd(int fd, const char *shown_name, store_reader **out, ckpt_err *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ckpt_fail(err, -EINVAL, "%s: not a regular file", shown_name);
+    }
+    local_reader *lr = calloc(1, sizeof *lr);
+    char *name = strdup(shown_name);
+    if (!lr || !name) {
+        free(lr);
+        free(name);
+        close(fd);
+        return ckpt_fail(err, -ENOMEM, "%s: out of memory", shown_name);
+    }
+    lr->base.ops = &reader_ops;
+    lr->base.name = name;
+    id_from_stat(&st, &lr->base.id);
+    lr->fd = fd;
+    *out = &lr->base;
+    return 0;
+}
+
+static int local_open_read(ckpt_store *s, const char *name, store_reader **out, ckpt_err *err)
+{
+    local_store *ls = (local_store *)s;
+    char buf[SHOWN_MAX];
+    const char *sn = shown(ls, name, buf);
+    int fd = openat(ls->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 && errno == ELOOP)
+        return ckpt_fail(err, -ELOOP, "%s: is a symbolic link; refusing to follow it", sn);
+    if (fd < 0)
+        return ckpt_fail(err, -errno, "%s: cannot open: %s", sn, strerror(errno));
+    return reader_from_fd(fd, sn, out, err);
+}
+
+int store_local_open_path(const char *path, store_reader **out, ckpt_err *err)
+{
+    /* Followed: a pack reached through a symbolic link has always opened. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt_fail(err, -errno, "%s: cannot open: %s", path, strerror(errno));
+    return reader_from_fd(fd, path, out, err);
+}
+
+/* ---------------------------------------------------------------- listing */
+
+typedef struct listing {
+    ckpt_object_info *v;
+    size_t n, cap;
+} listing;
+
+static void listing_free(listing *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free((char *)l->v[i].name);
+    free(l->v);
+}
+
+static int info_cmp(const void *a, const void *b)
+{
+    return strcmp(((const ckpt_object_info *)a)->name, ((const ckpt_object_info *)b)->name);
+}
+
+static int local_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *ud,
+                      ckpt_err *err)
+{
+    local_store *ls = (local_store *)s;
+    /* "a/b": the directory "a", the names starting with "b". */
+    const char *slash = strrchr(prefix, '/');
+    size_t dir_len = slash ? (size_t)(slash - prefix) : 0;
+    const char *leaf = slash ? slash + 1 : prefix;
+    char *dir = slash ? strndup(prefix, dir_len) : strdup(".");
+    if (!dir)
+        return ckpt_fail(err, -ENOMEM, "%s: out of memory", ckpt_store_where(s));
+    char buf[SHOWN_MAX];
+    const char *sd = slash ? shown(ls, dir, buf) : ckpt_store_where(s);
+    int fd = openat(ls->dirfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
+    if (!d) {
+        int rc = ckpt_fail(err, -errno, "%s: cannot list: %s", sd, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        free(dir);
+        return rc;
+    }
+    listing l = {0};
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (errno = 0, de = readdir(d))) {
+        if (strncmp(de->d_name, leaf, strlen(leaf)) != 0 || !strcmp(de->d_name, ".") ||
+            !strcmp(de->d_name, ".."))
+            continue;
+        struct stat st;
+        /* Only regular files are objects; links and directories are not. */
+        if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+            continue;
+        char *name;
+        if ((slash ? asprintf(&name, "%s/%s", dir, de->d_name)
+                   : asprintf(&name, "%s", de->d_name)) < 0) {
+            rc = -ENOMEM;
+            break;
+        }
+        if (grow_array((void **)&l.v, &l.cap, l.n, sizeof *l.v) < 0) {
+            free(name);
+            rc = -ENOMEM;
+            break;
+        }
+        l.v[l.n].name = name;
+        id_from_stat(&st, &l.v[l.n].id);
+        l.n++;
+    }
+    if (rc == 0 && errno)
+        rc = ckpt_fail(err, -errno, "%s: cannot list: %s", sd, strerror(errno));
+    else if (rc == -ENOMEM)
+        ckpt_fail(err, rc, "%s: out of memory", sd);
+    closedir(d);
+    free(dir);
+    if (rc == 0) {
+        if (l.n)
+            qsort(l.v, l.n, sizeof *l.v, info_cmp);
+        for (size_t i = 0; rc == 0 && i < l.n; i++)
+            rc = fn(ud, &l.v[i]);
+    }
+    listing_free(&l);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+static void upload_free(local_upload *u)
+{
+    if (u->fd >= 0)
+        close(u->fd);
+    free(u->name);
+    free(u->tmp);
+    free(u->shown_name);
+    free(u->shown_tmp);
+    free(u);
+}
+
+static int upload_write(store_upload *su, const void *buf, size_t len, ckpt_err *err)
+{
+    local_upload *u = (local_upload *)su;
+    ssize_t r = ckpt_write_full(u->fd, buf, len);
+    if (r < 0)
+        return ckpt_fail(err, (int)r, "%s: write failed: %s", u->shown_tmp, strerror((int)-r));
+    return 0;
+}
+
+static void upload_abort(store_upload *su)
+{
+    local_upload *u = (local_upload *)su;
+    if (!u)
+        return;
+    unlinkat(u->store->dirfd, u->tmp, 0);
+    upload_free(u);
+}
+
+/* fsync of the directory holding name, so the rename is durable. */
+static int fsync_dir_of(const local_store *ls, const char *name)
+{
+    char *copy = strdup(name);
+    if (!copy)
+        return -ENOMEM;
+    const char *dir = dirname(copy);
+    int rc;
+    if (strcmp(dir, ".") == 0 && ls->dirfd != AT_FDCWD) {
+        rc = fsync(ls->dirfd) < 0 ? -errno : 0;
+    } else {
+        int dfd = openat(ls->dirfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        rc = dfd < 0 ? -errno : fsync(dfd) < 0 ? -errno : 0;
+        if (dfd >= 0)
+            close(dfd);
+    }
+    free(copy);
+    return rc;
+}
+
+static int upload_commit(store_upload *su, ckpt_err *err)
+{
+    local_upload *u = (local_upload *)su;
+    int rc = 0;
+    if (fsync(u->fd) < 0) {
+        rc = ckpt_fail(err, -errno, "%s: fsync failed: %s", u->shown_tmp, strerror(errno));
+        upload_abort(su);
+        return rc;
+    }
+    close(u->fd);
+    u->fd = -1;
+    if (renameat(u->store->dirfd, u->tmp, u->store->dirfd, u->name) < 0) {
+        rc = ckpt_fail(err, -errno, "%s: cannot rename to %s: %s", u->shown_tmp, u->shown_name,
+                       strerror(errno));
+        upload_abort(su);
+        return rc;
+    }
+    if ((rc = fsync_dir_of(u->store, u->name)) < 0)
+        /* The object is complete and in place; only its durability is in doubt. */
+        ckpt_fail(err, rc, "%s: directory fsync failed: %s", u->shown_name, strerror(-rc));
+    upload_free(u);
+    return rc;
+}
+
+static const store_upload_ops upload_ops = {upload_write, upload_commit, upload_abort};
+
+static int local_create(ckpt_store *s, const char *name, const char *tmp_name, store_upload **out,
+                        ckpt_err *err)
+{
+    local_store *ls = (local_store *)s;
+    local_upload *u = calloc(1, sizeof *u);
+    char buf[SHOWN_MAX];
+    if (!u)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    u->base.ops = &upload_ops;
+    u->store = ls;
+    u->fd = -1;
+    u->name = strdup(name);
+    if (tmp_name)
+        u->tmp = strdup(tmp_name);
+    else if (asprintf(&u->tmp, "%s.tmp", name) < 0)
+        u->tmp = NULL;
+    if (u->name && u->tmp) {
+        u->shown_name = strdup(shown(ls, u->name, buf));
+        u->shown_tmp = strdup(shown(ls, u->tmp, buf));
+    }
+    if (!u->shown_name || !u->shown_tmp) {
+        upload_free(u);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    /* O_NOFOLLOW: a symlink planted at the temporary name must not redirect the write. */
+    u->fd = openat(ls->dirfd, u->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (u->fd < 0) {
+        int rc = ckpt_fail(err, -errno, "%s: cannot create: %s", u->shown_tmp, strerror(errno));
+        upload_free(u);
+        return rc;
+    }
+    struct stat st;
+    if (fstat(u->fd, &st) == 0)
+        id_from_stat(&st, &u->base.id);
+    *out = &u->base;
+    return 0;
+}
+
+/* ------------------------------------------------------ administration */
+
+static int local_remove(ckpt_store *s, const char *name, ckpt_err *err)
+{
+    local_store *ls = (local_store *)s;
+    char buf[SHOWN_MAX];
+    if (unlinkat(ls->dirfd, name, 0) < 0)
+        return ckpt_fail(err, -errno, "%s: cannot remove: %s", shown(ls, name, buf),
+                         strerror(errno));
+    return 0;
+}
+
+static int local_rename(ckpt_store *s, const char *from, const char *to, ckpt_err *err)
+{
+    local_store *ls = (local_store *)s;
+    char b1[SHOWN_MAX], b2[SHOWN_MAX];
+    if (renameat(ls->dirfd, from, ls->dirfd, to) < 0)
+        return ckpt_fail(err, -errno, "%s: cannot rename to %s: %s", shown(ls, from, b1),
+                         shown(ls, to, b2), strerror(errno));
+    return 0;
+}
+
+/* flock, not fcntl: flock locks belong to the open file, so a second take in
+ * the same process conflicts too, and they go with the descriptor. */
+static int local_lock_take(ckpt_store *s, const char *name, ckpt_store_lock **out, ckpt_err *err)
+{
+    local_store *ls = (local_store *)s;
+    char buf[SHOWN_MAX];
+    const char *sn = shown(ls, name, buf);
+    int fd = openat(ls->dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return ckpt_fail(err, -errno, "%s: cannot open the lock file: %s", sn, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t n = e == EWOULDBLOCK ? ckpt_pread_full(fd, pid, sizeof pid - 1, 0) : -1;
+        close(fd);
+        if (e != EWOULDBLOCK)
+            return ckpt_fail(err, -e, "%s: cannot lock: %s", sn, strerror(e));
+        long holder = n > 0 ? strtol(pid, NULL, 10) : 0;
+        if (holder > 0)
+            return ckpt_fail(err, -EBUSY, "%s: locked by process %ld", sn, holder);
+        return ckpt_fail(err, -EBUSY, "%s: locked by another process", sn);
+    }
+    /* The holder's PID, for the message of whoever finds the lock taken. */
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) < 0 || ckpt_pwrite_full(fd, pid, (size_t)len, 0) < 0) {
+        int rc = ckpt_fail(err, -errno, "%s: cannot write the lock file: %s", sn, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    local_lock *l = calloc(1, sizeof *l);
+    if (!l) {
+        close(fd);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    l->base.store = s;
+    l->fd = fd;
+    *out = &l->base;
+    return 0;
+}
+
+static void local_unlock(ckpt_store_lock *base)
+{
+    local_lock *l = (local_lock *)base;
+    /* No stale PID for the next contender to blame; closing unlocks. */
+    if (ftruncate(l->fd, 0) < 0) {
+        /* nothing to do: the lock goes with the descriptor regardless */
+    }
+    close(l->fd);
+    free(l);
+}
+
+static void local_free(ckpt_store *s)
+{
+    local_store *ls = (local_store *)s;
+    if (ls->dirfd >= 0)
+        close(ls->dirfd);
+    free(ls->base.where);
+    free(ls);
+}
+
+static const store_ops local_ops = {
+    local_list,   local_open_read, local_create, local_remove,
+    local_rename, local_lock_take, local_unlock, local_free,
+};
+
+static local_store *local_new(int dirfd, const char *where)
+{
+    local_store *ls = calloc(1, sizeof *ls);
+    if (!ls)
+        return NULL;
+    ls->base.ops = &local_ops;
+    ls->dirfd = dirfd;
+    if (where && !(ls->base.where = strdup(where))) {
+        free(ls);
+        return NULL;
+    }
+    return ls;
+}
+
+int ckpt_store_open_local(const char *dir, ckpt_store **out, ckpt_err *err)
+{
+    *out = NULL;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt_fail(err, -errno, "%s: cannot open directory: %s", dir, strerror(errno));
+    local_store *ls = local_new(fd, dir);
+    if (!ls) {
+        close(fd);
+        return ckpt_fail(err, -ENOMEM, "%s: out of memory", dir);
+    }
+    *out = &ls->base;
+    return 0;
+}
+
+ckpt_store *store_cwd(void)
+{
+    local_store *ls = local_new(AT_FDCWD, NULL);
+    return ls ? &ls->base : NULL;
+}

@@ -1,0 +1,298 @@
+/* The local-directory store (core/src/store/local.c): listing, ranged reads,
+ * atomic writes (visible only after commit, nothing left after abort), the
+ * refusal of symbolic links, the writer's lock, and packs written and read
+ * through a store. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store/store.h"
+#include "testutil.h"
+
+static char *dir;
+static ckpt_store *store;
+
+static void setup(void)
+{
+    dir = tu_mkdtemp();
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_open_local(dir, &store, &err), 0, "%s", err.msg);
+}
+
+static void teardown(void)
+{
+    ckpt_store_free(store);
+    tu_rm_rf(dir);
+    free(dir);
+}
+
+static void put(const char *name, const char *text)
+{
+    char *p = tu_join(dir, name);
+    tu_write_str(p, text);
+    free(p);
+}
+
+/* Collects a listing as "name:size" lines. */
+static int collect(void *ud, const ckpt_object_info *info)
+{
+    char *buf = ud;
+    size_t n = strlen(buf);
+    snprintf(buf + n, 1024 - n, "%s:%llu\n", info->name, (unsigned long long)info->id.size);
+    return 0;
+}
+
+static void expect_listing(const char *prefix, const char *want)
+{
+    char got[1024] = "";
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_list(store, prefix, collect, got, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(got, want, "listing '%s'", prefix);
+}
+
+static int count_entries(void)
+{
+    int n = 0;
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    for (struct dirent *de; (de = readdir(d));)
+        n += strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+TestSuite(store, .init = setup, .fini = teardown);
+
+Test(store, lists_regular_files_sorted_by_prefix)
+{
+    put("b.tpack", "bbbb");
+    put("a.tpack", "aa");
+    put("notes.txt", "n");
+    char *sub = tu_join(dir, "sub");
+    cr_assert_eq(mkdir(sub, 0755), 0);
+    put("sub/x.tpack", "xxx");
+    free(sub);
+    char *link = tu_join(dir, "l.tpack");
+    cr_assert_eq(symlink("a.tpack", link), 0);
+    free(link);
+
+    /* Links and directories are not objects. */
+    expect_listing("", "a.tpack:2\nb.tpack:4\nnotes.txt:1\n");
+    expect_listing("b", "b.tpack:4\n");
+    expect_listing("sub/", "sub/x.tpack:3\n");
+    expect_listing("zzz", "");
+}
+
+
+static int stop_after_one(void *ud, const ckpt_object_info *info)
+{
+    (void)info;
+    ++*(int *)ud;
+    return 7;
+}
+
+Test(store, list_needs_a_callback)
+{
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_list(store, "", NULL, NULL, &err), -EINVAL);
+}
+
+Test(store, list_returns_what_stops_it)
+{
+    put("a", "1");
+    put("b", "2");
+    int calls = 0;
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_list(store, "", stop_after_one, &calls, &err), 7);
+    cr_assert_eq(calls, 1);
+}
+
+Test(store, ranged_reads)
+{
+    put("obj", "0123456789");
+    store_reader *r;
+    ckpt_err err = {0};
+    cr_assert_eq(store->ops->open_read(store, "obj", &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(r->id.size, 10);
+    cr_assert(r->ops->fd(r) >= 0, "a local object has a descriptor");
+    char buf[16] = {0};
+    cr_assert_eq(r->ops->read_at(r, buf, 4, 3), 4);
+    cr_assert_eq(memcmp(buf, "3456", 4), 0);
+    /* Short only at the end; nothing past it. */
+    cr_assert_eq(r->ops->read_at(r, buf, 16, 7), 3);
+    cr_assert_eq(memcmp(buf, "789", 3), 0);
+    cr_assert_eq(r->ops->read_at(r, buf, 4, 10), 0);
+    cr_assert_eq(r->ops->read_at(r, buf, 4, 1000), 0);
+    char *want = tu_join(dir, "obj");
+    cr_assert_str_eq(r->name, want, "messages name the object by its path");
+    free(want);
+    r->ops->close(r);
+}
+
+Test(store, missing_object)
+{
+    store_reader *r;
+    ckpt_err err = {0};
+    cr_assert_eq(store->ops->open_read(store, "nope", &r, &err), -ENOENT);
+    cr_assert(strstr(err.msg, "nope: cannot open"), "%s", err.msg);
+}
+
+Test(store, a_new_object_is_visible_only_after_commit)
+{
+    put("obj", "old");
+    store_upload *u;
+    ckpt_err err = {0};
+    cr_assert_eq(store->ops->create(store, "obj", NULL, &u, &err), 0, "%s", err.msg);
+    cr_assert_eq(u->ops->write(u, "new ", 4, &err), 0, "%s", err.msg);
+    cr_assert_eq(u->ops->write(u, "bytes", 5, &err), 0, "%s", err.msg);
+    /* Readers still see the old object, whole. */
+    char *path = tu_join(dir, "obj");
+    size_t len;
+    uint8_t *got = tu_read_file(path, &len);
+    cr_assert_eq(len, 3);
+    cr_assert_eq(memcmp(got, "old", 3), 0);
+    free(got);
+    cr_assert_eq(u->ops->commit(u, &err), 0, "%s", err.msg);
+    got = tu_read_file(path, &len);
+    cr_assert_eq(len, 9);
+    cr_assert_eq(memcmp(got, "new bytes", 9), 0);
+    free(got);
+    free(path);
+    /* The temporary name is gone: obj is the only entry. */
+    cr_assert_eq(count_entries(), 1);
+    expect_listing("", "obj:9\n");
+}
+
+Test(store, abort_leaves_nothing)
+{
+    store_upload *u;
+    ckpt_err err = {0};
+    cr_assert_eq(store->ops->create(store, "obj", "tmp-obj", &u, &err), 0, "%s", err.msg);
+    cr_assert_eq(u->ops->write(u, "partial", 7, &err), 0, "%s", err.msg);
+    char *tmp = tu_join(dir, "tmp-obj");
+    cr_assert_eq(access(tmp, F_OK), 0, "written under the temporary name");
+    free(tmp);
+    u->ops->abort(u);
+    cr_assert_eq(count_entries(), 0);
+}
+
+Test(store, refuses_symbolic_links)
+{
+    put("target", "secret");
+    char *link = tu_join(dir, "link");
+    cr_assert_eq(symlink("target", link), 0);
+    store_reader *r;
+    ckpt_err err = {0};
+    cr_assert_eq(store->ops->open_read(store, "link", &r, &err), -ELOOP);
+    cr_assert(strstr(err.msg, "link: is a symbolic link"), "%s", err.msg);
+
+    /* Nor is a link planted at the temporary name followed when writing. */
+    char *tmp = tu_join(dir, "obj.tmp");
+    cr_assert_eq(symlink("target", tmp), 0);
+    store_upload *u;
+    cr_assert_eq(store->ops->create(store, "obj", NULL, &u, &err), -ELOOP);
+    cr_assert(strstr(err.msg, "obj.tmp: cannot create"), "%s", err.msg);
+    size_t len;
+    char *target = tu_join(dir, "target");
+    uint8_t *got = tu_read_file(target, &len);
+    cr_assert_eq(len, 6, "the link's target is untouched");
+    free(got);
+    free(target);
+    free(tmp);
+    free(link);
+}
+
+Test(store, names_cannot_leave_the_store)
+{
+    ckpt_err err = {0};
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_pack_open_in(store, "../x.tpack", NULL, &p, &err), -EINVAL);
+    cr_assert_eq(ckpt_pack_open_in(store, "/etc/passwd", NULL, &p, &err), -EINVAL);
+    cr_assert_eq(ckpt_store_remove(store, "../x", &err), -EINVAL);
+    ckpt_writer *w;
+    cr_assert_eq(ckpt_writer_open_in(store, "a/../../b", NULL, NULL, &w, &err), -EINVAL);
+}
+
+Test(store, lock_held_twice_fails_naming_the_holder)
+{
+    ckpt_store_lock *l1, *l2;
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_lock_take(store, "writer.lock", &l1, &err), 0, "%s", err.msg);
+    cr_assert_eq(ckpt_store_lock_take(store, "writer.lock", &l2, &err), -EBUSY);
+    char want[64];
+    snprintf(want, sizeof want, "locked by process %ld", (long)getpid());
+    cr_assert(strstr(err.msg, want), "%s", err.msg);
+    ckpt_store_lock_release(l1);
+    cr_assert_eq(ckpt_store_lock_take(store, "writer.lock", &l2, &err), 0, "%s", err.msg);
+    ckpt_store_lock_release(l2);
+}
+
+Test(store, remove_and_rename)
+{
+    put("a", "1");
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_rename(store, "a", "b", &err), 0, "%s", err.msg);
+    expect_listing("", "b:1\n");
+    cr_assert_eq(ckpt_store_remove(store, "b", &err), 0, "%s", err.msg);
+    expect_listing("", "");
+    cr_assert_eq(ckpt_store_remove(store, "b", &err), -ENOENT);
+}
+
+static int find_id(void *ud, const ckpt_object_info *info)
+{
+    if (strcmp(info->name, "p.tpack") == 0)
+        *(ckpt_object_id *)ud = info->id;
+    return 0;
+}
+
+Test(store, packs_written_and_read_through_the_store)
+{
+    ckpt_err err = {0};
+    ckpt_writer *w;
+    cr_assert_eq(ckpt_writer_open_in(store, "p.tpack", NULL, NULL, &w, &err), 0, "%s", err.msg);
+    cr_assert_eq(ckpt_writer_begin_file(w, "f.bin", 0644, 0, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(ckpt_writer_write(w, "hello store", 11, &err), 0, "%s", err.msg);
+    cr_assert_eq(ckpt_writer_end_file(w, &err), 0, "%s", err.msg);
+    char *final = tu_join(dir, "p.tpack");
+    cr_assert_neq(access(final, F_OK), 0, "no pack before finish");
+    free(final);
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &err), 0, "%s", err.msg);
+
+    ckpt_object_id listed = {0};
+    cr_assert_eq(ckpt_store_list(store, "", find_id, &listed, &err), 0);
+    cr_assert_eq(count_entries(), 1, "only the pack, no temporary file");
+
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_pack_open_in(store, "p.tpack", NULL, &p, &err), 0, "%s", err.msg);
+    char buf[16] = {0};
+    cr_assert_eq(ckpt_file_pread(p, 0, buf, sizeof buf, 0, &err), 11);
+    cr_assert_str_eq(buf, "hello store");
+    ckpt_object_id opened;
+    ckpt_pack_object_id(p, &opened);
+    cr_assert(ckpt_object_id_equal(&opened, &listed));
+    char *want = tu_join(dir, "p.tpack");
+    cr_assert_str_eq(ckpt_path(p), want);
+    free(want);
+    ckpt_close(p);
+
+    /* A replacement is a different object, whatever its name. */
+    cr_assert_eq(ckpt_writer_open_in(store, "p.tpack", NULL, NULL, &w, &err), 0, "%s", err.msg);
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &err), 0, "%s", err.msg);
+    ckpt_object_id now = {0};
+    cr_assert_eq(ckpt_store_list(store, "", find_id, &now, &err), 0);
+    cr_assert_not(ckpt_object_id_equal(&opened, &now));
+}
+
+Test(store, an_aborted_pack_leaves_nothing)
+{
+    ckpt_err err = {0};
+    ckpt_writer *w;
+    cr_assert_eq(ckpt_writer_open_in(store, "p.tpack", ".p.tpack.tmp", NULL, &w, &err), 0,
+                 "%s", err.msg);
+    cr_assert_eq(count_entries(), 1, "the temporary file");
+    ckpt_writer_abort(w);
+    cr_assert_eq(count_entries(), 0);
+}
