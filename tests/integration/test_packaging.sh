@@ -76,6 +76,7 @@ expected=(
     usr/bin/ckpt
     usr/bin/ckptfs
     usr/include/ckpt.h
+    usr/include/ckpt_mount.h
     usr/lib/libckpt.a
     usr/lib/libckpt.so
     usr/lib/libckpt.so.0
@@ -320,7 +321,7 @@ check_deb_lists "${debs[0]}" usr/bin/ckpt usr/bin/ckptfs sbin/mount.ckptfs sbin/
     lib/systemd/system/ckptfs@.service etc/ckptfs/example.conf usr/share/man/man1/ckpt.1.gz \
     usr/share/man/man5/tpack.5.gz usr/share/man/man8/ckptfs.8.gz
 check_deb_lists "${debs[1]}" "usr/lib/$ma/libckpt.so.$VERSION" "usr/lib/$ma/libckpt.so.0"
-check_deb_lists "${debs[2]}" usr/include/ckpt.h "usr/lib/$ma/libckpt.a" "usr/lib/$ma/libckpt.so" \
+check_deb_lists "${debs[2]}" usr/include/ckpt.h usr/include/ckpt_mount.h "usr/lib/$ma/libckpt.a" "usr/lib/$ma/libckpt.so" \
     "usr/lib/$ma/pkgconfig/libckpt.pc"
 if dpkg-deb -f "${debs[0]}" Depends | grep -qw fuse3; then pass "ckptfs depends on fuse3"; else fail "ckptfs depends on fuse3"; fi
 run_cmd dpkg-deb --ctrl-tarfile "${debs[0]}"

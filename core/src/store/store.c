@@ -3,8 +3,10 @@
  * vtable, and the identity comparison. */
 #include "store.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int ckpt_object_id_equal(const ckpt_object_id *a, const ckpt_object_id *b)
 {

@@ -21,7 +21,10 @@
 #ifndef CKPT_STORE_H
 #define CKPT_STORE_H
 
-#include "../common.h"
+#ifndef CKPT_INTERNAL_API
+#define CKPT_INTERNAL_API
+#endif
+#include "ckpt_internal.h"
 
 typedef struct store_ops store_ops;
 typedef struct store_reader store_reader;
