@@ -136,10 +136,12 @@ static const tzr_dtype *tzr_dtype_lookup(const char *code, size_t len)
     return NULL;
 }
 
-/* name, dtype and shape, as both the index and the tensor header hold them
- * (the name's length field is u16 in both). */
-static bool read_name_dtype_shape(tzr_parse *p, tzr_entry *e, bool with_type, const char *what)
+/* name, type, dtype and shape, as both the index and the tensor header hold
+ * them: the index has the type after the name, the header before it. */
+static bool read_name_dtype_shape(tzr_parse *p, tzr_entry *e, bool type_first, const char *what)
 {
+    if (type_first && !binread_u8(&p->r, &e->type))
+        return fail_read(p, what);
     uint16_t nlen;
     if (!binread_u16(&p->r, &nlen))
         return fail_read(p, what);
@@ -150,7 +152,7 @@ static bool read_name_dtype_shape(tzr_parse *p, tzr_entry *e, bool with_type, co
         return fail_read(p, what);
     e->raw_name[nlen] = '\0';
     e->raw_len = nlen;
-    if (with_type && !binread_u8(&p->r, &e->type))
+    if (!type_first && !binread_u8(&p->r, &e->type))
         return fail_read(p, what);
     uint8_t dlen, ndim;
     if (!binread_u8(&p->r, &dlen) || !binread_bytes(&p->r, e->dtype, dlen))
@@ -276,7 +278,7 @@ static bool read_entry(tzr_parse *p, size_t index, bool versioned, uint64_t meta
             return fail(p, "metadata entry %zu has unsupported version %u", index, v);
         e->long_shape = v >= 5;
     }
-    if (!read_name_dtype_shape(p, e, true, what))
+    if (!read_name_dtype_shape(p, e, false, what))
         return false;
     if (!binread_u64(&p->r, &e->header_off) || !binread_u64(&p->r, &e->data_off) ||
         !binread_u64(&p->r, &e->data_len))
