@@ -11,7 +11,7 @@ OUTDIR/manifest.tsv, one tab-separated line per fact:
 Each tensor/region line belongs to the file line above it.
 
 The writer reserves 256 KiB for its index, so every file is over 256 KiB.
-With SMALLDIR, each unencrypted file is also written there compacted: the
+With SMALLDIR, each file but module.tensors is also written there compacted: the
 index shrunk to what it uses and every offset moved to match (the per-tensor
 headers and their hashes do not depend on position). TensorDeserializer
 reads each compacted file back identical before it is kept; these are the
@@ -23,7 +23,7 @@ import struct
 import sys
 
 import torch
-from tensorizer import EncryptionParams, TensorDeserializer, TensorSerializer
+from tensorizer import DecryptionParams, EncryptionParams, TensorDeserializer, TensorSerializer
 
 out = sys.argv[1]
 small = sys.argv[2] if len(sys.argv) > 2 else None
@@ -88,7 +88,7 @@ def lookup(sd, dotted):
     return cur
 
 
-def compact(src, dst, sd):
+def compact(src, dst, sd, decryption=None):
     """Shrinks the reserved index of src into dst and checks dst reads back."""
     with open(src, "rb") as f:
         data = bytearray(f.read())
@@ -123,7 +123,7 @@ def compact(src, dst, sd):
         f.write(data)
     # Meta tensors load as zeros (the long one would be 16 GiB): skip them.
     hollow = {k for k, v in sd.items() if isinstance(v, torch.Tensor) and v.device.type == "meta"}
-    back = TensorDeserializer(dst, device="cpu", verify_hash=True,
+    back = TensorDeserializer(dst, device="cpu", verify_hash=True, encryption=decryption,
                               filter_func=lambda name: name not in hollow)
     tree = back.tree()
 
@@ -174,7 +174,8 @@ for k, v in module.state_dict().items():
 files.append((path, dict(module.state_dict())))
 
 enc = {"secret": torch.randn(8, 8), "also": torch.randn(3).to(torch.bfloat16)}
-write("encrypted.tensors", enc, opaque=True, encryption=EncryptionParams.random())
+enc_params = EncryptionParams.random()
+enc_path = write("encrypted.tensors", enc, opaque=True, encryption=enc_params)
 
 with open(os.path.join(out, "manifest.tsv"), "w") as f:
     f.write("\n".join(manifest) + "\n")
@@ -185,3 +186,5 @@ if small:
         if os.path.basename(path) == "module.tensors":
             continue  # loaded into a module, not a mapping; the others suffice
         compact(path, os.path.join(small, os.path.basename(path)), sd)
+    compact(enc_path, os.path.join(small, "encrypted.tensors"), enc,
+            DecryptionParams.from_key(enc_params.key))

@@ -450,3 +450,15 @@ Test(gguf_format, data_section_past_eof)
     /* 24 + 8 + 1 + 4 + 8 + 4 + 8 = 57 bytes; the data would start at 64. */
     expect_fault(&b, "gguf: tensor data section starts at 64, past the end of the 57-byte file");
 }
+
+Test(gguf_format, zero_dim_that_overflows_in_c_order)
+{
+    /* 0 elements in all, but the packer multiplies the C-order shape
+     * (1, 2^40, 2^40, 0) left to right and overflows before the zero. */
+    gb b = {0};
+    gb_header(&b, 3, 1, 0);
+    gb_ti(&b, "zero", 4, (uint64_t[]){0, 1ull << 40, 1ull << 40, 1}, T_F32, 0);
+    gb_pad(&b, 32);
+    expect_fault(&b, "gguf: tensor 'zero': size of F32[0, 1099511627776, 1099511627776, 1] "
+                     "overflows 64 bits");
+}

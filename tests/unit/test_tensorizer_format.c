@@ -386,3 +386,12 @@ Test(tensorizer_format, names)
     b = tz_build(1, 0, 1, e, 1);
     expect_fault(&b, "tensorizer: tensor 0 has an empty name");
 }
+
+Test(tensorizer_format, zero_dim_that_overflows_in_c_order)
+{
+    tz_t t[1] = {{.name = "zero", DT("<f8"), .ndim = 4,
+                  .shape = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0}, .data_len = 0}};
+    gb b = tz_build(1, 0, 1, t, 1);
+    expect_fault(&b, "tensorizer: tensor 'zero': 0 data bytes, but its dtype and shape need "
+                     "more than");
+}

@@ -297,6 +297,14 @@ static bool read_ti(gguf_parse *p, uint64_t index, gguf_ti *ti)
         over |= __builtin_mul_overflow(elems, ti->ne[d], &elems);
     for (uint32_t d = 1; d < GGML_MAX_DIMS; d++)
         over |= __builtin_mul_overflow(bytes, ti->ne[d], &bytes);
+    /* The packer sizes plain tensors with ckpt_tensor_bytes, in C order:
+     * a shape holding a zero may overflow there and not here. */
+    if (!over && ty->dtype) {
+        uint64_t shape[GGML_MAX_DIMS], check;
+        for (uint32_t d = 0; d < ti->n_dims; d++)
+            shape[d] = ti->ne[ti->n_dims - 1 - d];
+        over = ckpt_tensor_bytes(ty->dtype, ti->n_dims, shape, &check) != 0 || check != bytes;
+    }
     if (over || elems > (uint64_t)INT64_MAX)
         return fail(p, "tensor '%s': size of %s[%llu, %llu, %llu, %llu] overflows 64 bits", q,
                     ty->name, (unsigned long long)ti->ne[0], (unsigned long long)ti->ne[1],

@@ -360,6 +360,11 @@ static bool add_entry(tzr_parse *p, tzr_entry *e, char *name, const char *qname,
         free(name); /* a meta tensor: shape only, read back as zeros */
         return true;
     }
+    /* The packer sizes tensors with ckpt_tensor_bytes, whose order of
+     * multiplication may overflow on a shape holding a zero. */
+    uint64_t check;
+    if (!over && !dt->region)
+        over = ckpt_tensor_bytes(dt->dtype, e->ndim, e->shape, &check) != 0 || check != nbytes;
     if (over || nbytes != e->data_len) {
         free(name);
         return fail(p, "tensor '%s': %llu data bytes, but its dtype and shape need %s%llu",
