@@ -52,7 +52,7 @@ ifneq ($(FS_SRC),)
 BINS += $(B)/bin/ckptfs
 endif
 
-.PHONY: all deps demo check lint-layout unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write clean
+.PHONY: all deps demo check lint-layout venv unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write clean
 all: $(B)/lib/libckpt.a $(B)/lib/libckpt.so $(BINS) cuda
 
 # The optional CUDA tool lives in its own makefile: it defines the targets
@@ -145,6 +145,15 @@ demo:
 	@$(MAKE) --no-print-directory all
 	@scripts/demo.sh
 
+# Tests that check parsers against files written by the real clients (torch,
+# gguf, tensorizer) run them from the venv of pinned versions; without one
+# (a plain `make unit`) they skip, and `make check` always makes it.
+VENV_PY = $(abspath $(B))/venv/bin/python
+export CKPT_PYTHON ?= $(VENV_PY)
+
+venv:
+	@B=$(B) scripts/venv.sh >/dev/null
+
 unit: $(UNIT_BIN)
 	@scripts/run-unit.sh $(UNIT_BIN)
 
@@ -162,6 +171,7 @@ lint-layout:
 check:
 	@scripts/deps.sh test
 	@$(MAKE) --no-print-directory lint-layout
+	@$(MAKE) --no-print-directory venv
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory unit-asan
