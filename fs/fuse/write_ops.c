@@ -258,8 +258,9 @@ int wops_setattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct stat *attr, 
     wckpt *c = find(req, fs, ino, &node);
     if (!c)
         return 1;
-    /* Packs keep no owner or access time: those changes succeed as no-ops,
-     * as on filesystems that cannot store them, so cp -a and tar work. */
+    /* Packs keep no owner: that change succeeds as a no-op, as on
+     * filesystems that cannot store one, so cp -a and tar work. The access
+     * time is kept until the commit (the pack has none). */
     int flags = 0;
     if (to_set & FUSE_SET_ATTR_MODE)
         flags |= WSET_MODE;
@@ -269,13 +270,17 @@ int wops_setattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct stat *attr, 
         flags |= WSET_MTIME_NOW;
     else if (to_set & FUSE_SET_ATTR_MTIME)
         flags |= WSET_MTIME;
+    if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+        flags |= WSET_ATIME_NOW;
+    else if (to_set & FUSE_SET_ATTR_ATIME)
+        flags |= WSET_ATIME;
     if ((to_set & FUSE_SET_ATTR_SIZE) && attr->st_size < 0) {
         fuse_reply_err(req, EINVAL);
         return 1;
     }
     struct stat st;
     int rc = wckpt_setattr(c, node, flags, (uint32_t)attr->st_mode, (uint64_t)attr->st_size,
-                           &attr->st_mtim, &st);
+                           &attr->st_atim, &attr->st_mtim, &st);
     if (rc)
         return reply_error(req, c, rc);
     fill_ids(fs, &st, ino);

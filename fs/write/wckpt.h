@@ -136,6 +136,8 @@ typedef struct wtable {
 #define WSET_SIZE 2
 #define WSET_MTIME 4          /* to the given time */
 #define WSET_MTIME_NOW 8
+#define WSET_ATIME 16         /* to the given time */
+#define WSET_ATIME_NOW 32
 
 typedef struct wdirent {
     char *name;
@@ -216,8 +218,10 @@ int wckpt_open(wckpt *c, uint32_t node, int flags);
 void wckpt_release(wckpt *c, uint32_t node);
 ssize_t wckpt_read(wckpt *c, uint32_t node, void *buf, size_t len, uint64_t off);
 ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64_t off);
+/* atime is kept while the checkpoint is written (reads leave it alone, as
+ * with noatime); the pack keeps only mtimes. */
 int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t size,
-                  const struct timespec *mtime, struct stat *st);
+                  const struct timespec *atime, const struct timespec *mtime, struct stat *st);
 /* Extends the file to off + len if shorter (fallocate mode 0). */
 int wckpt_allocate(wckpt *c, uint32_t node, uint64_t off, uint64_t len);
 /* Returns once the node's data (a file) and the namespace are durable. */

@@ -31,7 +31,8 @@ static void fill_attr(wckpt *c, uint32_t node, struct stat *st)
     memset(st, 0, sizeof *st);
     st->st_mtim.tv_sec = n->mtime_sec;
     st->st_mtim.tv_nsec = n->mtime_nsec;
-    st->st_atim = st->st_mtim;
+    st->st_atim.tv_sec = n->atime_sec;
+    st->st_atim.tv_nsec = n->atime_nsec;
     st->st_ctim = st->st_mtim;
     st->st_blksize = WRITE_BLKSIZE;
     if (n->kind == WNODE_DIR) {
@@ -342,7 +343,7 @@ ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64
 }
 
 int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t size,
-                  const struct timespec *mtime, struct stat *st)
+                  const struct timespec *atime, const struct timespec *mtime, struct stat *st)
 {
     pthread_mutex_lock(&c->lock);
     int rc = usable(c, node);
@@ -367,6 +368,11 @@ int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t si
     }
     if (rc == 0 && (flags & WSET_MTIME_NOW))
         wc_mark_mtime(n);
+    if (rc == 0 && (flags & (WSET_ATIME | WSET_ATIME_NOW))) {
+        struct timespec ts = (flags & WSET_ATIME) && atime ? *atime : wc_now_real();
+        n->atime_sec = ts.tv_sec;
+        n->atime_nsec = (uint32_t)ts.tv_nsec;
+    }
     if (rc == 0 && flags)
         wc_touched(c, !(flags & WSET_SIZE));
     if (rc == 0)

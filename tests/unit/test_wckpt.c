@@ -520,9 +520,18 @@ Test(wckpt, setattr_truncate_rename_inside)
     uint32_t f = make_file(c, WTREE_ROOT, "f", "0123456789", 10), g;
     struct stat st;
     struct timespec when = {1234567890, 5};
-    cr_assert_eq(wckpt_setattr(c, f, WSET_SIZE | WSET_MODE | WSET_MTIME, 0600, 4, &when, &st), 0);
+    struct timespec seen = {1000000000, 7};
+    cr_assert_eq(wckpt_setattr(c, f, WSET_SIZE | WSET_MODE | WSET_MTIME | WSET_ATIME, 0600, 4,
+                               &seen, &when, &st), 0);
     cr_assert_eq(st.st_size, 4);
     cr_assert_eq(st.st_mode, S_IFREG | 0600);
+    cr_assert_eq(st.st_mtim.tv_sec, 1234567890);
+    cr_assert_eq(st.st_atim.tv_sec, 1000000000);
+    cr_assert_eq(st.st_atim.tv_nsec, 7);
+    /* atime alone (touch -a) leaves the mtime be. */
+    struct timespec later = {1100000000, 0};
+    cr_assert_eq(wckpt_setattr(c, f, WSET_ATIME, 0, 0, &later, NULL, &st), 0);
+    cr_assert_eq(st.st_atim.tv_sec, 1100000000);
     cr_assert_eq(st.st_mtim.tv_sec, 1234567890);
     cr_assert_eq(wckpt_rename(c, WTREE_ROOT, "f", WTREE_ROOT, "g", 0), 0);
     cr_assert_eq(wckpt_lookup(c, WTREE_ROOT, "g", &g, &st), 0);
