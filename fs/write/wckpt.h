@@ -105,12 +105,14 @@ typedef struct wtable_opts {
     unsigned pack_threads;    /* 0: all cores */
     ckpt_cipher cipher;       /* with a key: NONE means the default */
     int finish_on_stop;       /* wtable_stop finishes the pack under way */
+    const char *mount_path;   /* borrowed; named in the writer lock */
 } wtable_opts;
 
 typedef struct wtable {
     pthread_mutex_t lock;
     pthread_cond_t wake;      /* packer: work queued, or stopping */
     int backing_fd;           /* borrowed */
+    int lock_fd;              /* the writer lock (backing_lock.h), or -1 */
     char *backing_path;
     const mount_key *key;     /* borrowed from main.c */
     wtable_opts opts;
@@ -147,11 +149,18 @@ typedef struct wdirent {
 
 /* ------------------------------------------------------------ the table */
 
-/* Sets up the staging area under backing. Errors name the path. */
+/* Takes the backing directory's writer lock, then sets up the staging
+ * area under it. Errors name the path; -EBUSY when another writable
+ * daemon holds the lock (err names its pid and mount point): nothing was
+ * touched then. */
 int wtable_init(wtable *t, const char *backing_path, int backing_fd, const mount_key *key,
                 const wtable_opts *o, ckpt_err *err);
-/* Puts every staged checkpoint back (see above); logs what it did. */
+/* Puts every staged checkpoint back (see above); logs what it did.
+ * Refuses (-ENOLCK) unless this table holds the writer lock: staging may
+ * belong to another daemon. */
 int wtable_recover(wtable *t);
+/* Records this process in the writer lock again (after a fork). */
+void wtable_note_pid(wtable *t);
 /* Starts the packer and the commit timer (after any fork). */
 int wtable_start(wtable *t);
 /* Stops both and saves every namespace. The pack under way is abandoned

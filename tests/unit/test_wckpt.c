@@ -470,6 +470,56 @@ Test(wckpt, crash_leftovers_are_cleaned)
     close_table(&t);
 }
 
+/* The fault that lost 107 MB: a second writable daemon's recovery took
+ * the first one's unsaved files for crash leftovers. Now it cannot start,
+ * and names who holds the lock; nothing of the first one's is touched. */
+Test(wckpt, second_writer_is_refused_and_deletes_nothing)
+{
+    wtable t, t2;
+    wtable_opts o = {.mount_path = "/mnt/first"};
+    ckpt_err err = {0};
+    static mount_key none;
+    cr_assert_eq(wtable_init(&t, dir, backing, &none, &o, &err), 0, "%s", err.msg);
+    cr_assert_eq(wtable_recover(&t), 0);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "live", 0755, &c), 0);
+    uint32_t n = make_file(c, WTREE_ROOT, "unsaved", "u", 1); /* never fsynced */
+    char data_dir[200];
+    snprintf(data_dir, sizeof data_dir, ".ckptfs/stage/%s/data", c->dir.sid);
+
+    o.mount_path = "/mnt/second";
+    cr_assert_eq(wtable_init(&t2, dir, backing, &none, &o, &err), -EBUSY);
+    char pid[64];
+    snprintf(pid, sizeof pid, "pid %ld, mounted on /mnt/first", (long)getpid());
+    tu_assert_contains(err.msg, pid);
+    tu_assert_contains(err.msg, "-o ro");
+    cr_assert_eq(t2.lock_fd, -1);
+    wtable_destroy(&t2);
+    cr_assert_eq(count_entries(data_dir), 1, "the first writer's data is still there");
+    char buf[2];
+    cr_assert_eq(wckpt_read(c, n, buf, 1, 0), 1);
+
+    /* And recovery itself refuses to run without the lock. */
+    crash_table(&t);
+    cr_assert_eq(wtable_init(&t, dir, backing, &none, &o, &err), 0, "%s", err.msg);
+    close(t.lock_fd);
+    t.lock_fd = -1;
+    cr_assert_eq(wtable_recover(&t), -ENOLCK);
+    cr_assert_eq(count_entries(data_dir), 1, "nothing was cleaned up");
+    cr_assert_null(t.all);
+    wtable_destroy(&t);
+    /* Once the lock is free, a new writer takes it and records itself. */
+    open_table(&t, NULL, 0, 0);
+    char *lock = tu_join(dir, ".ckptfs/lock");
+    size_t len;
+    char *text = (char *)tu_read_file(lock, &len);
+    snprintf(pid, sizeof pid, "pid %ld mount ", (long)getpid());
+    cr_assert(len > strlen(pid) && memcmp(text, pid, strlen(pid)) == 0, "%.*s", (int)len, text);
+    free(text);
+    free(lock);
+    close_table(&t);
+}
+
 Test(wckpt, wrong_key_loses_nothing)
 {
     ckpt_key *good = make_key(6), *bad = make_key(7);
