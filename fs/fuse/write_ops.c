@@ -129,7 +129,9 @@ void wops_root_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
         fuse_reply_err(req, -rc);
         return;
     }
-    /* A committed checkpoint: its pack goes once rm -r has emptied it. */
+    /* A committed checkpoint: its pack goes once no packed file shows
+     * (rm -r hid them all, or it never had any); manifest.json and
+     * tensors/ are only views of those files. */
     int err;
     checkpoint *c = checkpoints_lookup(&fs->table, name, 1, &err);
     if (!c) {
@@ -137,16 +139,12 @@ void wops_root_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
         return;
     }
     rc = checkpoint_open(&fs->table, c);
-    if (rc == 0) {
-        pthread_mutex_lock(&c->hide_lock);
-        const tree_node *root = &c->tree->nodes[TREE_ROOT];
-        for (uint32_t i = 0; rc == 0 && i < root->n_children; i++)
-            if (!c->hidden || !c->hidden[root->children[i]])
-                rc = -ENOTEMPTY;
-        pthread_mutex_unlock(&c->hide_lock);
-    }
+    if (rc == 0 && !checkpoint_is_empty(c))
+        rc = -ENOTEMPTY;
     if (rc == 0)
         rc = fs->writable ? wtable_remove_pack(&fs->wtable, name) : -EROFS;
+    if (rc == 0)
+        checkpoint_removed(&fs->table, c);
     checkpoint_forget(&fs->table, c, 1);
     fuse_reply_err(req, -rc);
 }

@@ -75,10 +75,46 @@ static void release_if_unused(checkpoint_table *t, checkpoint *c)
     checkpoint_free(t, c);
 }
 
+/* A checkpoint no longer current serves only inodes the kernel still
+ * holds; if no file is open in it either, its pack file is let go now
+ * rather than when the kernel forgets the last inode (which may be never,
+ * for a shell's working directory): a deleted pack's space comes back at
+ * once. The descriptor is pointed at /dev/null instead of closed, so the
+ * pack's in-memory index stays valid for a request that is already
+ * looking at it (an xattr of a tensor, a handover); new ones get ESTALE.
+ * Called with t->lock held. */
+static void drop_pack_file(checkpoint *c)
+{
+    if (c->current || c->refs || c->file_dropped)
+        return;
+    c->file_dropped = 1;
+    pthread_mutex_lock(&c->open_lock);
+    if (c->state == CHECKPOINT_OPEN) {
+        int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (null_fd < 0 || dup3(null_fd, ckpt_fd(c->pack), O_CLOEXEC) < 0)
+            fslog_warn("checkpoint '%s': cannot let go of %s (%s); its space comes back once "
+                       "the kernel forgets it", c->name, c->pack_path, strerror(errno));
+        if (null_fd >= 0)
+            close(null_fd);
+    }
+    c->open_err = -ESTALE;
+    __atomic_store_n(&c->state, CHECKPOINT_FAILED, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&c->open_lock);
+}
+
 static void retire(checkpoint_table *t, checkpoint *c)
 {
     c->current = 0;
+    drop_pack_file(c);
     release_if_unused(t, c);
+}
+
+void checkpoint_removed(checkpoint_table *t, checkpoint *c)
+{
+    pthread_mutex_lock(&t->lock);
+    if (c->current)
+        retire(t, c);
+    pthread_mutex_unlock(&t->lock);
 }
 
 static int same_file(const struct stat *a, const struct stat *b)
@@ -303,6 +339,7 @@ void checkpoint_unref(checkpoint_table *t, checkpoint *c)
 {
     pthread_mutex_lock(&t->lock);
     c->refs--;
+    drop_pack_file(c);
     release_if_unused(t, c);
     pthread_mutex_unlock(&t->lock);
 }
@@ -445,4 +482,22 @@ int checkpoint_hide(checkpoint *c, uint32_t dir, const char *name, int want_dir)
     }
     pthread_mutex_unlock(&c->hide_lock);
     return rc;
+}
+
+int checkpoint_is_empty(checkpoint *c)
+{
+    const pack_tree *tree = c->tree;
+    int empty = 1;
+    pthread_mutex_lock(&c->hide_lock);
+    for (uint32_t i = 0; empty && i < tree->n_nodes; i++) {
+        if (tree->nodes[i].kind != TREE_FILE)
+            continue;
+        int hidden = 0;
+        for (uint32_t n = i; c->hidden && !hidden && n != TREE_ROOT && n != TREE_NONE;
+             n = tree->nodes[n].parent)
+            hidden = c->hidden[n];
+        empty = hidden;
+    }
+    pthread_mutex_unlock(&c->hide_lock);
+    return empty;
 }

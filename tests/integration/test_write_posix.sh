@@ -79,4 +79,79 @@ mount_ckptfs "$BACK" "$MNT" "$LOG" -o commit_delay=0 || { fail "remount"; finish
 expect_times "atime survives a remount (staging keeps it)" "$MNT/t/f" "1700000000 1300000000"
 expect_times "so does a directory's" "$MNT/t/sub" "1400000000 1500000000"
 
+# ------------------------------------------------- rmdir of an empty checkpoint
+
+# Committed with one file; that file removed (hidden): manifest.json and
+# tensors/ are still listed, but they are views of files that are gone.
+mkdir "$MNT/e1"
+echo one >"$MNT/e1/only.txt"
+expect_ok "commit e1" "$CKPT" commit --wait "$MNT/e1"
+expect_ok "rm of its one file" rm "$MNT/e1/only.txt"
+expect_ok "rmdir of the emptied checkpoint" rmdir "$MNT/e1"
+expect_absent "deletes its pack" "$BACK/e1.tpack" "$MNT/e1"
+# Committed with nothing in it at all.
+mkdir "$MNT/e2"
+expect_ok "commit of an empty checkpoint" "$CKPT" commit --wait "$MNT/e2"
+[ -e "$BACK/e2.tpack" ] && pass "is a pack" || fail "is a pack"
+expect_ok "rmdir of it" rmdir "$MNT/e2"
+expect_absent "deletes it" "$BACK/e2.tpack" "$MNT/e2"
+# One that still holds a file is not empty.
+mkdir "$MNT/e3"
+mkdir "$MNT/e3/d"
+echo x >"$MNT/e3/d/x"
+echo y >"$MNT/e3/y"
+expect_ok "commit e3" "$CKPT" commit --wait "$MNT/e3"
+rm "$MNT/e3/y"
+py_errno "rmdir with a packed file left is ENOTEMPTY" ENOTEMPTY "    os.rmdir('$MNT/e3')"
+[ -e "$BACK/e3.tpack" ] && pass "and keeps the pack" || fail "and keeps the pack"
+
+# ------------------------------------------------- deleting frees the space
+
+mkdir "$MNT/big"
+head -c $((64 << 20)) /dev/urandom >"$MNT/big/random.bin"
+expect_ok "commit a 64 MB checkpoint" "$CKPT" commit --wait "$MNT/big"
+daemon=${DAEMON_OF[$MNT]}
+cat "$MNT/big/random.bin" >/dev/null # the daemon opens the pack
+ls "$MNT/big" >/dev/null
+free_before=$(stat -f -c '%a' "$BACK")
+expect_ok "rm -r of the committed checkpoint" rm -r "$MNT/big"
+expect_absent "removes the pack" "$BACK/big.tpack"
+held=$(ls -l "/proc/$daemon/fd" 2>/dev/null | grep -c 'big.tpack')
+[ "$held" = 0 ] && pass "the daemon holds no descriptor of it (no ls of the root needed)" ||
+    fail "the daemon holds no descriptor of it" "$(ls -l "/proc/$daemon/fd" | grep tpack)"
+free_after=$(stat -f -c '%a' "$BACK")
+bsize=$(stat -f -c '%S' "$BACK")
+freed=$(((free_after - free_before) * bsize >> 20))
+[ "$freed" -ge 60 ] && pass "the space is free at once ($freed MB)" || fail "the space is free at once" "$freed MB freed"
+# A reader that has a file open keeps it, as on a local filesystem.
+mkdir "$MNT/held"
+head -c $((4 << 20)) /dev/urandom >"$TMP/held.bin"
+cp "$TMP/held.bin" "$MNT/held/f"
+expect_ok "commit another" "$CKPT" commit --wait "$MNT/held"
+exec {rd}<"$MNT/held/f"
+expect_ok "rm -r while a file in it is open" rm -r "$MNT/held"
+sum=$(sha256sum <&$rd | cut -d' ' -f1)
+[ "$sum" = "$(sha256sum <"$TMP/held.bin" | cut -d' ' -f1)" ] && pass "the open file still reads whole" ||
+    fail "the open file still reads whole"
+exec {rd}<&-
+sleep 0.2
+held=$(ls -l "/proc/$daemon/fd" 2>/dev/null | grep -c 'held.tpack')
+[ "$held" = 0 ] && pass "and is let go once closed" || fail "and is let go once closed" "$(ls -l "/proc/$daemon/fd" | grep tpack)"
+
+# ------------------------------------------------- statfs
+
+# stat -f of the mount: the backing filesystem's numbers (allowing for
+# what changes between the two calls).
+read -r mb mf mbs mnm < <(stat -f -c '%b %f %S %l' "$MNT")
+read -r bb bf bbs < <(stat -f -c '%b %f %S' "$BACK")
+[ "$mb" = "$bb" ] && [ "$mbs" = "$bbs" ] && pass "statfs: the backing store's size and block size ($mb x $mbs)" ||
+    fail "statfs: the backing store's size" "mount $mb x $mbs, backing $bb x $bbs"
+diff=$((mf > bf ? mf - bf : bf - mf))
+[ "$diff" -le 256 ] && pass "statfs: its free blocks" || fail "statfs: its free blocks" "mount $mf, backing $bf"
+[ "$mnm" = 255 ] && pass "statfs: names up to 255 bytes" || fail "statfs: names up to 255 bytes" "$mnm"
+dfm=$(df -P "$MNT" | awk 'NR == 2 { print $2, $4 }')
+dfb=$(df -P "$BACK" | awk 'NR == 2 { print $2 }')
+[ "${dfm%% *}" = "$dfb" ] && pass "df shows the backing store's size" || fail "df shows the backing store's size" "$dfm vs $dfb"
+
+unmount_ckptfs "$MNT"
 finish
