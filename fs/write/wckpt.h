@@ -5,6 +5,10 @@
  *
  * States: writing -> packing -> committed, or -> failed (packing failed or
  * the staging disk filled up; the staged data stays and a commit retries).
+ * A checkpoint failed by staging stays failed until what failed is made
+ * good (the file rewritten over the failed range, truncated or removed;
+ * the namespace saved), or a commit: data written elsewhere meanwhile does
+ * not hide the failure. One failed by packing turns writing on new data.
  * A commit comes from `ckpt commit` (wtable_commit) or, with a commit delay,
  * from the timer once data was written and nothing in the checkpoint has
  * been open or changed for that long. Making directories alone does not
@@ -76,6 +80,17 @@ typedef struct wckpt {
     wstate state;
     int locked;               /* sealed, and the mount's key cannot open it */
     char *error;              /* why it failed (or is locked) */
+    /* Staging writes that failed (a full disk, EIO) and were not made good
+     * since: while any is left the checkpoint stays failed, whatever else
+     * is written meanwhile (wc_staging_failed, wc_staging_repaired). */
+    struct wfailure {
+        uint32_t node;        /* WTREE_NONE: the namespace or record */
+        uint64_t off;         /* where its data went missing; UINT64_MAX:
+                                 not durable (a failed sync) */
+    } *failures;
+    size_t n_failures;
+    int failures_lost;        /* one could not be recorded: only a commit
+                                 clears the failure */
     int busy_logged;          /* "refused while packing" said this round */
     stage_dir dir;
     wtree tree;

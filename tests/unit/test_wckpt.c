@@ -520,6 +520,67 @@ Test(wckpt, second_writer_is_refused_and_deletes_nothing)
     close_table(&t);
 }
 
+static wstate state_now(wckpt *c)
+{
+    pthread_mutex_lock(&c->lock);
+    wstate s = c->state;
+    pthread_mutex_unlock(&c->lock);
+    return s;
+}
+
+/* A failed staging write keeps the checkpoint failed (xattr and all)
+ * until those bytes are rewritten, cut off or removed: writes elsewhere
+ * do not hide it. */
+Test(wckpt, staging_failure_stays_until_made_good)
+{
+    wtable t;
+    open_table(&t, NULL, 0, 0);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "f", 0755, &c), 0);
+    uint32_t a = make_file(c, WTREE_ROOT, "a", "0123456789", 10);
+    uint32_t b = make_file(c, WTREE_ROOT, "b", "x", 1);
+    pthread_mutex_lock(&c->lock);
+    wc_staging_failed(c, -ENOSPC, "write failed: No space left on device", a, 4096);
+    pthread_mutex_unlock(&c->lock);
+    cr_assert_eq(wckpt_write(c, b, "more", 4, 1), 4);
+    cr_assert_eq(wckpt_write(c, a, "zz", 2, 0), 2);
+    cr_assert_eq(state_now(c), WST_FAILED, "writes elsewhere leave it failed");
+    char v[128];
+    int len = wckpt_xattr(c, "user.ckptfs.state", v, sizeof v);
+    cr_assert(len > 0 && memcmp(v, "failed", 6) == 0);
+    len = wckpt_xattr(c, "user.ckptfs.error", v, sizeof v);
+    cr_assert(len > 0);
+    v[len] = 0;
+    tu_assert_contains(v, "No space left");
+    /* Rewritten over the failed offset: made good. */
+    char block[200] = {0};
+    cr_assert_eq(wckpt_write(c, a, block, sizeof block, 4000), (ssize_t)sizeof block);
+    cr_assert_eq(state_now(c), WST_WRITING);
+
+    /* Two failures: truncating one file and removing the other. */
+    pthread_mutex_lock(&c->lock);
+    wc_staging_failed(c, -ENOSPC, "full", a, 100);
+    wc_staging_failed(c, -EIO, "sync failed", b, UINT64_MAX);
+    wc_staging_failed(c, -EINVAL, "not a disk fault", b, 0); /* ignored */
+    pthread_mutex_unlock(&c->lock);
+    struct stat st;
+    cr_assert_eq(wckpt_setattr(c, a, WSET_SIZE, 0, 50, NULL, NULL, &st), 0);
+    cr_assert_eq(state_now(c), WST_FAILED, "b's failure is left");
+    cr_assert_eq(wckpt_unlink(c, WTREE_ROOT, "b"), 0);
+    cr_assert_eq(state_now(c), WST_WRITING);
+
+    /* A failed namespace save is made good by the next save. */
+    pthread_mutex_lock(&c->lock);
+    wc_staging_failed(c, -ENOSPC, "cannot write meta", WTREE_NONE, 0);
+    pthread_mutex_unlock(&c->lock);
+    cr_assert_eq(wckpt_write(c, a, "q", 1, 0), 1);
+    cr_assert_eq(state_now(c), WST_FAILED);
+    ckpt_err err = {0};
+    cr_assert_eq(wc_save(c, &err), 0, "%s", err.msg);
+    cr_assert_eq(state_now(c), WST_WRITING);
+    close_table(&t);
+}
+
 Test(wckpt, wrong_key_loses_nothing)
 {
     ckpt_key *good = make_key(6), *bad = make_key(7);
