@@ -32,6 +32,40 @@ int checkpoints_init(checkpoint_table *t, const char *backing_path, int backing_
     return 0;
 }
 
+/* One warning per symlink name for the mount's lifetime: a listing
+ * rescans the directory each time. */
+static void warn_link_once(checkpoint_table *t, const char *file_name)
+{
+    pthread_mutex_lock(&t->lock);
+    int seen = 0;
+    for (size_t i = 0; !seen && i < t->n_warned_links; i++)
+        seen = strcmp(t->warned_links[i], file_name) == 0;
+    if (!seen) {
+        char **grown = realloc(t->warned_links, (t->n_warned_links + 1) * sizeof *grown);
+        char *copy = grown ? strdup(file_name) : NULL;
+        if (grown)
+            t->warned_links = grown;
+        if (copy)
+            t->warned_links[t->n_warned_links++] = copy;
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (!seen)
+        fslog_warn("%s/%s is a symbolic link: ignored (packs must be regular files in the "
+                   "backing directory; links are never followed)",
+                   t->backing_path, file_name);
+}
+
+/* Is file_name in the backing directory a pack? Its stat in *st. Never
+ * follows a link. */
+static int stat_pack(checkpoint_table *t, const char *file_name, struct stat *st)
+{
+    if (fstatat(t->backing_fd, file_name, st, AT_SYMLINK_NOFOLLOW) != 0)
+        return 0;
+    if (S_ISLNK(st->st_mode))
+        warn_link_once(t, file_name);
+    return S_ISREG(st->st_mode);
+}
+
 static void checkpoint_free(checkpoint_table *t, checkpoint *c)
 {
     chunk_cache_drop_pack(t->cache, c->serial);
@@ -57,6 +91,9 @@ void checkpoints_destroy(checkpoint_table *t)
         c = next;
     }
     t->all = NULL;
+    for (size_t i = 0; i < t->n_warned_links; i++)
+        free(t->warned_links[i]);
+    free(t->warned_links);
     pthread_mutex_destroy(&t->lock);
     free(t->backing_path);
 }
@@ -190,7 +227,7 @@ checkpoint *checkpoints_lookup(checkpoint_table *t, const char *name, int count_
     *err = pack_file_name(name, file_name, sizeof file_name);
     if (*err)
         return NULL;
-    if (fstatat(t->backing_fd, file_name, &st, 0) || !S_ISREG(st.st_mode)) {
+    if (!stat_pack(t, file_name, &st)) {
         *err = -ENOENT;
         pthread_mutex_lock(&t->lock);
         for (checkpoint *c = t->all; c; c = c->next) {
@@ -256,7 +293,7 @@ int checkpoints_list(checkpoint_table *t, root_listing *out)
             strcmp(d->d_name + len - SUFFIX_LEN, CKPT_SUFFIX) != 0)
             continue;
         struct stat st;
-        if (fstatat(t->backing_fd, d->d_name, &st, 0) || !S_ISREG(st.st_mode))
+        if (!stat_pack(t, d->d_name, &st))
             continue;
         char name[NAME_MAX + 1];
         memcpy(name, d->d_name, len - SUFFIX_LEN);
@@ -352,11 +389,48 @@ static int is_lasting(int err)
            err == -ENOENT || err == -EBADMSG || err == -EOVERFLOW;
 }
 
+/* Opens the pack file itself, never a link in its place: libckpt opens
+ * by path (following links), so it is handed /proc/self/fd/N, which
+ * reopens the file this O_NOFOLLOW open found, whatever the name now is.
+ * -ESTALE when the name no longer leads to c's file. */
+static int open_pack_nofollow(checkpoint_table *t, checkpoint *c, ckpt_pack **pack,
+                              ckpt_err *err)
+{
+    const char *file_name = strrchr(c->pack_path, '/') + 1;
+    int fd = openat(t->backing_fd, file_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ELOOP)
+            warn_link_once(t, file_name);
+        snprintf(err->msg, sizeof err->msg, "%s: cannot open: %s", c->pack_path, strerror(e));
+        return e == ELOOP ? -ESTALE : -e;
+    }
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0 || !same_file(&st, &c->identity))
+        rc = -ESTALE; /* replaced since it was found */
+    char proc_path[64];
+    snprintf(proc_path, sizeof proc_path, "/proc/self/fd/%d", fd);
+    if (rc == 0)
+        rc = ckpt_open(proc_path, mount_key_get(t->key), pack, err);
+    close(fd);
+    /* Messages name the pack, not the descriptor. */
+    size_t plen = strlen(proc_path);
+    if (rc < 0 && strncmp(err->msg, proc_path, plen) == 0) {
+        char rest[sizeof err->msg];
+        snprintf(rest, sizeof rest, "%s", err->msg + plen);
+        snprintf(err->msg, sizeof err->msg, "%s%s", c->pack_path, rest);
+    }
+    return rc;
+}
+
 static int open_pack(checkpoint_table *t, checkpoint *c)
 {
     ckpt_err err = {0};
     ckpt_pack *pack = NULL;
-    int rc = ckpt_open(c->pack_path, mount_key_get(t->key), &pack, &err);
+    int rc = open_pack_nofollow(t, c, &pack, &err);
+    if (rc == -ESTALE)
+        return rc;
     if (rc < 0) {
         /* No key or the wrong one is the mount's configuration; anything
          * else is the pack. */

@@ -6,7 +6,12 @@
  *
  * Inode numbers: the root is 1; every node of a checkpoint's tree is
  * (serial << 32) | (node + 1), so a checkpoint dir is (serial << 32) | 1.
- * Serials are never reused, so a stale inode never names another file. */
+ * Serials are never reused, so a stale inode never names another file.
+ *
+ * Only regular files are packs: a symlink in the backing directory
+ * (x.tpack -> /etc/shadow, or to a pack elsewhere) is never followed nor
+ * opened; it is left out, with one warning naming it. Packs are opened
+ * with O_NOFOLLOW, so a file swapped for a link in between is refused. */
 #ifndef CKPTFS_CHECKPOINTS_H
 #define CKPTFS_CHECKPOINTS_H
 
@@ -64,6 +69,8 @@ typedef struct checkpoint_table {
     checkpoint *all;
     uint32_t next_serial;
     int scan_generation;
+    char **warned_links;      /* NAME.tpack symlinks already warned about */
+    size_t n_warned_links;
 } checkpoint_table;
 
 /* One root directory listing, taken when the root is opened. */

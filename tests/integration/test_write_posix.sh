@@ -2,8 +2,10 @@
 # POSIX corners of the writable mount, as a local filesystem answers them:
 # ENAMETOOLONG for names over 255 bytes at every level; atime and mtime
 # both settable (touch -a/-m, utimensat) and read back as set, across a
-# remount; rmdir of an empty committed checkpoint deletes its pack; statfs
-# shows the backing store's numbers.
+# remount; rmdir of an empty committed checkpoint deletes its pack, and
+# deleting a checkpoint frees its space at once; symlinks in the backing
+# store are ignored, never followed; statfs shows the backing store's
+# numbers.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
 
@@ -137,6 +139,24 @@ exec {rd}<&-
 sleep 0.2
 held=$(ls -l "/proc/$daemon/fd" 2>/dev/null | grep -c 'held.tpack')
 [ "$held" = 0 ] && pass "and is let go once closed" || fail "and is let go once closed" "$(ls -l "/proc/$daemon/fd" | grep tpack)"
+
+# ------------------------------------------------- symlinks in the backing store
+
+cp "$BACK/e3.tpack" "$TMP/outside.tpack"
+ln -s /etc/shadow "$BACK/shadow.tpack"
+ln -s "$TMP/outside.tpack" "$BACK/outside.tpack"
+ls "$MNT" >/dev/null
+ls "$MNT" >"$TMP/listing"
+if grep -qx 'shadow\|outside' "$TMP/listing"; then fail "links to packs are not listed" "$(cat "$TMP/listing")"; else pass "links to packs are not listed"; fi
+py_errno "a link to /etc/shadow does not resolve" ENOENT "    os.stat('$MNT/shadow')"
+py_errno "nor one to a pack outside" ENOENT "    os.listdir('$MNT/outside')"
+n=$(grep -c "outside.tpack is a symbolic link: ignored" "$LOG")
+[ "$n" = 1 ] && pass "one warning names it" || fail "one warning names it" "$n lines"
+grep -q "shadow.tpack is a symbolic link: ignored" "$LOG" && pass "the other too" || fail "the other too"
+if ls -l "/proc/$daemon/fd" 2>/dev/null | grep -q "shadow\|outside"; then
+    fail "neither is ever opened" "$(ls -l "/proc/$daemon/fd" | grep "shadow\|outside")"
+else pass "neither is ever opened"; fi
+rm -f "$BACK/shadow.tpack" "$BACK/outside.tpack"
 
 # ------------------------------------------------- statfs
 
