@@ -18,6 +18,7 @@
 
 #include "common/fslog.h"
 #include "common/mount_key.h"
+#include "common/mountinfo.h"
 #include "fuse/frontend.h"
 
 #define EXIT_USAGE 2
@@ -73,20 +74,28 @@ static void raise_fd_limit(void)
 
 /* The staging area for checkpoints written into the mount, and what an
  * earlier run left there. Without it (a read-only backing directory) the
- * mount still serves the packs. */
-static void setup_writing(ckptfs *fs, const fs_options *o, const char *backing_path,
-                          int backing_fd, const mount_key *key)
+ * mount still serves the packs; but another writable daemon on the same
+ * backing directory is an error (-1): its staged data is not ours. */
+static int setup_writing(ckptfs *fs, const fs_options *o, const char *backing_path,
+                         int backing_fd, const mount_key *key, const char *mount_path)
 {
     ckpt_err err = {0};
     wtable_opts wo = {
         .commit_delay = o->commit_delay,
         .pack_threads = o->threads,
         .finish_on_stop = o->finish_on_exit,
+        .mount_path = mount_path,
     };
-    if (wtable_init(&fs->wtable, backing_path, backing_fd, key, &wo, &err) != 0) {
+    int rc = wtable_init(&fs->wtable, backing_path, backing_fd, key, &wo, &err);
+    if (rc == -EBUSY) {
+        fslog_err("cannot mount: %s", err.msg);
+        wtable_destroy(&fs->wtable);
+        return -1;
+    }
+    if (rc != 0) {
         fslog_warn("cannot write checkpoints into this mount (%s); it is read-only", err.msg);
         wtable_destroy(&fs->wtable);
-        return;
+        return 0;
     }
     fs->wtable.drop_successor = handover_drop_successor;
     fs->wtable.committed = handover_committed;
@@ -94,6 +103,7 @@ static void setup_writing(ckptfs *fs, const fs_options *o, const char *backing_p
     fs->writable = 1;
     raise_fd_limit();
     wtable_recover(&fs->wtable);
+    return 0;
 }
 
 /* libckpt allocates up to three chunk-sized buffers for every chunk it
@@ -260,6 +270,22 @@ static int open_backing_and_key(daemon_run *d)
     return 0;
 }
 
+/* A second ckptfs mounted over a first would hide it, and its daemon would
+ * go on running unseen: refused, before anything is set up. Mounting over
+ * another filesystem is left to the user, as with mount(8). */
+static int check_mount_point(const daemon_run *d)
+{
+    char fstype[64];
+    int rc = mountinfo_fstype(MOUNTINFO_SELF, d->cmd.mountpoint, fstype, sizeof fstype);
+    if (rc == 1 && strcmp(fstype, "fuse.ckptfs") == 0) {
+        fprintf(stderr,
+                "ckptfs: %s is already a ckptfs mount; unmount it first (fusermount3 -u %s)\n",
+                d->cmd.mountpoint, d->cmd.mountpoint);
+        return -1;
+    }
+    return 0;
+}
+
 /* The read side, then the write side (which recovers what an earlier run
  * left), then the FUSE session over both. -2 when libfuse refused an
  * option (it has said which), else -1 on failure. */
@@ -279,8 +305,9 @@ static int build_mount(daemon_run *d)
     }
     d->table_ready = 1;
     reader_init(&fs->reader, &fs->table, fs->cache, NULL, d->o.cache_bytes, d->o.threads);
-    if (!d->o.read_only)
-        setup_writing(fs, &d->o, d->backing_path, d->backing_fd, &d->key);
+    if (!d->o.read_only &&
+        setup_writing(fs, &d->o, d->backing_path, d->backing_fd, &d->key, d->cmd.mountpoint) != 0)
+        return -1;
 
     /* The mode bits we show are enforced; without staging, read-only in
      * the kernel too. */
@@ -313,8 +340,11 @@ static int mount_and_daemonize(daemon_run *d)
     if (fuse_daemonize(d->cmd.foreground) != 0)
         return -1;
     fslog_tee_stderr(0);
-    if (!d->cmd.foreground)
+    if (!d->cmd.foreground) {
         reload_key_after_fork(&d->o, &d->key);
+        if (d->fs.writable)
+            wtable_note_pid(&d->fs.wtable);
+    }
     return 0;
 }
 
@@ -393,7 +423,7 @@ int main(int argc, char **argv)
         goto out;
     }
     exit_code = EXIT_FAILURE;
-    if (open_log(&d) != 0 || open_backing_and_key(&d) != 0)
+    if (open_log(&d) != 0 || check_mount_point(&d) != 0 || open_backing_and_key(&d) != 0)
         goto out;
     int built = build_mount(&d);
     if (built != 0) {

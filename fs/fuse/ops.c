@@ -63,9 +63,23 @@ static void root_attr(ckptfs *fs, struct stat *st)
     st->st_gid = fs->gid;
 }
 
+/* Names over NAME_MAX bytes fit in no directory here, as on a local
+ * filesystem: the kernel passes up to 1024 bytes on to us, and without
+ * this a lookup would say ENOENT and each side its own errno. Replies
+ * ENAMETOOLONG (returns 1) for the first such name given. */
+static int refuse_long_name(fuse_req_t req, const char *name, const char *other)
+{
+    if (strlen(name) <= NAME_MAX && (!other || strlen(other) <= NAME_MAX))
+        return 0;
+    fuse_reply_err(req, ENAMETOOLONG);
+    return 1;
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     ckptfs *fs = fs_of(req);
+    if (refuse_long_name(req, name, NULL))
+        return;
     if (parent == FUSE_ROOT_ID && wops_root_lookup(req, fs, name))
         return;
     if (wtable_owns(parent) && wops_lookup(req, fs, parent, name))
@@ -292,6 +306,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
     ckptfs *fs = fs_of(req);
+    if (refuse_long_name(req, name, NULL))
+        return;
     if (parent == FUSE_ROOT_ID && fs->writable)
         wops_root_refuse(req, name, "a file");
     else if (!(wtable_owns(parent) && wops_mknod(req, fs, parent, name, mode)))
@@ -301,6 +317,8 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
     ckptfs *fs = fs_of(req);
+    if (refuse_long_name(req, name, NULL))
+        return;
     if (parent == FUSE_ROOT_ID)
         wops_root_mkdir(req, fs, name, mode);
     else if (!(wtable_owns(parent) && wops_mkdir(req, fs, parent, name, mode)))
@@ -310,6 +328,8 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     ckptfs *fs = fs_of(req);
+    if (refuse_long_name(req, name, NULL))
+        return;
     if (parent == FUSE_ROOT_ID)
         fuse_reply_err(req, fs->writable ? EISDIR : EROFS);
     else if (!(wtable_owns(parent) && wops_unlink(req, fs, parent, name)))
@@ -319,6 +339,8 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     ckptfs *fs = fs_of(req);
+    if (refuse_long_name(req, name, NULL))
+        return;
     if (parent == FUSE_ROOT_ID)
         wops_root_rmdir(req, fs, name);
     else if (!(wtable_owns(parent) && wops_rmdir(req, fs, parent, name)))
@@ -328,6 +350,8 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
     ckptfs *fs = fs_of(req);
+    if (refuse_long_name(req, name, NULL))
+        return;
     if (parent == FUSE_ROOT_ID && fs->writable)
         wops_root_refuse(req, name, "a symbolic link");
     else if (wtable_owns(parent))
@@ -340,6 +364,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
                       const char *newname, unsigned int flags)
 {
     ckptfs *fs = fs_of(req);
+    if (refuse_long_name(req, name, newname))
+        return;
     if (parent == FUSE_ROOT_ID && newparent == FUSE_ROOT_ID)
         wops_root_rename(req, fs, name, newname, flags);
     else if (wtable_owns(parent) || wtable_owns(newparent))
@@ -350,6 +376,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
+    if (refuse_long_name(req, newname, NULL))
+        return;
     fuse_reply_err(req, wtable_owns(newparent) ? EPERM : EROFS);
 }
 
@@ -365,6 +393,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
                       struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
+    if (refuse_long_name(req, name, NULL))
+        return;
     if (parent == FUSE_ROOT_ID && fs->writable)
         wops_root_refuse(req, name, "a file");
     else if (!(wtable_owns(parent) && wops_create(req, fs, parent, name, mode, fi)))

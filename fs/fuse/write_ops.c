@@ -129,7 +129,9 @@ void wops_root_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
         fuse_reply_err(req, -rc);
         return;
     }
-    /* A committed checkpoint: its pack goes once rm -r has emptied it. */
+    /* A committed checkpoint: its pack goes once no packed file shows
+     * (rm -r hid them all, or it never had any); manifest.json and
+     * tensors/ are only views of those files. */
     int err;
     checkpoint *c = checkpoints_lookup(&fs->table, name, 1, &err);
     if (!c) {
@@ -137,16 +139,12 @@ void wops_root_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
         return;
     }
     rc = checkpoint_open(&fs->table, c);
-    if (rc == 0) {
-        pthread_mutex_lock(&c->hide_lock);
-        const tree_node *root = &c->tree->nodes[TREE_ROOT];
-        for (uint32_t i = 0; rc == 0 && i < root->n_children; i++)
-            if (!c->hidden || !c->hidden[root->children[i]])
-                rc = -ENOTEMPTY;
-        pthread_mutex_unlock(&c->hide_lock);
-    }
+    if (rc == 0 && !checkpoint_is_empty(c))
+        rc = -ENOTEMPTY;
     if (rc == 0)
         rc = fs->writable ? wtable_remove_pack(&fs->wtable, name) : -EROFS;
+    if (rc == 0)
+        checkpoint_removed(&fs->table, c);
     checkpoint_forget(&fs->table, c, 1);
     fuse_reply_err(req, -rc);
 }
@@ -258,8 +256,9 @@ int wops_setattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct stat *attr, 
     wckpt *c = find(req, fs, ino, &node);
     if (!c)
         return 1;
-    /* Packs keep no owner or access time: those changes succeed as no-ops,
-     * as on filesystems that cannot store them, so cp -a and tar work. */
+    /* Packs keep no owner: that change succeeds as a no-op, as on
+     * filesystems that cannot store one, so cp -a and tar work. The access
+     * time is kept until the commit (the pack has none). */
     int flags = 0;
     if (to_set & FUSE_SET_ATTR_MODE)
         flags |= WSET_MODE;
@@ -269,13 +268,17 @@ int wops_setattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct stat *attr, 
         flags |= WSET_MTIME_NOW;
     else if (to_set & FUSE_SET_ATTR_MTIME)
         flags |= WSET_MTIME;
+    if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+        flags |= WSET_ATIME_NOW;
+    else if (to_set & FUSE_SET_ATTR_ATIME)
+        flags |= WSET_ATIME;
     if ((to_set & FUSE_SET_ATTR_SIZE) && attr->st_size < 0) {
         fuse_reply_err(req, EINVAL);
         return 1;
     }
     struct stat st;
     int rc = wckpt_setattr(c, node, flags, (uint32_t)attr->st_mode, (uint64_t)attr->st_size,
-                           &attr->st_mtim, &st);
+                           &attr->st_atim, &attr->st_mtim, &st);
     if (rc)
         return reply_error(req, c, rc);
     fill_ids(fs, &st, ino);

@@ -32,6 +32,40 @@ int checkpoints_init(checkpoint_table *t, const char *backing_path, int backing_
     return 0;
 }
 
+/* One warning per symlink name for the mount's lifetime: a listing
+ * rescans the directory each time. */
+static void warn_link_once(checkpoint_table *t, const char *file_name)
+{
+    pthread_mutex_lock(&t->lock);
+    int seen = 0;
+    for (size_t i = 0; !seen && i < t->n_warned_links; i++)
+        seen = strcmp(t->warned_links[i], file_name) == 0;
+    if (!seen) {
+        char **grown = realloc(t->warned_links, (t->n_warned_links + 1) * sizeof *grown);
+        char *copy = grown ? strdup(file_name) : NULL;
+        if (grown)
+            t->warned_links = grown;
+        if (copy)
+            t->warned_links[t->n_warned_links++] = copy;
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (!seen)
+        fslog_warn("%s/%s is a symbolic link: ignored (packs must be regular files in the "
+                   "backing directory; links are never followed)",
+                   t->backing_path, file_name);
+}
+
+/* Is file_name in the backing directory a pack? Its stat in *st. Never
+ * follows a link. */
+static int stat_pack(checkpoint_table *t, const char *file_name, struct stat *st)
+{
+    if (fstatat(t->backing_fd, file_name, st, AT_SYMLINK_NOFOLLOW) != 0)
+        return 0;
+    if (S_ISLNK(st->st_mode))
+        warn_link_once(t, file_name);
+    return S_ISREG(st->st_mode);
+}
+
 static void checkpoint_free(checkpoint_table *t, checkpoint *c)
 {
     chunk_cache_drop_pack(t->cache, c->serial);
@@ -57,6 +91,9 @@ void checkpoints_destroy(checkpoint_table *t)
         c = next;
     }
     t->all = NULL;
+    for (size_t i = 0; i < t->n_warned_links; i++)
+        free(t->warned_links[i]);
+    free(t->warned_links);
     pthread_mutex_destroy(&t->lock);
     free(t->backing_path);
 }
@@ -75,10 +112,46 @@ static void release_if_unused(checkpoint_table *t, checkpoint *c)
     checkpoint_free(t, c);
 }
 
+/* A checkpoint no longer current serves only inodes the kernel still
+ * holds; if no file is open in it either, its pack file is let go now
+ * rather than when the kernel forgets the last inode (which may be never,
+ * for a shell's working directory): a deleted pack's space comes back at
+ * once. The descriptor is pointed at /dev/null instead of closed, so the
+ * pack's in-memory index stays valid for a request that is already
+ * looking at it (an xattr of a tensor, a handover); new ones get ESTALE.
+ * Called with t->lock held. */
+static void drop_pack_file(checkpoint *c)
+{
+    if (c->current || c->refs || c->file_dropped)
+        return;
+    c->file_dropped = 1;
+    pthread_mutex_lock(&c->open_lock);
+    if (c->state == CHECKPOINT_OPEN) {
+        int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (null_fd < 0 || dup3(null_fd, ckpt_fd(c->pack), O_CLOEXEC) < 0)
+            fslog_warn("checkpoint '%s': cannot let go of %s (%s); its space comes back once "
+                       "the kernel forgets it", c->name, c->pack_path, strerror(errno));
+        if (null_fd >= 0)
+            close(null_fd);
+    }
+    c->open_err = -ESTALE;
+    __atomic_store_n(&c->state, CHECKPOINT_FAILED, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&c->open_lock);
+}
+
 static void retire(checkpoint_table *t, checkpoint *c)
 {
     c->current = 0;
+    drop_pack_file(c);
     release_if_unused(t, c);
+}
+
+void checkpoint_removed(checkpoint_table *t, checkpoint *c)
+{
+    pthread_mutex_lock(&t->lock);
+    if (c->current)
+        retire(t, c);
+    pthread_mutex_unlock(&t->lock);
 }
 
 static int same_file(const struct stat *a, const struct stat *b)
@@ -154,7 +227,7 @@ checkpoint *checkpoints_lookup(checkpoint_table *t, const char *name, int count_
     *err = pack_file_name(name, file_name, sizeof file_name);
     if (*err)
         return NULL;
-    if (fstatat(t->backing_fd, file_name, &st, 0) || !S_ISREG(st.st_mode)) {
+    if (!stat_pack(t, file_name, &st)) {
         *err = -ENOENT;
         pthread_mutex_lock(&t->lock);
         for (checkpoint *c = t->all; c; c = c->next) {
@@ -220,7 +293,7 @@ int checkpoints_list(checkpoint_table *t, root_listing *out)
             strcmp(d->d_name + len - SUFFIX_LEN, CKPT_SUFFIX) != 0)
             continue;
         struct stat st;
-        if (fstatat(t->backing_fd, d->d_name, &st, 0) || !S_ISREG(st.st_mode))
+        if (!stat_pack(t, d->d_name, &st))
             continue;
         char name[NAME_MAX + 1];
         memcpy(name, d->d_name, len - SUFFIX_LEN);
@@ -303,6 +376,7 @@ void checkpoint_unref(checkpoint_table *t, checkpoint *c)
 {
     pthread_mutex_lock(&t->lock);
     c->refs--;
+    drop_pack_file(c);
     release_if_unused(t, c);
     pthread_mutex_unlock(&t->lock);
 }
@@ -315,11 +389,48 @@ static int is_lasting(int err)
            err == -ENOENT || err == -EBADMSG || err == -EOVERFLOW;
 }
 
+/* Opens the pack file itself, never a link in its place: libckpt opens
+ * by path (following links), so it is handed /proc/self/fd/N, which
+ * reopens the file this O_NOFOLLOW open found, whatever the name now is.
+ * -ESTALE when the name no longer leads to c's file. */
+static int open_pack_nofollow(checkpoint_table *t, checkpoint *c, ckpt_pack **pack,
+                              ckpt_err *err)
+{
+    const char *file_name = strrchr(c->pack_path, '/') + 1;
+    int fd = openat(t->backing_fd, file_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ELOOP)
+            warn_link_once(t, file_name);
+        snprintf(err->msg, sizeof err->msg, "%s: cannot open: %s", c->pack_path, strerror(e));
+        return e == ELOOP ? -ESTALE : -e;
+    }
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0 || !same_file(&st, &c->identity))
+        rc = -ESTALE; /* replaced since it was found */
+    char proc_path[64];
+    snprintf(proc_path, sizeof proc_path, "/proc/self/fd/%d", fd);
+    if (rc == 0)
+        rc = ckpt_open(proc_path, mount_key_get(t->key), pack, err);
+    close(fd);
+    /* Messages name the pack, not the descriptor. */
+    size_t plen = strlen(proc_path);
+    if (rc < 0 && strncmp(err->msg, proc_path, plen) == 0) {
+        char rest[sizeof err->msg];
+        snprintf(rest, sizeof rest, "%s", err->msg + plen);
+        snprintf(err->msg, sizeof err->msg, "%s%s", c->pack_path, rest);
+    }
+    return rc;
+}
+
 static int open_pack(checkpoint_table *t, checkpoint *c)
 {
     ckpt_err err = {0};
     ckpt_pack *pack = NULL;
-    int rc = ckpt_open(c->pack_path, mount_key_get(t->key), &pack, &err);
+    int rc = open_pack_nofollow(t, c, &pack, &err);
+    if (rc == -ESTALE)
+        return rc;
     if (rc < 0) {
         /* No key or the wrong one is the mount's configuration; anything
          * else is the pack. */
@@ -445,4 +556,22 @@ int checkpoint_hide(checkpoint *c, uint32_t dir, const char *name, int want_dir)
     }
     pthread_mutex_unlock(&c->hide_lock);
     return rc;
+}
+
+int checkpoint_is_empty(checkpoint *c)
+{
+    const pack_tree *tree = c->tree;
+    int empty = 1;
+    pthread_mutex_lock(&c->hide_lock);
+    for (uint32_t i = 0; empty && i < tree->n_nodes; i++) {
+        if (tree->nodes[i].kind != TREE_FILE)
+            continue;
+        int hidden = 0;
+        for (uint32_t n = i; c->hidden && !hidden && n != TREE_ROOT && n != TREE_NONE;
+             n = tree->nodes[n].parent)
+            hidden = c->hidden[n];
+        empty = hidden;
+    }
+    pthread_mutex_unlock(&c->hide_lock);
+    return empty;
 }

@@ -6,7 +6,12 @@
  *
  * Inode numbers: the root is 1; every node of a checkpoint's tree is
  * (serial << 32) | (node + 1), so a checkpoint dir is (serial << 32) | 1.
- * Serials are never reused, so a stale inode never names another file. */
+ * Serials are never reused, so a stale inode never names another file.
+ *
+ * Only regular files are packs: a symlink in the backing directory
+ * (x.tpack -> /etc/shadow, or to a pack elsewhere) is never followed nor
+ * opened; it is left out, with one warning naming it. Packs are opened
+ * with O_NOFOLLOW, so a file swapped for a link in between is refused. */
 #ifndef CKPTFS_CHECKPOINTS_H
 #define CKPTFS_CHECKPOINTS_H
 
@@ -32,6 +37,7 @@ typedef struct checkpoint {
     char *pack_path;          /* absolute path of NAME.tpack */
     struct stat identity;     /* the file as it was when found */
     int current;              /* still what NAME means */
+    int file_dropped;         /* not current, unused: pack file let go */
     uint64_t nlookup;         /* kernel references to its inodes */
     unsigned refs;            /* open files and jobs */
     int scan_seen;            /* last scan generation that saw it */
@@ -63,6 +69,8 @@ typedef struct checkpoint_table {
     checkpoint *all;
     uint32_t next_serial;
     int scan_generation;
+    char **warned_links;      /* NAME.tpack symlinks already warned about */
+    size_t n_warned_links;
 } checkpoint_table;
 
 /* One root directory listing, taken when the root is opened. */
@@ -96,6 +104,10 @@ void root_listing_free(root_listing *l);
 checkpoint *checkpoints_find(checkpoint_table *t, uint64_t ino, uint32_t *node);
 
 void checkpoint_count_lookup(checkpoint_table *t, checkpoint *c);
+/* Its pack was deleted through the mount: no longer current, and the pack
+ * file is let go as soon as no file in it is open (at once, if none is),
+ * so its space comes back. The caller holds a kernel reference. */
+void checkpoint_removed(checkpoint_table *t, checkpoint *c);
 void checkpoint_forget(checkpoint_table *t, checkpoint *c, uint64_t n);
 void checkpoint_ref(checkpoint_table *t, checkpoint *c);
 void checkpoint_unref(checkpoint_table *t, checkpoint *c);
@@ -114,5 +126,10 @@ int checkpoint_first_fault(checkpoint *c, size_t chunk_id);
  * returns 0, -ENOENT, -ENOTDIR, -EISDIR, -ENOTEMPTY or -ENOMEM. */
 int checkpoint_hide(checkpoint *c, uint32_t dir, const char *name, int want_dir);
 int checkpoint_node_hidden(checkpoint *c, uint32_t node);
+/* Does the (opened) checkpoint show no packed file any more? Every one
+ * hidden, or under a hidden directory, or none packed at all. What ckptfs
+ * synthesizes (manifest.json, tensors/) and directories left empty do not
+ * count: they are views of the files, so rmdir may delete the pack. */
+int checkpoint_is_empty(checkpoint *c);
 
 #endif

@@ -365,7 +365,8 @@ int stage_create(stage_root *r, const char *name, stage_dir *d, ckpt_err *err)
     int rc = 0;
     d->fd = openat(r->stage_fd, d->sid, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (d->fd < 0 || mkdirat(d->fd, DATA_DIR, 0700) != 0 ||
-        (d->data_fd = openat(d->fd, DATA_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        (d->data_fd =
+             openat(d->fd, DATA_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)) < 0)
         rc = ckpt_fail(err, -errno, "staging for '%s': cannot set up %s/stage/%s: %s", name,
                        STAGE_HIDDEN_DIR, d->sid, strerror(errno));
     if (rc == 0 && mount_key_get(r->key)) {

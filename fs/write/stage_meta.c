@@ -1,7 +1,11 @@
 /* The namespace file ("meta") of a staged checkpoint: the wtree encoded
  * as records, sealed with the checkpoint's key (or hashed, when plain), and
  * replaced atomically; decoding validates every field, since the file is
- * read back after crashes and may be damaged. */
+ * read back after crashes and may be damaged.
+ *
+ * Versions (the first u32 of the plaintext): 1 had mtimes only; 2 adds an
+ * atime after every mtime. Version 2 is written; both are read (staging
+ * left by an older daemon shows atime = mtime, as it did then). */
 #include "stage_internal.h"
 
 #include <dirent.h>
@@ -17,6 +21,11 @@
 
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
+
+#define META_VERSION 2u
+/* The smallest node record (an empty name) of each version. */
+#define META_NODE_MIN_V1 31u
+#define META_NODE_MIN_V2 43u
 
 typedef struct enc {
     bytebuf b;
@@ -39,6 +48,8 @@ static int encode_node(void *ud, const wtree *t, uint32_t id)
     bb_u32(&e->b, n->mode);
     bb_u64(&e->b, (uint64_t)n->mtime_sec);
     bb_u32(&e->b, n->mtime_nsec);
+    bb_u64(&e->b, (uint64_t)n->atime_sec);
+    bb_u32(&e->b, n->atime_nsec);
     bb_u64(&e->b, n->blob_id);
     bb_u16(&e->b, (uint16_t)len);
     bb_put(&e->b, n->name, len);
@@ -52,11 +63,13 @@ int stage_encode_meta(const stage_dir *d, const wtree *t, uint64_t next_blob_id,
     if (!e.index_of)
         return -ENOMEM;
     const wnode *root = &t->nodes[WTREE_ROOT];
-    bb_u32(&e.b, 1);
+    bb_u32(&e.b, META_VERSION);
     bb_u64(&e.b, next_blob_id);
     bb_u32(&e.b, root->mode);
     bb_u64(&e.b, (uint64_t)root->mtime_sec);
     bb_u32(&e.b, root->mtime_nsec);
+    bb_u64(&e.b, (uint64_t)root->atime_sec);
+    bb_u32(&e.b, root->atime_nsec);
     size_t count_at = e.b.len;
     bb_u32(&e.b, 0);
     int rc = wtree_walk(t, encode_node, &e);
@@ -137,18 +150,25 @@ static uint8_t take_u8(dec *d) { const uint8_t *p = take(d, 1); return p ? p[0] 
 static int decode_meta(const uint8_t *p, size_t len, wtree *t, uint64_t *next_blob_id)
 {
     dec d = {p, len, 0};
-    if (take_u32(&d) != 1)
+    uint32_t version = take_u32(&d);
+    if (version != 1 && version != META_VERSION)
         return -EIO;
+    int has_atime = version >= 2;
     *next_blob_id = take_u64(&d);
     uint32_t root_mode = take_u32(&d);
     int64_t root_sec = (int64_t)take_u64(&d);
     uint32_t root_nsec = take_u32(&d);
+    int64_t root_asec = has_atime ? (int64_t)take_u64(&d) : root_sec;
+    uint32_t root_ansec = has_atime ? take_u32(&d) : root_nsec;
     uint32_t n = take_u32(&d);
-    if (d.bad || n > d.left / 31)
+    if (d.bad || n > d.left / (has_atime ? META_NODE_MIN_V2 : META_NODE_MIN_V1) ||
+        root_ansec >= 1000000000u)
         return -EIO;
     int rc = wtree_init(t, root_mode, root_sec, root_nsec);
     if (rc)
         return rc;
+    t->nodes[WTREE_ROOT].atime_sec = root_asec;
+    t->nodes[WTREE_ROOT].atime_nsec = root_ansec;
     uint32_t *id_of = malloc(((size_t)n + 1) * sizeof *id_of);
     if (!id_of) {
         wtree_free(t);
@@ -162,10 +182,13 @@ static int decode_meta(const uint8_t *p, size_t len, wtree *t, uint64_t *next_bl
         uint32_t mode = take_u32(&d);
         int64_t sec = (int64_t)take_u64(&d);
         uint32_t nsec = take_u32(&d);
+        int64_t asec = has_atime ? (int64_t)take_u64(&d) : sec;
+        uint32_t ansec = has_atime ? take_u32(&d) : nsec;
         uint64_t blob = take_u64(&d);
         uint16_t nlen = take_u16(&d);
         const uint8_t *nm = nlen < sizeof name ? take(&d, nlen) : NULL;
-        if (d.bad || !nm || parent >= i || memchr(nm, 0, nlen) || mode > 07777 || nsec >= 1000000000u) {
+        if (d.bad || !nm || parent >= i || memchr(nm, 0, nlen) || mode > 07777 ||
+            nsec >= 1000000000u || ansec >= 1000000000u) {
             rc = -EIO;
             break;
         }
@@ -178,6 +201,10 @@ static int decode_meta(const uint8_t *p, size_t len, wtree *t, uint64_t *next_bl
             rc = -EIO;
         if (rc == 0 && kind == WNODE_FILE && blob >= *next_blob_id)
             rc = -EIO;
+        if (rc == 0) {
+            t->nodes[id_of[i]].atime_sec = asec;
+            t->nodes[id_of[i]].atime_nsec = ansec;
+        }
     }
     free(id_of);
     if (rc == 0 && d.left)

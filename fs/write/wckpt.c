@@ -98,6 +98,7 @@ void wc_wckpt_free(wckpt *c)
     pthread_cond_destroy(&c->changed);
     free(c->name);
     free(c->error);
+    free(c->failures);
     free(c);
 }
 
@@ -193,12 +194,13 @@ void wc_touched(wckpt *c, int namespace)
     c->last_change = wc_now_mono();
     if (namespace)
         c->meta_gen++;
-    if (c->state == WST_FAILED && !namespace) {
-        /* New data: the failure was about what came before. Removing files
-         * or changing attributes does not make up for what failed. */
+    if (c->state == WST_FAILED && !namespace && c->n_failures == 0 && !c->failures_lost) {
+        /* New data after a failed pack: the failure was about what came
+         * before. A staging failure waits for wc_staging_repaired. */
         c->state = WST_WRITING;
         c->record_dirty = 1;
         c->meta_gen++;
+        fslog_info("checkpoint '%s': new data written; state is writing again", c->name);
     }
 }
 
@@ -210,7 +212,7 @@ void wc_mark_mtime(wnode *n)
 }
 
 /* Records a failure of the staging disk (c->lock held). */
-void wc_staging_failed(wckpt *c, int rc, const char *msg)
+void wc_staging_failed(wckpt *c, int rc, const char *msg, uint32_t node, uint64_t off)
 {
     if (rc != -ENOSPC && rc != -EDQUOT && rc != -EIO)
         return;
@@ -218,10 +220,50 @@ void wc_staging_failed(wckpt *c, int rc, const char *msg)
         fslog_err("checkpoint '%s': %s; state is now failed (staged data is kept: free space, "
                   "rewrite what failed and run 'ckpt commit' to retry)",
                   c->name, msg);
+    size_t i = 0;
+    while (i < c->n_failures && (c->failures[i].node != node || c->failures[i].off != off))
+        i++;
+    if (i == c->n_failures) {
+        struct wfailure *grown = realloc(c->failures, (c->n_failures + 1) * sizeof *grown);
+        if (grown) {
+            c->failures = grown;
+            c->failures[c->n_failures++] = (struct wfailure){node, off};
+        } else {
+            c->failures_lost = 1;
+        }
+    }
     c->state = WST_FAILED;
     wc_set_error(c, msg);
     c->record_dirty = 1;
     c->meta_gen++;
+}
+
+void wc_staging_repaired(wckpt *c, uint32_t node, uint64_t first, uint64_t last)
+{
+    size_t kept = 0, before = c->n_failures;
+    for (size_t i = 0; i < c->n_failures; i++) {
+        const struct wfailure *f = &c->failures[i];
+        if (f->node != node || f->off < first || f->off > last)
+            c->failures[kept++] = *f;
+    }
+    c->n_failures = kept;
+    if (kept || kept == before || c->failures_lost || c->state != WST_FAILED)
+        return;
+    c->state = WST_WRITING;
+    wc_set_error(c, NULL);
+    c->record_dirty = 1;
+    c->meta_gen++;
+    fslog_info("checkpoint '%s': what failed is made good (rewritten, cut off, removed or "
+               "saved); state is writing again",
+               c->name);
+}
+
+void wc_staging_forget_failures(wckpt *c)
+{
+    free(c->failures);
+    c->failures = NULL;
+    c->n_failures = 0;
+    c->failures_lost = 0;
 }
 
 /* Writes the namespace and, if needed, the record, unless nothing changed
@@ -266,13 +308,17 @@ int wc_save(wckpt *c, ckpt_err *err)
     free(buf);
     free(name);
     free(error);
+    pthread_mutex_lock(&c->lock);
     if (rc) {
-        pthread_mutex_lock(&c->lock);
         if (write_record)
             c->record_dirty = 1;
-        wc_staging_failed(c, rc, err->msg);
-        pthread_mutex_unlock(&c->lock);
+        wc_staging_failed(c, rc, err->msg, WTREE_NONE, 0);
+    } else if (c->saved_gen >= gen) {
+        /* The namespace as of gen is on disk: an earlier failed save is
+         * made good. */
+        wc_staging_repaired(c, WTREE_NONE, 0, UINT64_MAX);
     }
+    pthread_mutex_unlock(&c->lock);
     return rc;
 }
 
@@ -325,11 +371,12 @@ int wtable_commit(wtable *t, wckpt *c)
     pthread_mutex_lock(&c->lock);
     if (rc) {
         c->state = was == WST_FAILED ? WST_FAILED : WST_WRITING;
-        wc_staging_failed(c, rc, err.msg);
+        wc_staging_failed(c, rc, err.msg, WTREE_NONE, 0);
         if (c->state != WST_FAILED)
             fslog_err("checkpoint '%s': cannot commit: %s", c->name, err.msg);
     } else {
         wc_set_error(c, NULL);
+        wc_staging_forget_failures(c);
         c->record_dirty = 0;
         c->commit_seq = ++t->commit_seq;
         /* What status shows while it waits for the packer. */

@@ -5,6 +5,10 @@
  *
  * States: writing -> packing -> committed, or -> failed (packing failed or
  * the staging disk filled up; the staged data stays and a commit retries).
+ * A checkpoint failed by staging stays failed until what failed is made
+ * good (the file rewritten over the failed range, truncated or removed;
+ * the namespace saved), or a commit: data written elsewhere meanwhile does
+ * not hide the failure. One failed by packing turns writing on new data.
  * A commit comes from `ckpt commit` (wtable_commit) or, with a commit delay,
  * from the timer once data was written and nothing in the checkpoint has
  * been open or changed for that long. Making directories alone does not
@@ -76,6 +80,17 @@ typedef struct wckpt {
     wstate state;
     int locked;               /* sealed, and the mount's key cannot open it */
     char *error;              /* why it failed (or is locked) */
+    /* Staging writes that failed (a full disk, EIO) and were not made good
+     * since: while any is left the checkpoint stays failed, whatever else
+     * is written meanwhile (wc_staging_failed, wc_staging_repaired). */
+    struct wfailure {
+        uint32_t node;        /* WTREE_NONE: the namespace or record */
+        uint64_t off;         /* where its data went missing; UINT64_MAX:
+                                 not durable (a failed sync) */
+    } *failures;
+    size_t n_failures;
+    int failures_lost;        /* one could not be recorded: only a commit
+                                 clears the failure */
     int busy_logged;          /* "refused while packing" said this round */
     stage_dir dir;
     wtree tree;
@@ -105,12 +120,14 @@ typedef struct wtable_opts {
     unsigned pack_threads;    /* 0: all cores */
     ckpt_cipher cipher;       /* with a key: NONE means the default */
     int finish_on_stop;       /* wtable_stop finishes the pack under way */
+    const char *mount_path;   /* borrowed; named in the writer lock */
 } wtable_opts;
 
 typedef struct wtable {
     pthread_mutex_t lock;
     pthread_cond_t wake;      /* packer: work queued, or stopping */
     int backing_fd;           /* borrowed */
+    int lock_fd;              /* the writer lock (backing_lock.h), or -1 */
     char *backing_path;
     const mount_key *key;     /* borrowed from main.c */
     wtable_opts opts;
@@ -136,6 +153,8 @@ typedef struct wtable {
 #define WSET_SIZE 2
 #define WSET_MTIME 4          /* to the given time */
 #define WSET_MTIME_NOW 8
+#define WSET_ATIME 16         /* to the given time */
+#define WSET_ATIME_NOW 32
 
 typedef struct wdirent {
     char *name;
@@ -145,11 +164,18 @@ typedef struct wdirent {
 
 /* ------------------------------------------------------------ the table */
 
-/* Sets up the staging area under backing. Errors name the path. */
+/* Takes the backing directory's writer lock, then sets up the staging
+ * area under it. Errors name the path; -EBUSY when another writable
+ * daemon holds the lock (err names its pid and mount point): nothing was
+ * touched then. */
 int wtable_init(wtable *t, const char *backing_path, int backing_fd, const mount_key *key,
                 const wtable_opts *o, ckpt_err *err);
-/* Puts every staged checkpoint back (see above); logs what it did. */
+/* Puts every staged checkpoint back (see above); logs what it did.
+ * Refuses (-ENOLCK) unless this table holds the writer lock: staging may
+ * belong to another daemon. */
 int wtable_recover(wtable *t);
+/* Records this process in the writer lock again (after a fork). */
+void wtable_note_pid(wtable *t);
 /* Starts the packer and the commit timer (after any fork). */
 int wtable_start(wtable *t);
 /* Stops both and saves every namespace. The pack under way is abandoned
@@ -216,8 +242,10 @@ int wckpt_open(wckpt *c, uint32_t node, int flags);
 void wckpt_release(wckpt *c, uint32_t node);
 ssize_t wckpt_read(wckpt *c, uint32_t node, void *buf, size_t len, uint64_t off);
 ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64_t off);
+/* atime is kept while the checkpoint is written (reads leave it alone, as
+ * with noatime); the pack keeps only mtimes. */
 int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t size,
-                  const struct timespec *mtime, struct stat *st);
+                  const struct timespec *atime, const struct timespec *mtime, struct stat *st);
 /* Extends the file to off + len if shorter (fallocate mode 0). */
 int wckpt_allocate(wckpt *c, uint32_t node, uint64_t off, uint64_t len);
 /* Returns once the node's data (a file) and the namespace are durable. */

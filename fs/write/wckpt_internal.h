@@ -37,7 +37,14 @@ void wc_drop_if_detached(wckpt *c, uint32_t node);
 int wc_modifiable(wckpt *c, const char *what);
 void wc_touched(wckpt *c, int namespace);
 void wc_mark_mtime(wnode *n);
-void wc_staging_failed(wckpt *c, int rc, const char *msg);
+/* A staging write failed: node (WTREE_NONE for the namespace) lost its
+ * data from off on. Only a full disk or EIO fails the checkpoint. */
+void wc_staging_failed(wckpt *c, int rc, const char *msg, uint32_t node, uint64_t off);
+/* Failures of node at offsets first..last (inclusive) were made good;
+ * with none left, a checkpoint failed by staging is writing again. */
+void wc_staging_repaired(wckpt *c, uint32_t node, uint64_t first, uint64_t last);
+/* A commit started: every recorded failure is the packer's to judge. */
+void wc_staging_forget_failures(wckpt *c);
 /* Saves the namespace (and record) if changed; takes the locks itself. */
 int wc_save(wckpt *c, ckpt_err *err);
 

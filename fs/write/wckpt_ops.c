@@ -31,7 +31,8 @@ static void fill_attr(wckpt *c, uint32_t node, struct stat *st)
     memset(st, 0, sizeof *st);
     st->st_mtim.tv_sec = n->mtime_sec;
     st->st_mtim.tv_nsec = n->mtime_nsec;
-    st->st_atim = st->st_mtim;
+    st->st_atim.tv_sec = n->atime_sec;
+    st->st_atim.tv_nsec = n->atime_nsec;
     st->st_ctim = st->st_mtim;
     st->st_blksize = WRITE_BLKSIZE;
     if (n->kind == WNODE_DIR) {
@@ -103,7 +104,7 @@ int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32
     if (rc == 0) {
         rc = stage_blob_open(c->dir.data_fd, id, c->dir.key, 1, &f->blob, &err);
         if (rc) {
-            wc_staging_failed(c, rc, err.msg);
+            wc_staging_failed(c, rc, err.msg, WTREE_NONE, 0);
             fslog_err("checkpoint '%s': %s", c->name, err.msg);
         }
     }
@@ -156,6 +157,8 @@ int wckpt_mkdir(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32_
  * the last user lets go. c->lock held. */
 static void removed(wckpt *c, uint32_t node)
 {
+    /* Whatever failed in it is gone with it. */
+    wc_staging_repaired(c, node, 0, UINT64_MAX);
     wfile *f = wc_file_of(c, node);
     if (f) {
         ckpt_err err = {0};
@@ -234,8 +237,9 @@ int wckpt_open(wckpt *c, uint32_t node, int flags)
         ckpt_err err = {0};
         rc = stage_blob_truncate(f->blob, 0, &err);
         if (rc) {
-            wc_staging_failed(c, rc, err.msg);
+            wc_staging_failed(c, rc, err.msg, node, 0);
         } else {
+            wc_staging_repaired(c, node, 0, UINT64_MAX);
             wc_mark_mtime(&c->tree.nodes[node]);
             wc_touched(c, 0);
         }
@@ -262,7 +266,7 @@ void wckpt_release(wckpt *c, uint32_t node)
              * waiting in memory, and the descriptor is given back. */
             ckpt_err err = {0};
             if (stage_blob_park(f->blob, &err) != 0) {
-                wc_staging_failed(c, err.code, err.msg);
+                wc_staging_failed(c, err.code, err.msg, node, UINT64_MAX);
                 fslog_err("checkpoint '%s': %s", c->name, err.msg);
             }
         }
@@ -329,10 +333,12 @@ ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64
     ssize_t n = stage_blob_pwrite(f->blob, buf, len, off, &err);
     pthread_mutex_lock(&c->lock);
     if (n < 0) {
-        wc_staging_failed(c, (int)n, err.msg);
+        wc_staging_failed(c, (int)n, err.msg, node, off);
         if (n != -ENOSPC && n != -EDQUOT)
             fslog_err("checkpoint '%s': %s", c->name, err.msg);
     } else {
+        if (n > 0)
+            wc_staging_repaired(c, node, off, off + (uint64_t)n - 1);
         wc_mark_mtime(&c->tree.nodes[node]);
         wc_touched(c, 0);
     }
@@ -342,7 +348,7 @@ ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64
 }
 
 int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t size,
-                  const struct timespec *mtime, struct stat *st)
+                  const struct timespec *atime, const struct timespec *mtime, struct stat *st)
 {
     pthread_mutex_lock(&c->lock);
     int rc = usable(c, node);
@@ -355,9 +361,12 @@ int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t si
         if (!f)
             rc = n->kind == WNODE_DIR ? -EISDIR : -ESTALE;
         else if ((rc = stage_blob_truncate(f->blob, size, &err)) != 0)
-            wc_staging_failed(c, rc, err.msg);
-        if (rc == 0)
+            wc_staging_failed(c, rc, err.msg, node, size);
+        if (rc == 0) {
+            /* What failed past the new end is no longer expected. */
+            wc_staging_repaired(c, node, size, UINT64_MAX);
             wc_mark_mtime(n);
+        }
     }
     if (rc == 0 && (flags & WSET_MODE))
         n->mode = mode & 07777;
@@ -367,6 +376,11 @@ int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t si
     }
     if (rc == 0 && (flags & WSET_MTIME_NOW))
         wc_mark_mtime(n);
+    if (rc == 0 && (flags & (WSET_ATIME | WSET_ATIME_NOW))) {
+        struct timespec ts = (flags & WSET_ATIME) && atime ? *atime : wc_now_real();
+        n->atime_sec = ts.tv_sec;
+        n->atime_nsec = (uint32_t)ts.tv_nsec;
+    }
     if (rc == 0 && flags)
         wc_touched(c, !(flags & WSET_SIZE));
     if (rc == 0)
@@ -384,7 +398,7 @@ int wckpt_allocate(wckpt *c, uint32_t node, uint64_t off, uint64_t len)
         ckpt_err err = {0};
         if (off + len > stage_blob_size(f->blob) &&
             (rc = stage_blob_truncate(f->blob, off + len, &err)) != 0)
-            wc_staging_failed(c, rc, err.msg);
+            wc_staging_failed(c, rc, err.msg, node, off);
         if (rc == 0)
             wc_touched(c, 0);
         end_io(c, node, f);
@@ -415,7 +429,9 @@ int wckpt_fsync(wckpt *c, uint32_t node)
         rc = stage_blob_sync(f->blob, &err);
         pthread_mutex_lock(&c->lock);
         if (rc)
-            wc_staging_failed(c, rc, err.msg);
+            wc_staging_failed(c, rc, err.msg, node, UINT64_MAX);
+        else
+            wc_staging_repaired(c, node, UINT64_MAX, UINT64_MAX);
         end_io(c, node, f);
         pthread_mutex_unlock(&c->lock);
     }

@@ -182,6 +182,13 @@ skip:
 
 int wtable_recover(wtable *t)
 {
+    /* Without the lock another daemon may own what is staged: cleaning
+     * up "leftovers" would delete the data it is writing. */
+    if (t->lock_fd < 0) {
+        fslog_err("%s: staging is left alone: this daemon does not hold the writer lock",
+                  t->backing_path);
+        return -ENOLCK;
+    }
     int removed = packer_remove_leftovers(t->backing_fd);
     if (removed > 0)
         fslog_info("removed %d unfinished pack(s) (.NAME.tpack.tmp) left by a crash", removed);

@@ -17,6 +17,7 @@
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
 #include "common/fslog.h"
+#include "backing_lock.h"
 #include "wckpt_internal.h"
 
 int wtable_init(wtable *t, const char *backing_path, int backing_fd, const mount_key *key,
@@ -24,6 +25,7 @@ int wtable_init(wtable *t, const char *backing_path, int backing_fd, const mount
 {
     memset(t, 0, sizeof *t);
     t->backing_fd = backing_fd;
+    t->lock_fd = -1;
     t->key = key;
     if (o)
         t->opts = *o;
@@ -38,7 +40,12 @@ int wtable_init(wtable *t, const char *backing_path, int backing_fd, const mount
     t->backing_path = strdup(backing_path);
     if (!t->backing_path)
         return ckpt_fail(err, -ENOMEM, "out of memory");
-    int rc = stage_root_open(&t->root, backing_fd, key, err);
+    /* First: until it is ours, nothing under .ckptfs is (not even the
+     * salt stage_root_open may write). */
+    int rc = backing_lock_take(backing_fd, backing_path, t->opts.mount_path, &t->lock_fd, err);
+    if (rc)
+        return rc;
+    rc = stage_root_open(&t->root, backing_fd, key, err);
     if (rc) {
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
@@ -47,6 +54,14 @@ int wtable_init(wtable *t, const char *backing_path, int backing_fd, const mount
     }
     t->root_ready = 1;
     return 0;
+}
+
+void wtable_note_pid(wtable *t)
+{
+    int rc = t->lock_fd >= 0 ? backing_lock_note_pid(t->lock_fd, t->opts.mount_path) : 0;
+    if (rc)
+        fslog_warn("%s/%s/%s: cannot record the daemon's pid: %s", t->backing_path,
+                   STAGE_HIDDEN_DIR, BACKING_LOCK_FILE, strerror(-rc));
 }
 
 int wtable_start(wtable *t)
@@ -132,6 +147,8 @@ void wtable_destroy(wtable *t)
     t->all = NULL;
     if (t->root_ready)
         stage_root_close(&t->root);
+    /* Last: the staging area stays ours until nothing here touches it. */
+    backing_lock_release(t->lock_fd);
     pthread_mutex_destroy(&t->lock);
     pthread_cond_destroy(&t->wake);
     pthread_cond_destroy(&t->timer_wake);

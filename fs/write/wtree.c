@@ -143,8 +143,8 @@ int wtree_init(wtree *t, uint32_t root_mode, int64_t mtime_sec, uint32_t mtime_n
     r->kind = WNODE_DIR;
     r->linked = 1;
     r->mode = root_mode & 07777;
-    r->mtime_sec = mtime_sec;
-    r->mtime_nsec = mtime_nsec;
+    r->mtime_sec = r->atime_sec = mtime_sec;
+    r->mtime_nsec = r->atime_nsec = mtime_nsec;
     return 0;
 }
 
@@ -261,8 +261,8 @@ int wtree_add(wtree *t, uint32_t dir, const char *name, wnode_kind kind, uint32_
     n->parent = dir;
     n->kind = (uint8_t)kind;
     n->mode = mode & 07777;
-    n->mtime_sec = mtime_sec;
-    n->mtime_nsec = mtime_nsec;
+    n->mtime_sec = n->atime_sec = mtime_sec;
+    n->mtime_nsec = n->atime_nsec = mtime_nsec;
     n->blob_id = blob_id;
     rc = index_insert(t, id);
     if (rc) {

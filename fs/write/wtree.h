@@ -1,5 +1,5 @@
 /* The namespace of a checkpoint being written: directories and files with
- * their modes and mtimes, in memory. Node 0 is the checkpoint directory.
+ * their modes, mtimes and atimes, in memory. Node 0 is the checkpoint directory.
  *
  * Node ids are never reused while the tree lives, so an id the kernel
  * still holds never names another file. A removed node stays allocated,
@@ -30,6 +30,8 @@ typedef struct wnode {
     uint32_t mode;            /* permission bits */
     int64_t mtime_sec;
     uint32_t mtime_nsec;
+    uint32_t atime_nsec;
+    int64_t atime_sec;        /* as set by utimensat; a pack keeps none */
     uint64_t blob_id;         /* files: which staged blob holds the bytes */
     void *data;               /* files: the owner's per-file state */
     uint32_t *children;       /* dirs */
@@ -59,7 +61,7 @@ int wtree_name_ok(const char *name);
 /* The child of dir called name, or WTREE_NONE. */
 uint32_t wtree_lookup(const wtree *t, uint32_t dir, const char *name);
 
-/* Adds a file or directory. 0 with *out, or -EEXIST, -ENOTDIR, -ENOENT (dir
+/* Adds a file or directory (its atime is its mtime). 0 with *out, or -EEXIST, -ENOTDIR, -ENOENT (dir
  * removed), -EINVAL (bad name), -ENAMETOOLONG (the path would not fit in a
  * pack), -ENOSPC (too many nodes), -ENOMEM. */
 int wtree_add(wtree *t, uint32_t dir, const char *name, wnode_kind kind, uint32_t mode,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A full backing filesystem (a small tmpfs): writing into a checkpoint gets
-# ENOSPC, the checkpoint turns failed with the reason, and after space is
-# freed it can be fixed and committed. A pack that does not fit fails the
+# ENOSPC, the checkpoint turns failed with the reason (log, xattr and
+# ckpt status alike, whatever is written meanwhile), and after space is
+# freed and what failed is removed it can be fixed and committed. A pack that does not fit fails the
 # same way, leaves no temporary file, keeps the staged data, and a later
 # `ckpt commit` succeeds.
 . "$(dirname "$0")/lib.sh"
@@ -34,9 +35,23 @@ if grep -q "state is now failed" "$LOG"; then pass "a log line says so"; else fa
 expect_ok "ckpt status shows it" "$CKPT" status "$MNT"
 last_stdout_matches "failed, with the reason" '^full +failed .*No space left'
 expect_ok "the partial file is still readable" head -c 1000 "$MNT/full/x"
+# A write that fits (in place, over bytes already staged) succeeds, but
+# the bytes that failed are still missing: failed, everywhere, with why.
+expect_ok "a later write that fits succeeds" $PY -c "
+import os
+fd = os.open('$MNT/full/x', os.O_WRONLY)
+os.pwrite(fd, b'z' * 4096, 0)
+os.close(fd)"
+[ "$(state_of "$MNT/full")" = failed ] && pass "the checkpoint stays failed (xattr)" ||
+    fail "the checkpoint stays failed (xattr)" "$(state_of "$MNT/full")"
+expect_ok "ckpt status" "$CKPT" status "$MNT"
+last_stdout_matches "stays failed with the reason (ckpt status)" '^full +failed .*No space left'
+if grep -q "writing again" "$LOG"; then fail "and the log says nothing else" "$(grep "writing again" "$LOG")"; else pass "and the log says nothing else"; fi
 expect_ok "removing it frees the space" rm "$MNT/full/x"
 expect_ok "a smaller file then fits" cp "$TMP/4m" "$MNT/full/y"
-[ "$(state_of "$MNT/full")" = writing ] && pass "and the checkpoint is writing again" || fail "and the checkpoint is writing again" "$(state_of "$MNT/full")"
+# Writing again once the namespace, whose save failed too, is saved.
+wait_state "and the checkpoint is writing again" "$MNT/full" writing 15
+if grep -q "state is writing again" "$LOG"; then pass "which the log says too"; else fail "which the log says too" "$(tail -3 "$LOG")"; fi
 expect_ok "it commits" "$CKPT" commit --wait "$MNT/full"
 expect_same_sha256 "and reads back from the pack" "$TMP/4m" "$MNT/full/y"
 

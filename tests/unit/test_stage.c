@@ -49,6 +49,11 @@ static void build_tree(wtree *t)
     cr_assert_eq(wtree_add(t, WTREE_ROOT, "top.txt", WNODE_FILE, 0600, 5, 6, 8, &f), 0);
     cr_assert_eq(wtree_add(t, WTREE_ROOT, "gone", WNODE_FILE, 0600, 5, 6, 9, &f), 0);
     cr_assert_eq(wtree_remove(t, WTREE_ROOT, "gone", 0, &f), 0);
+    /* touch -a: an atime of its own, kept apart from the mtime. */
+    f = wtree_lookup(t, WTREE_ROOT, "top.txt");
+    t->nodes[f].atime_sec = 777;
+    t->nodes[f].atime_nsec = 9;
+    t->nodes[WTREE_ROOT].atime_sec = 55;
 }
 
 static void expect_same_tree(const wtree *a, const wtree *b)
@@ -67,10 +72,13 @@ static void expect_same_tree(const wtree *a, const wtree *b)
         cr_assert_eq(x->mode, y->mode);
         cr_assert_eq(x->mtime_sec, y->mtime_sec);
         cr_assert_eq(x->mtime_nsec, y->mtime_nsec);
+        cr_assert_eq(x->atime_sec, y->atime_sec);
+        cr_assert_eq(x->atime_nsec, y->atime_nsec);
         cr_assert_eq(x->blob_id, y->blob_id);
     }
     cr_assert_eq(a->nodes[0].mode, b->nodes[0].mode);
     cr_assert_eq(a->nodes[0].mtime_sec, b->nodes[0].mtime_sec);
+    cr_assert_eq(a->nodes[0].atime_sec, b->nodes[0].atime_sec);
     uint32_t d = wtree_lookup(b, WTREE_ROOT, "secret-dir");
     cr_assert_neq(d, WTREE_NONE);
     cr_assert_eq(b->nodes[d].mode, 0700);
@@ -132,6 +140,72 @@ static void roundtrip(const ckpt_key *key)
 }
 
 Test(stage, plain_roundtrip) { roundtrip(NULL); }
+
+/* Little-endian, as the meta file stores numbers. */
+static size_t put_le(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+    return (size_t)bytes;
+}
+
+/* Staging left by a daemon from before atimes (meta version 1, plain)
+ * still loads, every atime being its mtime. */
+Test(stage, reads_version_1_meta)
+{
+    stage_root r;
+    open_root(&r, NULL);
+    stage_dir d;
+    ckpt_err err = {0};
+    cr_assert_eq(stage_create(&r, "old", &d, &err), 0, "%s", err.msg);
+    uint8_t body[256];
+    size_t n = 0;
+    n += put_le(body + n, 1, 4);           /* version */
+    n += put_le(body + n, 5, 8);           /* next blob id */
+    n += put_le(body + n, 0750, 4);        /* root mode, mtime */
+    n += put_le(body + n, 100, 8);
+    n += put_le(body + n, 7, 4);
+    n += put_le(body + n, 1, 4);           /* one node */
+    n += put_le(body + n, 0, 4);           /* parent: the root */
+    n += put_le(body + n, WNODE_FILE, 1);
+    n += put_le(body + n, 0640, 4);
+    n += put_le(body + n, 200, 8);         /* mtime */
+    n += put_le(body + n, 8, 4);
+    n += put_le(body + n, 3, 8);           /* blob id */
+    n += put_le(body + n, 5, 2);
+    memcpy(body + n, "a.bin", 5);
+    n += 5;
+    uint8_t file[8 + sizeof body + 32];
+    memcpy(file, "CKPTMET1", 8);
+    memcpy(file + 8, body, n);
+    crypto_generichash(file + 8 + n, 32, body, n, NULL, 0);
+    int fd = openat(d.fd, "meta", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, file, 8 + n + 32), (ssize_t)(8 + n + 32));
+    close(fd);
+    wtree t;
+    uint64_t next;
+    cr_assert_eq(stage_load_meta(&d, &t, &next, &err), 0, "%s", err.msg);
+    cr_assert_eq(next, 5);
+    cr_assert_eq(t.nodes[WTREE_ROOT].atime_sec, 100);
+    cr_assert_eq(t.nodes[WTREE_ROOT].atime_nsec, 7);
+    uint32_t f = wtree_lookup(&t, WTREE_ROOT, "a.bin");
+    cr_assert_neq(f, WTREE_NONE);
+    cr_assert_eq(t.nodes[f].mtime_sec, 200);
+    cr_assert_eq(t.nodes[f].atime_sec, 200);
+    cr_assert_eq(t.nodes[f].atime_nsec, 8);
+    cr_assert_eq(t.nodes[f].blob_id, 3);
+    /* Saved again, it is version 2 and keeps a changed atime. */
+    t.nodes[f].atime_sec = 999;
+    cr_assert_eq(stage_save_meta(&d, &t, next, &err), 0, "%s", err.msg);
+    wtree_free(&t);
+    cr_assert_eq(stage_load_meta(&d, &t, &next, &err), 0, "%s", err.msg);
+    cr_assert_eq(t.nodes[wtree_lookup(&t, WTREE_ROOT, "a.bin")].atime_sec, 999);
+    wtree_free(&t);
+    cr_assert_eq(stage_remove(&r, &d, &err), 0, "%s", err.msg);
+    stage_dir_close(&d);
+    stage_root_close(&r);
+}
 
 Test(stage, sealed_roundtrip)
 {

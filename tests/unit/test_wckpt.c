@@ -470,6 +470,117 @@ Test(wckpt, crash_leftovers_are_cleaned)
     close_table(&t);
 }
 
+/* The fault that lost 107 MB: a second writable daemon's recovery took
+ * the first one's unsaved files for crash leftovers. Now it cannot start,
+ * and names who holds the lock; nothing of the first one's is touched. */
+Test(wckpt, second_writer_is_refused_and_deletes_nothing)
+{
+    wtable t, t2;
+    wtable_opts o = {.mount_path = "/mnt/first"};
+    ckpt_err err = {0};
+    static mount_key none;
+    cr_assert_eq(wtable_init(&t, dir, backing, &none, &o, &err), 0, "%s", err.msg);
+    cr_assert_eq(wtable_recover(&t), 0);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "live", 0755, &c), 0);
+    uint32_t n = make_file(c, WTREE_ROOT, "unsaved", "u", 1); /* never fsynced */
+    char data_dir[200];
+    snprintf(data_dir, sizeof data_dir, ".ckptfs/stage/%s/data", c->dir.sid);
+
+    o.mount_path = "/mnt/second";
+    cr_assert_eq(wtable_init(&t2, dir, backing, &none, &o, &err), -EBUSY);
+    char pid[64];
+    snprintf(pid, sizeof pid, "pid %ld, mounted on /mnt/first", (long)getpid());
+    tu_assert_contains(err.msg, pid);
+    tu_assert_contains(err.msg, "-o ro");
+    cr_assert_eq(t2.lock_fd, -1);
+    wtable_destroy(&t2);
+    cr_assert_eq(count_entries(data_dir), 1, "the first writer's data is still there");
+    char buf[2];
+    cr_assert_eq(wckpt_read(c, n, buf, 1, 0), 1);
+
+    /* And recovery itself refuses to run without the lock. */
+    crash_table(&t);
+    cr_assert_eq(wtable_init(&t, dir, backing, &none, &o, &err), 0, "%s", err.msg);
+    close(t.lock_fd);
+    t.lock_fd = -1;
+    cr_assert_eq(wtable_recover(&t), -ENOLCK);
+    cr_assert_eq(count_entries(data_dir), 1, "nothing was cleaned up");
+    cr_assert_null(t.all);
+    wtable_destroy(&t);
+    /* Once the lock is free, a new writer takes it and records itself. */
+    open_table(&t, NULL, 0, 0);
+    char *lock = tu_join(dir, ".ckptfs/lock");
+    size_t len;
+    char *text = (char *)tu_read_file(lock, &len);
+    snprintf(pid, sizeof pid, "pid %ld mount ", (long)getpid());
+    cr_assert(len > strlen(pid) && memcmp(text, pid, strlen(pid)) == 0, "%.*s", (int)len, text);
+    free(text);
+    free(lock);
+    close_table(&t);
+}
+
+static wstate state_now(wckpt *c)
+{
+    pthread_mutex_lock(&c->lock);
+    wstate s = c->state;
+    pthread_mutex_unlock(&c->lock);
+    return s;
+}
+
+/* A failed staging write keeps the checkpoint failed (xattr and all)
+ * until those bytes are rewritten, cut off or removed: writes elsewhere
+ * do not hide it. */
+Test(wckpt, staging_failure_stays_until_made_good)
+{
+    wtable t;
+    open_table(&t, NULL, 0, 0);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "f", 0755, &c), 0);
+    uint32_t a = make_file(c, WTREE_ROOT, "a", "0123456789", 10);
+    uint32_t b = make_file(c, WTREE_ROOT, "b", "x", 1);
+    pthread_mutex_lock(&c->lock);
+    wc_staging_failed(c, -ENOSPC, "write failed: No space left on device", a, 4096);
+    pthread_mutex_unlock(&c->lock);
+    cr_assert_eq(wckpt_write(c, b, "more", 4, 1), 4);
+    cr_assert_eq(wckpt_write(c, a, "zz", 2, 0), 2);
+    cr_assert_eq(state_now(c), WST_FAILED, "writes elsewhere leave it failed");
+    char v[128];
+    int len = wckpt_xattr(c, "user.ckptfs.state", v, sizeof v);
+    cr_assert(len > 0 && memcmp(v, "failed", 6) == 0);
+    len = wckpt_xattr(c, "user.ckptfs.error", v, sizeof v);
+    cr_assert(len > 0);
+    v[len] = 0;
+    tu_assert_contains(v, "No space left");
+    /* Rewritten over the failed offset: made good. */
+    char block[200] = {0};
+    cr_assert_eq(wckpt_write(c, a, block, sizeof block, 4000), (ssize_t)sizeof block);
+    cr_assert_eq(state_now(c), WST_WRITING);
+
+    /* Two failures: truncating one file and removing the other. */
+    pthread_mutex_lock(&c->lock);
+    wc_staging_failed(c, -ENOSPC, "full", a, 100);
+    wc_staging_failed(c, -EIO, "sync failed", b, UINT64_MAX);
+    wc_staging_failed(c, -EINVAL, "not a disk fault", b, 0); /* ignored */
+    pthread_mutex_unlock(&c->lock);
+    struct stat st;
+    cr_assert_eq(wckpt_setattr(c, a, WSET_SIZE, 0, 50, NULL, NULL, &st), 0);
+    cr_assert_eq(state_now(c), WST_FAILED, "b's failure is left");
+    cr_assert_eq(wckpt_unlink(c, WTREE_ROOT, "b"), 0);
+    cr_assert_eq(state_now(c), WST_WRITING);
+
+    /* A failed namespace save is made good by the next save. */
+    pthread_mutex_lock(&c->lock);
+    wc_staging_failed(c, -ENOSPC, "cannot write meta", WTREE_NONE, 0);
+    pthread_mutex_unlock(&c->lock);
+    cr_assert_eq(wckpt_write(c, a, "q", 1, 0), 1);
+    cr_assert_eq(state_now(c), WST_FAILED);
+    ckpt_err err = {0};
+    cr_assert_eq(wc_save(c, &err), 0, "%s", err.msg);
+    cr_assert_eq(state_now(c), WST_WRITING);
+    close_table(&t);
+}
+
 Test(wckpt, wrong_key_loses_nothing)
 {
     ckpt_key *good = make_key(6), *bad = make_key(7);
@@ -520,9 +631,18 @@ Test(wckpt, setattr_truncate_rename_inside)
     uint32_t f = make_file(c, WTREE_ROOT, "f", "0123456789", 10), g;
     struct stat st;
     struct timespec when = {1234567890, 5};
-    cr_assert_eq(wckpt_setattr(c, f, WSET_SIZE | WSET_MODE | WSET_MTIME, 0600, 4, &when, &st), 0);
+    struct timespec seen = {1000000000, 7};
+    cr_assert_eq(wckpt_setattr(c, f, WSET_SIZE | WSET_MODE | WSET_MTIME | WSET_ATIME, 0600, 4,
+                               &seen, &when, &st), 0);
     cr_assert_eq(st.st_size, 4);
     cr_assert_eq(st.st_mode, S_IFREG | 0600);
+    cr_assert_eq(st.st_mtim.tv_sec, 1234567890);
+    cr_assert_eq(st.st_atim.tv_sec, 1000000000);
+    cr_assert_eq(st.st_atim.tv_nsec, 7);
+    /* atime alone (touch -a) leaves the mtime be. */
+    struct timespec later = {1100000000, 0};
+    cr_assert_eq(wckpt_setattr(c, f, WSET_ATIME, 0, 0, &later, NULL, &st), 0);
+    cr_assert_eq(st.st_atim.tv_sec, 1100000000);
     cr_assert_eq(st.st_mtim.tv_sec, 1234567890);
     cr_assert_eq(wckpt_rename(c, WTREE_ROOT, "f", WTREE_ROOT, "g", 0), 0);
     cr_assert_eq(wckpt_lookup(c, WTREE_ROOT, "g", &g, &st), 0);
