@@ -418,7 +418,7 @@ static int op_tuple_n(parser *ps, size_t n)
 
 static int op_tuple_mark(parser *ps)
 {
-    size_t from;
+    size_t from = 0;
     int rc = pop_mark(ps, &from);
     if (rc)
         return rc;
@@ -599,7 +599,7 @@ static int op_binpersid(parser *ps)
 
 static int op_frozenset(parser *ps)
 {
-    size_t from;
+    size_t from = 0;
     int rc = pop_mark(ps, &from);
     if (rc)
         return rc;
@@ -617,7 +617,7 @@ static int op_frozenset(parser *ps)
 static int step(parser *ps)
 {
     uint64_t u;
-    size_t from;
+    size_t from = 0;
     int rc;
     ps->op_at = ps->pos;
     ps->op = ps->p[ps->pos++];
