@@ -642,6 +642,36 @@ Test(torch_built, not_understood_is_not_an_error)
     free(p2.p);
 }
 
+/* A name found three times (a hostile dict repeats its key): the first
+ * keeps it, the others are skipped. Found by fuzz_torch. */
+Test(torch_built, repeated_names)
+{
+    buf p = {0};
+    put_byte(&p, 0x80);
+    put_byte(&p, 2);
+    pk_op(&p, '}');
+    pk_op(&p, '(');
+    for (int i = 0; i < 3; i++) {
+        pk_str(&p, "w");
+        pk_tensor(&p, "FloatStorage", "0", 24, (uint8_t)i, 1, 6, 6, 1);
+    }
+    pk_op(&p, 'u');
+    pk_op(&p, '.');
+    buf a = archive_with(&p);
+    result r = describe(a.p, a.len, "x.pt");
+    cr_assert_eq(r.rc, 0, "%s", r.msg);
+    cr_assert_eq(r.l.n, 1);
+    cr_assert_eq(r.l.t[0].offset, r.l.regions[0].offset, "the first keeps the name");
+    cr_assert_eq(r.l.n_skipped, 2);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_str_eq(r.l.skipped[i].name, "w");
+        tu_assert_contains(r.l.skipped[i].reason, "same name");
+    }
+    layout_release(&r.l);
+    free(a.p);
+    free(p.p);
+}
+
 static void expect_fault(const uint8_t *p, size_t len, const char *fragment)
 {
     result r = describe(p, len, "bad.pt");

@@ -503,8 +503,11 @@ static int drop_duplicates(torch_ctx *c)
     for (size_t i = 0; i < c->n_t; i++)
         ix[i] = &c->t[i];
     qsort(ix, c->n_t, sizeof *ix, name_index_cmp);
+    const char *kept = ix[0]->name; /* the first of a run of equal names */
     for (size_t i = 1; i < c->n_t; i++) {
-        if (strcmp(ix[i - 1]->name, ix[i]->name) == 0) {
+        if (strcmp(kept, ix[i]->name) != 0) {
+            kept = ix[i]->name;
+        } else {
             snprintf(c->name, sizeof c->name, "%s", ix[i]->name);
             add_skipped(c, "another tensor has the same name");
             free(ix[i]->name);
