@@ -814,6 +814,29 @@ Test(torch_hostile, huge_counts)
     free(p.p);
 }
 
+/* One tensor named 300000 ways through the memo (3 bytes each). */
+Test(torch_hostile, too_many_tensors)
+{
+    buf q = {0};
+    put_byte(&q, 0x80);
+    put_byte(&q, 2);
+    pk_op(&q, ']');
+    pk_tensor(&q, "FloatStorage", "0", 24, 0, 4, 6, 6, 1);
+    pk_op(&q, 'q');
+    put_byte(&q, 1);
+    pk_op(&q, 'a');
+    for (int i = 0; i < 300000; i++) {
+        pk_op(&q, 'h');
+        put_byte(&q, 1);
+        pk_op(&q, 'a');
+    }
+    pk_op(&q, '.');
+    buf a = archive_with(&q);
+    expect_fault(a.p, a.len, "archive/data.pkl names more than 262144 tensors");
+    free(a.p);
+    free(q.p);
+}
+
 Test(torch_hostile, deep_nesting)
 {
     buf q = {0};

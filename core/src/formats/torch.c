@@ -21,6 +21,11 @@
 #define MAX_KEY 64             /* a storage key ("0", "1", ...) */
 #define MAX_WALK_DEPTH 64      /* state dicts nest a handful of levels */
 #define MAX_VISITS (1u << 22)  /* nodes visited by the naming walk */
+/* Tensors found (presented or skipped): each costs an ingest_tensor (about
+ * 300 bytes) and its name, so a pickle that names one tensor a million ways
+ * through the memo is refused rather than allowed to take gigabytes. Real
+ * state dicts hold thousands; optimizer states a few times that. */
+#define MAX_TENSORS (1u << 18)
 
 /* ------------------------------------------------------------ dtypes */
 
@@ -261,7 +266,20 @@ static int resolve_storages(torch_ctx *c)
 
 /* ------------------------------------------------------------ tensors */
 
-static void add_skipped(torch_ctx *c, const char *reason)
+/* False (and the walk stops) once too many tensors were found. */
+static bool room_for_tensor(torch_ctx *c)
+{
+    if (c->err)
+        return false;
+    if (c->n_t + c->n_sk >= MAX_TENSORS) {
+        c->err = -E2BIG;
+        return false;
+    }
+    return true;
+}
+
+/* Records c->name as skipped, without the count check (for moves). */
+static void push_skipped(torch_ctx *c, const char *reason)
 {
     if (c->err)
         return;
@@ -285,6 +303,12 @@ static void add_skipped(torch_ctx *c, const char *reason)
     c->n_sk++;
 }
 
+static void add_skipped(torch_ctx *c, const char *reason)
+{
+    if (room_for_tensor(c))
+        push_skipped(c, reason);
+}
+
 static bool int_tuple(const pk_value *v, uint64_t *out, uint32_t *n)
 {
     if (!v || v->kind != PK_TUPLE || pk_len(v) > CKPT_MAX_NDIM)
@@ -302,7 +326,7 @@ static bool int_tuple(const pk_value *v, uint64_t *out, uint32_t *n)
 /* The tensor at c->name, made by a rebuild call with these arguments. */
 static void add_tensor(torch_ctx *c, int version, const pk_value *args)
 {
-    if (c->err)
+    if (!room_for_tensor(c))
         return;
     ingest_tensor t = {0};
     uint64_t stride[CKPT_MAX_NDIM];
@@ -509,7 +533,7 @@ static int drop_duplicates(torch_ctx *c)
             kept = ix[i]->name;
         } else {
             snprintf(c->name, sizeof c->name, "%s", ix[i]->name);
-            add_skipped(c, "another tensor has the same name");
+            push_skipped(c, "another tensor has the same name"); /* a move */
             free(ix[i]->name);
             ix[i]->name = NULL;
         }
@@ -686,7 +710,9 @@ static int torch_describe(const ingest_source *src, const char *path, ingest_lay
         fmt_msg(msg, msg_len, "torch archive: cannot read %s: %s", q, strerror(-rc));
         goto out;
     }
-    pickle_limits lim = {.max_input = TORCH_MAX_PICKLE, .max_depth = 128};
+    /* Python itself needs more than this to load such a pickle. */
+    pickle_limits lim = {.max_input = TORCH_MAX_PICKLE, .max_depth = 128,
+                         .max_nodes = (size_t)4 << 20, .max_bytes = (size_t)256 << 20};
     rc = pickle_parse(pkl, (size_t)pe->size, &lim, &doc, why, sizeof why);
     if (rc == -ENOMEM)
         goto oom;
@@ -703,6 +729,11 @@ static int torch_describe(const ingest_source *src, const char *path, ingest_lay
     if (is_bare_tensor(root))
         bare_name(c.name, sizeof c.name, path);
     walk(&c, root, 0);
+    if (c.err == -E2BIG) {
+        fmt_msg(msg, msg_len, "torch archive: %s names more than %u tensors", q, MAX_TENSORS);
+        rc = -EINVAL;
+        goto out;
+    }
     if (c.err || drop_duplicates(&c)) {
         rc = -ENOMEM;
         goto oom;
