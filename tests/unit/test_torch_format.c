@@ -672,6 +672,33 @@ Test(torch_built, repeated_names)
     free(p.p);
 }
 
+/* A big-endian archive: its storage stays a region, its tensor is skipped. */
+Test(torch_built, big_endian_archive)
+{
+    buf p = simple_pickle();
+    static float data[24];
+    zent e[] = {{"archive/data.pkl", p.p, p.len},
+                {"archive/byteorder", "big", 3},
+                {"archive/data/0", data, sizeof data}};
+    buf a = zip_build(e, 3, true);
+    result r = describe(a.p, a.len, "x.pt");
+    cr_assert_eq(r.rc, 0, "%s", r.msg);
+    cr_assert_eq(r.l.n, 0);
+    cr_assert_eq(r.l.n_regions, 1);
+    cr_assert_eq(r.l.n_skipped, 1);
+    tu_assert_contains(r.l.skipped[0].reason, "big-endian");
+    layout_release(&r.l);
+    free(a.p);
+    e[1].data = "middle";
+    e[1].len = 6;
+    a = zip_build(e, 3, true);
+    r = describe(a.p, a.len, "x.pt");
+    cr_assert_eq(r.rc, -EINVAL);
+    tu_assert_contains(r.msg, "torch archive: archive/byteorder is neither");
+    free(a.p);
+    free(p.p);
+}
+
 static void expect_fault(const uint8_t *p, size_t len, const char *fragment)
 {
     result r = describe(p, len, "bad.pt");

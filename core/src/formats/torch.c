@@ -103,6 +103,7 @@ typedef struct torch_ctx {
     size_t visits;
     char name[MAX_NAME + 1];
     int err; /* -ENOMEM once out of memory */
+    bool big_endian; /* <dir>/byteorder says "big": no tensor is presented */
 } torch_ctx;
 
 /* ('storage', storage_type, key, location, numel) */
@@ -353,6 +354,10 @@ static void add_tensor(torch_ctx *c, int version, const pk_value *args)
     }
     if (!s->e) {
         add_skipped(c, s->problem ? s->problem : "its storage is not understood");
+        return;
+    }
+    if (c->big_endian) {
+        add_skipped(c, "the archive is big-endian");
         return;
     }
     const char *v3_dtype = version == 3 ? torch_dtype(pk_at(args, 6)) : NULL;
@@ -638,6 +643,32 @@ static void layout_clear(ingest_layout *l)
 
 /* ------------------------------------------------------------ the format */
 
+/* <dir>/byteorder holds "little" or "big" (torch >= 1.9; older archives are
+ * little-endian). Storages of a big-endian archive are still regions: byte
+ * grouping does not care about byte order, but tensors/ presents
+ * little-endian bytes only. */
+static int read_byteorder(torch_ctx *c, const ingest_source *src, char *msg, size_t msg_len)
+{
+    char path[MAX_NAME + 16], text[8] = "";
+    snprintf(path, sizeof path, "%s/byteorder", c->dir);
+    const zip_entry *e = zip_find(c->z, path);
+    if (!e)
+        return 0;
+    int rc = -EINVAL;
+    if (zip_entry_is_raw(e) && e->size < sizeof text)
+        rc = fmt_read_exact(src, text, (size_t)e->size, e->data_offset);
+    if (rc == 0 && strcmp(text, "little") == 0)
+        return 0;
+    if (rc == 0 && strcmp(text, "big") == 0) {
+        c->big_endian = true;
+        return 0;
+    }
+    char q[FMT_QUOTE_BUF];
+    fmt_quote(q, sizeof q, path);
+    fmt_msg(msg, msg_len, "torch archive: %s is neither \"little\" nor \"big\"", q);
+    return -EINVAL;
+}
+
 static int torch_sniff(const char *path, const uint8_t *head, size_t head_len, uint64_t size)
 {
     static const uint8_t magic[4] = {'P', 'K', 3, 4};
@@ -725,6 +756,8 @@ static int torch_describe(const ingest_source *src, const char *path, ingest_lay
         goto oom;
     type_untyped(&c, doc);
     resolve_storages(&c);
+    if ((rc = read_byteorder(&c, src, msg, msg_len)))
+        goto out;
     const pk_value *root = pickle_root(doc);
     if (is_bare_tensor(root))
         bare_name(c.name, sizeof c.name, path);

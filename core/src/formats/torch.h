@@ -24,10 +24,16 @@
  *     that share a storage (tied weights) each get one, and may overlap.
  *     Tensors that cannot be presented (a non-contiguous view, an unknown
  *     dtype, a repeated name, ...) are listed in out->skipped with why.
- * Anything else in the pickle (other objects, unknown globals) is inert data
- * and is not understood; that is not an error. A broken zip or pickle is
- * -EINVAL with "torch archive: ..." in msg; a valid zip that is not a torch
- * archive, or one with nothing to present, returns 1 (store opaque). */
+ * A big-endian archive (<dir>/byteorder "big") keeps its regions but
+ * presents no tensor. Anything else in the pickle (other objects, unknown
+ * globals) is inert data and is not understood; that is not an error.
+ * A broken zip or pickle, a bad byteorder record, or one past the bounds
+ * (TORCH_MAX_PICKLE, the pickle reader's limits, 262144 tensors) is -EINVAL
+ * with "torch archive: ..." in msg; a valid zip that is not a torch
+ * archive, or one with nothing to present, returns 1 (store opaque).
+ *
+ * The caller frees out->regions and out->skipped with the rest of the
+ * layout (ingest_layout_free must know them). */
 #ifndef CKPT_FORMATS_TORCH_H
 #define CKPT_FORMATS_TORCH_H
 
