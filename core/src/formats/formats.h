@@ -42,12 +42,28 @@ typedef struct ingest_region {
     char dtype[16];
 } ingest_region;
 
+/* ---- added for torch.save archives (formats/torch.c) ----
+ * A tensor a parser found but does not present as a file under tensors/
+ * (a non-contiguous view, an unknown dtype, ...), with why, for the manifest
+ * and the log. */
+typedef struct ingest_skipped {
+    char *name;
+    char reason[96];
+} ingest_skipped;
+/* ---- end of the torch.save addition ---- */
+
 typedef struct ingest_layout {
     uint64_t header_bytes; /* bytes before the first tensor */
     size_t n;              /* tensors, sorted by offset */
     ingest_tensor *t;
     size_t n_regions;      /* typed ranges beside the tensors, sorted by offset */
     ingest_region *regions;
+    /* ---- added for torch.save archives (formats/torch.c) ----
+     * Tensors found but not in t[], in the order found; each name is
+     * malloc'd. ingest_layout_free() must free them (and regions). */
+    size_t n_skipped;
+    ingest_skipped *skipped;
+    /* ---- end of the torch.save addition ---- */
 } ingest_layout;
 
 void ingest_layout_free(ingest_layout *l);
