@@ -32,5 +32,8 @@ void ingest_layout_free(ingest_layout *l)
         free(l->t[i].name);
     free(l->t);
     free(l->regions);
+    for (size_t i = 0; i < l->n_skipped; i++)
+        free(l->skipped[i].name);
+    free(l->skipped);
     memset(l, 0, sizeof *l);
 }
