@@ -288,10 +288,10 @@ Test(pack, unknown_version)
 {
     char *p = small_pack(NULL, 65536);
     int fd = open(p, O_RDWR);
-    uint8_t v[4] = {2, 0, 0, 0};
+    uint8_t v[4] = {3, 0, 0, 0};
     cr_assert_eq(pwrite(fd, v, 4, 8), 4);
     close(fd);
-    expect_open_fails(p, NULL, -ENOTSUP, "unsupported format version 2");
+    expect_open_fails(p, NULL, -ENOTSUP, "unsupported format version 3");
     free(p);
 }
 
@@ -442,7 +442,7 @@ static void file_size_huge(uint8_t *idx, size_t len)
 static void duplicate_path(uint8_t *idx, size_t len)
 {
     size_t p1 = idx[32] | idx[33] << 8;
-    uint8_t *second = idx + 34 + p1 + 4 + 8 + 4 + 8 + 32 + 8 + 4;
+    uint8_t *second = idx + 34 + p1 + 4 + 8 + 4 + 8 + 32 + 8 + 4 + 3; /* + container, empty note */
     cr_assert_eq(second[0], 12);
     memcpy(second + 2, "config.json/", 12);
 }
@@ -493,7 +493,7 @@ static char *two_file_pack(const char *n1, const char *n2)
 static size_t second_path_at(const uint8_t *idx)
 {
     size_t p1 = idx[32] | idx[33] << 8;
-    return 34 + p1 + 4 + 8 + 4 + 8 + 32 + 8 + 4 + 2;
+    return 34 + p1 + 4 + 8 + 4 + 8 + 32 + 8 + 4 + 3 + 2;
 }
 static void rename_ab_to_aa(uint8_t *idx, size_t len) { idx[second_path_at(idx) + 1] = 'a'; }
 static void rename_bc_to_ac(uint8_t *idx, size_t len) { idx[second_path_at(idx)] = 'a'; }

@@ -68,7 +68,11 @@ static idx_map map_index(uint8_t *idx, size_t len)
     m.ne = rd64(idx + 16);
     m.nc = rd64(idx + 24);
     size_t pos = m.files;
-    for (uint64_t i = 0; i < m.nf; i++) pos += 70 + (size_t)(idx[pos] | idx[pos + 1] << 8);
+    /* Version 2: 70 bytes and the path, then u8 container, u16 note_len, note. */
+    for (uint64_t i = 0; i < m.nf; i++) {
+        pos += 70 + (size_t)(idx[pos] | idx[pos + 1] << 8);
+        pos += 3 + (size_t)(idx[pos + 1] | idx[pos + 2] << 8);
+    }
     m.extents = pos;
     m.tensors = pos + 24 * m.ne;
     m.chunks = len - 24 * m.nc;
@@ -83,7 +87,7 @@ static size_t tensor_at(const idx_map *m, uint64_t i)
         size_t nlen = (size_t)(m->idx[pos] | m->idx[pos + 1] << 8);
         size_t dlen = m->idx[pos + 2 + nlen];
         size_t ndim = m->idx[pos + 3 + nlen + dlen];
-        pos += 2 + nlen + 1 + dlen + 1 + 8 * ndim + 4 + 8 + 32;
+        pos += 2 + nlen + 1 + dlen + 1 + 8 * ndim + 4 + 8 + 8 + 32;
     }
     return pos;
 }
@@ -203,7 +207,7 @@ static char *raw_pack(const char *const *paths, size_t n)
     size_t hlen;
     uint8_t *hdr = tu_read_file(path, &hlen);
     size_t cap = 32, len = 32;
-    for (size_t i = 0; i < n; i++) cap += 70 + strlen(paths[i]);
+    for (size_t i = 0; i < n; i++) cap += 73 + strlen(paths[i]);
     uint8_t *b = calloc(1, 128 + cap + 64);
     memcpy(b, hdr, 128);
     free(hdr);
@@ -216,7 +220,7 @@ static char *raw_pack(const char *const *paths, size_t n)
         memcpy(idx + len + 2, paths[i], pl);
         idx[len + 2 + pl] = 0xa4; /* mode 0644 */
         idx[len + 3 + pl] = 0x01;
-        len += 70 + pl; /* mtime, size, extents 0; sha256 is not checked at open */
+        len += 73 + pl; /* mtime, size, extents, container, note 0; sha256 is not checked at open */
     }
     uint8_t *ftr = idx + len;
     le64(ftr, 128);
