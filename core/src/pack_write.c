@@ -767,6 +767,11 @@ void writer_output_id(const ckpt_writer *w, dev_t *dev, ino_t *ino)
     *ino = w->ino;
 }
 
+void writer_warn(const ckpt_writer *w, const char *src, const char *reason)
+{
+    if (w->opts.warn) w->opts.warn(w->opts.warn_ud, src, reason);
+}
+
 void ckpt_writer_abort(ckpt_writer *w)
 {
     if (!w) return;

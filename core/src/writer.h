@@ -7,5 +7,7 @@
 
 /* The pack being written, so a tree walk can skip its own output. */
 void writer_output_id(const ckpt_writer *w, dev_t *dev, ino_t *ino);
+/* Passes a warning to the caller's opts.warn, if any. */
+void writer_warn(const ckpt_writer *w, const char *src, const char *reason);
 
 #endif

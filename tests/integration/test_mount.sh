@@ -112,7 +112,14 @@ text = open(sys.argv[1]).read()
 m = json.loads(text)
 assert text.startswith("{\n  \""), "not indented"
 assert m["cipher"] == "xchacha20poly1305" and m["kdf"] == "keyfile", m
-assert m["chunk_size"] == 65536 and m["format_version"] == 1, m
+assert m["chunk_size"] == 65536 and m["format_version"] == 2, m
+for f in m["files"]:
+    assert "container" in f and "warning" not in f, f
+for t in m["tensors"]:
+    assert t["container"] in ("safetensors", "npy"), t
+    assert t["torch_dtype"].startswith("torch."), t
+    assert t["numpy_dtype"][0] in "<|", t
+    assert t.get("numpy_raw_bits", False) == (t["dtype"] in ("BF16", "F8_E5M2", "F8_E4M3")), t
 ' "$MNT/both/manifest.json"
 expect_ok "packed manifest.json and tensors/ are under .packed/" \
     grep -q '"packed": "manifest"' "$MNT/comp/.packed/manifest.json"

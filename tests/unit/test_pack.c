@@ -575,6 +575,19 @@ Test(pack, writer_options_validated)
 
 /* --------------------------------------------------------- ingest via disk */
 
+typedef struct warned {
+    int n;
+    char src[512], reason[512];
+} warned;
+
+static void on_warn(void *ud, const char *src, const char *reason)
+{
+    warned *w = ud;
+    w->n++;
+    snprintf(w->src, sizeof w->src, "%s", src);
+    snprintf(w->reason, sizeof w->reason, "%s", reason);
+}
+
 Test(pack, add_tree_indexes_safetensors_and_npy)
 {
     char *src = tu_join(dir, "src");
@@ -628,15 +641,32 @@ Test(pack, add_tree_indexes_safetensors_and_npy)
     cr_assert_geq(wi, 0, "npy tensor is named by its path without .npy");
     cr_assert_str_eq(ckpt_tensor_at(p, (size_t)wi)->dtype, "U16");
     cr_assert_eq(ckpt_tensor_at(p, (size_t)wi)->file_offset, 118);
+    cr_assert_str_eq(ckpt_file_at(p, 0)->container, "safetensors");
+    cr_assert_str_eq(ckpt_file_at(p, 0)->note, "");
+    cr_assert_str_eq(ckpt_file_at(p, 1)->container, "npy");
     ckpt_close(p);
 
-    /* A malformed safetensors header fails the pack, naming the file. */
+    /* A malformed safetensors header no longer fails the pack: the file is
+     * stored opaque, byte-identical, with a warning that names the file and
+     * the fault, given to opts.warn and kept as the file's note. */
     st[8] = '[';
     tu_write_file(stp, st, total);
-    cr_assert_eq(ckpt_writer_open(path, NULL, NULL, &w, &e), 0);
-    cr_assert_eq(ckpt_writer_add_tree(w, src, &e), -EINVAL);
-    cr_assert(tu_contains(e.msg, "model.safetensors: safetensors header"), "%s", e.msg);
-    ckpt_writer_abort(w);
+    warned w_seen = {0};
+    ckpt_write_opts wo = {.level = -1, .warn = on_warn, .warn_ud = &w_seen};
+    cr_assert_eq(ckpt_writer_open(path, NULL, &wo, &w, &e), 0);
+    cr_assert_eq(ckpt_writer_add_tree(w, src, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(w_seen.n, 1);
+    cr_assert(tu_contains(w_seen.src, "model.safetensors"), "%s", w_seen.src);
+    cr_assert(tu_contains(w_seen.reason, "safetensors header"), "%s", w_seen.reason);
+    cr_assert_eq(ckpt_open(path, NULL, &p, &e), 0, "%s", e.msg);
+    expect_file(p, "model.safetensors", st, total);
+    cr_assert_str_eq(ckpt_file_at(p, 0)->container, "");
+    cr_assert(tu_contains(ckpt_file_at(p, 0)->note, "model.safetensors: stored opaque: safetensors header"), "%s",
+              ckpt_file_at(p, 0)->note);
+    cr_assert_eq(ckpt_tensor_count(p), 1, "only the npy tensor is left");
+    cr_assert_eq(ckpt_verify(p, 1, NULL, NULL, NULL, NULL, &e), 0, "%s", e.msg);
+    ckpt_close(p);
     /* A symlink is refused rather than silently followed or skipped. */
     char *ln = tu_join(src, "link");
     cr_assert_eq(symlink("model.safetensors", ln), 0);
