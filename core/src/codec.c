@@ -20,6 +20,7 @@ void chunk_encoder_free(chunk_encoder *e)
     if (e->z_ready) deflateEnd(&e->z);
     if (e->trial) libdeflate_free_compressor(e->trial);
     free(e->sample);
+    free(e->trial_out);
     free(e->planes);
     memset(e, 0, sizeof *e);
 }
@@ -268,9 +269,11 @@ unsigned chunk_choose_grouping(chunk_encoder *e, const uint8_t *raw, size_t n, d
     }
 
     if (!e->trial) e->trial = libdeflate_alloc_compressor(1);
+    if (!e->trial_out) e->trial_out = malloc(LZ_TRIAL);
     size_t tn = len < LZ_TRIAL ? len : LZ_TRIAL;
-    if (e->trial && e->planes_cap >= tn) {
-        size_t got = libdeflate_deflate_compress(e->trial, smp, tn, e->planes, tn);
+    if (e->trial && e->trial_out) {
+        /* 0 when it does not fit in tn bytes: no gain. */
+        size_t got = libdeflate_deflate_compress(e->trial, smp, tn, e->trial_out, tn);
         double est = got ? (double)got * (double)len8 / (double)tn : (double)len8;
         if (est < best) { best = est; pick = 1; }
     }
@@ -283,13 +286,6 @@ int chunk_encode(chunk_encoder *e, const uint8_t *raw, size_t n, unsigned elem, 
 {
     *group = (uint8_t)(elem ? elem : 1);
     if (level > 0 && elem == 0) {
-        /* The trial compresses into the planes buffer, which must hold it. */
-        if (e->planes_cap < 2 * n) {
-            uint8_t *p = realloc(e->planes, 2 * n);
-            if (!p) return -ENOMEM;
-            e->planes = p;
-            e->planes_cap = 2 * n;
-        }
         unsigned k = chunk_choose_grouping(e, raw, n, NULL);
         if (k >= 2) {
             int rc = encode_bytegroup(e, raw, n, k, level, out, out_len);

@@ -16,6 +16,7 @@ typedef struct chunk_encoder {
     size_t planes_cap;
     uint8_t *sample;        /* opaque chunks: the bytes the grouping is chosen on */
     struct libdeflate_compressor *trial;
+    uint8_t *trial_out;     /* what the deflate trial writes */
 } chunk_encoder;
 
 void chunk_encoder_init(chunk_encoder *e);

@@ -264,6 +264,52 @@ static void make_note(char *note, size_t cap, const char *pack_path, const char 
     }
 }
 
+/* The second half of adding a file: writes it from its layout (when
+ * structured) or as opaque bytes, with the container name or the fault. */
+static int add_described(ckpt_writer *w, const char *pack_path, const source *src, uint64_t size, uint32_t mode,
+                         int64_t mtime_sec, uint32_t mtime_nsec, const char *container, int structured,
+                         ingest_layout *lay, char *fault, size_t fault_len, ckpt_err *err)
+{
+    piece *pc = NULL;
+    long *owner = NULL;
+    size_t n = 0;
+    int rc = 0;
+    if (structured) {
+        rc = plan_pieces(lay, size, &pc, &n, &owner, fault, fault_len);
+        if (rc == -ENOMEM) return ckpt_fail(err, rc, "out of memory");
+        if (rc < 0) structured = 0;
+        rc = 0;
+    }
+    char note[TPACK_NOTE_MAX + 512] = "";
+    if (fault[0]) {
+        make_note(note, sizeof note, pack_path, fault);
+        writer_warn(w, src->name, fault);
+        /* A file its parser rejected is opaque bytes, whatever it claimed to be. */
+        container = "";
+    }
+    if (!container || ckpt_container_code(container) < 0) container = "";
+    uint8_t *buf = malloc(READ_BLOCK);
+    if (!buf) rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    if (rc == 0) rc = ckpt_writer_begin_file(w, pack_path, mode, mtime_sec, mtime_nsec, err);
+    if (rc == 0) rc = ckpt_writer_set_container(w, container, note, err);
+    if (rc == 0 && !structured) rc = copy_range(w, src, buf, 0, size, 0, err);
+    else if (rc == 0) rc = write_pieces(w, src, lay, pc, n, owner, size, buf, err);
+    if (rc == 0) rc = ckpt_writer_end_file(w, err);
+    free(buf);
+    free(pc);
+    free(owner);
+    return rc;
+}
+
+int ingest_add_layout(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud, uint64_t size,
+                      const char *container, const char *fault, struct ingest_layout *lay, ckpt_err *err)
+{
+    source src = {read, ud, pack_path};
+    char f[400];
+    snprintf(f, sizeof f, "%s", fault ? fault : "");
+    return add_described(w, pack_path, &src, size, 0644, 0, 0, container, lay != NULL, lay, f, sizeof f, err);
+}
+
 static int add_source(ckpt_writer *w, const char *pack_path, const source *src, uint64_t size, uint32_t mode,
                       int64_t mtime_sec, uint32_t mtime_nsec, ckpt_err *err)
 {
@@ -272,31 +318,8 @@ static int add_source(ckpt_writer *w, const char *pack_path, const source *src, 
     described d;
     int rc = describe_file(src, pack_path, size, &lay, &d, err);
     if (rc < 0) return rc;
-    piece *pc = NULL;
-    long *owner = NULL;
-    size_t n = 0;
-    if (d.structured) {
-        rc = plan_pieces(&lay, size, &pc, &n, &owner, d.fault, sizeof d.fault);
-        if (rc == -ENOMEM) { ingest_layout_free(&lay); return ckpt_fail(err, rc, "out of memory"); }
-        if (rc < 0) d.structured = 0;
-    }
-    char note[TPACK_NOTE_MAX + 512] = "";
-    if (d.fault[0]) {
-        make_note(note, sizeof note, pack_path, d.fault);
-        writer_warn(w, src->name, d.fault);
-    }
-    /* A file its parser rejected is opaque bytes, whatever it claimed to be. */
-    const char *container = d.fmt && !d.fault[0] && ckpt_container_code(d.fmt->name) > 0 ? d.fmt->name : "";
-    uint8_t *buf = malloc(READ_BLOCK);
-    if (!buf) rc = ckpt_fail(err, -ENOMEM, "out of memory");
-    if (rc == 0) rc = ckpt_writer_begin_file(w, pack_path, mode, mtime_sec, mtime_nsec, err);
-    if (rc == 0) rc = ckpt_writer_set_container(w, container, note, err);
-    if (rc == 0 && !d.structured) rc = copy_range(w, src, buf, 0, size, 0, err);
-    else if (rc == 0) rc = write_pieces(w, src, &lay, pc, n, owner, size, buf, err);
-    if (rc == 0) rc = ckpt_writer_end_file(w, err);
-    free(buf);
-    free(pc);
-    free(owner);
+    rc = add_described(w, pack_path, src, size, mode, mtime_sec, mtime_nsec, d.fmt ? d.fmt->name : "", d.structured,
+                       &lay, d.fault, sizeof d.fault, err);
     ingest_layout_free(&lay);
     return rc;
 }

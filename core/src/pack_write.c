@@ -855,6 +855,8 @@ static int fsync_dir_of(const char *path)
 int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
 {
     int rc = 0;
+    /* A writer that failed says why, not what the failure left undone. */
+    if ((rc = writer_failed(w, err)) < 0) goto fail;
     if (w->in_file) {
         rc = ckpt_fail(err, -EINVAL, "%s: finish with a file still open", w->final_path);
         goto fail;
