@@ -215,9 +215,15 @@ static int encode_bytegroup(chunk_encoder *e, const uint8_t *raw, size_t n, unsi
  * stored without trying to deflate all of it (which ran at ~60 MB/s on
  * incompressible data).
  *
- * Measured (1 MiB chunks, level 6): a raw fp32 N(0, 0.02) blob of 200 MB
- * picks width 4 on every chunk and packs to ratio 1.198, as the same bytes
- * as .npy do (1.198), against 1.078 for plain deflate before. */
+ * Measured (1 MiB chunks, level 6, estimate vs what the encoder then got,
+ * as a fraction of the raw size): fp32 N(0, 0.02) 0.834 / 0.835 (width 4),
+ * bf16 0.668 / 0.669 (2), fp64 0.865 / 0.875 (8), int64 ids 0.338 / 0.339
+ * (8), text 0.333 / 0.255 (deflate), random bytes 1.0 (stored after the
+ * 0.3 ms choice, where deflating the whole chunk only to give up took tens
+ * of ms). The choice takes 0.1-0.2 ms per
+ * chunk; byte-grouping an fp32 chunk takes ~1.4 ms. A raw fp32 blob of
+ * 200 MB packs to ratio 1.198, as the same bytes as .npy do (1.198),
+ * against 1.078 for plain deflate before. */
 #define SAMPLE_SLICE (16u * 1024u)
 #define SAMPLE_MAX (4u * SAMPLE_SLICE)
 #define LZ_TRIAL SAMPLE_SLICE
