@@ -39,9 +39,10 @@ static ckpt_writer *open_writer(const char *path, const ckpt_key *key)
 #define OK(call) do { ckpt_err e_ = {0}; int rc_ = (call); cr_assert_eq(rc_, 0, "%s: %s", #call, e_.msg); } while (0)
 #define OKE(call) do { int rc_ = (call); cr_assert_eq(rc_, 0, "%s: rc %d: %s", #call, rc_, e.msg); } while (0)
 
-/* Float-like bytes: N(0, 0.02) as float32. */
-static void fill_f32(float *v, size_t n, uint32_t seed)
+/* Float-like bytes: N(0, 0.02) as float32, at any alignment. */
+static void fill_f32(void *dst, size_t n, uint32_t seed)
 {
+    uint8_t *v8 = dst;
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
     for (size_t i = 0; i < n; i++) {
         double u1, u2;
@@ -49,7 +50,8 @@ static void fill_f32(float *v, size_t n, uint32_t seed)
         u1 = ((s >> 11) + 0.5) / 9007199254740992.0;
         s ^= s << 13; s ^= s >> 7; s ^= s << 17;
         u2 = ((s >> 11) + 0.5) / 9007199254740992.0;
-        v[i] = (float)(0.02 * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+        float f = (float)(0.02 * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+        memcpy(v8 + 4 * i, &f, 4);
     }
 }
 
@@ -93,10 +95,10 @@ static model make_model(void)
     m.bytes = malloc(m.len);
     tu_fill_pattern(m.bytes, m.len, 11);
     m.reg = HDR;
-    fill_f32((float *)(m.bytes + m.reg), REG / 4, 1);
+    fill_f32(m.bytes + m.reg, REG / 4, 1);
     m.reg2 = m.reg + REG + GAP;
     m.t = m.reg2 + REG2;
-    fill_f32((float *)(m.bytes + m.t), TLEN / 4, 2);
+    fill_f32(m.bytes + m.t, TLEN / 4, 2);
     return m;
 }
 
@@ -473,7 +475,7 @@ static void fill_bf16(uint8_t *b, size_t n)
     }
     free(f);
 }
-static void fill_fp32(uint8_t *b, size_t n) { fill_f32((float *)b, n / 4, 4); }
+static void fill_fp32(uint8_t *b, size_t n) { fill_f32(b, n / 4, 4); }
 static void fill_fp64(uint8_t *b, size_t n)
 {
     float *f = malloc(n / 2);
