@@ -31,7 +31,8 @@ extern "C" {
 #endif
 
 #define CKPT_VERSION_STRING "0.1.0"
-#define CKPT_FORMAT_VERSION 1
+/* The version this build writes; it reads this one and every earlier one. */
+#define CKPT_FORMAT_VERSION 2
 
 #define CKPT_CHUNK_MIN (64u * 1024u)
 #define CKPT_CHUNK_MAX (16u * 1024u * 1024u)
@@ -141,6 +142,13 @@ typedef struct ckpt_file_info {
     uint32_t mtime_nsec;
     uint64_t size;
     uint8_t sha256[32];
+    /* The tensor container the file was read as: "safetensors", "npy",
+     * "torch", "dcp", "tensorizer", "gguf", or "" for opaque bytes (and for
+     * every file of a version-1 pack). */
+    const char *container;
+    /* "" or a one-line warning: why a file that claimed a container was
+     * stored as opaque bytes ("<path>: stored opaque: <fault>"). */
+    const char *note;
 } ckpt_file_info;
 
 typedef struct ckpt_tensor_info {
@@ -150,7 +158,8 @@ typedef struct ckpt_tensor_info {
     const uint64_t *shape;
     uint64_t nbytes;
     size_t file_index;        /* the file whose bytes hold the tensor */
-    uint64_t file_offset;     /* where the tensor starts inside that file */
+    uint64_t file_offset;     /* where the tensor starts inside that file (for a
+                                 view: its region's start + its offset in it) */
     uint8_t sha256[32];
 } ckpt_tensor_info;
 
@@ -247,6 +256,12 @@ typedef struct ckpt_write_opts {
     ckpt_progress_fn progress;/* called from the writer's thread */
     void *progress_ud;
     uint64_t progress_total;  /* total bytes expected, for progress; may be 0 */
+    /* Called (from the writer's thread) when ckpt_writer_add_path/_reader
+     * stores a file opaque because its container parser rejected it: src
+     * names the source, reason is the fault. The pack records the same
+     * warning as the file's note. NULL: no call. */
+    void (*warn)(void *ud, const char *src, const char *reason);
+    void *warn_ud;
 } ckpt_write_opts;
 
 /* Parses the names used on the command line ("xchacha20poly1305", ...). */
@@ -280,9 +295,37 @@ int ckpt_writer_tensor_data(ckpt_writer *w, const void *data, size_t len, ckpt_e
 int ckpt_writer_end_tensor(ckpt_writer *w, ckpt_err *err);
 int ckpt_writer_end_file(ckpt_writer *w, ckpt_err *err);
 
-/* Adds one file from disk. "*.safetensors" and "*.npy" files are validated and
- * their tensors indexed (an invalid header is an error naming the file and the
- * fault); everything else is stored as an opaque file. */
+/* Regions and views (format version 2): a region is a run of the file's
+ * bytes of one element type (a torch storage record, a GGUF tensor block),
+ * stored as one typed extent and compressed grouped by the dtype's size,
+ * that has no tensor of its own. Its bytes follow begin_region through
+ * ckpt_writer_tensor_data() (any number of bytes, in as many calls as
+ * needed) up to end_region. begin_tensor/end_tensor are the special case
+ * of a region with one tensor that covers it exactly. */
+int ckpt_writer_begin_region(ckpt_writer *w, const char *dtype, ckpt_err *err);
+int ckpt_writer_end_region(ckpt_writer *w, ckpt_err *err);
+/* Adds a tensor that is a view of bytes of the current file: file_offset is
+ * where it starts in the file, and its numel * dtype size bytes must lie
+ * inside the region (or begin_tensor extent) open now, whose dtype must have
+ * the same element size. Views may overlap one another (tied weights) and
+ * start anywhere inside the region. A view must be added before the writer
+ * is given its first byte: its SHA-256 is computed as the bytes stream by,
+ * so a view over bytes already written fails with -EINVAL. A view that
+ * would run past the end of its region fails end_region (or end_tensor)
+ * with -EINVAL and "spans two extents". Names are unique in the pack. */
+int ckpt_writer_add_view(ckpt_writer *w, const char *name, const char *dtype, uint32_t ndim,
+                         const uint64_t *shape, uint64_t file_offset, ckpt_err *err);
+/* Records the current file's container ("safetensors", "npy", "torch",
+ * "dcp", "tensorizer", "gguf"; NULL or "" for opaque bytes) and a note
+ * (NULL or "": none; else at most 1024 bytes of UTF-8: the warning shown
+ * when a file that claimed a container was stored opaque). */
+int ckpt_writer_set_container(ckpt_writer *w, const char *container, const char *note, ckpt_err *err);
+
+/* Adds one file from disk. A file that a container parser claims
+ * ("*.safetensors", "*.npy", ...) has its tensors indexed and its data
+ * compressed by dtype; one the parser rejects is stored opaque with a note
+ * (and opts.warn called) naming the file and the fault, never failing the
+ * pack. Everything else is stored as an opaque file. */
 int ckpt_writer_add_path(ckpt_writer *w, const char *pack_path, const char *src_path,
                          ckpt_err *err);
 /* A source of bytes for ckpt_writer_add_reader: reads up to len bytes at off
@@ -321,6 +364,14 @@ int ckpt_tree_size(const char *path, uint64_t *out, ckpt_err *err);
 
 /* Bytes per element of a safetensors dtype name, or 0 if unknown. */
 unsigned ckpt_dtype_size(const char *dtype);
+/* The numpy dtype string ("<f4", "<i8", "|b1", ...) of a safetensors dtype
+ * name, or NULL if unknown. numpy has no bfloat16 or float8: BF16 gives
+ * "<u2" and F8_* give "|u1", the raw bits, and ckpt_dtype_numpy_exact()
+ * says 0 for them (view the array as torch_dtype to get the values). */
+const char *ckpt_dtype_numpy(const char *dtype);
+int ckpt_dtype_numpy_exact(const char *dtype);
+/* The torch dtype name ("torch.float32", "torch.bfloat16", ...), or NULL. */
+const char *ckpt_dtype_torch(const char *dtype);
 /* Is this a safe relative path (no "..", ".", empty components, NUL,
  * leading '/', over-long names)? */
 int ckpt_path_is_safe(const char *path);

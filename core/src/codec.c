@@ -18,6 +18,9 @@ void chunk_encoder_init(chunk_encoder *e) { memset(e, 0, sizeof *e); }
 void chunk_encoder_free(chunk_encoder *e)
 {
     if (e->z_ready) deflateEnd(&e->z);
+    if (e->trial) libdeflate_free_compressor(e->trial);
+    free(e->sample);
+    free(e->trial_out);
     free(e->planes);
     memset(e, 0, sizeof *e);
 }
@@ -184,10 +187,121 @@ static int encode_bytegroup(chunk_encoder *e, const uint8_t *raw, size_t n, unsi
     return 0;
 }
 
-int chunk_encode(chunk_encoder *e, const uint8_t *raw, size_t n, unsigned elem, int level,
-                 uint8_t *out, size_t *out_len, uint8_t *codec)
+/* ---- opaque chunks: choosing the grouping ----
+ *
+ * Opaque data is often an array of numbers in a format nobody parsed (a raw
+ * fp32 blob, an ONNX weight file, int64 token ids), where byte-grouping by
+ * the element width beats plain deflate; or text, pickles and tables, where
+ * deflate's LZ77 wins; or compressed data, where nothing pays. Each chunk
+ * gets the smallest estimate over: no grouping (DEFLATE), or BYTEGROUP with
+ * width 2, 4 or 8, judged on a sample:
+ *  - the sample is four 16 KiB slices spread over the chunk (the whole
+ *    chunk when it is at most 64 KiB), each starting at a multiple of 8 so
+ *    that every width sees the element boundaries the chunk has;
+ *  - grouped by k, the estimate is the order-0 entropy of each plane, which
+ *    is what the Huffman-only plane coder gets within a few per cent, at
+ *    least 1 bit per byte (a Huffman code has no shorter code), a plane at
+ *    or above the 7.84 bits/byte cut being stored; one pass over the
+ *    sample fills the eight byte-lane histograms, and the lanes add up to
+ *    the planes of widths 4 and 2;
+ *  - ungrouped, the estimate is the real size of libdeflate level 1 on the
+ *    sample's first 16 KiB, scaled to the sample: order-0 entropy knows
+ *    nothing of repeated strings, which is where deflate's gain on text
+ *    comes from. 16 KiB, not all 64, because LZ77 on number-like bytes
+ *    runs at ~70 MB/s here, and the whole sample would cost a third of
+ *    the time of byte-grouping the chunk (measured on a 2-core box:
+ *    0.94 ms per 64 KiB of fp32 noise at level 1; ~0.23 ms per 16 KiB).
+ * If even the best estimate does not save 1/50 of the sample, the chunk is
+ * stored without trying to deflate all of it (which ran at ~60 MB/s on
+ * incompressible data).
+ *
+ * Measured (1 MiB chunks, level 6, estimate vs what the encoder then got,
+ * as a fraction of the raw size): fp32 N(0, 0.02) 0.834 / 0.835 (width 4),
+ * bf16 0.668 / 0.669 (2), fp64 0.865 / 0.875 (8), int64 ids 0.338 / 0.339
+ * (8), text 0.333 / 0.255 (deflate), random bytes 1.0 (stored after the
+ * 0.3 ms choice, where deflating the whole chunk only to give up took tens
+ * of ms). The choice takes 0.1-0.2 ms per
+ * chunk; byte-grouping an fp32 chunk takes ~1.4 ms. A raw fp32 blob of
+ * 200 MB packs to ratio 1.198, as the same bytes as .npy do (1.198),
+ * against 1.078 for plain deflate before. */
+#define SAMPLE_SLICE (16u * 1024u)
+#define SAMPLE_MAX (4u * SAMPLE_SLICE)
+#define LZ_TRIAL SAMPLE_SLICE
+
+/* Estimated bytes of a plane of m bytes with histogram h under the plane coder. */
+static double plane_estimate(const uint32_t h[256], size_t m)
 {
-    if (level > 0 && (elem == 2 || elem == 4 || elem == 8) && n % elem == 0 && n >= 64) {
+    if (m == 0) return 0;
+    double bits = entropy(h, m);
+    if (bits >= 7.84) return (double)m;
+    if (bits < 1) bits = 1;
+    return (double)m * bits / 8;
+}
+
+unsigned chunk_choose_grouping(chunk_encoder *e, const uint8_t *raw, size_t n, double *ratio)
+{
+    const uint8_t *smp = raw;
+    size_t len = n;
+    if (n > SAMPLE_MAX) {
+        if (!e->sample && !(e->sample = malloc(SAMPLE_MAX))) return 1;
+        size_t step = (n / 4) & ~(size_t)7;
+        for (unsigned i = 0; i < 4; i++) memcpy(e->sample + i * SAMPLE_SLICE, raw + i * step, SAMPLE_SLICE);
+        smp = e->sample;
+        len = SAMPLE_MAX;
+    }
+    size_t len8 = len & ~(size_t)7;
+    if (len8 < 64) { if (ratio) *ratio = 1; return 1; }
+
+    /* Lane j of 8 holds bytes i with i % 8 == j. */
+    uint32_t lane[8][256];
+    memset(lane, 0, sizeof lane);
+    for (size_t i = 0; i < len8; i += 8)
+        for (unsigned j = 0; j < 8; j++) lane[j][smp[i + j]]++;
+    double best = (double)len8;
+    unsigned pick = 0;
+    for (unsigned k = 2; k <= 8; k *= 2) {
+        if (n % k) continue;
+        double est = 5.0 * k;
+        for (unsigned j = 0; j < k; j++) {
+            uint32_t h[256];
+            for (int b = 0; b < 256; b++) {
+                uint32_t c = 0;
+                for (unsigned l = j; l < 8; l += k) c += lane[l][b];
+                h[b] = c;
+            }
+            est += plane_estimate(h, len8 / k);
+        }
+        if (est < best) { best = est; pick = k; }
+    }
+
+    if (!e->trial) e->trial = libdeflate_alloc_compressor(1);
+    if (!e->trial_out) e->trial_out = malloc(LZ_TRIAL);
+    size_t tn = len < LZ_TRIAL ? len : LZ_TRIAL;
+    if (e->trial && e->trial_out) {
+        /* 0 when it does not fit in tn bytes: no gain. */
+        size_t got = libdeflate_deflate_compress(e->trial, smp, tn, e->trial_out, tn);
+        double est = got ? (double)got * (double)len8 / (double)tn : (double)len8;
+        if (est < best) { best = est; pick = 1; }
+    }
+    if (ratio) *ratio = best / (double)len8;
+    return worth_it((size_t)best, len8) ? pick : 0;
+}
+
+int chunk_encode(chunk_encoder *e, const uint8_t *raw, size_t n, unsigned elem, int level,
+                 uint8_t *out, size_t *out_len, uint8_t *codec, uint8_t *group)
+{
+    *group = (uint8_t)(elem ? elem : 1);
+    if (level > 0 && elem == 0) {
+        unsigned k = chunk_choose_grouping(e, raw, n, NULL);
+        if (k >= 2) {
+            int rc = encode_bytegroup(e, raw, n, k, level, out, out_len);
+            if (rc < 0) return rc;
+            if (worth_it(*out_len, n)) { *codec = CODEC_BYTEGROUP; *group = (uint8_t)k; return 0; }
+        } else if (k == 1) {
+            size_t got = deflate_bounded(e, raw, n, level, Z_DEFAULT_STRATEGY, out);
+            if (got) { *out_len = got; *codec = CODEC_DEFLATE; return 0; }
+        }
+    } else if (level > 0 && (elem == 2 || elem == 4 || elem == 8) && n % elem == 0 && n >= 64) {
         int rc = encode_bytegroup(e, raw, n, elem, level, out, out_len);
         if (rc < 0) return rc;
         if (worth_it(*out_len, n)) { *codec = CODEC_BYTEGROUP; return 0; }

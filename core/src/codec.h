@@ -7,21 +7,33 @@
 #include <stdint.h>
 #include <zlib.h>
 
+struct libdeflate_compressor;
+
 typedef struct chunk_encoder {
     z_stream z;
     int z_level, z_strategy, z_ready;
     uint8_t *planes;        /* transposed copy of the chunk */
     size_t planes_cap;
+    uint8_t *sample;        /* opaque chunks: the bytes the grouping is chosen on */
+    struct libdeflate_compressor *trial;
+    uint8_t *trial_out;     /* what the deflate trial writes */
 } chunk_encoder;
 
 void chunk_encoder_init(chunk_encoder *e);
 void chunk_encoder_free(chunk_encoder *e);
 
-/* Encodes raw[0..n). elem is the element size for tensor data (1 for opaque
- * bytes). out must hold n + TPACK_CHUNK_OVERHEAD bytes. Returns 0 or -ENOMEM;
- * sets the codec and the payload length. */
+/* Encodes raw[0..n). elem is the element size of typed data, or 0 for
+ * opaque bytes, whose grouping (none, or 2, 4 or 8) the encoder chooses per
+ * chunk (FORMAT.md section 3). out must hold n + TPACK_CHUNK_OVERHEAD bytes.
+ * Returns 0 or -ENOMEM; sets the codec, the payload length and *group, the
+ * element size the chunk record carries (elem, or the width chosen). */
 int chunk_encode(chunk_encoder *e, const uint8_t *raw, size_t n, unsigned elem, int level,
-                 uint8_t *out, size_t *out_len, uint8_t *codec);
+                 uint8_t *out, size_t *out_len, uint8_t *codec, uint8_t *group);
+
+/* Opaque chunks: the grouping chunk_encode() would choose for raw[0..n)
+ * (1: none, 0: nothing pays, store it) and its estimated payload size for the
+ * sample it looked at; exposed for tests and measurements. */
+unsigned chunk_choose_grouping(chunk_encoder *e, const uint8_t *raw, size_t n, double *ratio);
 
 /* Decodes a payload into out (exactly raw_size bytes). scratch must hold
  * raw_size bytes for BYTEGROUP payloads. Returns 0 or -EIO with *why set. */

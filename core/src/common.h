@@ -32,6 +32,11 @@ long strmap_get(const strmap *m, const char *key);
 void strmap_free(strmap *m);
 
 int ckpt_dtype_valid(const char *dtype);
+/* A container byte's name ("" for 0), or NULL if unknown; and back (-1). */
+const char *ckpt_container_name(unsigned code);
+int ckpt_container_code(const char *name);
+/* Is s[0..n) strict UTF-8 (no overlongs, surrogates, or > U+10FFFF)? */
+int ckpt_utf8_valid(const uint8_t *s, size_t n);
 /* numel * elem with overflow checking; returns 0 or -EOVERFLOW. */
 int ckpt_tensor_bytes(const char *dtype, uint32_t ndim, const uint64_t *shape, uint64_t *out);
 

@@ -26,7 +26,17 @@ enum tpack_kdf { TPACK_KDF_NONE = 0, TPACK_KDF_KEYFILE = 1, TPACK_KDF_ARGON2ID =
 enum tpack_codec { CODEC_STORED = 0, CODEC_DEFLATE = 1, CODEC_BYTEGROUP = 2 };
 enum tpack_plane { PLANE_STORED = 0, PLANE_DEFLATE = 1 };
 
-enum tpack_extent_kind { EXTENT_DATA = 0, EXTENT_TENSOR = 1 };
+/* Kind 1 was "the one tensor's bytes" in version 1; since version 2 it is a
+ * typed extent that holds any number of (possibly overlapping) tensors. */
+enum tpack_extent_kind { EXTENT_DATA = 0, EXTENT_TYPED = 1 };
+
+/* A file record's container byte (version 2); ckpt_container_name() spells them. */
+enum tpack_container {
+    CONTAINER_NONE = 0, CONTAINER_SAFETENSORS = 1, CONTAINER_NPY = 2, CONTAINER_TORCH = 3,
+    CONTAINER_DCP = 4, CONTAINER_TENSORIZER = 5, CONTAINER_GGUF = 6, CONTAINER_MAX = CONTAINER_GGUF,
+};
+/* The longest note a file record may carry (bytes of UTF-8). */
+#define TPACK_NOTE_MAX 1024
 
 #define TPACK_EXTENT_RECORD 24
 #define TPACK_CHUNK_RECORD 24

@@ -1,7 +1,10 @@
-/* Adding files and trees from disk: safetensors and npy files are checked
- * and their tensors indexed; everything else is stored as opaque bytes. */
+/* Adding files and trees from disk: a file that a container format claims
+ * (formats/) is described by its parser and written as regions, tensors and
+ * opaque gaps; a file the parser rejects, and everything else, is stored as
+ * opaque bytes. */
 #include "formats/formats.h"
 #include "writer.h"
+#include "format.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -39,25 +42,56 @@ static int read_at(const source *src, uint8_t *buf, size_t len, uint64_t off, ck
     return 0;
 }
 
-/* The tensor layout of a file whose container format claims it: 0 with lay
- * filled, 1 to store it opaque (no format claims it, or a valid file that is
- * best kept as bytes), or -errno naming the file (a malformed container
- * fails the pack). */
-static int describe_file(const source *src, const char *pack_path, uint64_t size, ingest_layout *lay,
-                         ckpt_err *err)
+/* A source whose read failures are remembered, so that a parser's error
+ * caused by the source (an I/O error, a file that shrank) fails the add as
+ * before, while a fault in the file's contents only makes it opaque. */
+typedef struct watched {
+    const source *src;
+    uint64_t size;
+    int read_err;
+} watched;
+
+static ssize_t watched_read(void *ud, void *buf, size_t len, uint64_t off)
 {
+    watched *wt = ud;
+    ssize_t r = wt->src->read(wt->src->ud, buf, len, off);
+    if (r < 0) wt->read_err = (int)r;
+    else if (r == 0 && len && off < wt->size) wt->read_err = -EIO;
+    return r;
+}
+
+/* What describe_file() found. */
+typedef struct described {
+    const container_format *fmt;  /* NULL: no format claims the file */
+    int structured;               /* lay holds tensors and regions to index */
+    char fault[400];              /* non-empty: the format rejected the file */
+} described;
+
+/* Asks the container format that claims the file for its layout. A fault
+ * in the file's contents is not an error: d->fault says why it is to be
+ * stored opaque. Only a failure to read the source is (-errno). */
+static int describe_file(const source *src, const char *pack_path, uint64_t size, ingest_layout *lay,
+                         described *d, ckpt_err *err)
+{
+    memset(d, 0, sizeof *d);
     uint8_t head[SNIFF_HEAD];
     size_t have = size < sizeof head ? (size_t)size : sizeof head;
     int rc = read_at(src, head, have, 0, err);
     if (rc < 0) return rc;
-    const container_format *fmt = ckpt_container_sniff(pack_path, head, have, size);
-    if (!fmt) return 1;
-    ingest_source isrc = {src->read, src->ud, size, src->name};
-    char msg[400] = "";
-    rc = fmt->describe(&isrc, pack_path, lay, msg, sizeof msg);
-    /* msg names the part ("safetensors header: ..."); prefix the file. */
-    if (rc < 0) return ckpt_fail(err, rc, "%s: %s", src->name, msg);
-    return rc;
+    d->fmt = ckpt_container_sniff(pack_path, head, have, size);
+    if (!d->fmt) return 0;
+    watched wt = {src, size, 0};
+    ingest_source isrc = {watched_read, &wt, size, src->name};
+    char msg[sizeof d->fault] = "";
+    rc = d->fmt->describe(&isrc, pack_path, lay, msg, sizeof msg);
+    if (rc < 0 && wt.read_err < 0)
+        return ckpt_fail(err, wt.read_err, "%s: %s", src->name, msg[0] ? msg : strerror(-wt.read_err));
+    if (rc < 0) {
+        ingest_layout_free(lay);
+        snprintf(d->fault, sizeof d->fault, "%s", msg[0] ? msg : strerror(-rc));
+    }
+    d->structured = rc == 0;
+    return 0;
 }
 
 /* Streams [off, off+len) of the source into the writer as opaque data or tensor data. */
@@ -75,30 +109,217 @@ static int copy_range(ckpt_writer *w, const source *src, uint8_t *buf, uint64_t 
     return 0;
 }
 
+/* ------------------------------------------------------- layout to writer */
+
+/* One typed stretch of the file, in the order the writer is given it: a
+ * region (with the tensors inside it as views) or a tensor on its own. */
+typedef struct piece {
+    uint64_t off, len;
+    int region;               /* 1: lay->regions[idx], 0: lay->t[idx] */
+    size_t idx;
+} piece;
+
+static int cmp_piece(const void *x, const void *y)
+{
+    const piece *a = x, *b = y;
+    if (a->off != b->off) return a->off < b->off ? -1 : 1;
+    if (a->len != b->len) return a->len < b->len ? -1 : 1;  /* empty tensors first */
+    return a->region - b->region;
+}
+
+/* The region whose bytes hold tensor t wholly, or -1; regions are sorted
+ * and disjoint (checked first). */
+static long region_of(const ingest_layout *lay, const ingest_tensor *t)
+{
+    size_t lo = 0, hi = lay->n_regions;
+    while (lo < hi) {                       /* first region starting after t */
+        size_t mid = lo + (hi - lo) / 2;
+        if (lay->regions[mid].offset <= t->offset) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == 0) return -1;
+    const ingest_region *r = &lay->regions[lo - 1];
+    return t->offset - r->offset <= r->length && t->nbytes <= r->length - (t->offset - r->offset) ? (long)lo - 1 : -1;
+}
+
+/* Turns a parser's layout into pieces, checking what the writer would
+ * otherwise refuse halfway through the file: stretches inside the file and
+ * disjoint, tensors either inside one region of their element size or clear
+ * of all regions, names unique within the file. *owner[i] is the region of
+ * tensor i or -1. On a fault, why says what is wrong and -EINVAL returns. */
+static int plan_pieces(const ingest_layout *lay, uint64_t size, piece **out, size_t *n_out, long **owner_out,
+                       char *why, size_t why_len)
+{
+    size_t n = 0, cap = lay->n_regions + lay->n;
+    piece *pc = malloc((cap ? cap : 1) * sizeof *pc);
+    long *owner = malloc((lay->n ? lay->n : 1) * sizeof *owner);
+    strmap names = {0};
+    int rc = -ENOMEM;
+    if (!pc || !owner || strmap_init(&names, lay->n) < 0) goto out;
+    rc = -EINVAL;
+    for (size_t i = 0; i < lay->n_regions; i++) {
+        const ingest_region *r = &lay->regions[i];
+        if (!ckpt_dtype_size(r->dtype) || r->offset > size || r->length > size - r->offset) {
+            snprintf(why, why_len, "layout: region %zu (%s at %llu, %llu bytes) lies outside the file or has no known dtype",
+                     i, r->dtype, (unsigned long long)r->offset, (unsigned long long)r->length);
+            goto out;
+        }
+        if (i && r->offset < lay->regions[i - 1].offset + lay->regions[i - 1].length) {
+            snprintf(why, why_len, "layout: region %zu at %llu overlaps the one before it", i, (unsigned long long)r->offset);
+            goto out;
+        }
+        pc[n++] = (piece){r->offset, r->length, 1, i};
+    }
+    for (size_t i = 0; i < lay->n; i++) {
+        const ingest_tensor *t = &lay->t[i];
+        uint64_t nbytes;
+        if (ckpt_tensor_bytes(t->dtype, t->ndim, t->shape, &nbytes) < 0 || nbytes != t->nbytes || t->offset > size ||
+            t->nbytes > size - t->offset) {
+            snprintf(why, why_len, "layout: tensor '%.200s' lies outside the file or does not match its shape", t->name);
+            goto out;
+        }
+        if (strmap_put(&names, t->name, i, NULL) == 1) {
+            snprintf(why, why_len, "layout: tensor name '%.200s' appears twice", t->name);
+            goto out;
+        }
+        owner[i] = region_of(lay, t);
+        if (owner[i] >= 0) {
+            if (ckpt_dtype_size(lay->regions[owner[i]].dtype) != ckpt_dtype_size(t->dtype)) {
+                snprintf(why, why_len, "layout: tensor '%.200s' (%s) lies in a region of %s", t->name, t->dtype,
+                         lay->regions[owner[i]].dtype);
+                goto out;
+            }
+            continue;
+        }
+        pc[n++] = (piece){t->offset, t->nbytes, 0, i};
+    }
+    qsort(pc, n, sizeof *pc, cmp_piece);
+    for (size_t i = 1; i < n; i++)
+        if (pc[i].off < pc[i - 1].off + pc[i - 1].len) {
+            snprintf(why, why_len, "layout: %s at %llu overlaps a region or tensor before it",
+                     pc[i].region ? "a region" : "a tensor", (unsigned long long)pc[i].off);
+            goto out;
+        }
+    rc = 0;
+out:
+    strmap_free(&names);
+    if (rc < 0) {
+        free(pc);
+        free(owner);
+        return rc;
+    }
+    *out = pc;
+    *n_out = n;
+    *owner_out = owner;
+    return 0;
+}
+
+/* Writes the file's bytes in order: opaque gaps, regions with their views
+ * (declared before the region's bytes, as the writer asks), tensors. */
+static int write_pieces(ckpt_writer *w, const source *src, const ingest_layout *lay, const piece *pc, size_t n,
+                        const long *owner, uint64_t size, uint8_t *buf, ckpt_err *err)
+{
+    uint64_t pos = 0;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const piece *p = &pc[i];
+        if (p->off > pos) rc = copy_range(w, src, buf, pos, p->off - pos, 0, err);
+        if (rc == 0 && p->region) {
+            rc = ckpt_writer_begin_region(w, lay->regions[p->idx].dtype, err);
+            for (size_t j = 0; rc == 0 && j < lay->n; j++)
+                if (owner[j] == (long)p->idx)
+                    rc = ckpt_writer_add_view(w, lay->t[j].name, lay->t[j].dtype, lay->t[j].ndim, lay->t[j].shape,
+                                              lay->t[j].offset, err);
+            if (rc == 0) rc = copy_range(w, src, buf, p->off, p->len, 1, err);
+            if (rc == 0) rc = ckpt_writer_end_region(w, err);
+        } else if (rc == 0) {
+            const ingest_tensor *t = &lay->t[p->idx];
+            rc = ckpt_writer_begin_tensor(w, t->name, t->dtype, t->ndim, t->shape, err);
+            if (rc == 0) rc = copy_range(w, src, buf, t->offset, t->nbytes, 1, err);
+            if (rc == 0) rc = ckpt_writer_end_tensor(w, err);
+        }
+        pos = p->off + p->len;
+    }
+    if (rc == 0 && size > pos) rc = copy_range(w, src, buf, pos, size - pos, 0, err);
+    return rc;
+}
+
+/* "<pack path>: stored opaque: <fault>" as a note: UTF-8 (other bytes of a
+ * hostile name become '?') and at most TPACK_NOTE_MAX bytes, cut between
+ * characters. */
+static void make_note(char *note, size_t cap, const char *pack_path, const char *fault)
+{
+    snprintf(note, cap, "%s: stored opaque: %s", pack_path, fault);
+    size_t len = strlen(note);
+    for (size_t i = 0; i < len;) {
+        size_t k = 1;
+        while (k <= 4 && i + k <= len && !ckpt_utf8_valid((const uint8_t *)note + i, k)) k++;
+        if (k > 4 || i + k > len) { note[i++] = '?'; continue; }
+        i += k;
+    }
+    if (len > TPACK_NOTE_MAX) {
+        len = TPACK_NOTE_MAX;
+        while (len && ((uint8_t)note[len] & 0xC0) == 0x80) len--;
+        note[len] = 0;
+    }
+}
+
+/* The second half of adding a file: writes it from its layout (when
+ * structured) or as opaque bytes, with the container name or the fault. */
+static int add_described(ckpt_writer *w, const char *pack_path, const source *src, uint64_t size, uint32_t mode,
+                         int64_t mtime_sec, uint32_t mtime_nsec, const char *container, int structured,
+                         ingest_layout *lay, char *fault, size_t fault_len, ckpt_err *err)
+{
+    piece *pc = NULL;
+    long *owner = NULL;
+    size_t n = 0;
+    int rc = 0;
+    if (structured) {
+        rc = plan_pieces(lay, size, &pc, &n, &owner, fault, fault_len);
+        if (rc == -ENOMEM) return ckpt_fail(err, rc, "out of memory");
+        if (rc < 0) structured = 0;
+        rc = 0;
+    }
+    char note[TPACK_NOTE_MAX + 512] = "";
+    if (fault[0]) {
+        make_note(note, sizeof note, pack_path, fault);
+        writer_warn(w, src->name, fault);
+        /* A file its parser rejected is opaque bytes, whatever it claimed to be. */
+        container = "";
+    }
+    if (!container || ckpt_container_code(container) < 0) container = "";
+    uint8_t *buf = malloc(READ_BLOCK);
+    if (!buf) rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    if (rc == 0) rc = ckpt_writer_begin_file(w, pack_path, mode, mtime_sec, mtime_nsec, err);
+    if (rc == 0) rc = ckpt_writer_set_container(w, container, note, err);
+    if (rc == 0 && !structured) rc = copy_range(w, src, buf, 0, size, 0, err);
+    else if (rc == 0) rc = write_pieces(w, src, lay, pc, n, owner, size, buf, err);
+    if (rc == 0) rc = ckpt_writer_end_file(w, err);
+    free(buf);
+    free(pc);
+    free(owner);
+    return rc;
+}
+
+int ingest_add_layout(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud, uint64_t size,
+                      const char *container, const char *fault, struct ingest_layout *lay, ckpt_err *err)
+{
+    source src = {read, ud, pack_path};
+    char f[400];
+    snprintf(f, sizeof f, "%s", fault ? fault : "");
+    return add_described(w, pack_path, &src, size, 0644, 0, 0, container, lay != NULL, lay, f, sizeof f, err);
+}
+
 static int add_source(ckpt_writer *w, const char *pack_path, const source *src, uint64_t size, uint32_t mode,
                       int64_t mtime_sec, uint32_t mtime_nsec, ckpt_err *err)
 {
     ingest_layout lay;
     memset(&lay, 0, sizeof lay);
-    int rc = describe_file(src, pack_path, size, &lay, err);
+    described d;
+    int rc = describe_file(src, pack_path, size, &lay, &d, err);
     if (rc < 0) return rc;
-    int structured = rc == 0;
-    uint8_t *buf = malloc(READ_BLOCK);
-    if (!buf) { ingest_layout_free(&lay); return ckpt_fail(err, -ENOMEM, "out of memory"); }
-    rc = ckpt_writer_begin_file(w, pack_path, mode, mtime_sec, mtime_nsec, err);
-    if (rc == 0 && !structured) {
-        rc = copy_range(w, src, buf, 0, size, 0, err);
-    } else if (rc == 0) {
-        rc = copy_range(w, src, buf, 0, lay.header_bytes, 0, err);
-        for (size_t i = 0; rc == 0 && i < lay.n; i++) {
-            const ingest_tensor *t = &lay.t[i];
-            rc = ckpt_writer_begin_tensor(w, t->name, t->dtype, t->ndim, t->shape, err);
-            if (rc == 0) rc = copy_range(w, src, buf, t->offset, t->nbytes, 1, err);
-            if (rc == 0) rc = ckpt_writer_end_tensor(w, err);
-        }
-    }
-    if (rc == 0) rc = ckpt_writer_end_file(w, err);
-    free(buf);
+    rc = add_described(w, pack_path, src, size, mode, mtime_sec, mtime_nsec, d.fmt ? d.fmt->name : "", d.structured,
+                       &lay, d.fault, sizeof d.fault, err);
     ingest_layout_free(&lay);
     return rc;
 }

@@ -12,7 +12,9 @@ typedef struct extent {
     uint64_t first_chunk;
     uint64_t file_offset;     /* derived: where it starts inside its file */
     size_t file_index;        /* derived */
-    long tensor_index;        /* derived: -1 for opaque data */
+    /* derived: the tensors inside it, p->ext_tensors[first_tensor ..
+     * first_tensor + n_tensors), ordered by where they start */
+    size_t first_tensor, n_tensors;
     uint8_t kind, elem_size;
 } extent;
 
@@ -33,6 +35,7 @@ typedef struct file_rec {
 typedef struct tensor_rec {
     ckpt_tensor_info info;
     size_t extent_index;
+    uint64_t extent_offset;   /* where its bytes start inside the extent */
     uint64_t *shape;
     char dtype[16];
 } tensor_rec;
@@ -46,12 +49,14 @@ struct ckpt_pack {
     uint32_t chunk_size;
     uint64_t file_size;
     uint32_t kdf;
+    uint32_t version;         /* 1 or 2: some index records differ */
     pack_keys keys;           /* subkey NULL when not encrypted */
     size_t n_files, n_tensors, n_extents, n_chunks;
     file_rec *files;
     tensor_rec *tensors;
     extent *extents;
     chunk *chunks;
+    size_t *ext_tensors;      /* tensor indices grouped by extent (see extent) */
     uint8_t *index;           /* plaintext index; names point into it */
     strmap file_map, tensor_map;
     uint64_t logical_bytes;

@@ -80,6 +80,38 @@ static int cmp_path_slash_first(const void *x, const void *y)
     return ra - rb;
 }
 
+typedef struct ext_key {
+    uint64_t extent, offset;
+    size_t tensor;
+} ext_key;
+
+static int cmp_ext_key(const void *x, const void *y)
+{
+    const ext_key *a = x, *b = y;
+    if (a->extent != b->extent) return a->extent < b->extent ? -1 : 1;
+    if (a->offset != b->offset) return a->offset < b->offset ? -1 : 1;
+    return a->tensor < b->tensor ? -1 : a->tensor > b->tensor;
+}
+
+/* Fills p->ext_tensors: each extent's tensors in the order they start, so
+ * verify can hash them as chunks stream by. */
+static int group_tensors_by_extent(ckpt_pack *p)
+{
+    ext_key *k = malloc((p->n_tensors ? p->n_tensors : 1) * sizeof *k);
+    p->ext_tensors = malloc((p->n_tensors ? p->n_tensors : 1) * sizeof *p->ext_tensors);
+    if (!k || !p->ext_tensors) { free(k); return -ENOMEM; }
+    for (size_t i = 0; i < p->n_tensors; i++) k[i] = (ext_key){p->tensors[i].extent_index, p->tensors[i].extent_offset, i};
+    qsort(k, p->n_tensors, sizeof *k, cmp_ext_key);
+    for (size_t i = 0; i < p->n_extents; i++) p->extents[i].n_tensors = 0;
+    for (size_t i = 0; i < p->n_tensors; i++) {
+        extent *e = &p->extents[k[i].extent];
+        if (e->n_tensors++ == 0) e->first_tensor = i;
+        p->ext_tensors[i] = k[i].tensor;
+    }
+    free(k);
+    return 0;
+}
+
 #define BAD(...) do { rc = ckpt_fail(err, -EIO, __VA_ARGS__); goto fail; } while (0)
 
 /* The counts at the head of the index, and the arrays they size. */
@@ -122,7 +154,20 @@ static int index_files(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
         const uint8_t *sha = rd_take(r, 32);
         uint64_t first = rd_u64(r);
         uint32_t n = rd_u32(r);
+        uint8_t container = 0;
+        f->info.note = "";
+        if (p->version >= 2) {
+            container = rd_u8(r);
+            uint16_t nlen = rd_u16(r);
+            if (!r->bad && nlen > TPACK_NOTE_MAX) BAD("index: file '%s' has a note of %u bytes (at most %u)", f->info.path,
+                                                      nlen, TPACK_NOTE_MAX);
+            if (!r->bad && nlen && !ckpt_utf8_valid(r->p + r->pos, nlen < r->len - r->pos ? nlen : r->len - r->pos))
+                BAD("index: file '%s' has a note that is not UTF-8", f->info.path);
+            if (nlen) f->info.note = rd_str(r, nlen, arena);
+        }
         if (r->bad) BAD("index: file record %zu is truncated", i);
+        f->info.container = ckpt_container_name(container);
+        if (!f->info.container) BAD("index: file '%s' has unknown container %u", f->info.path, container);
         memcpy(f->info.sha256, sha, 32);
         if (!ckpt_path_is_safe(f->info.path)) BAD("index: file %zu has an unsafe path '%s'", i, f->info.path);
         if (f->info.mode & ~07777u) BAD("index: file '%s' has invalid mode %o", f->info.path, f->info.mode);
@@ -156,9 +201,8 @@ static int index_extents(ckpt_pack *p, rd *r, ckpt_err *err)
         e->elem_size = rd_u8(r);
         rd_u16(r);
         rd_u32(r);
-        e->tensor_index = -1;
         if (r->bad) BAD("index: extent record %zu is truncated", i);
-        if (e->kind > EXTENT_TENSOR || !(e->elem_size == 1 || e->elem_size == 2 || e->elem_size == 4 || e->elem_size == 8) ||
+        if (e->kind > EXTENT_TYPED || !(e->elem_size == 1 || e->elem_size == 2 || e->elem_size == 4 || e->elem_size == 8) ||
             (e->kind == EXTENT_DATA && e->elem_size != 1))
             BAD("index: extent %zu has an invalid kind or element size", i);
         uint64_t n = e->length / p->chunk_size + (e->length % p->chunk_size != 0);
@@ -210,6 +254,7 @@ static int index_tensors(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
         for (unsigned j = 0; j < ndim; j++) t->shape[j] = rd_u64(r);
         uint32_t fi = rd_u32(r);
         uint64_t ei = rd_u64(r);
+        uint64_t eoff = p->version >= 2 ? rd_u64(r) : 0;
         const uint8_t *sha = rd_take(r, 32);
         if (r->bad) BAD("index: tensor record '%s' is truncated", t->info.name);
         uint64_t nbytes;
@@ -217,28 +262,38 @@ static int index_tensors(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
         if (ckpt_tensor_bytes(t->dtype, ndim, t->shape, &nbytes) < 0) BAD("index: tensor '%s' shape overflows", t->info.name);
         if (fi >= nf || ei >= ne) BAD("index: tensor '%s' points outside the index", t->info.name);
         extent *e = &p->extents[ei];
-        if (e->kind != EXTENT_TENSOR || e->file_index != fi || e->tensor_index != -1)
+        if (e->kind != EXTENT_TYPED || e->file_index != fi || (p->version < 2 && e->n_tensors != 0))
             BAD("index: tensor '%s' does not own its extent", t->info.name);
-        if (e->length != nbytes || e->elem_size != ckpt_dtype_size(t->dtype))
+        if (e->elem_size != ckpt_dtype_size(t->dtype))
+            BAD("index: tensor '%s' is %s but its extent holds %u-byte elements", t->info.name, t->dtype, e->elem_size);
+        /* Version 1: the tensor is its extent. Version 2: any range inside it. */
+        if (p->version < 2 && e->length != nbytes)
             BAD("index: tensor '%s' is %llu bytes but %s%s needs %llu", t->info.name, (unsigned long long)e->length,
                 t->dtype, "", (unsigned long long)nbytes);
-        e->tensor_index = (long)i;
+        if (eoff > e->length || nbytes > e->length - eoff)
+            BAD("index: tensor '%s' ([%llu, +%llu) of extent %llu) lies outside its extent of %llu bytes", t->info.name,
+                (unsigned long long)eoff, (unsigned long long)nbytes, (unsigned long long)ei, (unsigned long long)e->length);
+        e->n_tensors++;
         t->extent_index = ei;
+        t->extent_offset = eoff;
         t->info.dtype = t->dtype;
         t->info.ndim = ndim;
         t->info.shape = t->shape;
         t->info.nbytes = nbytes;
         t->info.file_index = fi;
-        t->info.file_offset = e->file_offset;
+        t->info.file_offset = e->file_offset + eoff;
         memcpy(t->info.sha256, sha, 32);
         size_t dup;
         int put = strmap_put(&p->tensor_map, t->info.name, i, &dup);
         if (put < 0) return ckpt_fail(err, -ENOMEM, "out of memory");
         if (put == 1) BAD("index: duplicate tensor name '%s'", t->info.name);
     }
-    for (size_t i = 0; i < ne; i++)
-        if (p->extents[i].kind == EXTENT_TENSOR && p->extents[i].tensor_index < 0)
-            BAD("index: tensor extent %zu has no tensor", i);
+    /* A version-1 typed extent is exactly one tensor's bytes; since version 2
+     * a typed extent may be a region with no tensor of its own. */
+    if (p->version < 2)
+        for (size_t i = 0; i < ne; i++)
+            if (p->extents[i].kind == EXTENT_TYPED && p->extents[i].n_tensors == 0) BAD("index: tensor extent %zu has no tensor", i);
+    if ((rc = group_tensors_by_extent(p)) < 0) return ckpt_fail(err, rc, "out of memory for the index");
 fail:
     return rc;
 }
@@ -273,8 +328,12 @@ static int index_chunks(ckpt_pack *p, rd *r, uint64_t index_offset, ckpt_err *er
         if (c->stored_size < tag || c->stored_size > index_offset - pos ||
             !chunk_shape_valid(c->codec, c->elem_size, c->raw_size, c->stored_size - tag))
             BAD("index: chunk %zu has an invalid codec or stored size", i);
-        /* Checked for every codec: elem_size is in the chunk's associated data. */
-        if (c->elem_size != e->elem_size) BAD("index: chunk %zu element size mismatch", i);
+        /* Checked for every codec: elem_size is in the chunk's associated data.
+         * Since version 2 a chunk of opaque data may be byte-grouped by a
+         * width of its own (its codec is then BYTEGROUP, whose shape check
+         * above allows 2, 4 or 8 only). */
+        int own_width = p->version >= 2 && e->kind == EXTENT_DATA && c->codec == CODEC_BYTEGROUP;
+        if (!own_width && c->elem_size != e->elem_size) BAD("index: chunk %zu element size mismatch", i);
         pos += c->stored_size;
     }
     if (pos != index_offset) BAD("index: chunk data ends at %llu but the index starts at %llu", (unsigned long long)pos,
@@ -330,9 +389,9 @@ static int read_header(store_reader *obj, uint8_t hdr[128], ckpt_err *err)
     if (rc < 0) return ckpt_fail(err, rc, "%s: cannot read header: %s", path, strerror(-rc));
     if (memcmp(hdr + HDR_MAGIC, TPACK_MAGIC, 8) != 0) return ckpt_fail(err, -EINVAL, "%s: not a tpack file (bad magic)", path);
     uint32_t version = get_u32(hdr + HDR_VERSION);
-    if (version != CKPT_FORMAT_VERSION)
-        return ckpt_fail(err, -ENOTSUP, "%s: unsupported format version %u (this build reads version %d)", path, version,
-                         CKPT_FORMAT_VERSION);
+    if (version < 1 || version > CKPT_FORMAT_VERSION)
+        return ckpt_fail(err, -ENOTSUP, "%s: unsupported format version %u (this build reads versions 1 to %d)", path,
+                         version, CKPT_FORMAT_VERSION);
     if (!FUZZING_SKIPS_CHECKSUMS && get_u32(hdr + HDR_CRC) != (uint32_t)crc32(0, hdr, HDR_CRC))
         return ckpt_fail(err, -EIO, "%s: header checksum mismatch (corrupt header)", path);
     if (get_u32(hdr + HDR_SIZE) != TPACK_HEADER_SIZE) return ckpt_fail(err, -EIO, "%s: bad header size", path);
@@ -478,6 +537,7 @@ static int open_object(store_reader *obj, const ckpt_key *key, ckpt_pack **out, 
         memcpy(p->pack_id, p->header + HDR_PACK_ID, 16);
         p->chunk_size = get_u32(p->header + HDR_CHUNK_SIZE);
         p->kdf = get_u32(p->header + HDR_KDF);
+        p->version = get_u32(p->header + HDR_VERSION);
         if (get_u32(p->header + HDR_FLAGS) & TPACK_FLAG_ENCRYPTED) rc = unlock_keys(p, key, err);
     }
     if (rc == 0) rc = load_index(p, err);
@@ -524,6 +584,7 @@ void ckpt_close(ckpt_pack *p)
     free(p->tensors);
     free(p->extents);
     free(p->chunks);
+    free(p->ext_tensors);
     free(p->index);
     strmap_free(&p->file_map);
     strmap_free(&p->tensor_map);
@@ -562,9 +623,17 @@ void pack_chunk_where(const ckpt_pack *p, size_t id, char *buf, size_t len)
     const extent *e = &p->extents[c->extent_index];
     uint64_t off = e->file_offset + (id - e->first_chunk) * (uint64_t)p->chunk_size;
     const char *path = p->files[e->file_index].info.path;
-    if (e->tensor_index >= 0)
+    /* Name the first tensor whose bytes the chunk holds, if any. */
+    const tensor_rec *hit = NULL;
+    uint64_t a = off - e->file_offset, b = a + c->raw_size;
+    for (size_t i = 0; i < e->n_tensors && !hit; i++) {
+        const tensor_rec *t = &p->tensors[p->ext_tensors[e->first_tensor + i]];
+        if (t->extent_offset >= b) break;
+        if (t->extent_offset + t->info.nbytes > a) hit = t;
+    }
+    if (hit)
         snprintf(buf, len, "chunk %zu (file '%s' at offset %llu, tensor '%s')", id, path, (unsigned long long)off,
-                 p->tensors[e->tensor_index].info.name);
+                 hit->info.name);
     else
         snprintf(buf, len, "chunk %zu (file '%s' at offset %llu)", id, path, (unsigned long long)off);
 }

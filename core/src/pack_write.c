@@ -33,13 +33,22 @@ typedef struct tensor_hash {
     uint8_t digest[32];
 } tensor_hash;
 
+/* The part [a, b) of a chunk that belongs to one tensor; last: the tensor
+ * ends in this chunk, so its digest can be finished. */
+typedef struct wspan {
+    tensor_hash *th;
+    uint32_t a, b;
+    int last;
+} wspan;
+
 typedef struct wslot {
     uint8_t *in, *out;
     size_t in_len, out_len;
     uint64_t id, extent_id, in_extent;
-    tensor_hash *th;          /* tensor this chunk belongs to, or NULL */
-    int last_of_tensor;
-    uint8_t codec, elem;
+    wspan *spans;             /* tensors whose bytes the chunk holds */
+    size_t n_spans, cap_spans;
+    uint8_t codec, elem;      /* elem: the chunk record's (the encoder may group opaque data) */
+    int opaque;               /* of an opaque extent: the encoder picks the grouping */
     uint32_t crc;
     int state;
 } wslot;
@@ -52,6 +61,8 @@ typedef struct wfile {
     uint64_t size;
     uint8_t sha256[32];
     uint64_t first_extent, n_extents;
+    uint8_t container;
+    char *note;               /* NULL: none */
 } wfile;
 
 typedef struct wextent {
@@ -66,7 +77,7 @@ typedef struct wtensor {
     uint64_t *shape;
     uint64_t nbytes;
     uint32_t file_index;
-    uint64_t extent_index;
+    uint64_t extent_index, extent_offset;
     tensor_hash *hash;
 } wtensor;
 
@@ -95,10 +106,15 @@ struct ckpt_writer {
     wchunk *chunks; size_t n_chunks, cap_chunks;      /* output thread only until finish */
     strmap file_map, dir_map, tensor_map;
 
-    /* Producer state. */
-    int in_file, in_tensor, extent_open;
+    /* Producer state. A typed extent is open (in_region) after begin_region
+     * or begin_tensor (in_tensor, the tensor being cur_tensor). live holds
+     * the tensors of the open typed extent whose bytes have not all been
+     * handed to the pipeline yet. */
+    int in_file, in_region, in_tensor, extent_open;
+    size_t cur_tensor;
+    size_t *live; size_t n_live, cap_live;
     ckpt_sha256 file_hash;
-    uint64_t file_bytes, tensor_received, fed;
+    uint64_t file_bytes, region_bytes, fed;
     wslot *filling;
 
     /* Pipeline. */
@@ -157,7 +173,7 @@ static void *encode_worker(void *arg)
         int rc = -ENOMEM;
         uint8_t *dst = payload ? payload : s->out;
         size_t plen = 0;
-        if (dst) rc = chunk_encode(&enc, s->in, s->in_len, s->elem, w->level, dst, &plen, &s->codec);
+        if (dst) rc = chunk_encode(&enc, s->in, s->in_len, s->opaque ? 0 : s->elem, w->level, dst, &plen, &s->codec, &s->elem);
         if (rc == 0 && payload) {
             uint8_t ad[CHUNK_AD_BYTES];
             chunk_ad(ad, w->pack_id, s->id, s->extent_id, s->in_extent, (uint32_t)s->in_len, s->codec, s->elem);
@@ -194,9 +210,10 @@ static void *output_worker(void *arg)
         int failed = w->failed;
         pthread_mutex_unlock(&w->mu);
         if (!failed) {
-            if (s->th) {
-                ckpt_sha256_update(&s->th->st, s->in, s->in_len);
-                if (s->last_of_tensor) ckpt_sha256_final(&s->th->st, s->th->digest);
+            for (size_t i = 0; i < s->n_spans; i++) {
+                const wspan *sp = &s->spans[i];
+                ckpt_sha256_update(&sp->th->st, s->in + sp->a, sp->b - sp->a);
+                if (sp->last) ckpt_sha256_final(&sp->th->st, sp->th->digest);
             }
             ckpt_err e;
             int rc = w->out->ops->write(w->out, s->out, s->out_len, &e);
@@ -236,9 +253,31 @@ static int acquire_slot(ckpt_writer *w, ckpt_err *err)
     s->extent_id = w->n_extents - 1;
     s->in_extent = seq - e->first_chunk;
     s->elem = e->elem;
-    s->th = w->in_tensor ? w->tensors[w->n_tensors - 1].hash : NULL;
-    s->last_of_tensor = 0;
+    s->opaque = e->kind == EXTENT_DATA;
+    s->n_spans = 0;
     w->filling = s;
+    return 0;
+}
+
+/* Hands the chunk's part of each live tensor to the output thread, which
+ * hashes tensors in chunk order; tensors that end in this chunk stop being
+ * live. Spans are fixed here because the producer may add views to the
+ * extent while earlier chunks are still being written. */
+static int slot_spans(ckpt_writer *w, wslot *s)
+{
+    uint64_t a = s->in_extent * w->chunk_size, b = a + s->in_len;
+    size_t keep = 0;
+    for (size_t i = 0; i < w->n_live; i++) {
+        const wtensor *t = &w->tensors[w->live[i]];
+        uint64_t ts = t->extent_offset, te = ts + t->nbytes;
+        if (ts < b && te > a) {
+            if (grow_array((void **)&s->spans, &s->cap_spans, s->n_spans, sizeof *s->spans) < 0) return -ENOMEM;
+            uint64_t lo = ts > a ? ts : a, hi = te < b ? te : b;
+            s->spans[s->n_spans++] = (wspan){t->hash, (uint32_t)(lo - a), (uint32_t)(hi - a), te <= b};
+        }
+        if (te > b) w->live[keep++] = w->live[i];
+    }
+    w->n_live = keep;
     return 0;
 }
 
@@ -246,7 +285,11 @@ static void submit_slot(ckpt_writer *w)
 {
     wslot *s = w->filling;
     w->filling = NULL;
-    s->last_of_tensor = w->in_tensor && w->tensor_received == w->tensors[w->n_tensors - 1].nbytes;
+    if (slot_spans(w, s) < 0) {
+        ckpt_err e;
+        ckpt_fail(&e, -ENOMEM, "%s: out of memory", w->final_path);
+        set_failed(w, &e);
+    }
     w->extents[w->n_extents - 1].length += s->in_len;
     pthread_mutex_lock(&w->mu);
     s->state = SLOT_QUEUED;
@@ -290,8 +333,9 @@ static int feed(ckpt_writer *w, const uint8_t *data, size_t len, ckpt_err *err)
         data += n;
         len -= n;
         w->fed += n;
-        if (w->in_tensor) w->tensor_received += n;
-        if (s->in_len == w->chunk_size || (w->in_tensor && w->tensor_received == w->tensors[w->n_tensors - 1].nbytes))
+        if (w->in_region) w->region_bytes += n;
+        /* A tensor's last chunk goes out as soon as it is complete. */
+        if (s->in_len == w->chunk_size || (w->in_tensor && w->region_bytes == w->tensors[w->cur_tensor].nbytes))
             submit_slot(w);
     }
     return writer_failed(w, err);
@@ -331,7 +375,7 @@ int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode, int6
         free(copy);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
-    w->files[w->n_files++] = (wfile){copy, mode & 07777, mtime_sec, mtime_nsec, 0, {0}, w->n_extents, 0};
+    w->files[w->n_files++] = (wfile){copy, mode & 07777, mtime_sec, mtime_nsec, 0, {0}, w->n_extents, 0, CONTAINER_NONE, NULL};
     ckpt_sha256_init(&w->file_hash);
     w->file_bytes = 0;
     w->in_file = 1;
@@ -340,7 +384,8 @@ int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode, int6
 
 int ckpt_writer_write(ckpt_writer *w, const void *data, size_t len, ckpt_err *err)
 {
-    if (!w->in_file || w->in_tensor) return ckpt_fail(err, -EINVAL, "%s: write outside a file or inside a tensor", w->final_path);
+    if (!w->in_file || w->in_region)
+        return ckpt_fail(err, -EINVAL, "%s: write outside a file or inside a tensor or region", w->final_path);
     if (!w->extent_open) {
         int rc = open_extent(w, EXTENT_DATA, 1, err);
         if (rc < 0) return rc;
@@ -348,19 +393,21 @@ int ckpt_writer_write(ckpt_writer *w, const void *data, size_t len, ckpt_err *er
     return feed(w, data, len, err);
 }
 
-int ckpt_writer_begin_tensor(ckpt_writer *w, const char *name, const char *dtype, uint32_t ndim, const uint64_t *shape,
-                             ckpt_err *err)
+/* Registers a tensor of the current file over [extent_offset, +nbytes) of
+ * the open typed extent and makes it live; *idx is its index. */
+static int new_tensor(ckpt_writer *w, const char *what, const char *name, const char *dtype, uint32_t ndim,
+                      const uint64_t *shape, uint64_t extent_offset, size_t *idx, ckpt_err *err)
 {
-    if (!w->in_file || w->in_tensor) return ckpt_fail(err, -EINVAL, "%s: tensor '%s' outside a file", w->final_path, name);
-    if (!name || !*name || strlen(name) > UINT16_MAX) return ckpt_fail(err, -EINVAL, "%s: invalid tensor name", w->final_path);
-    unsigned es = ckpt_dtype_size(dtype);
-    if (!es) return ckpt_fail(err, -EINVAL, "%s: tensor '%s': unknown dtype '%s'", w->final_path, name, dtype ? dtype : "");
-    if (ndim > 64) return ckpt_fail(err, -EINVAL, "%s: tensor '%s': too many dimensions (%u)", w->final_path, name, ndim);
+    if (!name || !*name || strlen(name) > UINT16_MAX) return ckpt_fail(err, -EINVAL, "%s: invalid %s name", w->final_path, what);
+    if (!ckpt_dtype_size(dtype))
+        return ckpt_fail(err, -EINVAL, "%s: %s '%s': unknown dtype '%s'", w->final_path, what, name, dtype ? dtype : "");
+    if (ndim > 64) return ckpt_fail(err, -EINVAL, "%s: %s '%s': too many dimensions (%u)", w->final_path, what, name, ndim);
     uint64_t nbytes;
     if (ckpt_tensor_bytes(dtype, ndim, shape, &nbytes) < 0)
-        return ckpt_fail(err, -EINVAL, "%s: tensor '%s': shape overflows", w->final_path, name);
+        return ckpt_fail(err, -EINVAL, "%s: %s '%s': shape overflows", w->final_path, what, name);
     if (strmap_get(&w->tensor_map, name) >= 0) return ckpt_fail(err, -EEXIST, "%s: duplicate tensor name '%s'", w->final_path, name);
-    if (grow_array((void **)&w->tensors, &w->cap_tensors, w->n_tensors, sizeof *w->tensors) < 0)
+    if (grow_array((void **)&w->tensors, &w->cap_tensors, w->n_tensors, sizeof *w->tensors) < 0 ||
+        grow_array((void **)&w->live, &w->cap_live, w->n_live, sizeof *w->live) < 0)
         return ckpt_fail(err, -ENOMEM, "out of memory");
     wtensor *t = &w->tensors[w->n_tensors];
     memset(t, 0, sizeof *t);
@@ -376,43 +423,155 @@ int ckpt_writer_begin_tensor(ckpt_writer *w, const char *name, const char *dtype
     if (ndim) memcpy(t->shape, shape, ndim * sizeof *shape);
     t->nbytes = nbytes;
     t->file_index = (uint32_t)(w->n_files - 1);
-    ckpt_sha256_init(&t->hash->st);
-    w->n_tensors++;
-    if (w->extent_open) close_extent(w);
-    int rc = open_extent(w, EXTENT_TENSOR, (uint8_t)es, err);
-    if (rc < 0) return rc;
     t->extent_index = w->n_extents - 1;
-    w->in_tensor = 1;
-    w->tensor_received = 0;
+    t->extent_offset = extent_offset;
+    ckpt_sha256_init(&t->hash->st);
     if (nbytes == 0) ckpt_sha256_final(&t->hash->st, t->hash->digest);
+    else w->live[w->n_live++] = w->n_tensors;
+    *idx = w->n_tensors++;
     return 0;
+}
+
+/* Opens a typed extent of dtype's element size, closing opaque data. */
+static int open_region(ckpt_writer *w, const char *what, const char *name, const char *dtype, ckpt_err *err)
+{
+    if (!w->in_file || w->in_region)
+        return ckpt_fail(err, -EINVAL, "%s: %s '%s' outside a file or inside another tensor or region", w->final_path, what,
+                         name);
+    unsigned es = ckpt_dtype_size(dtype);
+    if (!es) return ckpt_fail(err, -EINVAL, "%s: %s '%s': unknown dtype '%s'", w->final_path, what, name, dtype ? dtype : "");
+    if (w->extent_open) close_extent(w);
+    int rc = open_extent(w, EXTENT_TYPED, (uint8_t)es, err);
+    if (rc < 0) return rc;
+    w->in_region = 1;
+    w->region_bytes = 0;
+    w->n_live = 0;
+    return 0;
+}
+
+/* Closes the open typed extent. Every tensor in it must end inside it. */
+static int close_region(ckpt_writer *w, ckpt_err *err)
+{
+    close_extent(w);
+    w->in_region = 0;
+    w->in_tensor = 0;
+    if (w->n_live) {
+        const wtensor *t = &w->tensors[w->live[0]];
+        uint64_t start = w->file_bytes - w->region_bytes;
+        ckpt_err e;
+        ckpt_fail(&e, -EINVAL,
+                  "%s: view '%s' (file bytes %llu to %llu) runs past the end of its region at %llu: a view must lie "
+                  "inside one region; it spans two extents",
+                  w->final_path, t->name, (unsigned long long)(start + t->extent_offset),
+                  (unsigned long long)(start + t->extent_offset + t->nbytes), (unsigned long long)w->file_bytes);
+        w->n_live = 0;
+        /* Its digest can never be finished: the pack cannot be completed. */
+        set_failed(w, &e);
+        if (err) *err = e;
+        return e.code;
+    }
+    return writer_failed(w, err);
+}
+
+int ckpt_writer_begin_tensor(ckpt_writer *w, const char *name, const char *dtype, uint32_t ndim, const uint64_t *shape,
+                             ckpt_err *err)
+{
+    uint64_t nbytes;
+    if (!name || !*name || strlen(name) > UINT16_MAX) return ckpt_fail(err, -EINVAL, "%s: invalid tensor name", w->final_path);
+    if (dtype && ckpt_dtype_size(dtype) && ndim <= 64 && ckpt_tensor_bytes(dtype, ndim, shape, &nbytes) < 0)
+        return ckpt_fail(err, -EINVAL, "%s: tensor '%s': shape overflows", w->final_path, name);
+    if (strmap_get(&w->tensor_map, name) >= 0) return ckpt_fail(err, -EEXIST, "%s: duplicate tensor name '%s'", w->final_path, name);
+    if (ndim > 64) return ckpt_fail(err, -EINVAL, "%s: tensor '%s': too many dimensions (%u)", w->final_path, name, ndim);
+    int rc = open_region(w, "tensor", name, dtype, err);
+    if (rc == 0) rc = new_tensor(w, "tensor", name, dtype, ndim, shape, 0, &w->cur_tensor, err);
+    if (rc < 0) {
+        if (w->in_region) { w->in_region = 0; w->extent_open = 0; } /* an empty extent is harmless */
+        return rc;
+    }
+    w->in_tensor = 1;
+    return 0;
+}
+
+int ckpt_writer_begin_region(ckpt_writer *w, const char *dtype, ckpt_err *err)
+{
+    return open_region(w, "region of", dtype ? dtype : "", dtype, err);
+}
+
+int ckpt_writer_add_view(ckpt_writer *w, const char *name, const char *dtype, uint32_t ndim, const uint64_t *shape,
+                         uint64_t file_offset, ckpt_err *err)
+{
+    const char *n = name ? name : "";
+    if (!w->in_file || !w->in_region)
+        return ckpt_fail(err, -EINVAL, "%s: view '%s': no region is open (a view lies inside a region or tensor of the "
+                         "current file)", w->final_path, n);
+    const wextent *e = &w->extents[w->n_extents - 1];
+    unsigned es = ckpt_dtype_size(dtype);
+    if (es && es != e->elem)
+        return ckpt_fail(err, -EINVAL, "%s: view '%s': %s has %u-byte elements but its region holds %u-byte ones",
+                         w->final_path, n, dtype, es, e->elem);
+    uint64_t start = w->file_bytes - w->region_bytes;
+    if (file_offset < start)
+        return ckpt_fail(err, -EINVAL, "%s: view '%s' starts at file offset %llu, before its region (at %llu): a view "
+                         "must lie inside one region", w->final_path, n, (unsigned long long)file_offset,
+                         (unsigned long long)start);
+    if (file_offset < w->file_bytes)
+        return ckpt_fail(err, -EINVAL, "%s: view '%s' starts at file offset %llu, but the file's bytes up to %llu were "
+                         "already written: add a view before its bytes", w->final_path, n,
+                         (unsigned long long)file_offset, (unsigned long long)w->file_bytes);
+    size_t idx;
+    return new_tensor(w, "view", name, dtype, ndim, shape, file_offset - start, &idx, err);
 }
 
 int ckpt_writer_tensor_data(ckpt_writer *w, const void *data, size_t len, ckpt_err *err)
 {
-    if (!w->in_tensor) return ckpt_fail(err, -EINVAL, "%s: tensor data outside a tensor", w->final_path);
-    wtensor *t = &w->tensors[w->n_tensors - 1];
-    if (len > t->nbytes - w->tensor_received)
-        return ckpt_fail(err, -EINVAL, "%s: tensor '%s': more data than its %llu bytes", w->final_path, t->name,
-                         (unsigned long long)t->nbytes);
+    if (!w->in_region) return ckpt_fail(err, -EINVAL, "%s: tensor data outside a tensor or region", w->final_path);
+    if (w->in_tensor) {
+        const wtensor *t = &w->tensors[w->cur_tensor];
+        if (len > t->nbytes - w->region_bytes)
+            return ckpt_fail(err, -EINVAL, "%s: tensor '%s': more data than its %llu bytes", w->final_path, t->name,
+                             (unsigned long long)t->nbytes);
+    }
     return feed(w, data, len, err);
 }
 
 int ckpt_writer_end_tensor(ckpt_writer *w, ckpt_err *err)
 {
     if (!w->in_tensor) return ckpt_fail(err, -EINVAL, "%s: end_tensor outside a tensor", w->final_path);
-    wtensor *t = &w->tensors[w->n_tensors - 1];
-    if (w->tensor_received != t->nbytes)
+    const wtensor *t = &w->tensors[w->cur_tensor];
+    if (w->region_bytes != t->nbytes)
         return ckpt_fail(err, -EINVAL, "%s: tensor '%s' got %llu of its %llu bytes", w->final_path, t->name,
-                         (unsigned long long)w->tensor_received, (unsigned long long)t->nbytes);
-    close_extent(w);
-    w->in_tensor = 0;
-    return writer_failed(w, err);
+                         (unsigned long long)w->region_bytes, (unsigned long long)t->nbytes);
+    return close_region(w, err);
+}
+
+int ckpt_writer_end_region(ckpt_writer *w, ckpt_err *err)
+{
+    if (!w->in_region || w->in_tensor) return ckpt_fail(err, -EINVAL, "%s: end_region outside a region", w->final_path);
+    return close_region(w, err);
+}
+
+int ckpt_writer_set_container(ckpt_writer *w, const char *container, const char *note, ckpt_err *err)
+{
+    if (!w->in_file) return ckpt_fail(err, -EINVAL, "%s: set_container outside a file", w->final_path);
+    int code = ckpt_container_code(container ? container : "");
+    if (code < 0) return ckpt_fail(err, -EINVAL, "%s: unknown container '%s'", w->final_path, container);
+    size_t len = note ? strlen(note) : 0;
+    if (len > TPACK_NOTE_MAX)
+        return ckpt_fail(err, -EINVAL, "%s: note of %zu bytes is longer than %u", w->final_path, len, TPACK_NOTE_MAX);
+    if (!ckpt_utf8_valid((const uint8_t *)note, len)) return ckpt_fail(err, -EINVAL, "%s: note is not UTF-8", w->final_path);
+    wfile *f = &w->files[w->n_files - 1];
+    char *copy = len ? strdup(note) : NULL;
+    if (len && !copy) return ckpt_fail(err, -ENOMEM, "out of memory");
+    free(f->note);
+    f->note = copy;
+    f->container = (uint8_t)code;
+    return 0;
 }
 
 int ckpt_writer_end_file(ckpt_writer *w, ckpt_err *err)
 {
-    if (!w->in_file || w->in_tensor) return ckpt_fail(err, -EINVAL, "%s: end_file without a file", w->final_path);
+    if (!w->in_file || w->in_region)
+        return ckpt_fail(err, -EINVAL, "%s: end_file without a file or inside a tensor or region", w->final_path);
     if (w->extent_open) close_extent(w);
     wfile *f = &w->files[w->n_files - 1];
     f->size = w->file_bytes;
@@ -492,7 +651,10 @@ static void writer_free(ckpt_writer *w)
     stop_threads(w);
     if (w->out) w->out->ops->abort(w->out);
     ckpt_store_free(w->own_store);
-    for (size_t i = 0; i < w->n_files; i++) free(w->files[i].path);
+    for (size_t i = 0; i < w->n_files; i++) {
+        free(w->files[i].path);
+        free(w->files[i].note);
+    }
     for (size_t i = 0; i < w->n_tensors; i++) {
         free(w->tensors[i].name);
         free(w->tensors[i].shape);
@@ -506,6 +668,7 @@ static void writer_free(ckpt_writer *w)
         for (size_t i = 0; i < w->n_slots; i++) {
             free(w->slots[i].in);
             free(w->slots[i].out);
+            free(w->slots[i].spans);
         }
     free(w->slots);
     free(w->workers);
@@ -513,6 +676,7 @@ static void writer_free(ckpt_writer *w)
     free(w->extents);
     free(w->tensors);
     free(w->chunks);
+    free(w->live);
     pack_keys_free(&w->keys);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->to_encode);
@@ -623,6 +787,11 @@ void writer_output_id(const ckpt_writer *w, dev_t *dev, ino_t *ino)
     *ino = w->ino;
 }
 
+void writer_warn(const ckpt_writer *w, const char *src, const char *reason)
+{
+    if (w->opts.warn) w->opts.warn(w->opts.warn_ud, src, reason);
+}
+
 void ckpt_writer_abort(ckpt_writer *w)
 {
     if (!w) return;
@@ -649,6 +818,10 @@ static void build_index(ckpt_writer *w, bytebuf *b)
         bb_put(b, f->sha256, 32);
         bb_u64(b, f->first_extent);
         bb_u32(b, (uint32_t)f->n_extents);
+        size_t nl = f->note ? strlen(f->note) : 0;
+        bb_u8(b, f->container);
+        bb_u16(b, (uint16_t)nl);
+        bb_put(b, f->note, nl);
     }
     for (size_t i = 0; i < w->n_extents; i++) {
         const wextent *e = &w->extents[i];
@@ -670,6 +843,7 @@ static void build_index(ckpt_writer *w, bytebuf *b)
         for (uint32_t j = 0; j < t->ndim; j++) bb_u64(b, t->shape[j]);
         bb_u32(b, t->file_index);
         bb_u64(b, t->extent_index);
+        bb_u64(b, t->extent_offset);
         bb_put(b, t->hash->digest, 32);
     }
     for (size_t i = 0; i < w->n_chunks; i++) {
@@ -687,6 +861,8 @@ static void build_index(ckpt_writer *w, bytebuf *b)
 int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
 {
     int rc = 0;
+    /* A writer that failed says why, not what the failure left undone. */
+    if ((rc = writer_failed(w, err)) < 0) goto fail;
     if (w->in_file) {
         rc = ckpt_fail(err, -EINVAL, "%s: finish with a file still open", w->final_path);
         goto fail;

@@ -183,11 +183,23 @@ static int verify_cb(void *ud, size_t id, const uint8_t *data, const ckpt_err *c
     if (!data) {
         v->faults++;
         v->file_bad[e->file_index] = 1;
-        if (e->tensor_index >= 0) v->tensor_bad[e->tensor_index] = 1;
         if (v->fault) v->fault(v->fault_ud, "chunk", v->p->files[e->file_index].info.path, chunk_file_offset(v->p, id), cerr->msg);
     } else {
         ckpt_sha256_update(&v->fh[e->file_index], data, c->raw_size);
-        if (e->tensor_index >= 0) ckpt_sha256_update(&v->th[e->tensor_index], data, c->raw_size);
+    }
+    /* Every tensor that overlaps the chunk takes its part of it; chunks
+     * arrive in order, so each tensor's bytes are hashed in order. Tensors
+     * are sorted by start, so the scan stops at the first one past it. */
+    uint64_t a = (id - e->first_chunk) * (uint64_t)v->p->chunk_size, b = a + c->raw_size;
+    for (size_t i = 0; i < e->n_tensors; i++) {
+        size_t ti = v->p->ext_tensors[e->first_tensor + i];
+        const tensor_rec *t = &v->p->tensors[ti];
+        uint64_t ts = t->extent_offset, te = ts + t->info.nbytes;
+        if (ts >= b) break;
+        if (te <= a) continue;
+        uint64_t lo = ts > a ? ts : a, hi = te < b ? te : b;
+        if (!data) v->tensor_bad[ti] = 1;
+        else ckpt_sha256_update(&v->th[ti], data + (lo - a), (size_t)(hi - lo));
     }
     v->done += c->raw_size;
     if (v->progress) v->progress(v->progress_ud, v->done, v->p->logical_bytes);

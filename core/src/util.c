@@ -153,19 +153,61 @@ void strmap_free(strmap *m)
     memset(m, 0, sizeof *m);
 }
 
-static const struct { const char *name; unsigned size; } dtypes[] = {
-    {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1},
-    {"I16", 2}, {"U16", 2}, {"F16", 2}, {"BF16", 2},
-    {"I32", 4}, {"U32", 4}, {"F32", 4},
-    {"F64", 8}, {"I64", 8}, {"U64", 8},
+/* numpy has no bfloat16 or float8: those map to unsigned ints of their
+ * width (the raw bits), marked inexact. */
+static const struct {
+    const char *name;
+    unsigned size;
+    const char *numpy, *torch;
+    int numpy_exact;
+} dtypes[] = {
+    {"BOOL", 1, "|b1", "torch.bool", 1},
+    {"U8", 1, "|u1", "torch.uint8", 1},
+    {"I8", 1, "|i1", "torch.int8", 1},
+    {"F8_E5M2", 1, "|u1", "torch.float8_e5m2", 0},
+    {"F8_E4M3", 1, "|u1", "torch.float8_e4m3fn", 0},
+    {"I16", 2, "<i2", "torch.int16", 1},
+    {"U16", 2, "<u2", "torch.uint16", 1},
+    {"F16", 2, "<f2", "torch.float16", 1},
+    {"BF16", 2, "<u2", "torch.bfloat16", 0},
+    {"I32", 4, "<i4", "torch.int32", 1},
+    {"U32", 4, "<u4", "torch.uint32", 1},
+    {"F32", 4, "<f4", "torch.float32", 1},
+    {"F64", 8, "<f8", "torch.float64", 1},
+    {"I64", 8, "<i8", "torch.int64", 1},
+    {"U64", 8, "<u8", "torch.uint64", 1},
 };
+
+static int dtype_find(const char *dtype)
+{
+    if (!dtype) return -1;
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (strcmp(dtypes[i].name, dtype) == 0) return (int)i;
+    return -1;
+}
 
 unsigned ckpt_dtype_size(const char *dtype)
 {
-    if (!dtype) return 0;
-    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
-        if (strcmp(dtypes[i].name, dtype) == 0) return dtypes[i].size;
-    return 0;
+    int i = dtype_find(dtype);
+    return i < 0 ? 0 : dtypes[i].size;
+}
+
+const char *ckpt_dtype_numpy(const char *dtype)
+{
+    int i = dtype_find(dtype);
+    return i < 0 ? NULL : dtypes[i].numpy;
+}
+
+int ckpt_dtype_numpy_exact(const char *dtype)
+{
+    int i = dtype_find(dtype);
+    return i >= 0 && dtypes[i].numpy_exact;
+}
+
+const char *ckpt_dtype_torch(const char *dtype)
+{
+    int i = dtype_find(dtype);
+    return i < 0 ? NULL : dtypes[i].torch;
 }
 
 int ckpt_dtype_valid(const char *dtype) { return ckpt_dtype_size(dtype) != 0; }
@@ -208,4 +250,40 @@ void ckpt_hex32(const uint8_t digest[32], char out[65])
         out[2 * i + 1] = hx[digest[i] & 15];
     }
     out[64] = 0;
+}
+
+/* Indexed by the file record's container byte (format.h). */
+static const char *const containers[] = {"", "safetensors", "npy", "torch", "dcp", "tensorizer", "gguf"};
+
+const char *ckpt_container_name(unsigned code)
+{
+    return code < sizeof containers / sizeof containers[0] ? containers[code] : NULL;
+}
+
+int ckpt_container_code(const char *name)
+{
+    if (!name) return 0;
+    for (size_t i = 0; i < sizeof containers / sizeof containers[0]; i++)
+        if (strcmp(containers[i], name) == 0) return (int)i;
+    return -1;
+}
+
+/* Strict UTF-8 (RFC 3629): no overlong forms, surrogates or code points
+ * above U+10FFFF, so anything accepted is also accepted by JSON encoders. */
+int ckpt_utf8_valid(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) { i++; continue; }
+        size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+        if (!len || c > 0xF4 || c < 0xC2 || n - i < len) return 0;
+        for (size_t j = 1; j < len; j++)
+            if ((s[i + j] & 0xC0) != 0x80) return 0;
+        uint8_t d = s[i + 1];
+        if ((c == 0xE0 && d < 0xA0) || (c == 0xED && d >= 0xA0) || (c == 0xF0 && d < 0x90) || (c == 0xF4 && d >= 0x90))
+            return 0;
+        i += len;
+    }
+    return 1;
 }

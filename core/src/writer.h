@@ -7,5 +7,14 @@
 
 /* The pack being written, so a tree walk can skip its own output. */
 void writer_output_id(const ckpt_writer *w, dev_t *dev, ino_t *ino);
+struct ingest_layout;
+/* Adds one file of size bytes read through read(ud, ...) as a container
+ * whose parser returned lay (NULL: opaque) or, when fault is non-empty,
+ * rejected the file: what ckpt_writer_add_reader does after describing the
+ * file, for tests that hand it layouts no parser makes yet. */
+int ingest_add_layout(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud, uint64_t size,
+                      const char *container, const char *fault, struct ingest_layout *lay, ckpt_err *err);
+/* Passes a warning to the caller's opts.warn, if any. */
+void writer_warn(const ckpt_writer *w, const char *src, const char *reason);
 
 #endif

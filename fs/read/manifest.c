@@ -75,7 +75,10 @@ static int add_files(json_t *list, const ckpt_pack *p, const pack_tree *t)
         if (!entry || json_array_append_new(list, entry))
             return -1;
         if (put(entry, "path", lossy_string(f->path)) || put(entry, "size", u64_value(f->size)) ||
-            put(entry, "sha256", hex_digest(f->sha256)))
+            put(entry, "sha256", hex_digest(f->sha256)) || put(entry, "container", json_string(f->container)))
+            return -1;
+        /* Why a file that claimed a container was stored as plain bytes. */
+        if (f->note[0] && put(entry, "warning", lossy_string(f->note)))
             return -1;
         char *shown = t->file_node[i] == TREE_NONE ? NULL : pack_tree_path(t, t->file_node[i]);
         int moved = !shown || strcmp(shown, f->path) != 0;
@@ -104,9 +107,17 @@ static int add_tensors(json_t *list, const ckpt_pack *p, const pack_tree *t)
             if (!dim || json_array_append_new(shape, dim))
                 return -1;
         }
-        const char *file = ti->file_index < ckpt_file_count(p)
-                               ? ckpt_file_at(p, ti->file_index)->path
-                               : "";
+        const ckpt_file_info *fi = ti->file_index < ckpt_file_count(p) ? ckpt_file_at(p, ti->file_index) : NULL;
+        const char *file = fi ? fi->path : "";
+        /* So that loaders need no dtype table of their own: numpy has no
+         * bfloat16 or float8, for which numpy_dtype gives the raw bits and
+         * numpy_raw_bits says so (view them as torch_dtype). */
+        const char *np = ckpt_dtype_numpy(ti->dtype), *torch = ckpt_dtype_torch(ti->dtype);
+        if (put(entry, "container", json_string(fi ? fi->container : "")) ||
+            put(entry, "numpy_dtype", np ? json_string(np) : json_null()) ||
+            (!ckpt_dtype_numpy_exact(ti->dtype) && put(entry, "numpy_raw_bits", json_true())) ||
+            put(entry, "torch_dtype", torch ? json_string(torch) : json_null()))
+            return -1;
         if (put(entry, "nbytes", u64_value(ti->nbytes)) ||
             put(entry, "path", path_or_null(t, t->tensor_node[i])) ||
             put(entry, "file", lossy_string(file)) ||

@@ -11,6 +11,7 @@
 
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
+#include "common/fslog.h"
 
 #define PACK_SUFFIX ".tpack"
 #define TMP_SUFFIX ".tpack.tmp"
@@ -40,6 +41,13 @@ static void on_progress(void *ud, uint64_t done, uint64_t total)
 {
     const packer_job *job = ud;
     job->progress(job->progress_ud, done, total);
+}
+
+/* A file whose container parser rejected it is stored opaque; the pack's
+ * manifest carries the warning too, the log says it when it happens. */
+static void on_warn(void *ud, const char *src, const char *reason)
+{
+    fslog_warn("%s: stored opaque: %s", src, reason);
 }
 
 int packer_run(const packer_job *job, ckpt_err *err)
@@ -75,6 +83,7 @@ int packer_run(const packer_job *job, ckpt_err *err)
         o.progress = on_progress;
         o.progress_ud = (void *)job;
     }
+    o.warn = on_warn;
     ckpt_writer *w = NULL;
     int rc = ckpt_writer_open(final_path, tmp_path, &o, &w, err);
     for (size_t i = 0; rc == 0 && i < job->n_files; i++) {

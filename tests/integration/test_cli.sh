@@ -388,9 +388,26 @@ open("w.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + bytes(16))'
 }
 npy_garbage() { printf '\223NUMPY\001\000\020\000{garbage       \n' >bad.npy; }
 a_symlink() { ln -s fine.txt link.txt; }
-bad_source bad-safetensors header_not_json "bad.safetensors" "header"
-bad_source bad-safetensors-offsets offsets_past_end "w.safetensors" "data_offsets"
-bad_source bad-npy npy_garbage "bad.npy" "npy header"
+# opaque_source NAME MAKER FILE TEXT...: a file whose container parser
+# rejects it (made by MAKER, as above) no longer fails the pack: it is stored
+# opaque and byte-identical, `ckpt pack` warns "warning: PATH: stored opaque:
+# REASON" naming the file and the fault, and ls --json keeps the warning.
+opaque_source() {
+    local name=$1 maker=$2 file=$3 d=$TMP/$1.src
+    shift 3
+    mkdir -p "$d"
+    echo fine >"$d/fine.txt"
+    (cd "$d" && "$maker")
+    expect_ok "$name: pack stores the file opaque" "$CKPT" pack "$d" -o "$TMP/$name.tpack"
+    last_stderr_has "$name: warns, naming the file and the fault" "warning: $d/$file: stored opaque:" "$@"
+    expect_ok "$name: unpacks" "$CKPT" unpack "$TMP/$name.tpack" -o "$TMP/$name.out"
+    expect_same_tree "$name: byte-identical" "$d" "$TMP/$name.out"
+    expect_ok "$name: ls --json" "$CKPT" ls --json "$TMP/$name.tpack"
+    last_stdout_has "$name: ls --json keeps the warning" "\"warning\": \"$file: stored opaque:" "$@"
+}
+opaque_source bad-safetensors header_not_json "bad.safetensors" "header"
+opaque_source bad-safetensors-offsets offsets_past_end "w.safetensors" "data_offsets"
+opaque_source bad-npy npy_garbage "bad.npy" "npy header"
 bad_source link-in-tree a_symlink "link.txt" "symbolic link"
 
 # ------------------------------------------------------------ interruption

@@ -36,6 +36,11 @@ PACKS+=(dflt)
 cp "$BACK/comp.tpack" "$BACK/.hidden.tpack"
 echo "not a pack" >"$BACK/notes.txt"
 mkdir "$BACK/dir.tpack"
+# A version-2 pack whose tensors are views inside regions (tied, at an
+# offset; made by test_views.c, see there) and a version-1 pack: checked
+# below, not in PACKS (their sources are not $SRC).
+cp "$ROOT/fuzz/corpus/pack/v2-views.tpack" "$BACK/views.tpack"
+cp "$ROOT/tests/unit/fixtures/v1-plain.tpack" "$BACK/v1.tpack"
 
 if ! mount_ckptfs "$BACK" "$MNT" "$TMP/ckptfs.log" -o key_file="$TMP/key"; then
     fail "ckptfs mounts" "$(cat "$TMP/ckptfs.log")"
@@ -46,10 +51,41 @@ pass "ckptfs mounts"
 # ------------------------------------------------------------------ layout
 
 listing=$(ls "$MNT" | tr '\n' ' ')
-if [ "$listing" = "both comp dflt enc plain " ]; then pass "root lists one directory per pack"
+if [ "$listing" = "both comp dflt enc plain v1 views " ]; then pass "root lists one directory per pack"
 else fail "root lists one directory per pack" "got: $listing"; fi
 expect_absent "hidden packs, other files and directories do not show" "$MNT/.hidden" "$MNT/notes" \
     "$MNT/notes.txt" "$MNT/dir" "$MNT/.hidden.tpack"
+
+# Views and version 1: every tensors/NAME holds exactly the bytes that
+# `ckpt cat --tensor` gives and the manifest's sha256 names, and every file
+# is byte-identical to `ckpt cat`.
+for p in views v1; do
+    ok=1
+    for t in $($PY -c 'import json, sys; print(" ".join(t["name"] for t in json.load(open(sys.argv[1]))["tensors"]))' \
+               "$MNT/$p/manifest.json"); do
+        "$CKPT" cat "$BACK/$p.tpack" --tensor "$t" >"$TMP/t.bin" || ok=0
+        want=$($PY -c 'import json, sys; print([t["sha256"] for t in json.load(open(sys.argv[1]))["tensors"] if t["name"] == sys.argv[2]][0])' \
+               "$MNT/$p/manifest.json" "$t")
+        got=$(sha256sum <"$MNT/$p/tensors/$t" | cut -d' ' -f1)
+        [ "$got" = "$want" ] && cmp -s "$MNT/$p/tensors/$t" "$TMP/t.bin" || { ok=0; echo "  $p: tensors/$t differs" >&2; }
+    done
+    for f in $(cd "$MNT/$p" && find . -type f ! -name manifest.json ! -path './tensors/*' -printf '%P\n'); do
+        "$CKPT" cat "$BACK/$p.tpack" "$f" | cmp -s - "$MNT/$p/$f" || { ok=0; echo "  $p: $f differs" >&2; }
+    done
+    if [ $ok = 1 ]; then pass "$p: tensors/ and files read back exactly"; else fail "$p: tensors/ and files read back exactly"; fi
+done
+expect_ok "views: tied views are separate files over the same bytes; versions in the manifest" $PY -c '
+import json, sys
+m = json.load(open(sys.argv[1] + "/views/manifest.json"))
+assert m["format_version"] == 2, m
+t = {x["name"]: x for x in m["tensors"]}
+assert t["a"]["offset"] == t["a_tied"]["offset"] == 10 and t["b"]["offset"] == 210, t
+assert t["a"]["container"] == "torch" and t["a"]["torch_dtype"] == "torch.float32", t
+assert open(sys.argv[1] + "/views/tensors/a", "rb").read() == open(sys.argv[1] + "/views/m.pt", "rb").read()[10:266]
+f = {x["path"]: x for x in m["files"]}
+assert "stored opaque" in f["bad.safetensors"]["warning"] and f["bad.safetensors"]["container"] == "", f
+assert json.load(open(sys.argv[1] + "/v1/manifest.json"))["format_version"] == 1
+' "$MNT"
 
 # shown PATH: where a packed path appears (reserved names move to .packed/).
 shown() {
@@ -112,7 +148,14 @@ text = open(sys.argv[1]).read()
 m = json.loads(text)
 assert text.startswith("{\n  \""), "not indented"
 assert m["cipher"] == "xchacha20poly1305" and m["kdf"] == "keyfile", m
-assert m["chunk_size"] == 65536 and m["format_version"] == 1, m
+assert m["chunk_size"] == 65536 and m["format_version"] == 2, m
+for f in m["files"]:
+    assert "container" in f and "warning" not in f, f
+for t in m["tensors"]:
+    assert t["container"] in ("safetensors", "npy"), t
+    assert t["torch_dtype"].startswith("torch."), t
+    assert t["numpy_dtype"][0] in "<|", t
+    assert t.get("numpy_raw_bits", False) == (t["dtype"] in ("BF16", "F8_E5M2", "F8_E4M3")), t
 ' "$MNT/both/manifest.json"
 expect_ok "packed manifest.json and tensors/ are under .packed/" \
     grep -q '"packed": "manifest"' "$MNT/comp/.packed/manifest.json"

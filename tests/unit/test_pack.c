@@ -288,10 +288,10 @@ Test(pack, unknown_version)
 {
     char *p = small_pack(NULL, 65536);
     int fd = open(p, O_RDWR);
-    uint8_t v[4] = {2, 0, 0, 0};
+    uint8_t v[4] = {3, 0, 0, 0};
     cr_assert_eq(pwrite(fd, v, 4, 8), 4);
     close(fd);
-    expect_open_fails(p, NULL, -ENOTSUP, "unsupported format version 2");
+    expect_open_fails(p, NULL, -ENOTSUP, "unsupported format version 3");
     free(p);
 }
 
@@ -442,7 +442,7 @@ static void file_size_huge(uint8_t *idx, size_t len)
 static void duplicate_path(uint8_t *idx, size_t len)
 {
     size_t p1 = idx[32] | idx[33] << 8;
-    uint8_t *second = idx + 34 + p1 + 4 + 8 + 4 + 8 + 32 + 8 + 4;
+    uint8_t *second = idx + 34 + p1 + 4 + 8 + 4 + 8 + 32 + 8 + 4 + 3; /* + container, empty note */
     cr_assert_eq(second[0], 12);
     memcpy(second + 2, "config.json/", 12);
 }
@@ -493,7 +493,7 @@ static char *two_file_pack(const char *n1, const char *n2)
 static size_t second_path_at(const uint8_t *idx)
 {
     size_t p1 = idx[32] | idx[33] << 8;
-    return 34 + p1 + 4 + 8 + 4 + 8 + 32 + 8 + 4 + 2;
+    return 34 + p1 + 4 + 8 + 4 + 8 + 32 + 8 + 4 + 3 + 2;
 }
 static void rename_ab_to_aa(uint8_t *idx, size_t len) { idx[second_path_at(idx) + 1] = 'a'; }
 static void rename_bc_to_ac(uint8_t *idx, size_t len) { idx[second_path_at(idx)] = 'a'; }
@@ -575,6 +575,19 @@ Test(pack, writer_options_validated)
 
 /* --------------------------------------------------------- ingest via disk */
 
+typedef struct warned {
+    int n;
+    char src[512], reason[512];
+} warned;
+
+static void on_warn(void *ud, const char *src, const char *reason)
+{
+    warned *w = ud;
+    w->n++;
+    snprintf(w->src, sizeof w->src, "%s", src);
+    snprintf(w->reason, sizeof w->reason, "%s", reason);
+}
+
 Test(pack, add_tree_indexes_safetensors_and_npy)
 {
     char *src = tu_join(dir, "src");
@@ -628,15 +641,32 @@ Test(pack, add_tree_indexes_safetensors_and_npy)
     cr_assert_geq(wi, 0, "npy tensor is named by its path without .npy");
     cr_assert_str_eq(ckpt_tensor_at(p, (size_t)wi)->dtype, "U16");
     cr_assert_eq(ckpt_tensor_at(p, (size_t)wi)->file_offset, 118);
+    cr_assert_str_eq(ckpt_file_at(p, 0)->container, "safetensors");
+    cr_assert_str_eq(ckpt_file_at(p, 0)->note, "");
+    cr_assert_str_eq(ckpt_file_at(p, 1)->container, "npy");
     ckpt_close(p);
 
-    /* A malformed safetensors header fails the pack, naming the file. */
+    /* A malformed safetensors header no longer fails the pack: the file is
+     * stored opaque, byte-identical, with a warning that names the file and
+     * the fault, given to opts.warn and kept as the file's note. */
     st[8] = '[';
     tu_write_file(stp, st, total);
-    cr_assert_eq(ckpt_writer_open(path, NULL, NULL, &w, &e), 0);
-    cr_assert_eq(ckpt_writer_add_tree(w, src, &e), -EINVAL);
-    cr_assert(tu_contains(e.msg, "model.safetensors: safetensors header"), "%s", e.msg);
-    ckpt_writer_abort(w);
+    warned w_seen = {0};
+    ckpt_write_opts wo = {.level = -1, .warn = on_warn, .warn_ud = &w_seen};
+    cr_assert_eq(ckpt_writer_open(path, NULL, &wo, &w, &e), 0);
+    cr_assert_eq(ckpt_writer_add_tree(w, src, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(w_seen.n, 1);
+    cr_assert(tu_contains(w_seen.src, "model.safetensors"), "%s", w_seen.src);
+    cr_assert(tu_contains(w_seen.reason, "safetensors header"), "%s", w_seen.reason);
+    cr_assert_eq(ckpt_open(path, NULL, &p, &e), 0, "%s", e.msg);
+    expect_file(p, "model.safetensors", st, total);
+    cr_assert_str_eq(ckpt_file_at(p, 0)->container, "");
+    cr_assert(tu_contains(ckpt_file_at(p, 0)->note, "model.safetensors: stored opaque: safetensors header"), "%s",
+              ckpt_file_at(p, 0)->note);
+    cr_assert_eq(ckpt_tensor_count(p), 1, "only the npy tensor is left");
+    cr_assert_eq(ckpt_verify(p, 1, NULL, NULL, NULL, NULL, &e), 0, "%s", e.msg);
+    ckpt_close(p);
     /* A symlink is refused rather than silently followed or skipped. */
     char *ln = tu_join(src, "link");
     cr_assert_eq(symlink("model.safetensors", ln), 0);

@@ -68,7 +68,11 @@ static idx_map map_index(uint8_t *idx, size_t len)
     m.ne = rd64(idx + 16);
     m.nc = rd64(idx + 24);
     size_t pos = m.files;
-    for (uint64_t i = 0; i < m.nf; i++) pos += 70 + (size_t)(idx[pos] | idx[pos + 1] << 8);
+    /* Version 2: 70 bytes and the path, then u8 container, u16 note_len, note. */
+    for (uint64_t i = 0; i < m.nf; i++) {
+        pos += 70 + (size_t)(idx[pos] | idx[pos + 1] << 8);
+        pos += 3 + (size_t)(idx[pos + 1] | idx[pos + 2] << 8);
+    }
     m.extents = pos;
     m.tensors = pos + 24 * m.ne;
     m.chunks = len - 24 * m.nc;
@@ -83,7 +87,7 @@ static size_t tensor_at(const idx_map *m, uint64_t i)
         size_t nlen = (size_t)(m->idx[pos] | m->idx[pos + 1] << 8);
         size_t dlen = m->idx[pos + 2 + nlen];
         size_t ndim = m->idx[pos + 3 + nlen + dlen];
-        pos += 2 + nlen + 1 + dlen + 1 + 8 * ndim + 4 + 8 + 32;
+        pos += 2 + nlen + 1 + dlen + 1 + 8 * ndim + 4 + 8 + 8 + 32;
     }
     return pos;
 }
@@ -189,6 +193,129 @@ Test(hostile, chunk_element_size_differs_from_extent)
     free(path);
 }
 
+/* ------------------------------------------------ version-2 records */
+
+/* Offset of file i's container byte (after the 70 fixed bytes and the path). */
+static size_t container_at(const idx_map *m, uint64_t i)
+{
+    size_t pos = m->files;
+    for (uint64_t k = 0;; k++) {
+        size_t c = pos + 70 + (size_t)(m->idx[pos] | m->idx[pos + 1] << 8);
+        if (k == i) return c;
+        pos = c + 3 + (size_t)(m->idx[c + 1] | m->idx[c + 2] << 8);
+    }
+}
+
+/* FORMAT.md: container values above 6 are unknown. */
+static void container_7(idx_map *m) { m->idx[container_at(m, 1)] = 7; }
+Test(hostile, unknown_container_refused)
+{
+    char *path = build_pack();
+    patch_index(path, container_7);
+    expect_refused(path, "index: file 'model.bin' has unknown container 7");
+    free(path);
+}
+
+/* FORMAT.md: a note is at most 1024 bytes. */
+static void note_2000(idx_map *m)
+{
+    size_t c = container_at(m, 0);
+    m->idx[c + 1] = 2000 & 0xff;
+    m->idx[c + 2] = 2000 >> 8;
+}
+Test(hostile, note_too_long_refused)
+{
+    char *path = build_pack();
+    patch_index(path, note_2000);
+    expect_refused(path, "index: file 'data.bin' has a note of 2000 bytes (at most 1024)");
+    free(path);
+}
+
+/* A pack whose one file carries the note "ok!". */
+static char *note_pack(void)
+{
+    char *path = tu_join(dir, "n.tpack");
+    ckpt_err e = {0};
+    ckpt_writer *w;
+    cr_assert_eq(ckpt_writer_open(path, NULL, NULL, &w, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_begin_file(w, "f.bin", 0644, 0, 0, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_set_container(w, "", "ok!", &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_end_file(w, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
+    return path;
+}
+/* FORMAT.md: notes are UTF-8 (JSON carries them). */
+static void note_not_utf8(idx_map *m)
+{
+    size_t c = container_at(m, 0);
+    cr_assert_arr_eq(m->idx + c + 3, "ok!", 3);
+    m->idx[c + 4] = 0xff;
+}
+Test(hostile, note_not_utf8_refused)
+{
+    char *path = note_pack();
+    patch_index(path, note_not_utf8);
+    expect_refused(path, "index: file 'f.bin' has a note that is not UTF-8");
+    free(path);
+}
+
+/* Offset of tensor i's extent_offset field. */
+static size_t extent_offset_at(const idx_map *m, uint64_t i)
+{
+    size_t t = tensor_at(m, i);
+    size_t nlen = (size_t)(m->idx[t] | m->idx[t + 1] << 8);
+    size_t dlen = m->idx[t + 2 + nlen];
+    size_t ndim = m->idx[t + 3 + nlen + dlen];
+    return t + 2 + nlen + 1 + dlen + 1 + 8 * ndim + 4 + 8;
+}
+
+/* FORMAT.md: a tensor's bytes lie inside its extent; an offset chosen so
+ * that offset + nbytes wraps past 2^64 must not pass for "inside". */
+static void view_past_extent(idx_map *m) { le64(m->idx + extent_offset_at(m, 0), 2); }
+static void view_offset_wraps(idx_map *m) { le64(m->idx + extent_offset_at(m, 0), UINT64_MAX - 10); }
+Test(hostile, view_out_of_bounds_refused)
+{
+    char *path = build_pack();
+    patch_index(path, view_past_extent);
+    expect_refused(path, "index: tensor 'w' ([2, +80000) of extent 2) lies outside its extent of 80000 bytes");
+    free(path);
+    path = build_pack();
+    patch_index(path, view_offset_wraps);
+    expect_refused(path, "lies outside its extent");
+    free(path);
+}
+
+/* FORMAT.md: a tensor's dtype has its extent's element size. */
+static void dtype_bool(idx_map *m)
+{
+    size_t t = tensor_at(m, 0);
+    size_t nlen = (size_t)(m->idx[t] | m->idx[t + 1] << 8);
+    cr_assert_arr_eq(m->idx + t + 3 + nlen, "BF16", 4);
+    memcpy(m->idx + t + 3 + nlen, "BOOL", 4);
+}
+Test(hostile, view_dtype_width_differs_from_extent)
+{
+    char *path = build_pack();
+    patch_index(path, dtype_bool);
+    expect_refused(path, "index: tensor 'w' is BOOL but its extent holds 2-byte elements");
+    free(path);
+}
+
+/* FORMAT.md: an opaque chunk may be byte-grouped, but only by 2, 4 or 8. */
+static void opaque_group_3(idx_map *m)
+{
+    uint8_t *c = m->idx + m->chunks;
+    c[20] = 2;
+    c[21] = 3;
+}
+Test(hostile, opaque_chunk_grouped_by_3_refused)
+{
+    char *path = build_pack();
+    patch_index(path, opaque_group_3);
+    expect_refused(path, "index: chunk 0 has an invalid codec or stored size");
+    free(path);
+}
+
 /* ------------------------------------- indexes built against the reader */
 
 /* An unencrypted pack of zero-byte files with these paths, index built by
@@ -203,7 +330,7 @@ static char *raw_pack(const char *const *paths, size_t n)
     size_t hlen;
     uint8_t *hdr = tu_read_file(path, &hlen);
     size_t cap = 32, len = 32;
-    for (size_t i = 0; i < n; i++) cap += 70 + strlen(paths[i]);
+    for (size_t i = 0; i < n; i++) cap += 73 + strlen(paths[i]);
     uint8_t *b = calloc(1, 128 + cap + 64);
     memcpy(b, hdr, 128);
     free(hdr);
@@ -216,7 +343,7 @@ static char *raw_pack(const char *const *paths, size_t n)
         memcpy(idx + len + 2, paths[i], pl);
         idx[len + 2 + pl] = 0xa4; /* mode 0644 */
         idx[len + 3 + pl] = 0x01;
-        len += 70 + pl; /* mtime, size, extents 0; sha256 is not checked at open */
+        len += 73 + pl; /* mtime, size, extents, container, note 0; sha256 is not checked at open */
     }
     uint8_t *ftr = idx + len;
     le64(ftr, 128);

@@ -256,6 +256,9 @@ static json_t *build_json(ckpt_pack *p, int *bad)
         json_object_set_new(o, "mtime", json_integer(f->mtime_sec));
         json_object_set_new(o, "mtime_nsec", json_integer(f->mtime_nsec));
         json_object_set_new(o, "sha256", json_hex32(f->sha256));
+        json_object_set_new(o, "container", json_string(f->container));
+        if (f->note[0])
+            json_object_set_new(o, "warning", json_str(f->note, bad));
         json_array_append_new(files, o);
     }
     json_t *tensors = json_array();
@@ -267,6 +270,12 @@ static json_t *build_json(ckpt_pack *p, int *bad)
         json_t *o = json_object();
         json_object_set_new(o, "name", json_str(t->name, bad));
         json_object_set_new(o, "dtype", json_string(t->dtype));
+        /* Loaders need no dtype table of their own (README.md, manifest). */
+        json_object_set_new(o, "container", json_string(ckpt_file_at(p, t->file_index)->container));
+        json_object_set_new(o, "numpy_dtype", json_string(ckpt_dtype_numpy(t->dtype)));
+        if (!ckpt_dtype_numpy_exact(t->dtype))
+            json_object_set_new(o, "numpy_raw_bits", json_true());
+        json_object_set_new(o, "torch_dtype", json_string(ckpt_dtype_torch(t->dtype)));
         json_object_set_new(o, "shape", shape);
         json_object_set_new(o, "nbytes", json_u64(t->nbytes));
         json_object_set_new(o, "file", json_str(ckpt_file_at(p, t->file_index)->path, bad));

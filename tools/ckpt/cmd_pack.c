@@ -19,7 +19,8 @@ static const char pack_help[] =
     "\n"
     "Packs SRC, a directory (recursively; regular files only) or a single file,\n"
     "into OUT.tpack. *.safetensors and *.npy files are checked and their tensors\n"
-    "indexed; other files are stored as they are.\n"
+    "indexed; other files, and those that fail the check (with a warning), are\n"
+    "stored as they are.\n"
     "\n"
     "options:\n"
     "  -o, --output FILE         the pack to write (required)\n"
@@ -168,6 +169,15 @@ static void pack_progress(void *ud, uint64_t done, uint64_t total)
     progress_set(&ctx->pg, done, total);
 }
 
+/* A file its container parser rejected is packed as opaque bytes; say so
+ * above the progress bar, which redraws itself after. */
+static void pack_warn(void *ud, const char *src, const char *reason)
+{
+    struct pack_ctx *ctx = ud;
+    progress_clear(&ctx->pg);
+    fprintf(stderr, "warning: %s: stored opaque: %s\n", src, reason);
+}
+
 static const char *plural(size_t n, const char *one, const char *many)
 {
     return n == 1 ? one : many;
@@ -197,6 +207,8 @@ static int write_pack(const struct pack_opts *o, int src_is_dir, ckpt_write_opts
         return cli_fail_err(&err);
     wo->progress = pack_progress;
     wo->progress_ud = &ctx;
+    wo->warn = pack_warn;
+    wo->warn_ud = &ctx;
 
     double t0 = cli_now();
     tmp_to_remove = tmp;
