@@ -159,16 +159,19 @@ static int plan_pieces(const ingest_layout *lay, uint64_t size, piece **out, siz
     rc = -EINVAL;
     for (size_t i = 0; i < lay->n_regions; i++) {
         const ingest_region *r = &lay->regions[i];
-        if (!ckpt_dtype_size(r->dtype) || r->offset > size || r->length > size - r->offset) {
-            snprintf(why, why_len, "layout: region %zu (%s at %llu, %llu bytes) lies outside the file or has no known dtype",
-                     i, r->dtype, (unsigned long long)r->offset, (unsigned long long)r->length);
+        if (r->offset > size || r->length > size - r->offset) {
+            snprintf(why, why_len, "layout: region %zu (%s at %llu, %llu bytes) lies outside the file", i, r->dtype,
+                     (unsigned long long)r->offset, (unsigned long long)r->length);
             goto out;
         }
         if (i && r->offset < lay->regions[i - 1].offset + lay->regions[i - 1].length) {
             snprintf(why, why_len, "layout: region %zu at %llu overlaps the one before it", i, (unsigned long long)r->offset);
             goto out;
         }
-        pc[n++] = (piece){r->offset, r->length, 1, i};
+        /* A type the pack cannot name (a quantized GGUF block run): its bytes
+         * stay opaque data, whose chunks still get the best grouping. */
+        if (ckpt_dtype_size(r->dtype))
+            pc[n++] = (piece){r->offset, r->length, 1, i};
     }
     for (size_t i = 0; i < lay->n; i++) {
         const ingest_tensor *t = &lay->t[i];

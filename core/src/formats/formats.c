@@ -4,14 +4,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "binary.h"
 #include "formats.h"
 #include "parse.h"
+#include "torch.h"
 
-/* Sniffing is by extension today, so the order only matters once a format
- * sniffs by content: put the most specific first. */
+/* safetensors and npy sniff by extension, the others by their magic bytes
+ * (a torch.save zip, GGUF, tensorizer), whatever the file is called. */
 const container_format *const ckpt_container_formats[] = {
     &ckpt_format_safetensors,
     &ckpt_format_npy,
+    &ckpt_format_torch,
+    &ckpt_format_gguf,
+    &ckpt_format_tensorizer,
     NULL,
 };
 
