@@ -115,7 +115,7 @@ install: all $(GEN_FILES)
 	@# Say so when the python3 on this machine would not find it there.
 	if [ -z "$(DESTDIR)" ] && command -v python3 >/dev/null && \
 	    ! python3 -c 'import sys; sys.exit("$(PYTHONDIR)" not in sys.path)' 2>/dev/null; then \
-	    echo "note: python3 does not look in $(PYTHONDIR): use PYTHONPATH=$(PYTHONDIR), or PYTHONDIR=, or pip install ./python"; \
+	    echo "note: python3 does not look in $(PYTHONDIR): add it to PYTHONPATH, install with PYTHONDIR=<a directory python3 searches>, or pip install ./python"; \
 	fi
 	$(RUN_LDCONFIG)
 
