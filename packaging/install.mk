@@ -7,8 +7,10 @@
 # Installs the binaries (ckpt, ckptfs, and ckpt-cuda when it was built),
 # libckpt (static, shared with its soname links, the public headers ckpt.h
 # and ckpt_mount.h, pkg-config file),
-# the man pages, the mount(8) helper, the systemd unit template and an
-# example configuration. ckpt-gen is a development tool and is not
+# the man pages, the mount(8) helper, the systemd unit template, an
+# example configuration and the Python package ckptfs (python/ckptfs, pure
+# Python: into PYTHONDIR, by default $(PREFIX)/lib/python3/dist-packages,
+# which is where Debian's python3 looks when PREFIX=/usr). ckpt-gen is a development tool and is not
 # installed. `uninstall` removes exactly those files; the example
 # configuration only while it is unmodified, and nothing else under /etc.
 #
@@ -24,6 +26,7 @@ PKGCONFIGDIR     ?= $(LIBDIR)/pkgconfig
 MANDIR           ?= $(PREFIX)/share/man
 SYSTEMDUNITDIR   ?= $(PREFIX)/lib/systemd/system
 SYSCONFDIR       ?= /etc
+PYTHONDIR        ?= $(PREFIX)/lib/python3/dist-packages
 MOUNT_HELPER_DIR ?= /sbin
 # What the systemd unit runs to unmount (Debian's fuse3 ships it here).
 FUSERMOUNT       ?= /bin/fusermount3
@@ -51,6 +54,8 @@ D_BIN  = $(DESTDIR)$(BINDIR)
 D_LIB  = $(DESTDIR)$(LIBDIR)
 D_MAN  = $(DESTDIR)$(MANDIR)
 D_ETC  = $(DESTDIR)$(SYSCONFDIR)/ckptfs
+D_PY   = $(DESTDIR)$(PYTHONDIR)/ckptfs
+PY_FILES := $(notdir $(wildcard python/ckptfs/*.py))
 
 # Refreshes the linker cache after a real (DESTDIR-less) install as root.
 define RUN_LDCONFIG
@@ -105,6 +110,13 @@ install: all $(GEN_FILES)
 	else \
 	    $(INSTALL) -m 0644 $(PKG_DIR)/systemd/example.conf $(D_ETC)/example.conf; \
 	fi
+	$(INSTALL) -d $(D_PY)
+	$(INSTALL) -m 0644 $(addprefix python/ckptfs/,$(PY_FILES)) $(D_PY)/
+	@# Say so when the python3 on this machine would not find it there.
+	if [ -z "$(DESTDIR)" ] && command -v python3 >/dev/null && \
+	    ! python3 -c 'import sys; sys.exit("$(PYTHONDIR)" not in sys.path)' 2>/dev/null; then \
+	    echo "note: python3 does not look in $(PYTHONDIR): add it to PYTHONPATH, install with PYTHONDIR=<a directory python3 searches>, or pip install ./python"; \
+	fi
 	$(RUN_LDCONFIG)
 
 uninstall:
@@ -124,4 +136,9 @@ uninstall:
 	    echo "keeping $(D_ETC)/example.conf: it was changed"; \
 	fi
 	rmdir $(D_ETC) 2>/dev/null || true
+	rm -f $(addprefix $(D_PY)/,$(PY_FILES))
+	@# Byte code python3 wrote next to them when it imported the package.
+	rm -f $(addprefix $(D_PY)/__pycache__/,$(PY_FILES:.py=.*.pyc))
+	rmdir $(D_PY)/__pycache__ 2>/dev/null || true
+	rmdir $(D_PY) 2>/dev/null || true
 	$(RUN_LDCONFIG)

@@ -124,3 +124,22 @@ step_mount
 
 printf '\n%sdemo OK:%s %s packed to %s (%s), verified, and unpacked byte-identical into %s\n' \
     "$GREEN" "$PLAIN" "$SRC" "$PACK" "$(du -h "$PACK" | cut -f1)" "$OUT"
+
+# Where the binaries are: make builds them into $B, not onto PATH.
+step_where() {
+    local b
+    b=$(cd "$B" && pwd)
+    step "The binaries are in $B/bin, not on your PATH"
+    for f in ckpt ckptfs ckpt-cuda; do
+        [ -x "$b/bin/$f" ] && printf '  %s\n' "$b/bin/$f"
+    done
+    printf '  %s\n' "$b/lib/libckpt.so" "$b/lib/libckpt.a"
+    cat <<EOF
+Use them from there (export PATH="$b/bin:\$PATH"), or install them:
+  sudo make install                    # into /usr/local (PREFIX=/usr/local)
+  make install PREFIX=\$HOME/.local SYSCONFDIR=\$HOME/.local/etc MOUNT_HELPER_DIR=   # as yourself
+  packaging/build-deb.sh               # or Debian packages in $B/deb/, then: sudo apt install ./$B/deb/*.deb
+The Python package: pip install ./python  (or make install / python3-ckptfs)
+EOF
+}
+step_where

@@ -8,7 +8,8 @@
 #
 # What this touches outside $TMP, only as root and only while holding
 # /run/lock/ckptfs-test-packaging.lock: /sbin/mount.ckptfs and
-# /sbin/mount.fuse.ckptfs, the packages ckptfs, libckpt0 and libckpt-dev,
+# /sbin/mount.fuse.ckptfs, the packages ckptfs, libckpt0, libckpt-dev and
+# python3-ckptfs,
 # and the linker cache. The EXIT trap unmounts, purges and removes whatever
 # this run put there; it refuses to start on a machine where any of it was
 # there before.
@@ -20,7 +21,7 @@ if [ ! -x "$CKPT" ] || [ ! -x "$CKPT_GEN" ] || [ ! -x "$BUILD/bin/ckptfs" ]; the
     finish
 fi
 VERSION=$("$CKPT" --version | awk '{print $2}')
-PKGS=(ckptfs libckpt0 libckpt-dev)
+PKGS=(ckptfs libckpt0 libckpt-dev python3-ckptfs)
 MNT=$TMP/mnt
 # What the EXIT trap undoes.
 INSTALLED_HELPER=0
@@ -82,6 +83,11 @@ expected=(
     usr/lib/libckpt.so.0
     "usr/lib/libckpt.so.$VERSION"
     usr/lib/pkgconfig/libckpt.pc
+    usr/lib/python3/dist-packages/ckptfs/__init__.py
+    usr/lib/python3/dist-packages/ckptfs/_checkpoint.py
+    usr/lib/python3/dist-packages/ckptfs/_dtypes.py
+    usr/lib/python3/dist-packages/ckptfs/_errors.py
+    usr/lib/python3/dist-packages/ckptfs/_mount.py
     usr/lib/systemd/system/ckptfs@.service
     usr/share/man/man1/ckpt.1.gz
     usr/share/man/man5/tpack.5.gz
@@ -298,7 +304,11 @@ if [ "$LAST_RC" -ne 0 ]; then
 fi
 pass "packaging/build-deb.sh builds the packages"
 debs=()
-for p in "${PKGS[@]}"; do debs+=("$deb_dir/${p}_${VERSION}_$(dpkg --print-architecture).deb"); done
+for p in "${PKGS[@]}"; do
+    arch=$(dpkg --print-architecture)
+    [ "$p" = python3-ckptfs ] && arch=all
+    debs+=("$deb_dir/${p}_${VERSION}_$arch.deb")
+done
 for f in "${debs[@]}"; do
     [ -f "$f" ] || { fail "the .deb files are in $deb_dir" "$f is missing"; finish; }
 done
@@ -323,6 +333,9 @@ check_deb_lists "${debs[0]}" usr/bin/ckpt usr/bin/ckptfs sbin/mount.ckptfs sbin/
 check_deb_lists "${debs[1]}" "usr/lib/$ma/libckpt.so.$VERSION" "usr/lib/$ma/libckpt.so.0"
 check_deb_lists "${debs[2]}" usr/include/ckpt.h usr/include/ckpt_mount.h "usr/lib/$ma/libckpt.a" "usr/lib/$ma/libckpt.so" \
     "usr/lib/$ma/pkgconfig/libckpt.pc"
+check_deb_lists "${debs[3]}" usr/lib/python3/dist-packages/ckptfs/__init__.py \
+    usr/lib/python3/dist-packages/ckptfs/_checkpoint.py
+if dpkg-deb -f "${debs[3]}" Depends | grep -qw python3-numpy; then pass "python3-ckptfs depends on python3-numpy"; else fail "python3-ckptfs depends on python3-numpy"; fi
 if dpkg-deb -f "${debs[0]}" Depends | grep -qw fuse3; then pass "ckptfs depends on fuse3"; else fail "ckptfs depends on fuse3"; fi
 run_cmd dpkg-deb --ctrl-tarfile "${debs[0]}"
 if tar -xOf "$LAST_OUT" ./conffiles 2>/dev/null | grep -qx /etc/ckptfs/example.conf; then
@@ -415,7 +428,7 @@ fi
 
 # The packages.
 INSTALLED_PKGS=1
-expect_ok "dpkg -i ckptfs libckpt0 libckpt-dev" dpkg -i "${debs[@]}"
+expect_ok "dpkg -i ckptfs libckpt0 libckpt-dev python3-ckptfs" dpkg -i "${debs[@]}"
 expect_ok "ckpt --version from PATH" ckpt --version
 last_stdout_has "ckpt from PATH is the installed one" "ckpt $VERSION"
 if [ "$(command -v ckpt)" = /usr/bin/ckpt ] && [ "$(command -v ckptfs)" = /usr/bin/ckptfs ]; then
@@ -423,6 +436,8 @@ if [ "$(command -v ckpt)" = /usr/bin/ckpt ] && [ "$(command -v ckptfs)" = /usr/b
 else
     fail "ckpt and ckptfs are found in /usr/bin" "ckpt: $(command -v ckpt), ckptfs: $(command -v ckptfs)"
 fi
+run_cmd bash -c 'cd / && /usr/bin/python3 -c "import ckptfs; print(ckptfs.__file__, ckptfs.__version__)"'
+last_stdout_has "Debian's python3 imports the packaged ckptfs" "/usr/lib/python3/dist-packages/ckptfs/__init__.py $VERSION"
 expect_ok "man finds ckptfs(8)" man -w 8 ckptfs
 expect_ok "man finds mount.ckptfs(8)" man -w mount.ckptfs
 expect_ok "pkg-config finds the packaged libckpt" pkg-config --exact-version="$VERSION" libckpt
@@ -466,10 +481,10 @@ if [ "$can_mount" = 1 ]; then
     fi
 fi
 
-expect_ok "dpkg -P ckptfs libckpt0 libckpt-dev" dpkg -P "${PKGS[@]}"
+expect_ok "dpkg -P ckptfs libckpt0 libckpt-dev python3-ckptfs" dpkg -P "${PKGS[@]}"
 [ "$LAST_RC" -eq 0 ] && INSTALLED_PKGS=0
 expect_absent "purging removes the files" /usr/bin/ckpt /usr/bin/ckptfs /sbin/mount.ckptfs \
     /sbin/mount.fuse.ckptfs /etc/ckptfs/example.conf /lib/systemd/system/ckptfs@.service \
-    "/usr/lib/$ma/libckpt.so.0"
+    "/usr/lib/$ma/libckpt.so.0" /usr/lib/python3/dist-packages/ckptfs
 
 finish
