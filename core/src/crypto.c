@@ -338,3 +338,11 @@ int ckpt_cipher_available(ckpt_cipher c)
 #endif
     return c == CKPT_CIPHER_NONE || c == CKPT_CIPHER_XCHACHA20POLY1305;
 }
+
+/* AES-256-GCM where the CPU does AES and carry-less multiplication in
+ * hardware (fastest, and constant-time); XChaCha20-Poly1305 elsewhere. */
+ckpt_cipher ckpt_cipher_default(void)
+{
+    if (ckpt_sodium_init() == 0 && crypto_aead_aes256gcm_is_available()) return CKPT_CIPHER_AES256GCM;
+    return CKPT_CIPHER_XCHACHA20POLY1305;
+}

@@ -447,7 +447,7 @@ static void build_header(ckpt_writer *w, uint32_t kdf, const kdf_params *kp, con
 static int setup_keys(ckpt_writer *w, ckpt_err *err)
 {
     if (!w->opts.key) return 0;
-    ckpt_cipher c = w->opts.cipher == CKPT_CIPHER_NONE ? CKPT_CIPHER_XCHACHA20POLY1305 : w->opts.cipher;
+    ckpt_cipher c = w->opts.cipher == CKPT_CIPHER_NONE ? ckpt_cipher_default() : w->opts.cipher;
     if (!ckpt_cipher_available(c))
         return ckpt_fail(err, -ENOTSUP, "cipher %s is not available on this CPU", ckpt_cipher_name(c));
     kdf_params kp;

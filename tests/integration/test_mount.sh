@@ -111,9 +111,9 @@ import json, sys
 text = open(sys.argv[1]).read()
 m = json.loads(text)
 assert text.startswith("{\n  \""), "not indented"
-assert m["cipher"] == "xchacha20poly1305" and m["kdf"] == "keyfile", m
+assert m["cipher"] == sys.argv[2] and m["kdf"] == "keyfile", m
 assert m["chunk_size"] == 65536 and m["format_version"] == 1, m
-' "$MNT/both/manifest.json"
+' "$MNT/both/manifest.json" "$(default_cipher)"
 expect_ok "packed manifest.json and tensors/ are under .packed/" \
     grep -q '"packed": "manifest"' "$MNT/comp/.packed/manifest.json"
 expect_same_sha256 "packed tensors/raw.bin is under .packed/tensors/" "$SRC/tensors/raw.bin" \

@@ -416,6 +416,18 @@ Test(crypto, threads_share_a_key)
     }
 }
 
+Test(crypto, default_cipher)
+{
+    cr_assert_eq(sodium_init() >= 0, 1);
+    ckpt_cipher want = crypto_aead_aes256gcm_is_available() ? CKPT_CIPHER_AES256GCM : CKPT_CIPHER_XCHACHA20POLY1305;
+    cr_assert_eq(ckpt_cipher_default(), want);
+    cr_assert(ckpt_cipher_available(ckpt_cipher_default()));
+    cr_assert(ckpt_cipher_available(CKPT_CIPHER_XCHACHA20POLY1305));
+#ifdef CKPT_USE_OPENSSL
+    cr_assert(ckpt_cipher_available(CKPT_CIPHER_AES256GCM), "OpenSSL runs AES-GCM with or without AES-NI");
+#endif
+}
+
 /* ------------------------------------------- packs from before OpenSSL */
 
 /* tests/unit/data/v1-{xchacha20poly1305,aes256gcm}.tpack were written by
