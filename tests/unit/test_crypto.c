@@ -310,7 +310,7 @@ Test(crypto, kat_aes256gcm_test_case_16)
  * mode of its own). */
 Test(crypto, kat_chacha20poly1305_rfc8439_2_8_2)
 {
-    uint8_t key[32], nonce[12], ad[12], want[114 + 16], got[sizeof want], out[114];
+    uint8_t key[32], nonce[12], ad[12], want[114 + 16], got[sizeof want];
     size_t len = strlen(SUNSCREEN);
     cr_assert_eq(len, 114);
     unhex("808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f", key, 32);
@@ -327,6 +327,7 @@ Test(crypto, kat_chacha20poly1305_rfc8439_2_8_2)
     cr_assert_arr_eq(got, want, sizeof want, "libsodium");
 #ifdef CKPT_USE_OPENSSL
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    uint8_t out[114];
     int l1, l2;
     cr_assert_eq(EVP_EncryptInit_ex(ctx, EVP_chacha20_poly1305(), NULL, key, nonce), 1);
     cr_assert_eq(EVP_EncryptUpdate(ctx, NULL, &l1, ad, sizeof ad), 1);
