@@ -52,7 +52,7 @@ ifneq ($(FS_SRC),)
 BINS += $(B)/bin/ckptfs
 endif
 
-.PHONY: all deps demo check lint-layout venv unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write clean
+.PHONY: all deps demo check lint-layout venv unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write bench-aead clean
 all: $(B)/lib/libckpt.a $(B)/lib/libckpt.so $(BINS) cuda
 
 # The optional CUDA tool lives in its own makefile: it defines the targets
@@ -206,6 +206,15 @@ bench-mount: all
 bench-write: all
 	@scripts/deps.sh bench
 	@B=$(B) bench/bench-write.sh $(BENCH_ARGS)
+
+# Chunk AEAD speed, one thread, libsodium against OpenSSL (no root needed).
+$(B)/bench/aead_speed: bench/aead_speed.c $(B)/lib/libckpt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS_BIN) -o $@ $< $(B)/lib/libckpt.a $(CORE_LIBS)
+
+bench-aead: $(B)/bench/aead_speed
+	@$(B)/bench/aead_speed $(BENCH_ARGS)
+	@$(B)/bench/aead_speed --size 65536 $(BENCH_ARGS)
 
 # install, uninstall, man pages and the Debian package live in packaging/.
 -include packaging/install.mk

@@ -250,7 +250,7 @@ typedef enum ckpt_cipher {
 typedef struct ckpt_write_opts {
     uint32_t chunk_size;      /* power of two in [CKPT_CHUNK_MIN, CKPT_CHUNK_MAX]; 0 = default */
     int level;                /* zlib level 1..9; 0 = store everything raw; -1 = default (6) */
-    ckpt_cipher cipher;       /* NONE unless key is set; key set + NONE means XChaCha20 */
+    ckpt_cipher cipher;       /* key set + NONE means ckpt_cipher_default() */
     const ckpt_key *key;      /* NULL = unencrypted */
     unsigned threads;         /* compression/encryption workers; 0 = all cores */
     ckpt_progress_fn progress;/* called from the writer's thread */
@@ -268,6 +268,9 @@ typedef struct ckpt_write_opts {
 int ckpt_cipher_parse(const char *name, ckpt_cipher *out);
 const char *ckpt_cipher_name(ckpt_cipher c);
 int ckpt_cipher_available(ckpt_cipher c);
+/* What a pack gets when no cipher is named: AES-256-GCM where the CPU has
+ * hardware AES (AES-NI and PCLMULQDQ, or ARMv8 AES), else XChaCha20-Poly1305. */
+ckpt_cipher ckpt_cipher_default(void);
 
 typedef struct ckpt_writer ckpt_writer;
 

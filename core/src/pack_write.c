@@ -177,7 +177,7 @@ static void *encode_worker(void *arg)
         if (rc == 0 && payload) {
             uint8_t ad[CHUNK_AD_BYTES];
             chunk_ad(ad, w->pack_id, s->id, s->extent_id, s->in_extent, (uint32_t)s->in_len, s->codec, s->elem);
-            aead_seal(&w->keys, s->id, ad, sizeof ad, payload, plen, s->out);
+            rc = aead_seal(&w->keys, s->id, ad, sizeof ad, payload, plen, s->out);
             plen += TPACK_AEAD_TAG;
         }
         /* Encrypted chunks are authenticated by their tag; a CRC would only cost decode time. */
@@ -606,7 +606,7 @@ static void build_header(ckpt_writer *w, uint32_t kdf, const kdf_params *kp, con
 static int setup_keys(ckpt_writer *w, ckpt_err *err)
 {
     if (!w->opts.key) return 0;
-    ckpt_cipher c = w->opts.cipher == CKPT_CIPHER_NONE ? CKPT_CIPHER_XCHACHA20POLY1305 : w->opts.cipher;
+    ckpt_cipher c = w->opts.cipher == CKPT_CIPHER_NONE ? ckpt_cipher_default() : w->opts.cipher;
     if (!ckpt_cipher_available(c))
         return ckpt_fail(err, -ENOTSUP, "cipher %s is not available on this CPU", ckpt_cipher_name(c));
     kdf_params kp;
@@ -878,7 +878,9 @@ int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
     if (w->keys.subkey) {
         stored = malloc(idx.len + TPACK_AEAD_TAG);
         if (!stored) { bb_free(&idx); rc = ckpt_fail(err, -ENOMEM, "out of memory"); goto fail; }
-        aead_seal(&w->keys, TPACK_INDEX_NONCE_ID, w->header, TPACK_HEADER_SIZE, idx.p, idx.len, stored);
+        if (aead_seal(&w->keys, TPACK_INDEX_NONCE_ID, w->header, TPACK_HEADER_SIZE, idx.p, idx.len, stored) < 0) {
+            free(stored); bb_free(&idx); rc = ckpt_fail(err, -ENOMEM, "out of memory"); goto fail;
+        }
         stored_len = idx.len + TPACK_AEAD_TAG;
     } else {
         ckpt_sha256 st;

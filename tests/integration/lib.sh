@@ -138,6 +138,18 @@ expect_same_sha256() {
     if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "$1"; else fail "$1" "$2: ${a:-unreadable}" "$3: ${b:-unreadable}"; fi
 }
 
+# The cipher a pack gets with a key and no --cipher: AES-256-GCM where the
+# CPU has hardware AES and carry-less multiply (x86 aes + pclmulqdq, Arm aes +
+# pmull: what libsodium's crypto_aead_aes256gcm_is_available() checks),
+# XChaCha20-Poly1305 elsewhere.
+default_cipher() {
+    if grep -qw aes /proc/cpuinfo && grep -qwE 'pclmulqdq|pmull' /proc/cpuinfo; then
+        echo aes256gcm
+    else
+        echo xchacha20poly1305
+    fi
+}
+
 # One line per regular file under DIR: path, mode, size, mtime (ns), sha256.
 tree_manifest() {
     (cd "$1" && find . -type f -printf '%P\n' | LC_ALL=C sort | while IFS= read -r f; do

@@ -120,6 +120,8 @@ fi
 KEYS=(--passphrase-file "$TMP/pass")
 roundtrip passphrase
 KEYS=()
+expect_ok "info on a pack with a key and no --cipher" "$CKPT" info "$TMP/passphrase.tpack"
+last_stdout_has "it has the default cipher for this CPU" "cipher:       $(default_cipher)"
 
 # What the key protects must not be readable without it.
 if grep -q 'quick brown tpack' "$TMP/stored.tpack" && ! grep -q 'quick brown tpack' "$TMP/xchacha.tpack"; then

@@ -147,7 +147,7 @@ import json, sys
 text = open(sys.argv[1]).read()
 m = json.loads(text)
 assert text.startswith("{\n  \""), "not indented"
-assert m["cipher"] == "xchacha20poly1305" and m["kdf"] == "keyfile", m
+assert m["cipher"] == sys.argv[2] and m["kdf"] == "keyfile", m
 assert m["chunk_size"] == 65536 and m["format_version"] == 2, m
 for f in m["files"]:
     assert "container" in f and "warning" not in f, f
@@ -156,7 +156,7 @@ for t in m["tensors"]:
     assert t["torch_dtype"].startswith("torch."), t
     assert t["numpy_dtype"][0] in "<|", t
     assert t.get("numpy_raw_bits", False) == (t["dtype"] in ("BF16", "F8_E5M2", "F8_E4M3")), t
-' "$MNT/both/manifest.json"
+' "$MNT/both/manifest.json" "$(default_cipher)"
 expect_ok "packed manifest.json and tensors/ are under .packed/" \
     grep -q '"packed": "manifest"' "$MNT/comp/.packed/manifest.json"
 expect_same_sha256 "packed tensors/raw.bin is under .packed/tensors/" "$SRC/tensors/raw.bin" \

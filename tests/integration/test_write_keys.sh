@@ -36,7 +36,7 @@ cp "$TMP/marked.bin" "$MNT/enc2/m.bin"
 expect_ok "commit one" "$CKPT" commit --wait "$MNT/enc2"
 if grep -rqa "$MARK" "$BACK"; then fail "the pack holds no plaintext either"; else pass "the pack holds no plaintext either"; fi
 expect_ok "the pack is encrypted" "$CKPT" info "$BACK/enc2.tpack"
-last_stdout_has "with XChaCha20" xchacha20poly1305
+last_stdout_has "with the default cipher" "$(default_cipher)"
 expect_fail "and cannot be read without the key" "$CKPT" ls "$BACK/enc2.tpack"
 expect_ok "but can with it" "$CKPT" verify "$BACK/enc2.tpack" --key-file "$TMP/key"
 unmount_ckptfs "$MNT"
