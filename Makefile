@@ -52,7 +52,7 @@ ifneq ($(FS_SRC),)
 BINS += $(B)/bin/ckptfs
 endif
 
-.PHONY: all deps demo check lint-layout venv unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write bench-aead clean
+.PHONY: all deps demo check lint-layout format format-check venv unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write bench-aead clean
 all: $(B)/lib/libckpt.a $(B)/lib/libckpt.so $(BINS) cuda
 
 # The optional CUDA tool lives in its own makefile: it defines the targets
@@ -167,6 +167,15 @@ integration: all
 # The include layout of fs/README.md: one-way dependencies, no cycles.
 lint-layout:
 	@scripts/lint-layout.py
+
+# One format for every C file (.clang-format); `make format` applies it.
+FORMAT_SRC = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+format:
+	@clang-format -i --style=file $(FORMAT_SRC)
+
+format-check:
+	@clang-format --dry-run --Werror --style=file $(FORMAT_SRC) && \
+	  echo "format-check: $(words $(FORMAT_SRC)) files formatted"
 
 check:
 	@scripts/deps.sh test

@@ -24,6 +24,12 @@ int checkpoints_init(checkpoint_table *t, const char *backing_path, int backing_
     t->backing_path = strdup(backing_path);
     if (!t->backing_path)
         return -ENOMEM;
+    ckpt_err err = {0};
+    int rc = ckpt_store_open_local(backing_path, &t->store, &err);
+    if (rc < 0) {
+        free(t->backing_path);
+        return rc;
+    }
     pthread_mutex_init(&t->lock, NULL);
     t->backing_fd = backing_fd;
     t->key = key;
@@ -95,6 +101,7 @@ void checkpoints_destroy(checkpoint_table *t)
         free(t->warned_links[i]);
     free(t->warned_links);
     pthread_mutex_destroy(&t->lock);
+    ckpt_store_free(t->store);
     free(t->backing_path);
 }
 
@@ -389,39 +396,31 @@ static int is_lasting(int err)
            err == -ENOENT || err == -EBADMSG || err == -EOVERFLOW;
 }
 
-/* Opens the pack file itself, never a link in its place: libckpt opens
- * by path (following links), so it is handed /proc/self/fd/N, which
- * reopens the file this O_NOFOLLOW open found, whatever the name now is.
- * -ESTALE when the name no longer leads to c's file. */
+/* Opens the pack file itself, never a link in its place: the backing
+ * store opens names with O_NOFOLLOW. -ESTALE when the name no longer
+ * leads to c's file. */
 static int open_pack_nofollow(checkpoint_table *t, checkpoint *c, ckpt_pack **pack,
                               ckpt_err *err)
 {
     const char *file_name = strrchr(c->pack_path, '/') + 1;
-    int fd = openat(t->backing_fd, file_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) {
-        int e = errno;
-        if (e == ELOOP)
-            warn_link_once(t, file_name);
-        snprintf(err->msg, sizeof err->msg, "%s: cannot open: %s", c->pack_path, strerror(e));
-        return e == ELOOP ? -ESTALE : -e;
+    int rc = ckpt_pack_open_in(t->store, file_name, mount_key_get(t->key), pack, err);
+    if (rc == -ELOOP) {
+        warn_link_once(t, file_name);
+        return -ESTALE;
     }
-    struct stat st;
-    int rc = 0;
-    if (fstat(fd, &st) != 0 || !same_file(&st, &c->identity))
-        rc = -ESTALE; /* replaced since it was found */
-    char proc_path[64];
-    snprintf(proc_path, sizeof proc_path, "/proc/self/fd/%d", fd);
-    if (rc == 0)
-        rc = ckpt_open(proc_path, mount_key_get(t->key), pack, err);
-    close(fd);
-    /* Messages name the pack, not the descriptor. */
-    size_t plen = strlen(proc_path);
-    if (rc < 0 && strncmp(err->msg, proc_path, plen) == 0) {
-        char rest[sizeof err->msg];
-        snprintf(rest, sizeof rest, "%s", err->msg + plen);
-        snprintf(err->msg, sizeof err->msg, "%s%s", c->pack_path, rest);
+    if (rc < 0)
+        return rc;
+    ckpt_object_id id;
+    ckpt_pack_object_id(*pack, &id);
+    const struct stat *was = &c->identity;
+    if (id.dev != (uint64_t)was->st_dev || id.ino != (uint64_t)was->st_ino ||
+        id.size != (uint64_t)was->st_size || id.mtime_sec != (int64_t)was->st_mtim.tv_sec ||
+        id.mtime_nsec != (uint32_t)was->st_mtim.tv_nsec) {
+        ckpt_close(*pack); /* replaced since it was found */
+        *pack = NULL;
+        return -ESTALE;
     }
-    return rc;
+    return 0;
 }
 
 static int open_pack(checkpoint_table *t, checkpoint *c)

@@ -64,6 +64,7 @@ typedef struct checkpoint_table {
     pthread_mutex_t lock;
     int backing_fd;
     char *backing_path;
+    ckpt_store *store;        /* the backing directory: packs are opened in it */
     const mount_key *key;   /* borrowed from main.c */
     chunk_cache *cache;
     checkpoint *all;

@@ -60,16 +60,6 @@ int packer_run(const packer_job *job, ckpt_err *err)
     if (fstatat(job->backing_fd, pack, &st, AT_SYMLINK_NOFOLLOW) == 0)
         return ckpt_fail(err, -EEXIST, "checkpoint '%s': %s/%s already exists; not replacing it",
                          job->name, job->backing_path, pack);
-    char *final_path = NULL, *tmp_path = NULL;
-    if (asprintf(&final_path, "%s/%s", job->backing_path, pack) < 0)
-        final_path = NULL;
-    if (asprintf(&tmp_path, "%s/%s", job->backing_path, tmp) < 0)
-        tmp_path = NULL;
-    if (!final_path || !tmp_path) {
-        free(final_path);
-        free(tmp_path);
-        return ckpt_fail(err, -ENOMEM, "out of memory");
-    }
     uint64_t total = 0;
     for (size_t i = 0; i < job->n_files; i++)
         total += job->files[i].size;
@@ -85,7 +75,7 @@ int packer_run(const packer_job *job, ckpt_err *err)
     }
     o.warn = on_warn;
     ckpt_writer *w = NULL;
-    int rc = ckpt_writer_open(final_path, tmp_path, &o, &w, err);
+    int rc = ckpt_writer_open_in(job->store, pack, tmp, &o, &w, err);
     for (size_t i = 0; rc == 0 && i < job->n_files; i++) {
         const packer_file *f = &job->files[i];
         source src = {f->blob, job->cancel, {0}};
@@ -106,8 +96,6 @@ int packer_run(const packer_job *job, ckpt_err *err)
         ckpt_writer_abort(w);
     if (rc == 0 && job->progress)
         job->progress(job->progress_ud, total, total);
-    free(final_path);
-    free(tmp_path);
     return rc;
 }
 

@@ -25,7 +25,8 @@ typedef struct packer_file {
 
 typedef struct packer_job {
     int backing_fd;           /* where the pack goes */
-    const char *backing_path; /* the same, for the writer's paths */
+    const char *backing_path; /* the same, for messages */
+    ckpt_store *store;        /* the same, as the store the pack is written to */
     const char *name;         /* NAME of NAME.tpack */
     packer_file *files;
     size_t n_files;

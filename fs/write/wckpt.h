@@ -129,6 +129,7 @@ typedef struct wtable {
     int backing_fd;           /* borrowed */
     int lock_fd;              /* the writer lock (backing_lock.h), or -1 */
     char *backing_path;
+    ckpt_store *store;        /* the backing directory, where packs are written */
     const mount_key *key;     /* borrowed from main.c */
     wtable_opts opts;
     stage_root root;

@@ -97,6 +97,7 @@ static void pack_one(wtable *t, wckpt *c)
         packer_job job = {
             .backing_fd = t->backing_fd,
             .backing_path = t->backing_path,
+            .store = t->store,
             .name = name,
             .files = files,
             .n_files = n,

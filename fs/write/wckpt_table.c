@@ -45,6 +45,9 @@ int wtable_init(wtable *t, const char *backing_path, int backing_fd, const mount
     int rc = backing_lock_take(backing_fd, backing_path, t->opts.mount_path, &t->lock_fd, err);
     if (rc)
         return rc;
+    rc = ckpt_store_open_local(backing_path, &t->store, err);
+    if (rc)
+        return rc;
     rc = stage_root_open(&t->root, backing_fd, key, err);
     if (rc) {
         char msg[sizeof err->msg];
@@ -147,6 +150,7 @@ void wtable_destroy(wtable *t)
     t->all = NULL;
     if (t->root_ready)
         stage_root_close(&t->root);
+    ckpt_store_free(t->store);
     /* Last: the staging area stays ours until nothing here touches it. */
     backing_lock_release(t->lock_fd);
     pthread_mutex_destroy(&t->lock);

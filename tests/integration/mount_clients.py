@@ -154,6 +154,48 @@ def source_tensors(src):
     return found
 
 
+TORCH_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64",
+                "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
+                "bool": "BOOL"}
+
+
+def torch_tensors(src):
+    """{name: (file, dtype, shape, bytes)} of the tensors in the sources'
+    torch.save archives, as torch itself loads them: a bare tensor is named
+    after its file, a dict's tensors by their dotted keys."""
+    import torch
+    found = {}
+
+    def walk(obj, prefix, rel):
+        if isinstance(obj, torch.Tensor):
+            t = obj.contiguous()
+            raw = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
+            found[prefix] = (rel, TORCH_DTYPES[str(t.dtype)[6:]], list(t.shape), raw)
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                walk(v, "%s.%s" % (prefix, k) if prefix else str(k), rel)
+
+    for root, _, files in os.walk(src):
+        for fname in files:
+            if fname.endswith(".pt"):
+                rel = os.path.relpath(os.path.join(root, fname), src)
+                obj = torch.load(os.path.join(root, fname))
+                walk(obj, os.path.splitext(rel)[0] if isinstance(obj, torch.Tensor) else "", rel)
+    return found
+
+
+def check_torch_tensor(src, t, want):
+    """A manifest tensor found in a torch.save archive: its recorded bytes in
+    the source file are the tensor's bytes as torch loads them."""
+    rel, dtype, shape, raw = want
+    if (t["file"], t["dtype"], t["shape"], t["nbytes"]) != (rel, dtype, shape, len(raw)):
+        fail("tensor %r: manifest says %s, torch says %s %s %s" % (t["name"], t, rel, dtype, shape))
+    got = source_bytes(src, rel, t["offset"], t["nbytes"])
+    if got != raw or t["sha256"] != hashlib.sha256(raw).hexdigest():
+        fail("tensor %r: bytes at offset %d of %s are not torch's" % (t["name"], t["offset"], rel))
+    return got
+
+
 def source_bytes(src, rel, offset, nbytes):
     with open(os.path.join(src, rel), "rb") as f:
         f.seek(offset)
@@ -192,9 +234,14 @@ def check_manifest(ckpt, src, pack=None):
         fail("logical_bytes %d, sources hold %d" % (m["logical_bytes"], total))
     ok("manifest files: %d" % len(m["files"]))
     truth = source_tensors(src)
-    if sorted(t["name"] for t in m["tensors"]) != sorted(truth):
-        fail("tensor names differ: %s vs %s" % (sorted(t["name"] for t in m["tensors"]), sorted(truth)))
+    from_torch = torch_tensors(src)
+    if sorted(t["name"] for t in m["tensors"]) != sorted(list(truth) + list(from_torch)):
+        fail("tensor names differ: %s vs %s" % (sorted(t["name"] for t in m["tensors"]),
+                                                sorted(list(truth) + list(from_torch))))
     for t in m["tensors"]:
+        if t["name"] in from_torch:
+            check_torch_tensor(src, t, from_torch[t["name"]])
+            continue
         rel, off, nbytes, dtype, shape = truth[t["name"]]
         if (t["file"], t["offset"], t["nbytes"], t["shape"]) != (rel, off, nbytes, shape):
             fail("tensor %r: manifest says %s" % (t["name"], t))
@@ -211,7 +258,11 @@ def check_manifest(ckpt, src, pack=None):
 def tensor_views(ckpt, src):
     """(manifest entry, source bytes) for every tensor with a path."""
     truth = source_tensors(src)
+    from_torch = torch_tensors(src)
     for t in load_manifest(ckpt)["tensors"]:
+        if t["name"] in from_torch:
+            yield t, check_torch_tensor(src, t, from_torch[t["name"]])
+            continue
         rel, off, nbytes, _, _ = truth[t["name"]]
         yield t, source_bytes(src, rel, off, nbytes)
 

@@ -152,7 +152,7 @@ assert m["chunk_size"] == 65536 and m["format_version"] == 2, m
 for f in m["files"]:
     assert "container" in f and "warning" not in f, f
 for t in m["tensors"]:
-    assert t["container"] in ("safetensors", "npy"), t
+    assert t["container"] in ("safetensors", "npy", "torch"), t
     assert t["torch_dtype"].startswith("torch."), t
     assert t["numpy_dtype"][0] in "<|", t
     assert t.get("numpy_raw_bits", False) == (t["dtype"] in ("BF16", "F8_E5M2", "F8_E4M3")), t

@@ -127,7 +127,13 @@ if [ "$s" = packing ]; then
     expect_errno "reading while packing works" 0 read "$MNT/big/noise.bin"
     if grep -q "is being packed" "$LOG"; then pass "a log line says why"; else fail "a log line says why"; fi
     expect_ok "ckpt status while packing" "$CKPT" status "$MNT"
-    last_stdout_matches "shows progress with an ETA" '^big +packing .*% .* of .*ETA'
+    # Random bytes are stored without compressing: packing can end between
+    # the state check above and status.
+    if grep -qE '^big +committed' "$LAST_OUT"; then
+        skip "shows progress with an ETA" "packing was over before ckpt status ran"
+    else
+        last_stdout_matches "shows progress with an ETA" '^big +packing .*% .* of .*ETA'
+    fi
 else
     skip "EBUSY while packing" "packing was over before the check ($s)"
 fi

@@ -120,9 +120,10 @@ crash_rounds() {
 
 # rename_window: the narrowest kill point, after .NAME.tpack.tmp is renamed
 # to NAME.tpack but before the backing directory is fsynced and the daemon
-# records the commit. strace holds the daemon for 5 s right after rename()
-# returns (the packer is its only caller; staging uses renameat), and the
-# daemon is killed there. After the restart the checkpoint is committed,
+# records the commit. strace holds the daemon for 5 s right after a rename
+# inside the backing directory itself returns (-P: only the packer's commit
+# renames there; staging renames inside .ckptfs/), and the daemon is
+# killed there. After the restart the checkpoint is committed,
 # from that pack, with every file intact and nothing left in staging.
 rename_window() {
     if ! command -v strace >/dev/null; then
@@ -131,7 +132,8 @@ rename_window() {
     fi
     local back=$TMP/rw/back mnt=$TMP/rw/mnt log=$TMP/rw/ckptfs.log plain=$TMP/rw/plain _ tracer daemon
     mkdir -p "$back" "$mnt"
-    strace -f -qq -o /dev/null -e trace=rename -e inject=rename:delay_exit=5000000 \
+    strace -f -qq -o /dev/null -P "$back" -e trace=rename,renameat,renameat2 \
+        -e inject=rename,renameat,renameat2:delay_exit=5000000 \
         "$CKPTFS" -f -o commit_delay=0 "$back" "$mnt" 2>>"$log" &
     tracer=$!
     for _ in $(seq 400); do mountpoint -q "$mnt" && break; sleep 0.05; done

@@ -431,7 +431,8 @@ Test(wckpt, crash_after_rename_completes_commit)
     cr_assert_eq(wtable_commit(&t, c), 0);
     /* Pack renamed into place, then the crash, before staging was removed. */
     packer_file f = {strdup("x"), wc_file_of(c, 1)->blob, 5, 0644, 0, 0};
-    packer_job job = {.backing_fd = backing, .backing_path = dir, .name = "r", .files = &f, .n_files = 1};
+    packer_job job = {.backing_fd = backing, .backing_path = dir, .store = t.store, .name = "r",
+                      .files = &f, .n_files = 1};
     ckpt_err err = {0};
     cr_assert_eq(packer_run(&job, &err), 0, "%s", err.msg);
     free(f.path);
