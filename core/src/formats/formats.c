@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "formats.h"
+#include "formats/dcp.h"
 #include "parse.h"
 
 /* Sniffing is by extension today, so the order only matters once a format
@@ -12,6 +13,13 @@
 const container_format *const ckpt_container_formats[] = {
     &ckpt_format_safetensors,
     &ckpt_format_npy,
+    /* Formats that describe typed regions and tensors that do not tile the
+     * file (gaps between them). ingest_files.c still copies only the header
+     * and the tensors, so these stay off until the writer takes regions;
+     * define CKPT_FORMATS_REGIONS (with that writer) to turn them on. */
+#ifdef CKPT_FORMATS_REGIONS
+    &ckpt_format_dcp,
+#endif
     NULL,
 };
 
