@@ -89,9 +89,10 @@ static bool str_ok(const pk_value *v, size_t max)
 
 typedef struct parse_ctx {
     dcp_metadata *md;
+    size_t max_chunks; /* DCP_MAX_CHUNKS, or fewer when the pickle has fewer nodes */
     size_t cap_items;
     dcp_tensor **by_fqn; /* the tensors sorted by fqn */
-    char **bytes_fqns; /* sorted, borrowed from the doc */
+    const char **bytes_fqns; /* sorted, borrowed from the doc */
     char *msg;
     size_t msg_len;
 } parse_ctx;
@@ -108,11 +109,10 @@ static int fail(parse_ctx *c, const char *fmt, ...)
     return -EINVAL;
 }
 
-/* Unused dimensions' offsets are 0, so all CKPT_MAX_NDIM compare. */
 static int chunk_cmp(const void *a, const void *b)
 {
     const dcp_chunk *x = a, *y = b;
-    for (uint32_t d = 0; d < CKPT_MAX_NDIM; d++)
+    for (uint32_t d = 0; d < x->ndim; d++)
         if (x->offsets[d] != y->offsets[d])
             return x->offsets[d] < y->offsets[d] ? -1 : 1;
     return 0;
@@ -156,12 +156,13 @@ static int parse_tensor(parse_ctx *c, const char *fqn, const pk_value *v, size_t
     snprintf(t->torch_dtype, sizeof t->torch_dtype, "%s", dt->u.global.name);
     const char *sd = torch_dtype_name(dt->u.global.name);
     snprintf(t->dtype, sizeof t->dtype, "%s", sd ? sd : "");
-    if (!parse_size(field(v, "size"), t->size, &t->ndim))
+    uint64_t size[CKPT_MAX_NDIM];
+    if (!parse_size(field(v, "size"), size, &t->ndim))
         return fail(c, "'%s': its size is not a torch.Size of at most %d dimensions", q,
                     CKPT_MAX_NDIM);
     uint64_t numel = 1;
     for (uint32_t d = 0; d < t->ndim; d++)
-        if (__builtin_mul_overflow(numel, t->size[d], &numel))
+        if (__builtin_mul_overflow(numel, size[d], &numel))
             return fail(c, "'%s': its size overflows", q);
     unsigned es = ckpt_dtype_size(t->dtype);
     if (es && __builtin_mul_overflow(numel, es, &numel))
@@ -170,32 +171,46 @@ static int parse_tensor(parse_ctx *c, const char *fqn, const pk_value *v, size_t
     if (!chunks || chunks->kind != PK_LIST)
         return fail(c, "'%s': its chunks are not a list", q);
     size_t n = pk_len(chunks);
-    if (n > DCP_MAX_CHUNKS - *total_chunks)
-        return fail(c, "more than %u chunks", DCP_MAX_CHUNKS);
+    if (n > c->max_chunks - *total_chunks)
+        return c->max_chunks < DCP_MAX_CHUNKS
+                   ? fail(c, "more chunks than the pickle has values (shared chunk lists)")
+                   : fail(c, "more than %u chunks", DCP_MAX_CHUNKS);
     *total_chunks += n;
-    t->fqn = strdup(fqn);
+    /* the size, then each chunk's offsets and sizes */
+    t->fqn = fqn;
     t->chunks = calloc(n ? n : 1, sizeof *t->chunks);
-    if (!t->fqn || !t->chunks) {
-        free(t->fqn);
+    size_t ndims = (1 + 2 * n) * t->ndim; /* n <= DCP_MAX_CHUNKS: no overflow */
+    t->dims = malloc((ndims ? ndims : 1) * sizeof *t->dims);
+    if (!t->chunks || !t->dims) {
         free(t->chunks);
+        free(t->dims);
         memset(t, 0, sizeof *t);
         return -ENOMEM;
     }
     c->md->n_tensors++; /* owned by md from here on */
+    memcpy(t->dims, size, t->ndim * sizeof *size);
+    t->size = t->dims;
     for (size_t i = 0; i < n; i++) {
         const pk_value *ch = pk_at(chunks, i);
         dcp_chunk *k = &t->chunks[i];
+        uint64_t *ko = t->dims + (1 + 2 * i) * t->ndim, *ks = ko + t->ndim;
+        uint64_t tmp[CKPT_MAX_NDIM];
         uint32_t no = 0, ns = 0;
         if (!is_obj(ch, MOD_MD, "ChunkStorageMetadata"))
             return fail(c, "'%s': chunk %zu is %s, not a ChunkStorageMetadata", q, i,
                         global_name(ch, g, sizeof g));
-        if (!parse_size(field(ch, "offsets"), k->offsets, &no) ||
-            !parse_size(field(ch, "sizes"), k->sizes, &ns) || no != t->ndim || ns != t->ndim)
+        if (!parse_size(field(ch, "offsets"), tmp, &no) || no != t->ndim ||
+            (memcpy(ko, tmp, no * sizeof *tmp), !parse_size(field(ch, "sizes"), tmp, &ns)) ||
+            ns != t->ndim)
             return fail(c, "'%s': chunk %zu's offsets or sizes are not a torch.Size of %u "
                         "dimensions", q, i, t->ndim);
+        memcpy(ks, tmp, ns * sizeof *tmp);
+        k->offsets = ko;
+        k->sizes = ks;
+        k->ndim = t->ndim;
         for (uint32_t d = 0; d < t->ndim; d++) {
             uint64_t end;
-            if (__builtin_add_overflow(k->offsets[d], k->sizes[d], &end) || end > t->size[d])
+            if (__builtin_add_overflow(ko[d], ks[d], &end) || end > size[d])
                 return fail(c, "'%s': chunk %zu runs past the tensor's size in dimension %u", q,
                             i, d);
         }
@@ -318,9 +333,10 @@ static int parse_item(parse_ctx *c, size_t i, const pk_value *key, const pk_valu
     dcp_tensor *t = find_tensor(c, fq->u.s.p, &ti);
     const pk_value *ko = field(key, "offset");
     if (t) {
-        dcp_chunk probe = {0};
+        uint64_t po[CKPT_MAX_NDIM];
+        dcp_chunk probe = {.offsets = po, .ndim = t->ndim};
         uint32_t n = 0;
-        if (!parse_size(ko, probe.offsets, &n) || n != t->ndim)
+        if (!parse_size(ko, po, &n) || n != t->ndim)
             return fail(c, "'%s': its storage key's offset is not a torch.Size of %u dimensions",
                         q, t->ndim);
         dcp_chunk *k = bsearch(&probe, t->chunks, t->n_chunks, sizeof *t->chunks, chunk_cmp);
@@ -340,13 +356,8 @@ static int parse_item(parse_ctx *c, size_t i, const pk_value *key, const pk_valu
     } else {
         return fail(c, "a storage item names '%s', which state_dict_metadata does not", q);
     }
-    it.fqn = strdup(fq->u.s.p);
-    it.relative_path = strdup(rp->u.s.p);
-    if (!it.fqn || !it.relative_path) {
-        free(it.fqn);
-        free(it.relative_path);
-        return -ENOMEM;
-    }
+    it.fqn = fq->u.s.p;
+    it.relative_path = rp->u.s.p;
     c->md->items[c->md->n_items++] = it;
     return 0;
 }
@@ -408,15 +419,12 @@ void dcp_metadata_free(dcp_metadata *md)
     if (!md)
         return;
     for (size_t i = 0; i < md->n_tensors; i++) {
-        free(md->tensors[i].fqn);
         free(md->tensors[i].chunks);
+        free(md->tensors[i].dims);
     }
     free(md->tensors);
-    for (size_t i = 0; i < md->n_items; i++) {
-        free(md->items[i].fqn);
-        free(md->items[i].relative_path);
-    }
     free(md->items);
+    pickle_free(md->doc);
     memset(md, 0, sizeof *md);
 }
 
@@ -439,6 +447,9 @@ int dcp_metadata_parse(const uint8_t *data, size_t len, dcp_metadata *md, char *
         fail(&c, "%s", why);
         goto out;
     }
+    md->doc = doc; /* the strings point into it */
+    c.max_chunks = pickle_node_count(doc) < DCP_MAX_CHUNKS ? pickle_node_count(doc)
+                                                           : DCP_MAX_CHUNKS;
     const pk_value *root = pickle_root(doc);
     if (!is_obj(root, MOD_MD, "Metadata")) {
         rc = fail(&c, "the pickle holds %s, not a " MOD_MD ".Metadata",
@@ -457,9 +468,10 @@ oom:
 out:
     if (rc)
         dcp_metadata_free(md);
+    else if (!md->doc)
+        pickle_free(doc);
     free(c.by_fqn);
     free(c.bytes_fqns);
-    pickle_free(doc);
     return rc;
 }
 
@@ -542,8 +554,10 @@ static int acc_finish(acc *a, ingest_layout *out)
         acc_free(a);
         return 1;
     }
-    qsort(a->t, a->n_t, sizeof *a->t, tensor_cmp);
-    qsort(a->r, a->n_r, sizeof *a->r, region_cmp);
+    if (a->n_t)
+        qsort(a->t, a->n_t, sizeof *a->t, tensor_cmp);
+    if (a->n_r)
+        qsort(a->r, a->n_r, sizeof *a->r, region_cmp);
     out->t = a->t;
     out->n = a->n_t;
     out->regions = a->r;

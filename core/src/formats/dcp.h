@@ -65,31 +65,37 @@
 #define DCP_MAX_PATH 4096             /* bytes of a relative_path */
 #define DCP_NO_ITEM SIZE_MAX
 
+/* All names and paths point into the parsed pickle, which the metadata
+ * keeps (and dcp_metadata_free frees): hostile metadata that repeats one
+ * long string through the memo costs no more memory than it took input.
+ * Dimensions live in one array per tensor. */
 typedef struct dcp_chunk {
-    uint64_t offsets[CKPT_MAX_NDIM]; /* in the global tensor, per dimension */
-    uint64_t sizes[CKPT_MAX_NDIM];
+    const uint64_t *offsets; /* ndim values: where the chunk starts in the global tensor */
+    const uint64_t *sizes;   /* ndim values */
+    uint32_t ndim;
     size_t item; /* its storage item (index into dcp_metadata.items), or DCP_NO_ITEM */
 } dcp_chunk;
 
 typedef struct dcp_tensor {
-    char *fqn;
+    const char *fqn;
     char dtype[16];       /* safetensors spelling ("BF16"); "" if not supported */
     char torch_dtype[32]; /* the torch.<name> global's name, for messages */
     uint32_t ndim;
-    uint64_t size[CKPT_MAX_NDIM]; /* the global size */
+    const uint64_t *size; /* ndim values: the global size */
     size_t n_chunks;
-    dcp_chunk *chunks; /* sorted by offsets; within the global size, distinct */
+    dcp_chunk *chunks;    /* sorted by offsets; within the global size, distinct */
+    uint64_t *dims;       /* private: the size and the chunks' offsets and sizes */
 } dcp_tensor;
 
 typedef enum dcp_item_kind { DCP_ITEM_TENSOR, DCP_ITEM_BYTES } dcp_item_kind;
 
 typedef struct dcp_item {
     dcp_item_kind kind;
-    char *fqn;
-    size_t tensor, chunk; /* DCP_ITEM_TENSOR: tensors[tensor].chunks[chunk] */
-    char *relative_path;  /* the file, relative to the directory of .metadata */
-    uint64_t offset, length; /* offset + length does not overflow */
-    bool transformed;     /* transform_descriptors given: not a plain archive */
+    const char *fqn;
+    size_t tensor, chunk;      /* DCP_ITEM_TENSOR: tensors[tensor].chunks[chunk] */
+    const char *relative_path; /* the file, relative to the directory of .metadata */
+    uint64_t offset, length;   /* offset + length does not overflow */
+    bool transformed;          /* transform_descriptors given: not a plain archive */
 } dcp_item;
 
 typedef struct dcp_metadata {
@@ -99,6 +105,7 @@ typedef struct dcp_metadata {
     size_t n_items;
     dcp_item *items;     /* sorted by relative_path, then offset; the items of
                           * one file do not overlap */
+    void *doc;           /* private: the pickle the strings point into */
 } dcp_metadata;
 
 /* Parses and validates .metadata's bytes. Returns 0 and fills *md; -EINVAL
@@ -110,8 +117,9 @@ typedef struct dcp_metadata {
  * tensor, one of its chunks, once) with a relative_path, and non-negative
  * offset and length whose sum does not overflow; the items of one file do
  * not overlap (the message names both fqns). Counts are bounded
- * (DCP_MAX_*) and the walk is of fixed depth, so shared or cyclic pickle
- * nodes cannot make it loop. */
+ * (DCP_MAX_*; and chunks by the pickle's node count, so that one chunk
+ * list shared through the memo cannot stand for millions) and the walk is
+ * of fixed depth, so shared or cyclic pickle nodes cannot make it loop. */
 int dcp_metadata_parse(const uint8_t *data, size_t len, dcp_metadata *md, char *msg,
                        size_t msg_len);
 
