@@ -586,19 +586,47 @@ static void chunk_name(char *dst, size_t cap, const dcp_tensor *t, const dcp_chu
 }
 
 /* One tensor chunk's item: its storages as regions, and the tensor. */
+/* A failure of the source itself (not of the bytes read) ends describe(). */
+static int source_failed(int rc, const char *what, char *msg, size_t msg_len)
+{
+    if (rc >= 0 || rc == -EINVAL || rc == -EIO)
+        return 0;
+    if (rc == -ENOMEM)
+        fmt_msg(msg, msg_len, "dcp: out of memory");
+    else
+        fmt_msg(msg, msg_len, "dcp: reading %s: %s", what, strerror(-rc));
+    return rc;
+}
+
+static int str_ptr_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 static int describe_chunk(acc *a, const ingest_source *src, const dcp_metadata *md,
-                          const dcp_item *it)
+                          const dcp_item *it, const char *const *fqns, char *msg, size_t msg_len)
 {
     const dcp_tensor *t = &md->tensors[it->tensor];
     const dcp_chunk *k = &t->chunks[it->chunk];
     char name[MAX_NAME], why[400], reason[96];
     chunk_name(name, sizeof name, t, k);
+    /* "a@0" may be both a tensor's fqn and a chunk of "a": the tensor keeps
+     * the name, in whichever file each lies */
+    const char *np = name;
+    if (strcmp(name, t->fqn) != 0 &&
+        bsearch(&np, fqns, md->n_tensors, sizeof *fqns, str_ptr_cmp))
+        return add_skipped(a, name, "a tensor has this chunk's name");
     ingest_layout sub;
     int rc = torch_describe_range(src, it->offset, it->length, "dcp-item", &sub, why, sizeof why);
-    if (rc == -ENOMEM)
-        return rc;
-    if (rc < 0)
+    if (rc < 0) {
+        char q[FMT_QUOTE_BUF];
+        fmt_quote(q, sizeof q, name);
+        char what[FMT_QUOTE_BUF + 16];
+        snprintf(what, sizeof what, "'%s'", q);
+        if ((rc = source_failed(rc, what, msg, msg_len)))
+            return rc;
         return add_skipped(a, name, "its item is not a torch archive this reader understands");
+    }
     rc = add_regions(a, &sub);
     if (rc == 0) {
         bool same = sub.n == 1 && t->dtype[0] && strcmp(sub.t[0].dtype, t->dtype) == 0 &&
@@ -652,9 +680,15 @@ static int describe_items(acc *a, const ingest_source *src, const char *base,
     }
     if (!mine)
         return 1;
-    for (size_t i = 0; i < md->n_items; i++) {
+    const char **fqns = malloc((md->n_tensors ? md->n_tensors : 1) * sizeof *fqns);
+    if (!fqns)
+        return -ENOMEM;
+    for (size_t i = 0; i < md->n_tensors; i++)
+        fqns[i] = md->tensors[i].fqn;
+    qsort(fqns, md->n_tensors, sizeof *fqns, str_ptr_cmp);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < md->n_items; i++) {
         const dcp_item *it = &md->items[i];
-        int rc = 0;
         if (strcmp(it->relative_path, base) != 0)
             continue;
         if (it->transformed) {
@@ -667,7 +701,7 @@ static int describe_items(acc *a, const ingest_source *src, const char *base,
             rc = add_skipped(a, name, "its item is transformed (compressed or encrypted DCP); "
                                       "kept opaque");
         } else if (it->kind == DCP_ITEM_TENSOR) {
-            rc = describe_chunk(a, src, md, it);
+            rc = describe_chunk(a, src, md, it, fqns, msg, msg_len);
         } else {
             /* a bytes item: any storages it holds are regions */
             ingest_layout sub;
@@ -676,14 +710,13 @@ static int describe_items(acc *a, const ingest_source *src, const char *base,
                                       sizeof why);
             if (rc == 0)
                 rc = add_regions(a, &sub);
-            else if (rc != -ENOMEM)
-                rc = 0;
+            else
+                rc = source_failed(rc, "a bytes item", msg, msg_len);
             ingest_layout_free(&sub);
         }
-        if (rc)
-            return rc;
     }
-    return 0;
+    free(fqns);
+    return rc;
 }
 
 /* ------------------------------------------------------------ the scan */
