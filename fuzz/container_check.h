@@ -114,7 +114,7 @@ static int fz_run(const container_format *f, const uint8_t *data, size_t size,
                   const char *msg_prefix)
 {
     fz_mem m = {data, size, max_read};
-    ingest_source src = {fz_read, &m, size, "fuzz"};
+    ingest_source src = {.read = fz_read, .ud = &m, .size = size, .name = "fuzz"};
     ingest_layout l;
     char msg[512];
     int rc = f->describe(&src, "fuzz", &l, msg, sizeof msg);

@@ -345,6 +345,20 @@ typedef ssize_t (*ckpt_read_fn)(void *ud, void *buf, size_t len, uint64_t off);
 int ckpt_writer_add_reader(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud,
                            uint64_t size, uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec,
                            const char *src_name, ckpt_err *err);
+/* Reads the whole of the file at pack_path (a path inside the pack being
+ * written, such as "ckpt/.metadata") into *out (malloc'd; the library frees
+ * it) and its length into *len: 0; -ENOENT when there is no such file;
+ * -EFBIG when it has more than max bytes; or another negative errno.
+ * Container formats whose files are described by a sibling file (PyTorch
+ * DCP's *.distcp by the directory's .metadata) use it for files added with
+ * ckpt_writer_add_reader, which otherwise have no directory to look in.
+ * Files added by path read their siblings from disk, beside the file. */
+typedef int (*ckpt_sibling_fn)(void *ud, const char *pack_path, uint8_t **out, size_t *len,
+                               size_t max);
+/* Sets (or, with fn NULL, clears) the sibling reader for later
+ * ckpt_writer_add_reader calls. Without one such files are still packed;
+ * they are only understood less well. */
+void ckpt_writer_set_sibling_reader(ckpt_writer *w, ckpt_sibling_fn fn, void *ud);
 /* Adds a directory tree recursively (regular files only; symlinks and special
  * files are refused with an error), paths relative to src_dir, sorted. */
 int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err);

@@ -23,7 +23,77 @@ typedef struct source {
     ckpt_read_fn read;
     void *ud;
     const char *name;         /* for error messages */
+    /* Where sibling files (DCP's .metadata beside a *.distcp) come from:
+     * beside disk_path (add_path), or the writer's sibling reader by pack
+     * path (add_reader); neither: none. */
+    const char *disk_path;
+    ckpt_writer *w;
+    const char *pack_path;
 } source;
+
+/* ---- sibling files (formats.h: ingest_source.read_sibling) ---- */
+
+/* The whole of the regular file dir(path)/name, at most max bytes. */
+static int read_disk_sibling(const char *path, const char *name, uint8_t **out, size_t *len,
+                             size_t max)
+{
+    const char *slash = strrchr(path, '/');
+    char *full;
+    if (asprintf(&full, "%.*s%s", slash ? (int)(slash - path + 1) : 0, path, name) < 0)
+        return -ENOMEM;
+    /* O_NONBLOCK: a FIFO planted as the sibling must not block the pack */
+    int fd = open(full, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    free(full);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    int rc = 0;
+    uint8_t *buf = NULL;
+    if (fstat(fd, &st) < 0) rc = -errno;
+    else if (!S_ISREG(st.st_mode)) rc = -EINVAL;
+    else if ((uint64_t)st.st_size > max) rc = -EFBIG;
+    else if (!(buf = malloc(st.st_size ? (size_t)st.st_size : 1))) rc = -ENOMEM;
+    if (rc == 0) {
+        ssize_t r = ckpt_pread_full(fd, buf, (size_t)st.st_size, 0);
+        if (r < 0) rc = (int)r;
+        else if ((size_t)r != (size_t)st.st_size) rc = -EIO;
+    }
+    close(fd);
+    if (rc) { free(buf); return rc; }
+    *out = buf;
+    *len = (size_t)st.st_size;
+    return 0;
+}
+
+static int source_read_sibling(void *ud, const char *name, uint8_t **out, size_t *len, size_t max)
+{
+    const source *src = ud;
+    *out = NULL;
+    *len = 0;
+    if (!name || !name[0] || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+        return -EINVAL;
+    if (src->disk_path) return read_disk_sibling(src->disk_path, name, out, len, max);
+    ckpt_sibling_fn fn;
+    void *fn_ud;
+    writer_sibling_reader(src->w, &fn, &fn_ud);
+    const char *slash = strrchr(src->pack_path, '/');
+    char *full;
+    if (asprintf(&full, "%.*s%s", slash ? (int)(slash - src->pack_path + 1) : 0, src->pack_path, name) < 0)
+        return -ENOMEM;
+    int rc = fn(fn_ud, full, out, len, max);
+    free(full);
+    if (rc == 0 && *len > max) { free(*out); *out = NULL; *len = 0; rc = -EFBIG; }
+    return rc > 0 ? -EIO : rc;
+}
+
+static int source_has_siblings(const source *src)
+{
+    ckpt_sibling_fn fn = NULL;
+    void *fn_ud;
+    if (src->disk_path) return 1;
+    if (src->w && src->pack_path) writer_sibling_reader(src->w, &fn, &fn_ud);
+    return fn != NULL;
+}
 
 static ssize_t fd_read(void *ud, void *buf, size_t len, uint64_t off)
 {
@@ -81,7 +151,11 @@ static int describe_file(const source *src, const char *pack_path, uint64_t size
     d->fmt = ckpt_container_sniff(pack_path, head, have, size);
     if (!d->fmt) return 0;
     watched wt = {src, size, 0};
-    ingest_source isrc = {watched_read, &wt, size, src->name};
+    ingest_source isrc = {.read = watched_read, .ud = &wt, .size = size, .name = src->name};
+    if (source_has_siblings(src)) {
+        isrc.read_sibling = source_read_sibling;
+        isrc.sibling_ud = (void *)src;
+    }
     char msg[sizeof d->fault] = "";
     rc = d->fmt->describe(&isrc, pack_path, lay, msg, sizeof msg);
     if (rc < 0 && wt.read_err < 0)
@@ -307,7 +381,7 @@ static int add_described(ckpt_writer *w, const char *pack_path, const source *sr
 int ingest_add_layout(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud, uint64_t size,
                       const char *container, const char *fault, struct ingest_layout *lay, ckpt_err *err)
 {
-    source src = {read, ud, pack_path};
+    source src = {.read = read, .ud = ud, .name = pack_path};
     char f[400];
     snprintf(f, sizeof f, "%s", fault ? fault : "");
     return add_described(w, pack_path, &src, size, 0644, 0, 0, container, lay != NULL, lay, f, sizeof f, err);
@@ -330,7 +404,7 @@ static int add_source(ckpt_writer *w, const char *pack_path, const source *src, 
 static int add_fd(ckpt_writer *w, const char *pack_path, int fd, const char *src_path, const struct stat *st,
                   ckpt_err *err)
 {
-    source src = {fd_read, &fd, src_path};
+    source src = {fd_read, &fd, src_path, .disk_path = src_path};
     int rc = add_source(w, pack_path, &src, (uint64_t)st->st_size, (uint32_t)st->st_mode, (int64_t)st->st_mtim.tv_sec,
                         (uint32_t)st->st_mtim.tv_nsec, err);
     if (rc == 0) {
@@ -347,7 +421,7 @@ int ckpt_writer_add_reader(ckpt_writer *w, const char *pack_path, ckpt_read_fn r
                            ckpt_err *err)
 {
     if (!read) return ckpt_fail(err, -EINVAL, "%s: no read callback", pack_path ? pack_path : "(null)");
-    source src = {read, ud, src_name ? src_name : pack_path};
+    source src = {read, ud, src_name ? src_name : pack_path, .w = w, .pack_path = pack_path};
     return add_source(w, pack_path, &src, size, mode, mtime_sec, mtime_nsec, err);
 }
 

@@ -130,6 +130,10 @@ struct ckpt_writer {
     pthread_t out_thread;
     int out_started;
     uint64_t write_pos;
+
+    /* ckpt_writer_set_sibling_reader: siblings of files added by reader */
+    ckpt_sibling_fn sibling_fn;
+    void *sibling_ud;
 };
 
 static int writer_failed(ckpt_writer *w, ckpt_err *err)
@@ -790,6 +794,18 @@ void writer_output_id(const ckpt_writer *w, dev_t *dev, ino_t *ino)
 void writer_warn(const ckpt_writer *w, const char *src, const char *reason)
 {
     if (w->opts.warn) w->opts.warn(w->opts.warn_ud, src, reason);
+}
+
+void ckpt_writer_set_sibling_reader(ckpt_writer *w, ckpt_sibling_fn fn, void *ud)
+{
+    w->sibling_fn = fn;
+    w->sibling_ud = fn ? ud : NULL;
+}
+
+void writer_sibling_reader(const ckpt_writer *w, ckpt_sibling_fn *fn, void **ud)
+{
+    *fn = w->sibling_fn;
+    *ud = w->sibling_ud;
 }
 
 void ckpt_writer_abort(ckpt_writer *w)

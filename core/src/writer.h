@@ -17,4 +17,7 @@ int ingest_add_layout(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, 
 /* Passes a warning to the caller's opts.warn, if any. */
 void writer_warn(const ckpt_writer *w, const char *src, const char *reason);
 
+/* The sibling reader set by ckpt_writer_set_sibling_reader (NULL: none). */
+void writer_sibling_reader(const ckpt_writer *w, ckpt_sibling_fn *fn, void **ud);
+
 #endif

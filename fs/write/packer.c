@@ -37,6 +37,38 @@ static ssize_t read_blob(void *ud, void *buf, size_t len, uint64_t off)
 }
 
 
+/* The writer's sibling reader (ckpt_writer_set_sibling_reader): a staged
+ * file of this checkpoint, whole, by its path in the pack; so that a DCP
+ * directory saved into the mount finds its .metadata. */
+static int read_sibling(void *ud, const char *pack_path, uint8_t **out, size_t *len, size_t max)
+{
+    const packer_job *job = ud;
+    const packer_file *f = NULL;
+    for (size_t i = 0; i < job->n_files && !f; i++)
+        if (strcmp(job->files[i].path, pack_path) == 0)
+            f = &job->files[i];
+    if (!f)
+        return -ENOENT;
+    if (f->size > max)
+        return -EFBIG;
+    uint8_t *buf = malloc(f->size ? (size_t)f->size : 1);
+    if (!buf)
+        return -ENOMEM;
+    source src = {f->blob, job->cancel, {0}};
+    size_t done = 0;
+    while (done < f->size) {
+        ssize_t r = read_blob(&src, buf + done, (size_t)f->size - done, done);
+        if (r <= 0) {
+            free(buf);
+            return r < 0 ? (int)r : -EIO;
+        }
+        done += (size_t)r;
+    }
+    *out = buf;
+    *len = done;
+    return 0;
+}
+
 static void on_progress(void *ud, uint64_t done, uint64_t total)
 {
     const packer_job *job = ud;
@@ -76,6 +108,8 @@ int packer_run(const packer_job *job, ckpt_err *err)
     o.warn = on_warn;
     ckpt_writer *w = NULL;
     int rc = ckpt_writer_open_in(job->store, pack, tmp, &o, &w, err);
+    if (rc == 0)
+        ckpt_writer_set_sibling_reader(w, read_sibling, (void *)job);
     for (size_t i = 0; rc == 0 && i < job->n_files; i++) {
         const packer_file *f = &job->files[i];
         source src = {f->blob, job->cancel, {0}};

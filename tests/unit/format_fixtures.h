@@ -54,7 +54,7 @@ static inline ff_result ff_parse(const container_format *f, const uint8_t *p, si
     ff_result r;
     memset(&r, 0, sizeof r);
     ff_mem m = {p, n};
-    ingest_source src = {ff_mem_read, &m, n, "fixture"};
+    ingest_source src = {.read = ff_mem_read, .ud = &m, .size = n, .name = "fixture"};
     r.rc = f->describe(&src, "fixture", &r.l, r.msg, sizeof r.msg);
     if (r.rc < 0) {
         cr_assert(r.msg[0] != '\0', "rc %d with no message", r.rc);

@@ -6,6 +6,7 @@
 
 #include "binary.h"
 #include "formats.h"
+#include "formats/dcp.h"
 #include "parse.h"
 #include "torch.h"
 
@@ -14,6 +15,7 @@
 const container_format *const ckpt_container_formats[] = {
     &ckpt_format_safetensors,
     &ckpt_format_npy,
+    &ckpt_format_dcp, /* before torch: a .distcp starts with a torch.save zip */
     &ckpt_format_torch,
     &ckpt_format_gguf,
     &ckpt_format_tensorizer,

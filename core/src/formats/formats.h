@@ -75,6 +75,17 @@ typedef struct ingest_source {
     void *ud;
     uint64_t size;
     const char *name; /* for messages */
+    /* ---- added for PyTorch DCP (formats/dcp.c); OPTIONAL: NULL means
+     * unavailable, and every parser must work without it ----
+     * Reads the whole of the file `name` (one path component, such as
+     * ".metadata") in the same directory as this file into *out (malloc'd,
+     * the caller frees it) and its length into *len. Returns 0; -ENOENT
+     * when there is no such file; -EFBIG when it is larger than max bytes;
+     * -EINVAL for a name that is not one plain component; or another
+     * -errno. sibling_ud is passed as ud. */
+    int (*read_sibling)(void *ud, const char *name, uint8_t **out, size_t *len, size_t max);
+    void *sibling_ud;
+    /* ---- end of the DCP addition ---- */
 } ingest_source;
 
 /* One container format. sniff() looks at the path and the first head_len

@@ -794,3 +794,52 @@ const container_format ckpt_format_torch = {
     .sniff = torch_sniff,
     .describe = torch_describe,
 };
+
+/* ------------------------------------------------------------ embedded archives */
+
+typedef struct sub_source {
+    const ingest_source *src;
+    uint64_t base, len;
+} sub_source;
+
+static ssize_t sub_read(void *ud, void *buf, size_t len, uint64_t off)
+{
+    const sub_source *s = ud;
+    if (off >= s->len)
+        return 0;
+    if (len > s->len - off)
+        len = (size_t)(s->len - off);
+    return s->src->read(s->src->ud, buf, len, s->base + off);
+}
+
+int torch_describe_range(const ingest_source *src, uint64_t base, uint64_t len, const char *path,
+                         ingest_layout *out, char *msg, size_t msg_len)
+{
+    memset(out, 0, sizeof *out);
+    if (base > src->size || len > src->size - base) {
+        fmt_msg(msg, msg_len, "torch archive: [%llu, +%llu) lies outside the file",
+                (unsigned long long)base, (unsigned long long)len);
+        return -EINVAL;
+    }
+    sub_source s = {src, base, len};
+    ingest_source sub = {.read = sub_read, .ud = &s, .size = len, .name = src->name};
+    int rc = torch_describe(&sub, path, out, msg, msg_len);
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < out->n; i++)
+        out->t[i].offset += base;
+    for (size_t i = 0; i < out->n_regions; i++)
+        out->regions[i].offset += base;
+    out->header_bytes += base;
+    return 0;
+}
+
+const char *torch_dtype_name(const char *name)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < sizeof torch_dtypes / sizeof torch_dtypes[0]; i++)
+        if (strcmp(name, torch_dtypes[i].torch) == 0)
+            return torch_dtypes[i].dtype;
+    return NULL;
+}

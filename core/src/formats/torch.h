@@ -45,4 +45,16 @@
 
 extern const container_format ckpt_format_torch;
 
+/* ---- for containers that embed torch.save archives (formats/dcp.c) ----
+ * describe() of the archive that occupies [base, base + len) of src, as if
+ * it were a file of its own named path; offsets in *out are absolute in
+ * src (header_bytes too). Same returns and messages as describe(). A range
+ * outside src is -EINVAL. */
+int torch_describe_range(const ingest_source *src, uint64_t base, uint64_t len, const char *path,
+                         ingest_layout *out, char *msg, size_t msg_len);
+
+/* The safetensors dtype name of torch.<name> ("bfloat16" -> "BF16"), or
+ * NULL when it has none. */
+const char *torch_dtype_name(const char *name);
+
 #endif
