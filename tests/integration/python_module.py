@@ -331,7 +331,7 @@ def check_torch(ck, truth, torch, ckptfs):
     ok("load_state_dict(device='meta'): %d tensors moved with .to(device)" % len(meta))
 
 
-def check_write(mnt, prefix):
+def check_write(mnt, prefix, back):
     import ckptfs
 
     # A checkpoint written into the mount, then committed.
@@ -390,14 +390,17 @@ def check_write(mnt, prefix):
         fail("commit(wait=False) gave %r" % st)
     ok("commit(wait=False): %s" % st.state)
 
-    # Packing that fails: a damaged safetensors file.
+    # Packing that fails: a file named like its pack already sits in the
+    # backing directory (a damaged container would only be stored opaque).
     bad = os.path.join(mnt, prefix + "pybad")
     os.mkdir(bad)
-    with open(os.path.join(bad, "x.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", 8) + b'{"a":1}garbage')
+    with open(os.path.join(bad, "x.bin"), "wb") as f:
+        f.write(b"x" * 100)
+    with open(os.path.join(back, prefix + "pybad.tpack"), "wb") as f:
+        f.write(b"not a pack")
     e = expect_raises("commit() of a checkpoint whose packing fails", ckptfs.CommitError, ckptfs.commit, bad,
-                      contains=("packing failed", "x.safetensors", "safetensors header"))
-    if e.state != "failed" or "safetensors header" not in e.error or e.path != bad:
+                      contains=("packing failed", "pybad.tpack", "already exists"))
+    if e.state != "failed" or "already exists" not in e.error or e.path != bad:
         fail("CommitError fields: state %r error %r path %r" % (e.state, e.error, e.path))
     st = ckptfs.status(bad)
     if st.state != "failed" or st.error != e.error:

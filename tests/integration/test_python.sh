@@ -92,7 +92,7 @@ else
     skip "Debian's torch" "python3-torch is not installed: .torch() is checked with the venv only"
 fi
 all_checks "debian" "$PY" "$SITE"
-run_module "debian write" "$PY" "$SITE" write "$MNT" deb-
+run_module "debian write" "$PY" "$SITE" write "$MNT" deb- "$BACK"
 
 # ---------------------------------- pip install ./python into a fresh venv
 
@@ -122,7 +122,7 @@ if [ -n "$VPY" ] && [ -x "$VPY" ]; then
     run_cmd "$VPY" -c 'import torch; assert hasattr(torch, "float8_e4m3fn") and hasattr(torch, "uint64"); print(torch.__version__)'
     if [ "$LAST_RC" -eq 0 ]; then pass "the venv's torch $(cat "$LAST_OUT") has every dtype"; else fail "the venv's torch has every dtype" "$(cat "$LAST_ERR")"; fi
     all_checks "torch 2.13" "$VPY" "$TMP/site213"
-    run_module "torch 2.13 write" "$VPY" "$TMP/site213" write "$MNT" venv-
+    run_module "torch 2.13 write" "$VPY" "$TMP/site213" write "$MNT" venv- "$BACK"
 else
     skip "torch 2.13" "scripts/venv.sh could not make the pinned venv: $(tail -n 1 "$LAST_ERR")"
 fi
