@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +14,8 @@
 static const char ls_help[] =
     "usage: ckpt ls PACK [options]\n"
     "\n"
+    "PACK is a .tpack file or a checkpoint directory of a ckptfs mount\n"
+    "(MOUNT/NAME), which stands for the pack it shows.\n"
     "Lists the files of PACK (size, mode, path), or its tensors (dtype, shape,\n"
     "bytes, name).\n"
     "\n"
@@ -131,6 +134,9 @@ int cmd_info(int argc, char **argv)
 
     ckpt_pack_info in;
     ckpt_err err = {0};
+    char pack_path[PATH_MAX];
+    if (cli_resolve_pack(&o.pack, pack_path, sizeof pack_path))
+        return EXIT_FAIL;
     if (ckpt_probe(o.pack, &in, &err) < 0)
         return cli_fail_err(&err);
     /* The header is readable without a key; everything else of an
