@@ -82,7 +82,8 @@ static const char *short_error(const char *error)
     return error[0] == '/' && after ? after + 8 : error;
 }
 
-/* One checkpoint's line, at most width columns. */
+/* One checkpoint's line, at most width columns; one with an error shows
+ * the error after its state instead of the numbers. */
 static void format_line(const status_entry *e, size_t width, char *line, size_t cap)
 {
     const mount_state *st = &e->st;
@@ -108,16 +109,22 @@ static void format_line(const status_entry *e, size_t width, char *line, size_t 
     } else {
         cli_fmt_bytes(st->size, packed, sizeof packed); /* the pack that cannot be read */
     }
-    int n = snprintf(line, cap, "%-*s  %-*s  %*s  %*s", (int)name_w, name, STATE_W, state,
-                     BYTES_W, staged, BYTES_W, packed);
-    if (n < 0 || (size_t)n >= cap)
-        return;
+    int n;
     if (st->error[0]) {
-        /* Why, in the room of the last two columns (and what is left). */
+        /* Why, in the room of the byte and rate columns: the news here. */
+        n = snprintf(line, cap, "%-*s  %-*s", (int)name_w, name, STATE_W, state);
+        if (n < 0 || (size_t)n >= cap)
+            return;
         char why[MAX_COLUMNS + 4];
         fit(why, short_error(st->error), width - (size_t)n - 2);
         snprintf(line + n, cap - (size_t)n, "  %s", why);
-    } else {
+        return;
+    }
+    n = snprintf(line, cap, "%-*s  %-*s  %*s  %*s", (int)name_w, name, STATE_W, state, BYTES_W,
+                 staged, BYTES_W, packed);
+    if (n < 0 || (size_t)n >= cap)
+        return;
+    {
         snprintf(line + n, cap - (size_t)n, "  %*s  %*s", RATE_W, rate, ETA_W, eta);
     }
 }
