@@ -173,6 +173,14 @@ END {
     printf "## Thread scaling: %s bf16 checkpoint (%s)\n\n", scale_lab, fmt_size(sb)
     print "`ckpt pack --threads N`, `mksquashfs -processors N`, `ckptfs -o threads=N` (decode and packing workers), MB/s; ckptfs write is `cp -r` until committed. squashfuse, gocryptfs and native ext4 have no such setting: their figure is the same on every row."
     print ""
+    over = 0
+    for (i = 1; i <= nt; i++)
+        if (tl[i] + 0 > N + 0)
+            over = 1
+    if (over)
+        printf "This machine has %d cores: thread counts above %d oversubscribe them (more threads than cores compete for the same cores), and are measured so that the panel has four points; they show the cost of oversubscribing, not more parallelism.\n\n", N, N
+    if (nt < 4)
+        printf "Only %d thread count%s measured (`--threads` chose them); the default (`scale`) measures at least four.\n\n", nt, nt == 1 ? " was" : "s were"
     print "| threads | ckpt pack compressed | ckpt pack compressed+encrypted | mksquashfs | ckpt unpack compressed | unsquashfs | ckptfs cold read stored | compressed | encrypted | compressed+encrypted | ckptfs write | ckptfs write with key | native | squashfuse | gocryptfs |"
     print "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     tdat = datdir "/threads.dat"

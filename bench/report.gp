@@ -1,6 +1,6 @@
 # The chart of bench/report.md (bench/report.png), from the data files
 # bench/report.awk writes. Run by bench/report.sh:
-#   gnuplot -e "dat='DIR'; out='report.png'; N=2; scale='1G'; info='...'" report.gp
+#   gnuplot -e "dat='DIR'; out='report.png'; N=2; scale='1G'; info='...'; quick=0" report.gp
 # Top row: at the scaling size, against the thread count. Bottom row: at N
 # threads, against the checkpoint size.
 
@@ -9,6 +9,9 @@ if (!exists("out")) out = 'report.png'
 if (!exists("N")) N = 1
 if (!exists("scale")) scale = '?'
 if (!exists("info")) info = ''
+# quick=1: a smoke run (report.sh --quick), said in every title.
+if (!exists("quick")) quick = 0
+Q = quick ? 'QUICK RUN (smoke test, not the report): ' : ''
 
 set terminal pngcairo size 1800,1200 font 'DejaVu Sans,10' noenhanced
 set output out
@@ -16,7 +19,7 @@ set datafile missing '?'
 set key below maxcols 2 Left reverse samplen 4 width 2 font ',9'
 set grid
 set offsets 0, 0, graph 0.08, 0
-set multiplot layout 2,3 title 'ckptfs benchmark: '.info font ',13'
+set multiplot layout 2,3 title Q.'ckptfs benchmark: '.info font ',13'
 
 # One colour per system, the same in every panel: solid lines and filled
 # points for ckptfs and ckpt, dashed lines and open points for the others.
@@ -36,11 +39,13 @@ D = dat.'/dtypes.dat'
 stats T using 1 nooutput
 set xrange [STATS_min - 0.2:STATS_max + 0.2]
 set xtics 1
-set xlabel 'threads'
+# Counts above N oversubscribe the N cores.
+OVER = STATS_max > N ? sprintf(' (>%d threads oversubscribe %d cores)', N, N) : ''
+set xlabel 'threads'.OVER
 set ylabel 'MB/s'
 set yrange [0:*]
 
-set title 'Cold sequential read vs threads ('.scale.' checkpoint)'
+set title Q.'Cold sequential read vs threads ('.scale.' checkpoint)'
 plot T using 1:6 with linespoints ls 4 title 'ckptfs stored', \
      T using 1:7 with linespoints ls 5 title 'ckptfs compressed', \
      T using 1:8 with linespoints ls 6 title 'ckptfs encrypted', \
@@ -49,13 +54,13 @@ plot T using 1:6 with linespoints ls 4 title 'ckptfs stored', \
      T using 1:11 with lines ls 2 title 'squashfuse (no thread setting)', \
      T using 1:12 with lines ls 3 title 'gocryptfs (no thread setting)'
 
-set title 'Pack vs threads ('.scale.' checkpoint)'
+set title Q.'Pack vs threads ('.scale.' checkpoint)'
 plot T using 1:2 with linespoints ls 5 title 'ckpt pack compressed', \
      T using 1:3 with linespoints ls 7 title 'ckpt pack compressed+encrypted', \
      T using 1:4 with linespoints ls 4 title 'ckpt pack stored', \
      T using 1:5 with linespoints ls 2 title 'mksquashfs -comp gzip -b 1M'
 
-set title 'Compression ratio by dtype (smallest checkpoint)'
+set title Q.'Compression ratio by dtype (smallest checkpoint)'
 set xrange [*:*]
 set xtics auto
 unset xlabel
@@ -78,7 +83,7 @@ do for [i = 0:STATS_records - 1] {
 set xlabel 'checkpoint size (MB)' offset 0,0.3
 set ylabel 'MB/s'
 
-set title sprintf('Cold sequential read vs size (%d threads)', N)
+set title Q.sprintf('Cold sequential read vs size (%d threads)', N)
 plot S using 1:5 with linespoints ls 4 title 'ckptfs stored', \
      S using 1:6 with linespoints ls 5 title 'ckptfs compressed', \
      S using 1:7 with linespoints ls 6 title 'ckptfs encrypted', \
@@ -87,7 +92,7 @@ plot S using 1:5 with linespoints ls 4 title 'ckptfs stored', \
      S using 1:3 with linespoints ls 2 title 'squashfuse', \
      S using 1:4 with linespoints ls 3 title 'gocryptfs'
 
-set title sprintf('Write until durable, and pack, vs size (%d threads)', N)
+set title Q.sprintf('Write until durable, and pack, vs size (%d threads)', N)
 plot S using 1:11 with linespoints ls 5 title 'ckptfs cp -r + packing', \
      S using 1:12 with linespoints ls 7 title 'ckptfs with key cp -r + packing', \
      S using 1:13 with linespoints ls 5 dt 3 pt 9 title 'ckpt pack compressed', \
@@ -95,7 +100,7 @@ plot S using 1:11 with linespoints ls 5 title 'ckptfs cp -r + packing', \
      S using 1:10 with linespoints ls 3 title 'gocryptfs cp -r + sync', \
      S using 1:15 with linespoints ls 2 title 'mksquashfs gzip'
 
-set title sprintf('Peak RSS vs size (%d threads)', N)
+set title Q.sprintf('Peak RSS vs size (%d threads)', N)
 set ylabel 'MiB'
 plot S using 1:16 with linespoints ls 7 title 'ckptfs read daemon', \
      S using 1:17 with linespoints ls 6 title 'ckptfs write daemon (key)', \

@@ -4,8 +4,12 @@
 # checkpoints of each --sizes, side by side with native ext4 (or whatever
 # file system WORKDIR is on), squashfuse and gocryptfs, and writes
 #
-#   bench/report.md   the machine, then tables of MB/s, ratios to native and
-#                     to the peers, compression ratios and peak RSS
+#   bench/report.md   the machine, each figure beside its target (MISSED
+#                     where missed), then tables of MB/s, ratios to native
+#                     and to the peers, compression ratios and peak RSS
+#   README.md         its performance table, between the bench-table
+#                     markers, rewritten by bench/readme_table.sh from the
+#                     same figures (full runs with the default --out only)
 #   bench/report.png  the chart: thread scaling and size scaling
 #   bench/report.tsv  every figure, as bench/dtype/bytes/system/threads/
 #                     metric/value lines
@@ -18,11 +22,14 @@
 # Usage: bench/report.sh [options] [WORKDIR]
 #   --quick           sizes 100M and 300M, 1 run each, the thread scaling at
 #                     100M; writes bench/out/report-quick.{md,png,tsv}
-#                     (a smoke run: about 3 minutes on 2 cores)
+#                     (a smoke run: about 3 minutes on 2 cores), labelled
+#                     "quick run" in every heading and chart title
 #   --sizes LIST      checkpoint sizes (default 100M,1G,4G)
 #   --scale-size SIZE the size measured at every thread count (default 1G)
 #   --threads LIST    thread counts for it, e.g. 1,2,4 (default "scale":
-#                     1, 2, 4, ... and nproc)
+#                     1, 2, 4, ... and nproc; at least 1, 2, 3, 4, so on
+#                     fewer than 4 cores some oversubscribe, which the
+#                     report says)
 #   --dtypes LIST     dtypes of the compression table (default bf16,f16,f32)
 #   --runs N          runs per read and write figure, the median kept
 #                     (default 3 up to 1 GB, 1 above)
@@ -186,6 +193,12 @@ mkdir -p "$datdir"
     echo "| load average (1, 5, 15 min) | $load_begin at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end |"
     echo "| peers | $(version gocryptfs -version); squashfuse $(squashfuse --version 2>&1 | sed -n 's/^squashfuse \([0-9.]*\).*/\1/p' | head -n 1); $(version mksquashfs -version); fuse3 $(version fusermount3 -V | sed 's/.*version: *//') |"
     echo
+    echo "## Targets"
+    echo
+    echo "Each figure beside its target (the ones \`bench-mount.sh\` and \`bench-write.sh\` check); the README's performance table is this table, written by the same script (\`bench/readme_table.sh\`)."
+    echo
+    "$here/readme_table.sh" --threads "$N" $([ "$quick" = 1 ] && echo --quick) "$tsv"
+    echo
     awk -F'\t' -v N="$N" -v sizes="$(pairs bf16 "${sizes[@]}")" -v scale="$scale_size=${bytes_of_src[bf16-$scale_size]}" \
         -v dtypes="$dtype_pairs" -v datdir="$datdir" -f "$here/report.awk" "$tsv"
     echo "## How long"
@@ -215,11 +228,20 @@ mkdir -p "$datdir"
     done
     echo "</details>"
 } >"$out.md.tmp"
+# A quick run says so in every heading, not only at the top.
+if [ "$quick" = 1 ]; then
+    sed -i -E 's/^(##+ .*)$/\1 (quick run)/' "$out.md.tmp"
+fi
 
 cp "$tsv" "$out.tsv"
 info="$cpu, $N cores, $mib_total RAM, $fstype; $(date -u +%Y-%m-%d); git $commit"
-gnuplot -e "dat='$datdir'; out='$out.png.tmp'; N=$N; scale='$scale_size'; info='${info//\'/}'" "$here/report.gp"
+gnuplot -e "dat='$datdir'; out='$out.png.tmp'; N=$N; scale='$scale_size'; info='${info//\'/}'; quick=$quick" "$here/report.gp"
 mv "$out.png.tmp" "$out.png"
 mv "$out.md.tmp" "$out.md"
+# The full report is what the README quotes: its table, rewritten from the
+# same figures (a quick run or another --out never touches the README).
+if [ "$quick" = 0 ] && [ "$out" = "$here/report" ]; then
+    "$here/readme_table.sh" --threads "$N" --date "$(date -u +%Y-%m-%d)" --readme "$BENCH_ROOT/README.md" "$out.tsv"
+fi
 echo "wrote $out.md, $out.png and $out.tsv in $(minutes "$(elapsed "$t_begin" "$(now)")")" >&2
 [ "$keep" = 0 ] || echo "data kept in $work" >&2

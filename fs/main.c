@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/fslog.h"
@@ -233,6 +234,33 @@ static int parse_command_line(daemon_run *d, const char *prog)
     return 0;
 }
 
+/* No syslog to log to in the background (no /dev/log: a container, a
+ * minimal system): BACKING/.ckptfs/log, rotated at log_max and keeping
+ * LOG_KEEP files, so that it is never lost and never grows without bound.
+ * If even that cannot be opened, lines are lost; the terminal is told. */
+#define LOG_KEEP 3
+static void use_backing_log(const daemon_run *d)
+{
+    char backing[PATH_MAX], *path = NULL;
+    int rc = -ENOENT;
+    if (realpath(d->o.backing_dir, backing)) {
+        char *dir = NULL;
+        if (asprintf(&dir, "%s/.ckptfs", backing) >= 0) {
+            if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+                rc = -errno;
+            else if (asprintf(&path, "%s/log", dir) >= 0)
+                rc = fslog_use_rotated_file(path, d->o.log_max, LOG_KEEP);
+            free(dir);
+        }
+    }
+    if (rc)
+        fprintf(stderr, "ckptfs: warning: no syslog (/dev/log) and cannot log to %s/.ckptfs/log "
+                "(%s): the log is lost; use -o log_file=PATH\n", d->o.backing_dir,
+                strerror(-rc));
+    fslog_tee_stderr(1);
+    free(path);
+}
+
 /* The log's destination from the start, so that what recovery says is
  * there too; until mounted, errors and warnings are also shown where
  * ckptfs was run (why a mount failed belongs there). */
@@ -246,9 +274,11 @@ static int open_log(const daemon_run *d)
             return -1;
         }
         fslog_tee_stderr(1);
-    } else if (!d->cmd.foreground) {
+    } else if (!d->cmd.foreground && fslog_syslog_available()) {
         fslog_use_syslog();
         fslog_tee_stderr(1);
+    } else if (!d->cmd.foreground) {
+        use_backing_log(d);
     }
     return 0;
 }
@@ -295,6 +325,7 @@ static int build_mount(daemon_run *d)
     tune_malloc();
     /* Threads may start from here on (recovery seals staged data). */
     signals_block(NULL);
+    fs->hide_tensors = d->o.hide_tensors;
     fs->uid = getuid();
     fs->gid = getgid();
     fs->cache = chunk_cache_new(d->o.cache_bytes);

@@ -6,7 +6,7 @@
 #
 # Installs the binaries (ckpt, ckptfs, and ckpt-cuda when it was built),
 # libckpt (static, shared with its soname links, the public headers ckpt.h
-# and ckpt_mount.h, pkg-config file),
+# ckpt_mount.h and ckpt_names.h, pkg-config file),
 # the man pages, the mount(8) helper, the systemd unit template, an
 # example configuration and the Python package ckptfs (python/ckptfs, pure
 # Python: into PYTHONDIR, by default $(PREFIX)/lib/python3/dist-packages,
@@ -92,7 +92,7 @@ install: all $(GEN_FILES)
 	ln -sf $(LIB_REAL) $(D_LIB)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(D_LIB)/libckpt.so
 	@# ckpt_internal.h stays out: it is the tree's own unstable API.
-	$(INSTALL) -m 0644 core/include/ckpt.h core/include/ckpt_mount.h $(DESTDIR)$(INCLUDEDIR)/
+	$(INSTALL) -m 0644 core/include/ckpt.h core/include/ckpt_mount.h core/include/ckpt_names.h $(DESTDIR)$(INCLUDEDIR)/
 	$(INSTALL) -m 0644 $(GEN_DIR)/libckpt.pc $(DESTDIR)$(PKGCONFIGDIR)/libckpt.pc
 	for m in $(MAN_PAGES); do \
 	    gzip -9n <$(PKG_DIR)/man/$${m#*/} >$(D_MAN)/$$m.gz && chmod 0644 $(D_MAN)/$$m.gz || exit 1; \
@@ -122,7 +122,7 @@ install: all $(GEN_FILES)
 uninstall:
 	rm -f $(D_BIN)/ckpt $(D_BIN)/ckptfs $(D_BIN)/ckpt-cuda
 	rm -f $(D_LIB)/libckpt.a $(D_LIB)/$(LIB_REAL) $(D_LIB)/$(LIB_SONAME) $(D_LIB)/libckpt.so
-	rm -f $(DESTDIR)$(INCLUDEDIR)/ckpt.h $(DESTDIR)$(INCLUDEDIR)/ckpt_mount.h $(DESTDIR)$(PKGCONFIGDIR)/libckpt.pc
+	rm -f $(DESTDIR)$(INCLUDEDIR)/ckpt.h $(DESTDIR)$(INCLUDEDIR)/ckpt_mount.h $(DESTDIR)$(INCLUDEDIR)/ckpt_names.h $(DESTDIR)$(PKGCONFIGDIR)/libckpt.pc
 	rm -f $(addprefix $(D_MAN)/,$(addsuffix .gz,$(MAN_PAGES))) $(D_MAN)/man1/ckpt-cuda.1.gz \
 	    $(addprefix $(D_MAN)/man8/,$(addsuffix .gz,$(MAN8_LINKS)))
 	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/ckptfs@.service

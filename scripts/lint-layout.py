@@ -27,7 +27,7 @@ SEARCH = {"fs": ["fs", "core/include"], "tools": ["core/include"],
           "core": ["core/include", "core/src"]}
 FS_RANK = {"common": 0, "read": 1, "write": 1, "fuse": 2, "": 3}
 PUBLIC = {"read": {"read.h"}, "write": {"write.h"}, "fuse": {"frontend.h"}}
-CORE_PUBLIC = {"core/include/ckpt.h", "core/include/ckpt_mount.h",
+CORE_PUBLIC = {"core/include/ckpt.h", "core/include/ckpt_mount.h", "core/include/ckpt_names.h",
                "core/include/ckpt_internal.h"}
 # The library's base header (errors, byte order, maps, dtype sizes), like
 # zstd's lib/common/: every directory of core may include it, so it makes

@@ -40,7 +40,15 @@
 #define CKPT_XATTR_STATE "user.ckptfs.state"       /* one of the CKPT_STATE_* below */
 #define CKPT_XATTR_PROGRESS "user.ckptfs.progress" /* "DONE TOTAL SECONDS": packing */
 #define CKPT_XATTR_SIZE "user.ckptfs.size"         /* staged bytes, in decimal */
-#define CKPT_XATTR_ERROR "user.ckptfs.error"       /* why packing failed (state failed) */
+#define CKPT_XATTR_ERROR "user.ckptfs.error"       /* the last error: why packing failed
+                                                    * (failed), why the pack cannot be
+                                                    * read (key mismatch, damaged), or
+                                                    * the last read fault of a pack */
+/* The absolute path of the pack a committed checkpoint is read from
+ * (BACKING/NAME.tpack), so that tools given MOUNT/NAME (`ckpt ls`,
+ * `ckpt verify`, `ckpt cat`) open the pack itself. Absent while the
+ * checkpoint is being written. */
+#define CKPT_XATTR_PACK "user.ckptfs.pack"
 
 /* Written (any value) on a writable checkpoint directory to pack it: the
  * checkpoint's name then leads to the pack once packing succeeds. */
@@ -50,11 +58,17 @@
 
 /* Values of CKPT_XATTR_STATE. A writable checkpoint goes writing -> packing
  * -> committed, or -> failed (the staged data stays and a commit retries);
- * deleted is seen only through a handle opened before it was removed. */
+ * deleted is seen only through a handle opened before it was removed.
+ * A pack that cannot be read shows instead of committed as key mismatch
+ * (encrypted with another key than the mount's, or the mount has none:
+ * reads fail with EACCES) or damaged (empty, not a pack, a damaged header
+ * or index: reads fail with EIO); CKPT_XATTR_ERROR says why. */
 #define CKPT_STATE_WRITING "writing"
 #define CKPT_STATE_PACKING "packing"
 #define CKPT_STATE_COMMITTED "committed"
 #define CKPT_STATE_FAILED "failed"
 #define CKPT_STATE_DELETED "deleted"
+#define CKPT_STATE_KEY_MISMATCH "key mismatch"
+#define CKPT_STATE_DAMAGED "damaged"
 
 #endif

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,11 @@ static char fslog_path[PATH_MAX];
 static int fslog_pipe_r = -1, fslog_pipe_w = -1;
 static pthread_t fslog_reopener;
 static int fslog_reopener_running;
+/* Rotation of a file ckptfs chose itself (fslog_use_rotated_file): bytes
+ * written to the current file, and the size at which it is rotated. */
+static uint64_t fslog_written, fslog_rotate_max;
+static int fslog_rotate_keep;
+static pthread_mutex_t fslog_rotate_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void fslog_set_max_priority(int priority)
 {
@@ -91,6 +97,37 @@ static void fslog_to_stderr(int priority, const char *msg)
         fprintf(stderr, "ckptfs: %s%s\n", fslog_tag(priority), msg);
 }
 
+static int fslog_open_file(const char *path);
+
+/* PATH -> PATH.1 -> ... -> PATH.(keep-1), the oldest dropped, and a new
+ * PATH dup3()ed onto the descriptor (see fslog_fd). One thread at a time;
+ * those that find it done since they asked do nothing. */
+static void fslog_rotate(void)
+{
+    pthread_mutex_lock(&fslog_rotate_lock);
+    if (__atomic_load_n(&fslog_written, __ATOMIC_RELAXED) < fslog_rotate_max) {
+        pthread_mutex_unlock(&fslog_rotate_lock);
+        return;
+    }
+    char from[PATH_MAX + 16], to[PATH_MAX + 16];
+    for (int k = fslog_rotate_keep - 1; k >= 1; k--) {
+        if (k == 1)
+            snprintf(from, sizeof from, "%s", fslog_path);
+        else
+            snprintf(from, sizeof from, "%s.%d", fslog_path, k - 1);
+        snprintf(to, sizeof to, "%s.%d", fslog_path, k);
+        rename(from, to);
+    }
+    int fd = fslog_open_file(fslog_path);
+    if (fd >= 0) {
+        dup3(fd, fslog_fd, O_CLOEXEC);
+        close(fd);
+    }
+    /* Even when that failed: try again only after as much again. */
+    __atomic_store_n(&fslog_written, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&fslog_rotate_lock);
+}
+
 /* A file has no syslog to stamp its lines: time (local, with offset, to
  * the millisecond), pid, level. One write(2) per line on an O_APPEND file
  * keeps concurrent lines whole. */
@@ -114,7 +151,11 @@ static void fslog_to_file(int priority, const char *msg)
         line[n - 1] = '\n';
     }
     ssize_t w = write(__atomic_load_n(&fslog_fd, __ATOMIC_ACQUIRE), line, (size_t)n);
-    (void)w; /* nowhere left to report a failed log write */
+    /* Nowhere left to report a failed log write. */
+    if (w > 0 && __atomic_load_n(&fslog_rotate_max, __ATOMIC_RELAXED) &&
+        __atomic_add_fetch(&fslog_written, (uint64_t)w, __ATOMIC_RELAXED) >=
+            __atomic_load_n(&fslog_rotate_max, __ATOMIC_RELAXED))
+        fslog_rotate();
 }
 
 void fslog_vat(int priority, const char *fmt, va_list ap)
@@ -181,6 +222,27 @@ int fslog_use_file(const char *path)
     return 0;
 }
 
+int fslog_use_rotated_file(const char *path, uint64_t max_bytes, int keep)
+{
+    int rc = fslog_use_file(path);
+    if (rc)
+        return rc;
+    struct stat st;
+    uint64_t size = fstat(fslog_fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+    fslog_rotate_keep = keep < 1 ? 1 : keep;
+    __atomic_store_n(&fslog_written, size, __ATOMIC_RELAXED);
+    __atomic_store_n(&fslog_rotate_max, max_bytes, __ATOMIC_RELAXED);
+    if (size >= max_bytes)
+        fslog_rotate();
+    return 0;
+}
+
+int fslog_syslog_available(void)
+{
+    struct stat st;
+    return stat("/dev/log", &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
 /* The file at the path now: the one logrotate created, or a new one. If
  * it cannot be opened, lines keep going to the old file, which says why. */
 static void fslog_reopen(void)
@@ -196,6 +258,7 @@ static void fslog_reopen(void)
         return;
     }
     fslog_info("SIGHUP: reopening log file %s", fslog_path);
+    __atomic_store_n(&fslog_written, 0, __ATOMIC_RELAXED);
     if (dup3(fd, fslog_fd, O_CLOEXEC) < 0)
         fslog_err("SIGHUP: cannot switch to the new log file %s: %s", fslog_path,
                   strerror(errno));
@@ -274,4 +337,5 @@ void fslog_close(void)
     if (fslog_fd >= 0)
         close(fslog_fd);
     fslog_fd = -1;
+    __atomic_store_n(&fslog_rotate_max, 0, __ATOMIC_RELAXED);
 }

@@ -1,6 +1,8 @@
 /* Daemon logging. Where lines go: stderr while in the foreground, syslog
- * (facility daemon) once daemonized, or a file with -o log_file (which a
- * SIGHUP reopens, for logrotate). Every message is one line at a syslog
+ * (facility daemon) once daemonized where /dev/log exists (journald or a
+ * syslog daemon listens there), else BACKING/.ckptfs/log, rotated by
+ * ckptfs itself (fslog_use_rotated_file); or a file with -o log_file
+ * (which a SIGHUP reopens, for logrotate). Every message is one line at a syslog
  * priority; bytes that could break a line or a terminal (untrusted names
  * from packs end up in messages) are replaced by '?'. Nothing that holds
  * key material may be passed here.
@@ -19,6 +21,7 @@
 #define CKPTFS_FSLOG_H
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <syslog.h>
 
 void fslog_at(int priority, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -40,6 +43,12 @@ void fslog_use_syslog(void);
  * are not for everyone). path must be absolute: the daemon's working
  * directory is "/". 0, or -errno with nothing changed. */
 int fslog_use_file(const char *path);
+/* fslog_use_file, and the file is rotated by ckptfs once max_bytes were
+ * written to it: path -> path.1 -> ... -> path.(keep-1), the oldest
+ * dropped, so the log never takes much more than keep * max_bytes. */
+int fslog_use_rotated_file(const char *path, uint64_t max_bytes, int keep);
+/* Does /dev/log take syslog messages (a socket there)? */
+int fslog_syslog_available(void);
 /* While on: messages at LOG_WARNING or above also go to stderr. For the
  * start of a mount with -o log_file, so that why a mount failed is shown
  * where it was typed, not only in the file. */

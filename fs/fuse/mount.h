@@ -45,6 +45,7 @@ typedef struct ckptfs {
     unsigned readahead_kib;
     int readahead_pending;    /* raise it at the first request after INIT */
     int no_open;              /* the kernel can do without FUSE_OPEN */
+    int hide_tensors;         /* -o tensors=hide: tensors/ left out of listings */
     wtable wtable;            /* checkpoints being written */
     int writable;             /* the staging area could be set up */
     struct fuse_session *se;  /* for invalidations, once mounted */

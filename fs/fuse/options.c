@@ -20,6 +20,8 @@ static const struct fuse_opt ckptfs_opts[] = {
     OPT("threads=%s", threads_text),
     OPT("commit_delay=%s", commit_delay_text),
     OPT("log_file=%s", log_file),
+    OPT("log_max=%s", log_max_text),
+    OPT("tensors=%s", tensors_text),
     OPT("finish_on_exit", finish_on_exit),
     FUSE_OPT_KEY("ro", KEY_RO),
     FUSE_OPT_END,
@@ -144,6 +146,18 @@ int fs_options_parse(struct fuse_args *args, fs_options *o)
         }
         o->commit_delay = d;
     }
+    o->log_max = CKPTFS_DEFAULT_LOG_MAX;
+    if (o->log_max_text && (fs_parse_size(o->log_max_text, &o->log_max) || o->log_max < 4096)) {
+        fprintf(stderr, "ckptfs: bad log_max '%s' (want a size of at least 4K, e.g. 4M)\n",
+                o->log_max_text);
+        return -1;
+    }
+    if (o->tensors_text && strcmp(o->tensors_text, "show") != 0 &&
+        strcmp(o->tensors_text, "hide") != 0) {
+        fprintf(stderr, "ckptfs: bad tensors '%s' (want show or hide)\n", o->tensors_text);
+        return -1;
+    }
+    o->hide_tensors = o->tensors_text && strcmp(o->tensors_text, "hide") == 0;
     if (make_absolute(&o->key_file, "key_file") != 0 ||
         make_absolute(&o->passphrase_file, "passphrase_file") != 0 ||
         make_absolute(&o->log_file, "log_file") != 0)
@@ -160,6 +174,8 @@ void fs_options_free(fs_options *o)
     free(o->threads_text);
     free(o->commit_delay_text);
     free(o->log_file);
+    free(o->log_max_text);
+    free(o->tensors_text);
     memset(o, 0, sizeof *o);
 }
 
@@ -185,11 +201,17 @@ void fs_options_usage(const char *prog)
            "                             once; the next mount packs it again)\n"
            "    -o log_file=PATH         log to PATH (appended; created mode 0600) instead of\n"
            "                             stderr (-f) or syslog; SIGHUP reopens it\n"
+           "    -o log_max=SIZE          without syslog (no /dev/log), the log goes to\n"
+           "                             BACKING_DIR/.ckptfs/log, rotated at SIZE (default\n"
+           "                             4M) keeping log.1 and log.2\n"
+           "    -o tensors=show|hide     hide: tensors/ is not listed in a checkpoint (so\n"
+           "                             cp -r, rsync and find skip it) but still opens by\n"
+           "                             path (default: show)\n"
            "    -o debug, -d             log every request and its outcome (implies -f)\n"
            "\n"
            "Logging: errors, warnings and events (mounted, committed, suspended...) go to\n"
-           "stderr with -f, else to syslog (facility daemon), or to log_file. Keys and file\n"
-           "contents are never logged. Signals: SIGTERM/SIGINT unmount and exit within\n"
+           "stderr with -f, else to syslog (facility daemon) when /dev/log exists, else to\n"
+           "BACKING_DIR/.ckptfs/log; or to log_file. Keys and file contents are never logged. Signals: SIGTERM/SIGINT unmount and exit within\n"
            "seconds, suspending packing (staged data stays; no partial pack is left);\n"
            "SIGHUP reopens log_file (logrotate) and is otherwise ignored.\n"
            "\n"

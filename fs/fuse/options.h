@@ -11,6 +11,7 @@
 #define CKPTFS_MAX_THREADS 256u
 #define CKPTFS_DEFAULT_COMMIT_DELAY 2.0
 #define CKPTFS_MAX_COMMIT_DELAY 86400
+#define CKPTFS_DEFAULT_LOG_MAX (4ull << 20)
 
 typedef struct fs_options {
     char *backing_dir;        /* first positional argument */
@@ -20,6 +21,10 @@ typedef struct fs_options {
     char *threads_text;
     char *commit_delay_text;
     char *log_file;           /* absolute (made so at parsing); NULL: none */
+    char *log_max_text;
+    char *tensors_text;
+    uint64_t log_max;         /* rotation size of BACKING/.ckptfs/log */
+    int hide_tensors;         /* -o tensors=hide */
     uint64_t cache_bytes;
     double commit_delay;      /* seconds; 0: only `ckpt commit` commits */
     int read_only;            /* -o ro: serve packs only */

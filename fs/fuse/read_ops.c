@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,24 @@ static void checkpoint_dir_attr(ckptfs *fs, const checkpoint *c, struct stat *st
     st->st_ctim = c->identity.st_mtim;
 }
 
+/* What a file takes on disk, in 512-byte blocks, so that du of a checkpoint
+ * shows what its pack takes and not what unpacking it would: a packed
+ * file's share of the pack (its size times the pack's size over the sum of
+ * the packed sizes). manifest.json and tensors/ are views of the packed
+ * files that take no space of their own: 0, so du does not count the
+ * tensors twice. */
+static blkcnt_t packed_blocks(const checkpoint *c, const tree_node *n)
+{
+    if (n->kind != TREE_FILE)
+        return 0;
+    ckpt_pack_info info;
+    ckpt_info(c->pack, &info);
+    if (!info.logical_bytes)
+        return 0;
+    double share = (double)n->size * (double)c->identity.st_size / (double)info.logical_bytes;
+    return (blkcnt_t)(share / 512.0 + 0.5);
+}
+
 static void node_attr(ckptfs *fs, const checkpoint *c, uint32_t node, struct stat *st)
 {
     if (node == TREE_ROOT) {
@@ -64,7 +83,7 @@ static void node_attr(ckptfs *fs, const checkpoint *c, uint32_t node, struct sta
     st->st_mode = S_IFREG | n->mode;
     st->st_nlink = 1;
     st->st_size = (off_t)n->size;
-    st->st_blocks = (blkcnt_t)((n->size + 511) / 512);
+    st->st_blocks = packed_blocks(c, n);
     /* st_blksize stays the page size: readers that size their buffers by it
      * (cat, cp) then copy through buffers that fit in the CPU cache, which
      * matters once the data is in the page cache. */
@@ -288,6 +307,14 @@ static size_t add_entry(fuse_req_t req, char *buf, size_t used, size_t size, con
     return need > size - used ? 0 : need;
 }
 
+/* tensors/ at the top of a checkpoint: always ckptfs's own (a packed
+ * file of that name shows under .packed/). */
+static int is_tensors_dir(const pack_tree *t, uint32_t node)
+{
+    return t->nodes[node].kind == TREE_DIR && t->nodes[node].parent == TREE_ROOT &&
+           strcmp(t->nodes[node].name, CKPT_MOUNT_TENSORS_DIR) == 0;
+}
+
 void rops_readdir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off,
                   const root_listing *listing)
 {
@@ -322,7 +349,8 @@ void rops_readdir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t
             entry_ino = parent;
         } else if (c) {
             uint32_t child = dir->children[i - 2];
-            if (checkpoint_node_hidden(c, child))
+            if (checkpoint_node_hidden(c, child) || (fs->hide_tensors && node == TREE_ROOT &&
+                                                     is_tensors_dir(c->tree, child)))
                 continue;
             name = c->tree->nodes[child].name;
             entry_ino = checkpoint_ino(c, child);
@@ -377,16 +405,28 @@ static const ckpt_tensor_info *tensor_of(ckptfs *fs, fuse_ino_t ino)
 }
 
 /* The state attributes of a committed checkpoint's directory, so that
- * `ckpt status` and `ckpt commit --wait` read every checkpoint alike. */
-static long committed_xattr(const checkpoint *c, const char *name, char *buf, size_t cap)
+ * `ckpt status` and `ckpt commit --wait` read every checkpoint alike. The
+ * state opens the pack (checkpoint_state.h): one that cannot be read shows
+ * as key mismatch or damaged, never as committed. */
+static long committed_xattr(ckptfs *fs, checkpoint *c, const char *name, char *buf, size_t cap)
 {
     if (strcmp(name, CKPT_XATTR_STATE) == 0)
-        return snprintf(buf, cap, "%s", CKPT_STATE_COMMITTED);
+        return snprintf(buf, cap, "%s", checkpoint_state_name(&fs->table, c));
     if (strcmp(name, CKPT_XATTR_SIZE) == 0)
         return snprintf(buf, cap, "%" PRIu64, (uint64_t)c->identity.st_size);
     if (strcmp(name, CKPT_XATTR_PROGRESS) == 0)
         return snprintf(buf, cap, "%" PRIu64 " %" PRIu64 " 0", (uint64_t)c->identity.st_size,
                         (uint64_t)c->identity.st_size);
+    if (strcmp(name, CKPT_XATTR_PACK) == 0) {
+        int len = snprintf(buf, cap, "%s", c->pack_path);
+        return len < 0 || (size_t)len >= cap ? -2 : len;
+    }
+    if (strcmp(name, CKPT_XATTR_ERROR) == 0) {
+        /* Opening first: why it cannot be opened is the error to show. */
+        checkpoint_state_name(&fs->table, c);
+        size_t len = checkpoint_get_error(c, buf, cap);
+        return len ? (long)len : -1;
+    }
     return -1;
 }
 
@@ -397,10 +437,10 @@ void rops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
     if (!c && wtable_owns(ino) && resolve(fs, ino, &c, &node) != 0)
         c = NULL;
     if (c && node == TREE_ROOT) {
-        char value[64];
-        long len = committed_xattr(c, name, value, sizeof value);
+        char value[PATH_MAX + sizeof c->last_error];
+        long len = committed_xattr(fs, c, name, value, sizeof value);
         if (len < 0)
-            fuse_reply_err(req, ENODATA);
+            fuse_reply_err(req, len == -1 ? ENODATA : ERANGE);
         else
             reply_xattr_value(req, value, (size_t)len, size);
         return;
@@ -430,7 +470,8 @@ void rops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
 void rops_listxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size)
 {
     static const char names[] = CKPT_XATTR_DTYPE "\0" CKPT_XATTR_SHAPE "\0" CKPT_XATTR_SHA256;
-    static const char dir_names[] = CKPT_XATTR_STATE "\0" CKPT_XATTR_PROGRESS "\0" CKPT_XATTR_SIZE;
+    static const char dir_names[] = CKPT_XATTR_STATE "\0" CKPT_XATTR_PROGRESS "\0" CKPT_XATTR_SIZE
+        "\0" CKPT_XATTR_PACK;
     uint32_t node;
     checkpoint *c = ino == FUSE_ROOT_ID ? NULL : checkpoints_find(&fs->table, ino, &node);
     if (c && node == TREE_ROOT)

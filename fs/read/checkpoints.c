@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint_state.h"
 #include "common/fslog.h"
 #include "manifest.h"
 
@@ -435,6 +436,7 @@ static int open_pack(checkpoint_table *t, checkpoint *c)
          * else is the pack. */
         fslog_at(rc == -EACCES ? LOG_WARNING : LOG_ERR, "checkpoint '%s': %s", c->name,
                  err.msg[0] ? err.msg : strerror(-rc));
+        checkpoint_set_error(c, "%s", err.msg[0] ? err.msg : strerror(-rc));
         return rc;
     }
     /* The file we stat'ed may have been replaced since; never show one
@@ -453,6 +455,7 @@ static int open_pack(checkpoint_table *t, checkpoint *c)
         rc = manifest_build(pack, c->name, tree, &manifest, &manifest_len);
     if (rc) {
         fslog_err("checkpoint '%s': cannot show the pack: %s", c->name, strerror(-rc));
+        checkpoint_set_error(c, "%s: cannot show the pack: %s", c->pack_path, strerror(-rc));
         pack_tree_free(tree);
         ckpt_close(pack);
         return rc;

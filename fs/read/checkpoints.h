@@ -52,6 +52,8 @@ typedef struct checkpoint {
     pthread_mutex_t fault_lock;
     size_t *logged_chunks;    /* chunks whose fault was already logged */
     size_t n_logged, logged_cap;
+    char last_error[512];     /* under fault_lock: why it cannot be opened,
+                               * or its last read fault (checkpoint_state.h) */
 
     /* Entries removed by `rm -r` on the way to removing the whole
      * checkpoint: the pack cannot change, so they are only hidden. */

@@ -1,5 +1,7 @@
 #include "manifest.h"
 
+#include "ckpt_names.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -7,27 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Names come from untrusted packs and JSON needs UTF-8: a string that is
- * not valid UTF-8 is shown with its bytes >= 0x80 as \xNN. */
+/* Text from untrusted packs (cipher names, notes) that JSON must carry:
+ * in the display form of ckpt_names.h when it is not UTF-8. */
 static json_t *lossy_string(const char *s)
 {
-    json_t *j = json_string(s);
-    if (j)
-        return j;
-    size_t len = strlen(s);
-    char *ascii = malloc(len * 4 + 1);
-    if (!ascii)
-        return NULL;
-    char *out = ascii;
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c < 0x80)
-            *out++ = (char)*c;
-        else
-            out += sprintf(out, "\\x%02X", *c);
-    }
-    *out = '\0';
-    j = json_string(ascii);
-    free(ascii);
+    char *shown = ckpt_name_display(s);
+    json_t *j = shown ? json_string(shown) : NULL;
+    free(shown);
     return j;
 }
 
@@ -55,16 +43,33 @@ static int put(json_t *obj, const char *key, json_t *value)
     return value ? json_object_set_new(obj, key, value) : -1;
 }
 
-static json_t *path_or_null(const pack_tree *t, uint32_t node)
+/* A name (a path, a tensor's name): key as in ckpt_names.h, and key_b64
+ * with its raw bytes when it is not UTF-8. */
+static int put_name(json_t *obj, const char *key, const char *name)
+{
+    if (put(obj, key, lossy_string(name)))
+        return -1;
+    if (ckpt_name_is_utf8(name))
+        return 0;
+    char b64_key[64];
+    snprintf(b64_key, sizeof b64_key, "%s_b64", key);
+    char *b64 = ckpt_base64(name, strlen(name));
+    int rc = put(obj, b64_key, b64 ? json_string(b64) : NULL);
+    free(b64);
+    return rc;
+}
+
+/* The path of a node under the checkpoint directory, or null for none. */
+static int put_node_path(json_t *obj, const char *key, const pack_tree *t, uint32_t node)
 {
     if (node == TREE_NONE)
-        return json_null();
+        return put(obj, key, json_null());
     char *path = pack_tree_path(t, node);
     if (!path)
-        return NULL;
-    json_t *j = lossy_string(path);
+        return -1;
+    int rc = put_name(obj, key, path);
     free(path);
-    return j;
+    return rc;
 }
 
 static int add_files(json_t *list, const ckpt_pack *p, const pack_tree *t)
@@ -74,7 +79,7 @@ static int add_files(json_t *list, const ckpt_pack *p, const pack_tree *t)
         json_t *entry = json_object();
         if (!entry || json_array_append_new(list, entry))
             return -1;
-        if (put(entry, "path", lossy_string(f->path)) || put(entry, "size", u64_value(f->size)) ||
+        if (put_name(entry, "path", f->path) || put(entry, "size", u64_value(f->size)) ||
             put(entry, "sha256", hex_digest(f->sha256)) || put(entry, "container", json_string(f->container)))
             return -1;
         /* Why a file that claimed a container was stored as plain bytes. */
@@ -83,7 +88,7 @@ static int add_files(json_t *list, const ckpt_pack *p, const pack_tree *t)
         char *shown = t->file_node[i] == TREE_NONE ? NULL : pack_tree_path(t, t->file_node[i]);
         int moved = !shown || strcmp(shown, f->path) != 0;
         free(shown);
-        if (moved && put(entry, "mount_path", path_or_null(t, t->file_node[i])))
+        if (moved && put_node_path(entry, "mount_path", t, t->file_node[i]))
             return -1;
     }
     return 0;
@@ -99,7 +104,7 @@ static int add_tensors(json_t *list, const ckpt_pack *p, const pack_tree *t)
             json_decref(shape);
             return -1;
         }
-        if (put(entry, "name", lossy_string(ti->name)) || put(entry, "dtype", lossy_string(ti->dtype)) ||
+        if (put_name(entry, "name", ti->name) || put(entry, "dtype", lossy_string(ti->dtype)) ||
             put(entry, "shape", shape))
             return -1;
         for (uint32_t d = 0; d < ti->ndim; d++) {
@@ -119,8 +124,8 @@ static int add_tensors(json_t *list, const ckpt_pack *p, const pack_tree *t)
             put(entry, "torch_dtype", torch ? json_string(torch) : json_null()))
             return -1;
         if (put(entry, "nbytes", u64_value(ti->nbytes)) ||
-            put(entry, "path", path_or_null(t, t->tensor_node[i])) ||
-            put(entry, "file", lossy_string(file)) ||
+            put_node_path(entry, "path", t, t->tensor_node[i]) ||
+            put_name(entry, "file", file) ||
             put(entry, "offset", u64_value(ti->file_offset)) ||
             put(entry, "sha256", hex_digest(ti->sha256)))
             return -1;
@@ -142,7 +147,7 @@ int manifest_build(const ckpt_pack *p, const char *checkpoint, const pack_tree *
         goto done;
     }
     if (put(root, "format_version", json_integer(info.format_version)) ||
-        put(root, "name", lossy_string(checkpoint)) ||
+        put_name(root, "name", checkpoint) ||
         put(root, "cipher", lossy_string(info.cipher)) || put(root, "kdf", lossy_string(info.kdf)) ||
         put(root, "chunk_size", json_integer(info.chunk_size)) ||
         put(root, "codec", json_string("bytegroup+deflate")) ||

@@ -7,6 +7,7 @@
 #ifndef CKPTFS_READ_H
 #define CKPTFS_READ_H
 
+#include "checkpoint_state.h"
 #include "checkpoints.h"
 #include "chunk_cache.h"
 #include "manifest.h"

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint_state.h"
 #include "common/fslog.h"
 
 /* Reads this close to where the last one ended still count as sequential:
@@ -128,7 +129,7 @@ void read_plan_release(reader *r, read_plan *plan)
     plan_init(plan);
 }
 
-static void log_fault(const checkpoint *c, const tree_node *n, uint64_t position,
+static void log_fault(checkpoint *c, const tree_node *n, uint64_t position,
                       const char *msg)
 {
     const pack_tree *t = c->tree;
@@ -138,6 +139,8 @@ static void log_fault(const checkpoint *c, const tree_node *n, uint64_t position
     fslog_err("checkpoint '%s': read of '%s' at offset %" PRIu64 "%s%s%s failed: %s", c->name, file,
               position, other_name ? " (via '" : "", other_name ? shown : "",
               other_name ? "')" : "", msg && msg[0] ? msg : "corrupt chunk");
+    checkpoint_set_error(c, "%s: read of '%s' at offset %" PRIu64 " failed: %s", c->pack_path,
+                         file, position, msg && msg[0] ? msg : "corrupt chunk");
     free(shown);
 }
 

@@ -41,7 +41,7 @@ from ._errors import (
     NotACheckpointError,
     UnsupportedDtypeError,
 )
-from ._mount import COMMITTED, FAILED, PACKING, WRITING, Status, commit, status
+from ._mount import COMMITTED, DAMAGED, FAILED, KEY_MISMATCH, PACKING, WRITING, Status, commit, status
 
 __version__ = "0.1.0"
 

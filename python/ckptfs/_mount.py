@@ -4,10 +4,13 @@ Like ``ckpt status`` and ``ckpt commit``, these talk to the daemon through
 nothing but the extended attributes of each checkpoint directory (see
 core/include/ckpt_mount.h and ckptfs(8)):
 
-  user.ckptfs.state     writing | packing | committed | failed
+  user.ckptfs.state     writing | packing | committed | failed, or for a
+                        pack that cannot be read key mismatch | damaged
   user.ckptfs.size      staged bytes (the pack's size once committed)
   user.ckptfs.progress  "DONE TOTAL SECONDS" while packing
-  user.ckptfs.error     why packing failed
+  user.ckptfs.error     the last error: why packing failed, why the pack
+                        cannot be read, or its last read fault
+  user.ckptfs.pack      the path of the pack, once committed
   user.ckptfs.commit    written (any value) to commit the checkpoint
 """
 
@@ -27,6 +30,8 @@ WRITING = "writing"
 PACKING = "packing"
 COMMITTED = "committed"
 FAILED = "failed"
+KEY_MISMATCH = "key mismatch"
+DAMAGED = "damaged"
 
 POLL_SECONDS = 0.1
 
@@ -234,6 +239,14 @@ def commit(path, wait=True, timeout=None):
         raise CommitError(
             "%s: packing failed: %s (staged data is kept; fix the cause and commit again)"
             % (path, st.error or "no reason recorded"),
+            path=path,
+            state=st.state,
+            error=st.error,
+        )
+    if st.state in (KEY_MISMATCH, DAMAGED):
+        raise CommitError(
+            "%s: packed, but the pack cannot be read (%s): %s"
+            % (path, st.state, st.error or "no reason recorded"),
             path=path,
             state=st.state,
             error=st.error,

@@ -163,3 +163,51 @@ Test(fslog, reopen_without_a_file_is_harmless)
     fslog_request_reopen(); /* after close: nowhere to write, no crash */
     cr_assert_str_eq(fslog_destination(), "stderr");
 }
+
+/* The log ckptfs keeps itself (BACKING/.ckptfs/log, no /dev/log): rotated
+ * once max bytes were written, path -> path.1 -> path.2, the oldest
+ * dropped, so the files never hold much more than keep * max. */
+Test(fslog, rotated_file_is_bounded)
+{
+    enum { MAX = 4096, KEEP = 3 };
+    cr_assert_eq(fslog_use_rotated_file(path, MAX, KEEP), 0);
+    for (int i = 0; i < 1000; i++)
+        fslog_info("line %d of a log that would grow without bound: %0100d", i, i);
+    char *p1 = tu_join(dir, "ckptfs.log.1"), *p2 = tu_join(dir, "ckptfs.log.2");
+    char *p3 = tu_join(dir, "ckptfs.log.3");
+    struct stat st;
+    off_t total = 0;
+    const char *paths[] = {path, p1, p2};
+    for (int i = 0; i < KEEP; i++) {
+        cr_assert_eq(stat(paths[i], &st), 0, "%s missing", paths[i]);
+        cr_assert_leq(st.st_size, MAX + 200, "%s is %lld bytes", paths[i], (long long)st.st_size);
+        total += st.st_size;
+    }
+    cr_assert_neq(stat(p3, &st), 0, "only %d files are kept", KEEP);
+    cr_assert_geq(total, 2 * MAX, "the rotated files hold the recent lines");
+    /* The newest line is in the current file, the one before in .1. */
+    char *log = slurp(path);
+    cr_assert_not_null(strstr(log, "line 999 "));
+    free(log);
+    free(p1);
+    free(p2);
+    free(p3);
+}
+
+/* Starting on a file already over the limit rotates it first. */
+Test(fslog, rotated_file_over_the_limit_at_start)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    for (int i = 0; i < 200; i++)
+        fprintf(f, "an old line from an earlier mount, number %d\n", i);
+    fclose(f);
+    cr_assert_eq(fslog_use_rotated_file(path, 4096, 3), 0);
+    fslog_info("new");
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_lt(st.st_size, 200);
+    char *p1 = tu_join(dir, "ckptfs.log.1");
+    cr_assert_eq(stat(p1, &st), 0);
+    free(p1);
+}

@@ -61,6 +61,11 @@ int cli_load_key(const cli_keyopts *k, ckpt_key **out, ckpt_err *err);
 /* Opens a pack with the key options; prints the error and returns EXIT_FAIL
  * on failure. Close with cli_close_pack, which also frees *key. */
 int cli_open_pack(const char *path, const cli_keyopts *k, ckpt_pack **out, ckpt_key **key);
+/* A checkpoint directory of a ckptfs mount (MOUNT/NAME) stands for its pack:
+ * *path is pointed at the pack's path, written to buf. Anything else is left
+ * as it is. 0, or EXIT_FAIL after saying why (a checkpoint still being
+ * written, a directory that is not a checkpoint). cli_open_pack does this. */
+int cli_resolve_pack(const char **path, char *buf, size_t cap);
 void cli_close_pack(ckpt_pack *p, ckpt_key *key);
 
 /* ----------------------------------------------------------- numbers */

@@ -1,9 +1,12 @@
 /* `ckpt ls` and `ckpt info`: what a pack holds and how it is stored, for
  * people (aligned columns) and for programs (--json). */
 #include "cli.h"
+#include "ckpt_names.h"
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -11,6 +14,8 @@
 static const char ls_help[] =
     "usage: ckpt ls PACK [options]\n"
     "\n"
+    "PACK is a .tpack file or a checkpoint directory of a ckptfs mount\n"
+    "(MOUNT/NAME), which stands for the pack it shows.\n"
     "Lists the files of PACK (size, mode, path), or its tensors (dtype, shape,\n"
     "bytes, name).\n"
     "\n"
@@ -129,6 +134,9 @@ int cmd_info(int argc, char **argv)
 
     ckpt_pack_info in;
     ckpt_err err = {0};
+    char pack_path[PATH_MAX];
+    if (cli_resolve_pack(&o.pack, pack_path, sizeof pack_path))
+        return EXIT_FAIL;
     if (ckpt_probe(o.pack, &in, &err) < 0)
         return cli_fail_err(&err);
     /* The header is readable without a key; everything else of an
@@ -208,11 +216,36 @@ static json_t *json_hex32(const uint8_t digest[32])
     return json_string(hex);
 }
 
-/* Paths and names are bytes that need not be UTF-8, which JSON cannot carry;
- * jansson refuses them, and the listing then fails rather than drop them. */
+/* Paths and names are bytes that need not be UTF-8, which JSON cannot
+ * carry: key holds the name or its display form, and key_b64 its raw bytes
+ * when it is not UTF-8 (ckpt_names.h), as in a mount's manifest.json. */
+static void set_name(json_t *o, const char *key, const char *name, int *bad)
+{
+    char *shown = ckpt_name_display(name);
+    json_t *j = shown ? json_string(shown) : NULL;
+    free(shown);
+    if (!j) {
+        *bad = 1;
+        j = json_null();
+    }
+    json_object_set_new(o, key, j);
+    if (ckpt_name_is_utf8(name))
+        return;
+    char b64_key[64];
+    snprintf(b64_key, sizeof b64_key, "%s_b64", key);
+    char *b64 = ckpt_base64(name, strlen(name));
+    if (!b64)
+        *bad = 1;
+    json_object_set_new(o, b64_key, b64 ? json_string(b64) : json_null());
+    free(b64);
+}
+
+/* Other text (a note) in the display form alone. */
 static json_t *json_str(const char *s, int *bad)
 {
-    json_t *j = json_string(s);
+    char *shown = ckpt_name_display(s);
+    json_t *j = shown ? json_string(shown) : NULL;
+    free(shown);
     if (!j) {
         *bad = 1;
         return json_null();
@@ -233,8 +266,9 @@ static json_t *build_json(ckpt_pack *p, int *bad)
     for (int i = 0; i < 16; i++)
         snprintf(id + 2 * i, 3, "%02x", in.pack_id[i]);
 
-    json_t *pack = json_pack("{s:o, s:I, s:s, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I}",
-                             "path", json_str(ckpt_path(p), bad),
+    json_t *pack = json_object();
+    set_name(pack, "path", ckpt_path(p), bad);
+    json_t *rest = json_pack("{s:I, s:s, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I}",
                              "format_version", (json_int_t)in.format_version,
                              "pack_id", id,
                              "chunk_size", (json_int_t)in.chunk_size,
@@ -245,11 +279,14 @@ static json_t *build_json(ckpt_pack *p, int *bad)
                              "n_files", (json_int_t)in.n_files,
                              "n_tensors", (json_int_t)in.n_tensors,
                              "n_chunks", (json_int_t)in.n_chunks);
+    if (!rest || json_object_update(pack, rest))
+        *bad = 1;
+    json_decref(rest);
     json_t *files = json_array();
     for (size_t i = 0; i < ckpt_file_count(p); i++) {
         const ckpt_file_info *f = ckpt_file_at(p, i);
         json_t *o = json_object();
-        json_object_set_new(o, "path", json_str(f->path, bad));
+        set_name(o, "path", f->path, bad);
         json_object_set_new(o, "size", json_u64(f->size));
         /* A number, as stat reports it: programs use it, people have -l. */
         json_object_set_new(o, "mode", json_integer(f->mode));
@@ -268,7 +305,7 @@ static json_t *build_json(ckpt_pack *p, int *bad)
         for (uint32_t d = 0; d < t->ndim; d++)
             json_array_append_new(shape, json_u64(t->shape[d]));
         json_t *o = json_object();
-        json_object_set_new(o, "name", json_str(t->name, bad));
+        set_name(o, "name", t->name, bad);
         json_object_set_new(o, "dtype", json_string(t->dtype));
         /* Loaders need no dtype table of their own (README.md, manifest). */
         json_object_set_new(o, "container", json_string(ckpt_file_at(p, t->file_index)->container));
@@ -278,7 +315,7 @@ static json_t *build_json(ckpt_pack *p, int *bad)
         json_object_set_new(o, "torch_dtype", json_string(ckpt_dtype_torch(t->dtype)));
         json_object_set_new(o, "shape", shape);
         json_object_set_new(o, "nbytes", json_u64(t->nbytes));
-        json_object_set_new(o, "file", json_str(ckpt_file_at(p, t->file_index)->path, bad));
+        set_name(o, "file", ckpt_file_at(p, t->file_index)->path, bad);
         json_object_set_new(o, "offset", json_u64(t->file_offset));
         json_object_set_new(o, "sha256", json_hex32(t->sha256));
         json_array_append_new(tensors, o);
@@ -306,8 +343,7 @@ int cmd_ls(int argc, char **argv)
         int bad = 0;
         json_t *root = build_json(p, &bad);
         if (bad)
-            rc = cli_fail("%s: a path or tensor name is not valid UTF-8 and cannot be "
-                          "listed as JSON", o.pack);
+            rc = cli_fail("%s: cannot build the JSON listing (out of memory)", o.pack);
         else if (!root || json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) < 0)
             rc = cli_fail("%s: cannot write the JSON listing", o.pack);
         else

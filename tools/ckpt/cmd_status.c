@@ -1,8 +1,8 @@
 /* `ckpt status MOUNT[/NAME]`: every checkpoint of a ckptfs mount with its
- * state, size and packing progress. On a terminal a checkpoint being
- * packed gets a progress bar with bytes done and an ETA; elsewhere each
- * checkpoint is one plain line, for scripts and logs. */
-#include "cli.h"
+ * state, size, packing progress and last error. On a terminal, a table
+ * fitted to its width (status_watch.c draws it; --watch keeps redrawing
+ * it); elsewhere each checkpoint is one plain line, for scripts and logs. */
+#include "status.h"
 #include "ckpt_mount.h"
 
 #include <dirent.h>
@@ -14,39 +14,50 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BAR_WIDTH 24
-#define WATCH_SECONDS 0.5
+#define WATCH_SECONDS 1.0
 
 static const char status_help[] =
-    "usage: ckpt status MOUNT[/NAME] [--watch]\n"
+    "usage: ckpt status MOUNT[/NAME] [--watch [--interval SECONDS]]\n"
     "\n"
     "Shows every checkpoint of a ckptfs mount (or just NAME) with its state:\n"
-    "  writing    being written; committed by 'ckpt commit' or after a quiet delay\n"
-    "  packing    being packed in the background; read-only meanwhile\n"
-    "  committed  packed into BACKING/NAME.tpack\n"
-    "  failed     packing or staging failed (the reason follows); 'ckpt commit' retries\n"
-    "SIZE is the data written so far, or the size of the pack once committed.\n"
+    "  writing       being written; committed by 'ckpt commit' or after a quiet delay\n"
+    "  packing       being packed in the background; read-only meanwhile\n"
+    "  committed     packed into BACKING/NAME.tpack\n"
+    "  failed        packing or staging failed (the reason follows); 'ckpt commit'\n"
+    "                retries\n"
+    "  key mismatch  the pack is encrypted with another key than the mount's (or the\n"
+    "                mount has none): reads fail with EACCES\n"
+    "  damaged       the pack cannot be read (empty, not a pack, a damaged header or\n"
+    "                index; the reason follows): reads fail with EIO\n"
+    "SIZE is the data written so far, or the size of the pack once committed. The\n"
+    "last error of a checkpoint (a read fault in a committed one) follows its line.\n"
     "\n"
     "options:\n"
-    "  -w, --watch    refresh until nothing is being packed\n"
-    "  -h, --help     show this help\n";
+    "  -w, --watch          a live view, one line per checkpoint (state, bytes staged\n"
+    "                       and packed, MB/s, ETA), until interrupted (Ctrl-C); on a\n"
+    "                       terminal redrawn in place to its width, elsewhere a plain\n"
+    "                       line whenever a checkpoint's line changes\n"
+    "  -n, --interval SECS  seconds between refreshes of --watch (default 1)\n"
+    "  -h, --help           show this help\n";
 
 struct status_opts {
     const char *path;
     int watch;
+    double interval;
 };
 
 static int parse_status_opts(int argc, char **argv, struct status_opts *o)
 {
     static const struct option opts[] = {
         {"watch", no_argument, NULL, 'w'},
+        {"interval", required_argument, NULL, 'n'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
     int c;
     optind = 0;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, CLI_OPTSTRING_PREFIX "wh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, CLI_OPTSTRING_PREFIX "wn:h", opts, NULL)) != -1) {
         switch (c) {
         case 1:
             if (o->path)
@@ -56,6 +67,14 @@ static int parse_status_opts(int argc, char **argv, struct status_opts *o)
         case 'w':
             o->watch = 1;
             break;
+        case 'n': {
+            char *end;
+            o->interval = strtod(optarg, &end);
+            if (end == optarg || *end || !(o->interval >= 0.1 && o->interval <= 3600))
+                return cli_usage_error("status", "bad --interval '%s': want seconds, 0.1 to 3600",
+                                       optarg);
+            break;
+        }
         case 'h':
             fputs(status_help, stdout);
             return -1;
@@ -72,17 +91,14 @@ static int parse_status_opts(int argc, char **argv, struct status_opts *o)
     return 0;
 }
 
-typedef struct entry {
-    char *name, *path;
-    mount_state st;
-} entry;
+typedef status_entry entry;
 
 static int cmp_entry(const void *a, const void *b)
 {
     return strcmp(((const entry *)a)->name, ((const entry *)b)->name);
 }
 
-static void free_entries(entry *v, size_t n)
+void status_free(entry *v, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         free(v[i].name);
@@ -91,8 +107,13 @@ static void free_entries(entry *v, size_t n)
     free(v);
 }
 
-/* The checkpoints to show: path itself if it is one, else its entries. */
-static int collect(const char *path, entry **out, size_t *n)
+int status_is_error_state(const char *state)
+{
+    return strcmp(state, CKPT_STATE_FAILED) == 0 || strcmp(state, CKPT_STATE_KEY_MISMATCH) == 0 ||
+           strcmp(state, CKPT_STATE_DAMAGED) == 0;
+}
+
+int status_collect(const char *path, entry **out, size_t *n)
 {
     *out = NULL;
     *n = 0;
@@ -102,7 +123,7 @@ static int collect(const char *path, entry **out, size_t *n)
         entry *v = calloc(1, sizeof *v);
         const char *base = strrchr(path, '/');
         if (!v || !(v->name = strdup(base && base[1] ? base + 1 : path)) || !(v->path = strdup(path))) {
-            free_entries(v, v ? 1 : 0);
+            status_free(v, v ? 1 : 0);
             return -ENOMEM;
         }
         v->st = st;
@@ -150,7 +171,7 @@ static int collect(const char *path, entry **out, size_t *n)
     if (rc == 0 && count == 0 && others)
         rc = -ENODATA; /* entries, but none a checkpoint: not a ckptfs mount */
     if (rc) {
-        free_entries(v, count);
+        status_free(v, count);
         return rc;
     }
     qsort(v, count, sizeof *v, cmp_entry);
@@ -159,12 +180,13 @@ static int collect(const char *path, entry **out, size_t *n)
     return 0;
 }
 
-static void print_entry(const entry *e, int tty, size_t name_width)
+/* One plain line per checkpoint, for scripts and logs. */
+static void print_entry(const entry *e, size_t name_width, size_t state_width)
 {
     const mount_state *st = &e->st;
     char size[16], done[16], total[16], eta[16];
     cli_fmt_bytes(st->size, size, sizeof size);
-    printf("%-*s  %-9s  %10s", (int)name_width, e->name, st->state, size);
+    printf("%-*s  %-*s  %10s", (int)name_width, e->name, (int)state_width, st->state, size);
     if (strcmp(st->state, CKPT_STATE_PACKING) == 0 && st->done == 0 && st->seconds == 0) {
         printf("  queued behind another checkpoint");
     } else if (strcmp(st->state, CKPT_STATE_PACKING) == 0) {
@@ -172,67 +194,46 @@ static void print_entry(const entry *e, int tty, size_t name_width)
         cli_fmt_bytes(st->done, done, sizeof done);
         cli_fmt_bytes(st->total, total, sizeof total);
         cli_fmt_eta(mount_state_eta(st), eta, sizeof eta);
-        if (tty) {
-            char bar[BAR_WIDTH + 1];
-            int fill = (int)(pct / 100.0 * BAR_WIDTH + 0.5);
-            for (int i = 0; i < BAR_WIDTH; i++)
-                bar[i] = i < fill ? '#' : '.';
-            bar[BAR_WIDTH] = '\0';
-            printf("  [%s] %5.1f%%  %s / %s  ETA %s", bar, pct, done, total, eta);
-        } else {
-            printf("  %.1f%% %s of %s, ETA %s", pct, done, total, eta);
-        }
-    } else if (strcmp(st->state, CKPT_STATE_FAILED) == 0 && st->error[0]) {
-        printf("  %s", st->error);
+        printf("  %.1f%% %s of %s, ETA %s", pct, done, total, eta);
     }
-    /* Erase what a longer line left there when redrawing. */
-    printf(tty ? "\033[K\n" : "\n");
+    if (st->error[0])
+        printf(status_is_error_state(st->state) ? "  %s" : "  last error: %s", st->error);
+    putchar('\n');
 }
 
-static int show(const struct status_opts *o, int tty, int *packing, size_t *lines)
+static int show(const struct status_opts *o)
 {
     entry *v;
     size_t n;
-    int rc = collect(o->path, &v, &n);
+    int rc = status_collect(o->path, &v, &n);
     if (rc)
         return rc;
-    size_t width = 4;
-    *packing = 0;
+    size_t width = 4, state_width = 9;
     for (size_t i = 0; i < n; i++) {
-        size_t len = strlen(v[i].name);
+        size_t len = strlen(v[i].name), slen = strlen(v[i].st.state);
         if (len > width)
             width = len;
-        *packing |= strcmp(v[i].st.state, CKPT_STATE_PACKING) == 0;
+        if (slen > state_width)
+            state_width = slen;
     }
-    if (tty)
-        printf("%-*s  %-9s  %10s\033[K\n", (int)width, "NAME", "STATE", "SIZE");
     for (size_t i = 0; i < n; i++)
-        print_entry(&v[i], tty, width);
+        print_entry(&v[i], width, state_width);
     fflush(stdout);
-    *lines = n + (tty ? 1 : 0);
-    free_entries(v, n);
+    status_free(v, n);
     return 0;
 }
 
 int cmd_status(int argc, char **argv)
 {
-    struct status_opts o = {0};
+    struct status_opts o = {.interval = WATCH_SECONDS};
     int rc = parse_status_opts(argc, argv, &o);
     if (rc)
         return rc < 0 ? EXIT_OK : rc;
-    int tty = isatty(STDOUT_FILENO);
-    size_t lines = 0;
-    int packing = 0;
-    for (;;) {
-        rc = show(&o, tty, &packing, &lines);
-        if (rc)
-            return cli_fail("%s: %s", o.path,
-                            rc == -ENODATA ? "not a ckptfs mount or checkpoint" : mount_state_why(rc));
-        if (!o.watch || !packing)
-            return EXIT_OK;
-        struct timespec ts = {0, (long)(WATCH_SECONDS * 1e9)};
-        nanosleep(&ts, NULL);
-        if (tty && lines)
-            printf("\033[%zuA", lines); /* back up and draw over */
-    }
+    if (o.watch || isatty(STDOUT_FILENO))
+        return status_watch(o.path, o.interval, !o.watch);
+    rc = show(&o);
+    if (rc)
+        return cli_fail("%s: %s", o.path,
+                        rc == -ENODATA ? "not a ckptfs mount or checkpoint" : mount_state_why(rc));
+    return EXIT_OK;
 }

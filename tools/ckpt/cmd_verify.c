@@ -9,6 +9,9 @@
 static const char verify_help[] =
     "usage: ckpt verify PACK [options]\n"
     "\n"
+    "PACK is a .tpack file or a checkpoint directory of a ckptfs mount\n"
+    "(MOUNT/NAME), which stands for the pack it shows.\n"
+    "\n"
     "Decodes every chunk of PACK and checks its authentication tag or checksum,\n"
     "and the SHA-256 of every file and tensor. Prints one line per fault and\n"
     "exits with status 1 if any was found.\n"

@@ -3,6 +3,7 @@
  * prints it. */
 #include "cli.h"
 
+#include <limits.h>
 #include <stdio.h>
 
 int cli_keyopt(int c, const char *arg, cli_keyopts *k)
@@ -36,6 +37,10 @@ int cli_load_key(const cli_keyopts *k, ckpt_key **out, ckpt_err *err)
 int cli_open_pack(const char *path, const cli_keyopts *k, ckpt_pack **out, ckpt_key **key)
 {
     ckpt_err err = {0};
+    char pack_path[PATH_MAX];
+    *key = NULL;
+    if (cli_resolve_pack(&path, pack_path, sizeof pack_path))
+        return EXIT_FAIL;
     if (cli_load_key(k, key, &err) < 0)
         return cli_fail_err(&err);
     int rc = ckpt_open(path, *key, out, &err);

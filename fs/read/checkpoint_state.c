@@ -1,0 +1,46 @@
+#include "checkpoint_state.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ckpt_mount.h"
+
+void checkpoint_set_error(checkpoint *c, const char *fmt, ...)
+{
+    char msg[sizeof c->last_error];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    /* One line: xattr values are shown as is by `ckpt status`. */
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    pthread_mutex_lock(&c->fault_lock);
+    memcpy(c->last_error, msg, sizeof msg);
+    pthread_mutex_unlock(&c->fault_lock);
+}
+
+size_t checkpoint_get_error(checkpoint *c, char *buf, size_t cap)
+{
+    if (!cap)
+        return 0;
+    pthread_mutex_lock(&c->fault_lock);
+    snprintf(buf, cap, "%s", c->last_error);
+    pthread_mutex_unlock(&c->fault_lock);
+    return strlen(buf);
+}
+
+const char *checkpoint_state_name(checkpoint_table *t, checkpoint *c)
+{
+    switch (checkpoint_open(t, c)) {
+    case -EACCES:
+        return CKPT_STATE_KEY_MISMATCH;
+    case -EIO:
+        return CKPT_STATE_DAMAGED;
+    default:
+        return CKPT_STATE_COMMITTED;
+    }
+}
