@@ -17,7 +17,7 @@ CFLAGS_ALL = $(CFLAGS_API) -Icore/src
 # (a binary built straight from its source: <binary>.d).
 DEPFLAGS := -MMD -MP
 DEPFLAGS_BIN = $(DEPFLAGS) -MF $@.d -MT $@
-CORE_LIBS  := -lsodium -ldeflate -lz -ljansson -lm -pthread
+CORE_LIBS  := -lsodium -lzstd -ldeflate -lz -ljansson -lm -pthread
 # Content checksums (SHA-256 of every file and tensor) through OpenSSL's
 # libcrypto, which uses the CPU's SHA instructions; libsodium has only a
 # portable SHA-256, 5-7x slower, and hashing was 80% of packing time.
