@@ -52,7 +52,7 @@ ifneq ($(FS_SRC),)
 BINS += $(B)/bin/ckptfs
 endif
 
-.PHONY: all deps demo check lint-layout venv unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write clean
+.PHONY: all deps demo check lint-layout venv unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write bench-codec clean
 all: $(B)/lib/libckpt.a $(B)/lib/libckpt.so $(BINS) cuda
 
 # The optional CUDA tool lives in its own makefile: it defines the targets
@@ -134,7 +134,8 @@ $(B)/asan/tests/%: tests/unit/%.c $(B)/lib/libckptfs-asan.a $(B)/lib/libckpt-asa
 # What -MMD wrote (absent before the first build; -MP keeps a deleted header
 # from breaking the next one).
 -include $(CORE_OBJ:.o=.d) $(CORE_ASAN_OBJ:.o=.d) $(CKPT_SRC:%.c=$(B)/%.d) $(GEN_SRC:%.c=$(B)/%.d) \
-    $(FS_SRC:%.c=$(B)/%.d) $(FS_LIB_SRC:%.c=$(B)/asan/%.d) $(UNIT_BIN:=.d) $(UNIT_ASAN_BIN:=.d)
+    $(FS_SRC:%.c=$(B)/%.d) $(FS_LIB_SRC:%.c=$(B)/asan/%.d) $(UNIT_BIN:=.d) $(UNIT_ASAN_BIN:=.d) \
+    $(patsubst bench/%.c,$(B)/bench/%.d,$(wildcard bench/*.c))
 
 $(B)/fuzz/%: fuzz/%.c $(CORE_SRC)
 	@mkdir -p $(dir $@)
@@ -206,6 +207,16 @@ bench-mount: all
 bench-write: all
 	@scripts/deps.sh bench
 	@B=$(B) bench/bench-write.sh $(BENCH_ARGS)
+
+# Single-core codec speed (bench/bench-codec.sh): plane coders compared, and
+# the library's chunk encode/decode with CRC or AEAD on real chunks.
+BENCH_C_BIN := $(patsubst bench/%.c,$(B)/bench/%,$(wildcard bench/*.c))
+$(B)/bench/%: bench/%.c $(B)/lib/libckpt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(DEPFLAGS_BIN) -o $@ $< $(B)/lib/libckpt.a $(CORE_LIBS)
+
+bench-codec: $(BENCH_C_BIN) $(B)/bin/ckpt $(B)/bin/ckpt-gen
+	@B=$(B) bench/bench-codec.sh $(BENCH_ARGS)
 
 # install, uninstall, man pages and the Debian package live in packaging/.
 -include packaging/install.mk
