@@ -17,7 +17,7 @@ CFLAGS_ALL = $(CFLAGS_API) -Icore/src
 # (a binary built straight from its source: <binary>.d).
 DEPFLAGS := -MMD -MP
 DEPFLAGS_BIN = $(DEPFLAGS) -MF $@.d -MT $@
-CORE_LIBS  := -lsodium -ldeflate -lz -ljansson -lm -pthread
+CORE_LIBS  := -lsodium -lzstd -ldeflate -lz -ljansson -lm -pthread
 # Content checksums (SHA-256 of every file and tensor) through OpenSSL's
 # libcrypto, which uses the CPU's SHA instructions; libsodium has only a
 # portable SHA-256, 5-7x slower, and hashing was 80% of packing time.
@@ -52,7 +52,7 @@ ifneq ($(FS_SRC),)
 BINS += $(B)/bin/ckptfs
 endif
 
-.PHONY: all deps demo check lint-layout format format-check venv unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write bench-aead clean
+.PHONY: all deps demo check lint-layout format format-check venv unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write bench-aead bench-codec clean
 all: $(B)/lib/libckpt.a $(B)/lib/libckpt.so $(BINS) cuda
 
 # The optional CUDA tool lives in its own makefile: it defines the targets
@@ -134,7 +134,8 @@ $(B)/asan/tests/%: tests/unit/%.c $(B)/lib/libckptfs-asan.a $(B)/lib/libckpt-asa
 # What -MMD wrote (absent before the first build; -MP keeps a deleted header
 # from breaking the next one).
 -include $(CORE_OBJ:.o=.d) $(CORE_ASAN_OBJ:.o=.d) $(CKPT_SRC:%.c=$(B)/%.d) $(GEN_SRC:%.c=$(B)/%.d) \
-    $(FS_SRC:%.c=$(B)/%.d) $(FS_LIB_SRC:%.c=$(B)/asan/%.d) $(UNIT_BIN:=.d) $(UNIT_ASAN_BIN:=.d)
+    $(FS_SRC:%.c=$(B)/%.d) $(FS_LIB_SRC:%.c=$(B)/asan/%.d) $(UNIT_BIN:=.d) $(UNIT_ASAN_BIN:=.d) \
+    $(patsubst bench/%.c,$(B)/bench/%.d,$(wildcard bench/*.c))
 
 $(B)/fuzz/%: fuzz/%.c $(CORE_SRC)
 	@mkdir -p $(dir $@)
@@ -216,10 +217,15 @@ bench-write: all
 	@scripts/deps.sh bench
 	@B=$(B) bench/bench-write.sh $(BENCH_ARGS)
 
-# Chunk AEAD speed, one thread, libsodium against OpenSSL (no root needed).
-$(B)/bench/aead_speed: bench/aead_speed.c $(B)/lib/libckpt.a
+# Single-core codec speed (bench/bench-codec.sh): plane coders compared, and
+# the library's chunk encode/decode with CRC or AEAD on real chunks.
+BENCH_C_BIN := $(patsubst bench/%.c,$(B)/bench/%,$(wildcard bench/*.c))
+$(B)/bench/%: bench/%.c $(B)/lib/libckpt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(DEPFLAGS_BIN) -o $@ $< $(B)/lib/libckpt.a $(CORE_LIBS)
+
+bench-codec: $(BENCH_C_BIN) $(B)/bin/ckpt $(B)/bin/ckpt-gen
+	@B=$(B) bench/bench-codec.sh $(BENCH_ARGS)
 
 bench-aead: $(B)/bench/aead_speed
 	@$(B)/bench/aead_speed $(BENCH_ARGS)

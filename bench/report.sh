@@ -138,6 +138,8 @@ for d in "${dtypes[@]}"; do
     step "pack-${sizes[0]}-$d" "$here/bench-pack.sh" --src "$ck" --threads "$N" --tsv "$tsv" "$work/pack-$d"
     rm -rf "$work/pack-$d" "$ck"
 done
+step "threads" "$here/bench-threads.sh" $([ "$quick" = 1 ] && echo --quick) --threads "$N" "$work/threads"
+rm -rf "$work/threads"
 t_end=$(now)
 
 # -------------------------------------------------------------- report
@@ -201,6 +203,12 @@ mkdir -p "$datdir"
     echo
     awk -F'\t' -v N="$N" -v sizes="$(pairs bf16 "${sizes[@]}")" -v scale="$scale_size=${bytes_of_src[bf16-$scale_size]}" \
         -v dtypes="$dtype_pairs" -v datdir="$datdir" -f "$here/report.awk" "$tsv"
+    echo "## Scaling (bench/bench-threads.sh: per-thread CPU from /proc, Amdahl from the serial thread's share)"
+    echo
+    echo '```'
+    grep -v '^    threads by' "$logs/threads.txt" || true
+    echo '```'
+    echo
     echo "## How long"
     echo
     echo "| step | time |"

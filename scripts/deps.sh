@@ -2,7 +2,7 @@
 # Installs what the build and the tests need on Debian 12, or, when not root,
 # prints the exact command to run. Usage: scripts/deps.sh [build|test|bench]
 set -euo pipefail
-want=(gcc clang make pkg-config libfuse3-dev fuse3 libsodium-dev zlib1g-dev libdeflate-dev
+want=(gcc clang make pkg-config libfuse3-dev fuse3 libsodium-dev zlib1g-dev libdeflate-dev libzstd-dev
       libcriterion-dev libjansson-dev libssl-dev attr)
 case "${1:-build}" in
   test)  want+=(python3-numpy python3-torch python3-venv valgrind strace libclang-rt-14-dev clang-format) ;;

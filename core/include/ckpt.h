@@ -32,7 +32,7 @@ extern "C" {
 
 #define CKPT_VERSION_STRING "0.1.0"
 /* The version this build writes; it reads this one and every earlier one. */
-#define CKPT_FORMAT_VERSION 2
+#define CKPT_FORMAT_VERSION 3
 
 #define CKPT_CHUNK_MIN (64u * 1024u)
 #define CKPT_CHUNK_MAX (16u * 1024u * 1024u)

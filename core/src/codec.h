@@ -1,5 +1,6 @@
-/* Chunk payload encoding: byte-grouping by element size, then per-plane
- * deflate (Huffman-only by default) or stored, whichever is smaller. */
+/* Chunk payload encoding: byte-grouping by element size, then per plane a
+ * zstd frame (in effect Huffman-only; deflate at level 9 when LZ77 wins)
+ * or stored, whichever is smaller. */
 #ifndef CKPT_CODEC_H
 #define CKPT_CODEC_H
 
@@ -8,6 +9,7 @@
 #include <zlib.h>
 
 struct libdeflate_compressor;
+struct ZSTD_CCtx_s;
 
 typedef struct chunk_encoder {
     z_stream z;
@@ -17,6 +19,7 @@ typedef struct chunk_encoder {
     uint8_t *sample;        /* opaque chunks: the bytes the grouping is chosen on */
     struct libdeflate_compressor *trial;
     uint8_t *trial_out;     /* what the deflate trial writes */
+    struct ZSTD_CCtx_s *zc; /* the plane coder, made on first use */
 } chunk_encoder;
 
 void chunk_encoder_init(chunk_encoder *e);
@@ -35,10 +38,14 @@ int chunk_encode(chunk_encoder *e, const uint8_t *raw, size_t n, unsigned elem, 
  * sample it looked at; exposed for tests and measurements. */
 unsigned chunk_choose_grouping(chunk_encoder *e, const uint8_t *raw, size_t n, double *ratio);
 
-/* Decodes a payload into out (exactly raw_size bytes). scratch must hold
- * raw_size bytes for BYTEGROUP payloads. Returns 0 or -EIO with *why set. */
-int chunk_decode(const uint8_t *payload, size_t len, uint8_t codec, unsigned elem,
+/* Decodes a payload of a pack of format version `version` into out
+ * (exactly raw_size bytes). scratch must hold raw_size bytes for BYTEGROUP
+ * payloads. Returns 0, or -EIO (or -ENOMEM) with *why set. The decoder
+ * state (zstd and libdeflate contexts) is kept per thread and freed when
+ * the thread exits, or by chunk_decoder_release(). */
+int chunk_decode(const uint8_t *payload, size_t len, uint8_t codec, unsigned elem, unsigned version,
                  uint8_t *out, size_t raw_size, uint8_t *scratch, const char **why);
+void chunk_decoder_release(void);
 
 /* Is this (codec, elem, raw size, payload size) combination well-formed? */
 int chunk_shape_valid(uint8_t codec, unsigned elem, uint32_t raw_size, uint32_t payload_size);

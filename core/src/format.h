@@ -24,7 +24,8 @@ enum tpack_kdf { TPACK_KDF_NONE = 0, TPACK_KDF_KEYFILE = 1, TPACK_KDF_ARGON2ID =
 
 /* Chunk codecs. BYTEGROUP payload: per plane {u8 method, u32 length}, then planes. */
 enum tpack_codec { CODEC_STORED = 0, CODEC_DEFLATE = 1, CODEC_BYTEGROUP = 2 };
-enum tpack_plane { PLANE_STORED = 0, PLANE_DEFLATE = 1 };
+/* Plane methods: 2 (one zstd frame) since version 3. */
+enum tpack_plane { PLANE_STORED = 0, PLANE_DEFLATE = 1, PLANE_ZSTD = 2 };
 
 /* Kind 1 was "the one tensor's bytes" in version 1; since version 2 it is a
  * typed extent that holds any number of (possibly overlapping) tensors. */

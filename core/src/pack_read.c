@@ -677,7 +677,7 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
         }
     }
     const char *why = NULL;
-    if (chunk_decode(payload, plen, c->codec, c->elem_size, out, c->raw_size, scratch, &why) < 0) {
+    if (chunk_decode(payload, plen, c->codec, c->elem_size, p->version, out, c->raw_size, scratch, &why) < 0) {
         rc = chunk_fault(p, id, why, err);
         goto done;
     }

@@ -31,6 +31,7 @@ typedef struct stream {
 static void *stream_worker(void *arg)
 {
     stream *s = arg;
+    pthread_setname_np(pthread_self(), "ckpt-decode");
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->stop && s->next_assign < s->end && s->next_assign - s->next_consume >= s->window)

@@ -150,7 +150,8 @@ int manifest_build(const ckpt_pack *p, const char *checkpoint, const pack_tree *
         put_name(root, "name", checkpoint) ||
         put(root, "cipher", lossy_string(info.cipher)) || put(root, "kdf", lossy_string(info.kdf)) ||
         put(root, "chunk_size", json_integer(info.chunk_size)) ||
-        put(root, "codec", json_string("bytegroup+deflate")) ||
+        /* Planes are zstd frames since format version 3 (core/FORMAT.md). */
+        put(root, "codec", json_string(info.format_version >= 3 ? "bytegroup+zstd" : "bytegroup+deflate")) ||
         put(root, "stored_bytes", u64_value(info.stored_bytes)) ||
         put(root, "logical_bytes", u64_value(info.logical_bytes))) {
         json_decref(files);

@@ -215,7 +215,7 @@ def check_manifest(ckpt, src, pack=None):
                 "stored_bytes", "logical_bytes", "files", "tensors"):
         if key not in m:
             fail("manifest lacks %r" % key)
-    if m["codec"] != "bytegroup+deflate":
+    if m["codec"] != ("bytegroup+zstd" if m["format_version"] >= 3 else "bytegroup+deflate"):
         fail("codec is %r" % m["codec"])
     if m["name"] != os.path.basename(os.path.normpath(ckpt)):
         fail("name is %r" % m["name"])

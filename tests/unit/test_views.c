@@ -140,7 +140,7 @@ static void check_model(const char *path, const ckpt_key *key, const model *m)
     OKE(ckpt_open(path, key, &p, &e));
     ckpt_pack_info in;
     ckpt_info(p, &in);
-    cr_assert_eq(in.format_version, 2);
+    cr_assert_eq(in.format_version, CKPT_FORMAT_VERSION);
     cr_assert_eq(ckpt_tensor_count(p), 5);
     const ckpt_file_info *f = ckpt_file_at(p, 0);
     cr_assert_str_eq(f->container, "torch");

@@ -1,7 +1,9 @@
-/* Packs written by the last version-1 writer stay readable: the fixtures in
- * tests/unit/fixtures/ (made by make_v1.py and the v1 `ckpt pack`, see
- * there) open, verify and read back byte-identical, through every read path
- * a client uses (file pread, tensor pread, streaming). */
+/* Packs written by the last version-1 and version-2 writers stay readable:
+ * the fixtures in tests/unit/fixtures/ (made by make_v1.py / make_v2.py and
+ * the `ckpt pack` of that version, see there) open, verify and read back
+ * byte-identical, through every read path a client uses (file pread, tensor
+ * pread, streaming). Version 2 adds raw/noise.f32, opaque chunks grouped by
+ * 4 with deflated planes (plane method 1, which version 3 no longer writes). */
 #include "testutil.h"
 #include "ckpt.h"
 
@@ -23,6 +25,8 @@ static const want files[] = {
     {"model.safetensors", "67ac2751fb8dec4af1fe1523715139eb07b44fe857bda3797d32ab4f3ca20b99", 17120, 0, NULL},
     {"notes/empty", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", 0, 0, NULL},
     {"notes/log.txt", "77b22f1db260f79844ee580bc4fb83feaf28de5bc079fb23e423c7b2b2126019", 73351, 0, NULL},
+    /* version 2 only */
+    {"raw/noise.f32", "0b53399fb52ba26a53a3e987e8eb753d07f5e243060168fe959196b7bd3649d4", 98304, 0, NULL},
 };
 static const want tensors[] = {
     {"emb", "8069575cb5d0f2f64475712c6b7f73205cb88bdb74b73f7ccfa09af848cccb07", 8000, 128, "emb.npy"},
@@ -51,7 +55,7 @@ static int sink_copy(void *ud, uint64_t off, const void *data, size_t len, const
     return 0;
 }
 
-static void check_pack(const char *name, int encrypted)
+static void check_pack(const char *name, unsigned version, int encrypted)
 {
     char *path = fixture(name);
     ckpt_key *key = NULL;
@@ -65,13 +69,14 @@ static void check_pack(const char *name, int encrypted)
     cr_assert_eq(ckpt_open(path, key, &p, &e), 0, "%s", e.msg);
     ckpt_pack_info in;
     ckpt_info(p, &in);
-    cr_assert_eq(in.format_version, 1);
+    cr_assert_eq(in.format_version, version);
     cr_assert_str_eq(in.cipher, encrypted ? "xchacha20poly1305" : "none");
-    cr_assert_eq(in.n_files, 4);
+    size_t n_files = version == 1 ? 4 : 5;
+    cr_assert_eq(in.n_files, n_files);
     cr_assert_eq(in.n_tensors, 4);
     cr_assert_eq(ckpt_verify(p, 2, NULL, NULL, NULL, NULL, &e), 0, "%s", e.msg);
 
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    for (size_t i = 0; i < n_files; i++) {
         long fi = ckpt_file_find(p, files[i].name);
         cr_assert_geq(fi, 0, "%s: no file %s", name, files[i].name);
         const ckpt_file_info *f = ckpt_file_at(p, (size_t)fi);
@@ -105,5 +110,7 @@ static void check_pack(const char *name, int encrypted)
     free(path);
 }
 
-Test(v1_fixture, plain_pack_reads_back) { check_pack("v1-plain.tpack", 0); }
-Test(v1_fixture, encrypted_pack_reads_back) { check_pack("v1-xchacha.tpack", 1); }
+Test(v1_fixture, plain_pack_reads_back) { check_pack("v1-plain.tpack", 1, 0); }
+Test(v1_fixture, encrypted_pack_reads_back) { check_pack("v1-xchacha.tpack", 1, 1); }
+Test(v2_fixture, plain_pack_reads_back) { check_pack("v2-plain.tpack", 2, 0); }
+Test(v2_fixture, encrypted_pack_reads_back) { check_pack("v2-xchacha.tpack", 2, 1); }
