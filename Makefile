@@ -52,7 +52,7 @@ ifneq ($(FS_SRC),)
 BINS += $(B)/bin/ckptfs
 endif
 
-.PHONY: all deps demo check lint-layout format format-check venv unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write bench-aead bench-codec clean
+.PHONY: all deps demo check lint-layout format format-check venv unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write bench-aead bench-codec bench-formats clean
 all: $(B)/lib/libckpt.a $(B)/lib/libckpt.so $(BINS) cuda
 
 # The optional CUDA tool lives in its own makefile: it defines the targets
@@ -230,6 +230,13 @@ bench-codec: $(BENCH_C_BIN) $(B)/bin/ckpt $(B)/bin/ckpt-gen
 bench-aead: $(B)/bench/aead_speed
 	@$(B)/bench/aead_speed $(BENCH_ARGS)
 	@$(B)/bench/aead_speed --size 65536 $(BENCH_ARGS)
+
+# The same tensors as safetensors, torch.save, DCP, tensorizer, GGUF and a raw
+# blob: ratios and packing speed against the issue-13 targets, beside gzip,
+# zstd and ZipNN (also a section of `make bench`).
+bench-formats: all
+	@scripts/deps.sh bench
+	@B=$(B) bench/bench-formats.sh $(BENCH_ARGS)
 
 # install, uninstall, man pages and the Debian package live in packaging/.
 -include packaging/install.mk

@@ -140,6 +140,8 @@ for d in "${dtypes[@]}"; do
 done
 step "threads" "$here/bench-threads.sh" $([ "$quick" = 1 ] && echo --quick) --threads "$N" "$work/threads"
 rm -rf "$work/threads"
+# The same tensors in every container format (its own section).
+step formats "$here/bench-formats.sh" $([ "$quick" = 1 ] && echo --quick) --tsv "$tsv" --md "$work/formats.md" "$work"
 t_end=$(now)
 
 # -------------------------------------------------------------- report
@@ -209,6 +211,7 @@ mkdir -p "$datdir"
     grep -v '^    threads by' "$logs/threads.txt" || true
     echo '```'
     echo
+    cat "$work/formats.md"
     echo "## How long"
     echo
     echo "| step | time |"
@@ -220,6 +223,7 @@ mkdir -p "$datdir"
     echo
     echo "- **Read** (\`bench/bench-mount.sh\`): the tensor files of the checkpoint as raw files on the local disk (native), in a \`mksquashfs -comp gzip -b 1M\` image under squashfuse, in a gocryptfs directory, and as \`tensors/\` of a ckptfs mount over packs stored, compressed, encrypted and both. Cold: every FUSE daemon restarted and \`echo 3 > /proc/sys/vm/drop_caches\` before each run. Every system's bytes are checked against native first."
     echo "- **Write** (\`bench/bench-write.sh\`): \`cp -r\` of the checkpoint, warm in the page cache, into each file system on the same disk. ckptfs packs in the background with \`-o threads\` workers (all cores unless the row says otherwise)."
+    echo "- **Formats** (\`bench/bench-formats.sh\`): the same tensors saved seven ways by the real clients, packed with \`ckpt pack\` and through the writable mount, against safetensors and the issue-13 targets; gzip, zstd and ZipNN on the same bytes, one core each."
     echo "- **Pack** (\`bench/bench-pack.sh\`): \`ckpt pack\`/\`unpack\` and \`mksquashfs\`/\`unsquashfs\` of the whole checkpoint, source warm in the page cache; peak RSS from \`/usr/bin/time -f %M\`. Daemon RSS is VmHWM from \`/proc/PID/status\` when it unmounts."
     echo "- Other work on the machine skews the figures; the load averages above tell how busy it was."
     echo "- Every figure, as tab-separated bench/dtype/bytes/system/threads/metric/value lines: [$(basename "$out").tsv](./$(basename "$out").tsv)."

@@ -221,8 +221,8 @@ static long region_of(const ingest_layout *lay, const ingest_tensor *t)
  * disjoint, tensors either inside one region of their element size or clear
  * of all regions, names unique within the file. *owner[i] is the region of
  * tensor i or -1. On a fault, why says what is wrong and -EINVAL returns. */
-static int plan_pieces(const ingest_layout *lay, uint64_t size, piece **out, size_t *n_out, long **owner_out,
-                       char *why, size_t why_len)
+static int plan_pieces(const ckpt_writer *w, const ingest_layout *lay, uint64_t size, piece **out, size_t *n_out,
+                       long **owner_out, char *why, size_t why_len)
 {
     size_t n = 0, cap = lay->n_regions + lay->n;
     piece *pc = malloc((cap ? cap : 1) * sizeof *pc);
@@ -257,6 +257,14 @@ static int plan_pieces(const ingest_layout *lay, uint64_t size, piece **out, siz
         }
         if (strmap_put(&names, t->name, i, NULL) == 1) {
             snprintf(why, why_len, "layout: tensor name '%.200s' appears twice", t->name);
+            goto out;
+        }
+        /* Tensor names are unique in a pack: a file whose tensor has the
+         * name of one in an earlier file (pytorch_model.bin beside
+         * model.safetensors, two state dicts of one model) is stored opaque
+         * rather than failing the checkpoint. */
+        if (writer_has_tensor(w, t->name)) {
+            snprintf(why, why_len, "tensor name '%.200s' is already used by another file", t->name);
             goto out;
         }
         owner[i] = region_of(lay, t);
@@ -352,7 +360,7 @@ static int add_described(ckpt_writer *w, const char *pack_path, const source *sr
     size_t n = 0;
     int rc = 0;
     if (structured) {
-        rc = plan_pieces(lay, size, &pc, &n, &owner, fault, fault_len);
+        rc = plan_pieces(w, lay, size, &pc, &n, &owner, fault, fault_len);
         if (rc == -ENOMEM) return ckpt_fail(err, rc, "out of memory");
         if (rc < 0) structured = 0;
         rc = 0;

@@ -865,6 +865,11 @@ void writer_output_id(const ckpt_writer *w, dev_t *dev, ino_t *ino)
     *ino = w->ino;
 }
 
+int writer_has_tensor(const ckpt_writer *w, const char *name)
+{
+    return strmap_get(&w->tensor_map, name) >= 0;
+}
+
 void writer_warn(const ckpt_writer *w, const char *src, const char *reason)
 {
     if (w->opts.warn) w->opts.warn(w->opts.warn_ud, src, reason);

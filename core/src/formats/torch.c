@@ -641,6 +641,45 @@ static void layout_clear(ingest_layout *l)
     memset(l, 0, sizeof *l);
 }
 
+/* ------------------------------------------------------------ globals */
+
+/* Globals a state dict needs: torch's own (rebuild functions, storage
+ * classes, dtypes, Parameter, Size, device), the containers
+ * torch.load(weights_only=True) allows (OrderedDict, Counter, set,
+ * bytearray, complex, _codecs.encode for bytes) and numpy's array and
+ * scalar reconstruction (HF's rng_state.pth, Lightning's .ckpt). The reader
+ * never calls anything; a pickle that names any other global (os.system, a
+ * user class) is one torch's safe loader refuses too, so the file is stored
+ * opaque with a warning that names the global. */
+static bool allowed_global(const char *m, const char *n)
+{
+    static const char *const pairs[][2] = {
+        {"collections", "OrderedDict"}, {"collections", "Counter"}, {"builtins", "set"},
+        {"builtins", "bytearray"},      {"builtins", "complex"},    {"_codecs", "encode"},
+        {"numpy", "dtype"},             {"numpy", "ndarray"},
+    };
+    if (strcmp(m, "torch") == 0 || strncmp(m, "torch.", 6) == 0)
+        return true;
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+        if (strcmp(m, pairs[i][0]) == 0 && strcmp(n, pairs[i][1]) == 0)
+            return true;
+    if (strcmp(m, "numpy.core.multiarray") == 0 || strcmp(m, "numpy._core.multiarray") == 0)
+        return strcmp(n, "_reconstruct") == 0 || strcmp(n, "scalar") == 0;
+    return strcmp(m, "numpy.dtypes") == 0;
+}
+
+/* The first global the pickle names that allowed_global() refuses, or NULL. */
+static const pk_value *unknown_global(const pickle_doc *doc)
+{
+    size_t total = pickle_node_count(doc);
+    for (size_t i = 0; i < total; i++) {
+        const pk_value *v = pickle_node(doc, i);
+        if (v->kind == PK_GLOBAL && !allowed_global(v->u.global.module, v->u.global.name))
+            return v;
+    }
+    return NULL;
+}
+
 /* ------------------------------------------------------------ the format */
 
 /* <dir>/byteorder holds "little" or "big" (torch >= 1.9; older archives are
@@ -752,6 +791,17 @@ static int torch_describe(const ingest_source *src, const char *path, ingest_lay
         goto out;
     }
 
+    const pk_value *bad = unknown_global(doc);
+    if (bad) {
+        char qm[FMT_QUOTE_BUF], qn[FMT_QUOTE_BUF];
+        fmt_quote(qm, sizeof qm, bad->u.global.module);
+        fmt_quote(qn, sizeof qn, bad->u.global.name);
+        fmt_msg(msg, msg_len,
+                "torch archive: %s names the global %s.%s, which torch.load(weights_only=True) "
+                "refuses", q, qm, qn);
+        rc = -EINVAL;
+        goto out;
+    }
     if ((rc = collect_storages(&c, doc)))
         goto oom;
     type_untyped(&c, doc);
