@@ -23,11 +23,14 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define POOL_MAX 32
 
@@ -38,9 +41,21 @@ struct s3_client {
     char *sigv4;          /* "aws:amz:REGION:s3" */
     char *token_header;   /* "x-amz-security-token: ..." (secret) or NULL */
     pthread_mutex_t mu;
-    CURL *idle[POOL_MAX];
+    struct conn *idle[POOL_MAX];
     size_t n_idle;
 };
+
+/* A pooled handle and the socket of its kept-alive connection. */
+typedef struct conn {
+    CURL *h;
+    curl_socket_t fd; /* CURL_SOCKET_BAD when none */
+} conn;
+
+static void conn_free(conn *k)
+{
+    curl_easy_cleanup(k->h); /* closes the connection through on_close */
+    free(k);
+}
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
@@ -124,7 +139,7 @@ void s3_client_free(s3_client *c)
     if (!c)
         return;
     for (size_t i = 0; i < c->n_idle; i++)
-        curl_easy_cleanup(c->idle[i]);
+        conn_free(c->idle[i]);
     if (c->token_header) {
         sodium_memzero(c->token_header, strlen(c->token_header));
         free(c->token_header);
@@ -137,36 +152,44 @@ void s3_client_free(s3_client *c)
 
 const s3_config *s3_client_config(const s3_client *c) { return &c->cfg; }
 
-static CURL *handle_get(s3_client *c)
+static conn *handle_get(s3_client *c)
 {
-    CURL *h = NULL;
+    conn *k = NULL;
     pthread_mutex_lock(&c->mu);
     if (c->n_idle)
-        h = c->idle[--c->n_idle];
+        k = c->idle[--c->n_idle];
     pthread_mutex_unlock(&c->mu);
-    if (h)
-        curl_easy_reset(h); /* keeps the connection */
-    else
-        h = curl_easy_init();
-    return h;
+    if (k) {
+        curl_easy_reset(k->h); /* keeps the connection */
+        return k;
+    }
+    if (!(k = calloc(1, sizeof *k)))
+        return NULL;
+    k->fd = CURL_SOCKET_BAD;
+    if (!(k->h = curl_easy_init())) {
+        free(k);
+        return NULL;
+    }
+    return k;
 }
 
-static void handle_put(s3_client *c, CURL *h)
+static void handle_put(s3_client *c, conn *k)
 {
     pthread_mutex_lock(&c->mu);
     if (c->n_idle < POOL_MAX) {
-        c->idle[c->n_idle++] = h;
-        h = NULL;
+        c->idle[c->n_idle++] = k;
+        k = NULL;
     }
     pthread_mutex_unlock(&c->mu);
-    if (h)
-        curl_easy_cleanup(h);
+    if (k)
+        conn_free(k);
 }
 
 /* ------------------------------------------------------- one attempt */
 
 typedef struct xfer {
     CURL *h;
+    conn *k;
     const s3_req *rq;
     s3_resp *rs;
     size_t sent;   /* of the request body */
@@ -193,10 +216,45 @@ static int on_seek(void *ud, curl_off_t off, int origin)
     return CURL_SEEKFUNC_OK;
 }
 
+/* Delayed ACKs on a kept-alive connection: RGW's beast frontend sends the
+ * last, partial segment of a response only when the segment before it is
+ * ACKed (Nagle), and Linux delays that ACK by 40 ms once a connection has
+ * left its first quick-ACK phase. Measured on the tests' gateway: a 100 KB
+ * ranged GET took 2-4 ms on a new connection and 42-48 ms on a reused one
+ * (tcpdump: our ACK came 46 ms late). Quick-ACK mode is not sticky, so it is
+ * asked for again after every piece received (one setsockopt per 16 KiB)
+ * and at the end of the headers. With it, `ckpt cat` of a 250 MB file from
+ * the gateway went from 8.1 s to 1.2 s on one thread (0.72 s on two). */
+static void quickack(xfer *x)
+{
+    if (x->k->fd != CURL_SOCKET_BAD) {
+        int one = 1;
+        setsockopt(x->k->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+    }
+}
+
+/* libcurl 7.88 gives no socket to a write callback (CURLINFO_ACTIVESOCKET
+ * is -1 there), so the socket is noted when made and forgotten when closed;
+ * both callbacks keep the conn they were set with for the connection's life. */
+static int on_sockopt(void *ud, curl_socket_t fd, curlsocktype purpose)
+{
+    ((conn *)ud)->fd = fd;
+    return CURL_SOCKOPT_OK;
+}
+
+static int on_close(void *ud, curl_socket_t fd)
+{
+    conn *k = ud;
+    if (k->fd == fd)
+        k->fd = CURL_SOCKET_BAD;
+    return close(fd);
+}
+
 static size_t on_write(char *data, size_t size, size_t n, void *ud)
 {
     xfer *x = ud;
     size_t len = size * n;
+    quickack(x);
     long status = 0;
     curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &status);
     s3_resp *rs = x->rs;
@@ -248,6 +306,8 @@ static size_t on_header(char *line, size_t size, size_t n, void *ud)
     s3_resp *rs = ((xfer *)ud)->rs;
     size_t len = size * n;
     char v[128];
+    if (len <= 2) /* the end of the headers: the body may wait for our ACK */
+        quickack(ud);
     if (len > 5 && strncmp(line, "HTTP/", 5) == 0) {
         /* A new response (after 100 Continue, say): forget the old headers. */
         rs->etag[0] = rs->content_range[0] = 0;
@@ -295,10 +355,11 @@ static void reset_resp(s3_resp *rs)
     rs->attempts = attempts;
 }
 
-static int attempt(s3_client *c, CURL *h, const s3_req *rq, const char *url,
+static int attempt(s3_client *c, conn *k, const s3_req *rq, const char *url,
                    struct curl_slist *hdrs, s3_resp *rs)
 {
-    xfer x = {.h = h, .rq = rq, .rs = rs};
+    CURL *h = k->h;
+    xfer x = {.h = h, .k = k, .rq = rq, .rs = rs};
     const char *m = rq->method;
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -309,6 +370,10 @@ static int attempt(s3_client *c, CURL *h, const s3_req *rq, const char *url,
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 15L);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, on_sockopt);
+    curl_easy_setopt(h, CURLOPT_SOCKOPTDATA, k);
+    curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, on_close);
+    curl_easy_setopt(h, CURLOPT_CLOSESOCKETDATA, k);
     curl_easy_setopt(h, CURLOPT_AWS_SIGV4, c->sigv4);
     curl_easy_setopt(h, CURLOPT_USERNAME, c->cfg.access_key);
     curl_easy_setopt(h, CURLOPT_PASSWORD, c->cfg.secret_key);
@@ -378,8 +443,8 @@ int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs)
         else
             ok = 0;
     }
-    CURL *h = ok ? handle_get(c) : NULL;
-    if (!h) {
+    conn *k = ok ? handle_get(c) : NULL;
+    if (!k) {
         free(url);
         curl_slist_free_all(hdrs);
         rs->curl_code = CURLE_OUT_OF_MEMORY;
@@ -390,7 +455,7 @@ int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs)
     for (;;) {
         reset_resp(rs);
         rs->attempts++;
-        rc = attempt(c, h, rq, url, hdrs, rs);
+        rc = attempt(c, k, rq, url, hdrs, rs);
         if (rc == -ENOMEM || !s3_retryable(rs->status, rs->curl_code))
             break;
         long d = s3_retry_delay(p, rs->attempts, now_ms() - t0,
@@ -402,9 +467,9 @@ int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs)
             ;
     }
     if (rc == 0)
-        handle_put(c, h);
+        handle_put(c, k);
     else
-        curl_easy_cleanup(h); /* its connection is suspect */
+        conn_free(k); /* its connection is suspect */
     if (hdrs) {
         /* The token header is the client's; the list only points at copies. */
         for (struct curl_slist *s = hdrs; s; s = s->next)
