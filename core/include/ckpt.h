@@ -122,6 +122,7 @@ typedef struct ckpt_store_opts {
     const char *profile;
     unsigned part_size_mib;   /* multipart upload part size, 8..64; 0 = 16 */
     unsigned parts_in_flight; /* parts uploaded at once, 1..16; 0 = 4 */
+    unsigned retry_seconds;   /* no retry of a request starts later; 0 = 30 */
 } ckpt_store_opts;
 
 /* A store named by a URL: "s3://BUCKET/PREFIX" is an S3 bucket (any S3 API:
@@ -135,7 +136,8 @@ typedef struct ckpt_store_opts {
  * it is written (a multipart upload, completed by commit); rename is a copy
  * and a delete, not atomic; the writer's lock is a lease in an object
  * (conditional PUT), not flock; ckpt_fd() is -1. Requests are retried with
- * backoff on 5xx, 429 and connection errors (7 tries within 30 s), then
+ * backoff on 5xx, 429 and connection errors (7 tries within
+ * retry_seconds, 30 s by default), then
  * fail with -EIO naming the object and the HTTP status. A pack replaced
  * under an open reader fails its reads with -ESTALE, never mixing
  * versions. */

@@ -573,6 +573,9 @@ int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out
     if (opts->part_size_mib && (opts->part_size_mib < 8 || opts->part_size_mib > 64))
         return ckpt_fail(err, -EINVAL, "%s: part size %u MiB is not in 8..64", url,
                          opts->part_size_mib);
+    if (opts->retry_seconds > 3600)
+        return ckpt_fail(err, -EINVAL, "%s: retry time %u s is more than an hour", url,
+                         opts->retry_seconds);
     if (opts->parts_in_flight > 16)
         return ckpt_fail(err, -EINVAL, "%s: %u parts in flight is more than 16", url,
                          opts->parts_in_flight);
@@ -593,6 +596,11 @@ int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out
         ckpt_fail_prefix(err, url);
     if (rc == 0)
         rc = s3_client_new(&cfg, &s->http, err);
+    if (rc == 0 && opts->retry_seconds) {
+        s3_retry_policy p = s3_retry_default;
+        p.deadline_ms = opts->retry_seconds * 1000u;
+        s3_client_set_retry(s->http, &p);
+    }
     if (rc == 0) {
         /* One listing proves the endpoint, the keys and the bucket. */
         char *kp = s3_key(s, "");

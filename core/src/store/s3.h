@@ -159,6 +159,8 @@ typedef struct s3_client s3_client;
 int s3_client_new(s3_config *cfg, s3_client **out, ckpt_err *err);
 void s3_client_free(s3_client *c);
 const s3_config *s3_client_config(const s3_client *c);
+/* The policy of requests that name none (default: s3_retry_default). */
+void s3_client_set_retry(s3_client *c, const s3_retry_policy *p);
 
 typedef struct s3_req {
     const char *method;          /* GET HEAD PUT POST DELETE */
@@ -170,7 +172,7 @@ typedef struct s3_req {
     size_t body_len;
     void *dst;                   /* 2xx body into dst[0..dst_len) (ranged reads) */
     size_t dst_len;
-    const s3_retry_policy *retry;/* NULL: s3_retry_default */
+    const s3_retry_policy *retry;/* NULL: the client's */
 } s3_req;
 
 typedef struct s3_resp {

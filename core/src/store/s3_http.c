@@ -40,6 +40,7 @@ struct s3_client {
     s3_config cfg;
     char *sigv4;          /* "aws:amz:REGION:s3" */
     char *token_header;   /* "x-amz-security-token: ..." (secret) or NULL */
+    s3_retry_policy retry;
     pthread_mutex_t mu;
     struct conn *idle[POOL_MAX];
     size_t n_idle;
@@ -120,6 +121,7 @@ int s3_client_new(s3_config *cfg, s3_client **out, ckpt_err *err)
     }
     c->cfg = *cfg;
     memset(cfg, 0, sizeof *cfg);
+    c->retry = s3_retry_default;
     pthread_mutex_init(&c->mu, NULL);
     if (asprintf(&c->sigv4, "aws:amz:%s:s3", c->cfg.region) < 0)
         c->sigv4 = NULL;
@@ -151,6 +153,8 @@ void s3_client_free(s3_client *c)
 }
 
 const s3_config *s3_client_config(const s3_client *c) { return &c->cfg; }
+
+void s3_client_set_retry(s3_client *c, const s3_retry_policy *p) { c->retry = *p; }
 
 static conn *handle_get(s3_client *c)
 {
@@ -424,7 +428,7 @@ static uint64_t now_ms(void)
 int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs)
 {
     memset(rs, 0, sizeof *rs);
-    const s3_retry_policy *p = rq->retry ? rq->retry : &s3_retry_default;
+    const s3_retry_policy *p = rq->retry ? rq->retry : &c->retry;
     char *url = make_url(c, rq);
     struct curl_slist *hdrs = NULL, *t;
     int ok = url != NULL;
