@@ -333,6 +333,22 @@ static long lock_put(s3_lock *l, const char *cond, ckpt_err *err)
     return status;
 }
 
+/* PUT If-Match: etag. RGW 16.2 compares a PUT's If-Match with the ETag
+ * unquoted (a quoted one never matches there), AWS with it quoted: the
+ * quoted form first, then the bare one, and a true mismatch fails both. */
+static long lock_put_if_match(s3_lock *l, const char *etag, ckpt_err *err)
+{
+    char cond[100];
+    snprintf(cond, sizeof cond, "If-Match: %s", etag);
+    long st = lock_put(l, cond, err);
+    size_t n = strlen(etag);
+    if (st == 412 && n > 2 && etag[0] == '"' && etag[n - 1] == '"') {
+        snprintf(cond, sizeof cond, "If-Match: %.*s", (int)(n - 2), etag + 1);
+        st = lock_put(l, cond, err);
+    }
+    return st;
+}
+
 static void *lock_renewer(void *arg)
 {
     s3_lock *l = arg;
@@ -344,11 +360,11 @@ static void *lock_renewer(void *arg)
         pthread_cond_timedwait(&l->cv, &l->mu, &ts);
         if (l->stop)
             break;
-        char cond[100];
-        snprintf(cond, sizeof cond, "If-Match: %s", l->etag);
+        char etag[80];
+        snprintf(etag, sizeof etag, "%s", l->etag);
         pthread_mutex_unlock(&l->mu);
         ckpt_err err = {0};
-        long st = lock_put(l, cond, &err);
+        long st = lock_put_if_match(l, etag, &err);
         pthread_mutex_lock(&l->mu);
         if (st == 412)
             l->lost = 1; /* someone took it over: our lease had expired */
@@ -405,9 +421,7 @@ static int s3_lock_take(ckpt_store *base, const char *name, ckpt_store_lock **ou
             rc = ckpt_fail(err, -EBUSY, "%s: locked by %s (lease ends in %lld s; one writer per "
                            "prefix)", l->shown, holder, expires > now ? expires - now : 0);
         } else {
-            char cond[100];
-            snprintf(cond, sizeof cond, "If-Match: %s", etag);
-            st = lock_put(l, cond, err);
+            st = lock_put_if_match(l, etag, err);
             if (st == 412)
                 rc = ckpt_fail(err, -EBUSY, "%s: locked by another writer (it took over the "
                                "expired lease of %s just now)", l->shown, holder);
