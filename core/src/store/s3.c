@@ -143,7 +143,7 @@ static int s3_open_read(ckpt_store *base, const char *name, store_reader **out, 
 
 /* One page of ListObjectsV2 under key_prefix; token continues a listing. */
 static int list_page(s3_store *s, const char *key_prefix, const char *token, unsigned max_keys,
-                     s3_list *page, ckpt_err *err)
+                     const char *action, s3_list *page, ckpt_err *err)
 {
     char *p = s3_uri_encode(key_prefix, 0), *t = token ? s3_uri_encode(token, 0) : NULL, *q = NULL;
     char mk[32] = "";
@@ -167,7 +167,7 @@ static int list_page(s3_store *s, const char *key_prefix, const char *token, uns
         if (rc < 0)
             ckpt_fail_prefix(err, s->base.where);
     } else {
-        rc = s3_fail(err, s->http, s->base.where, "listing", &rs);
+        rc = s3_fail(err, s->http, s->base.where, action, &rs);
     }
     s3_resp_free(&rs);
     return rc;
@@ -185,7 +185,7 @@ static int s3_list_objects(ckpt_store *base, const char *prefix, ckpt_object_fn 
     int rc = 0;
     do {
         s3_list page;
-        rc = list_page(s, kp, token, 0, &page, err);
+        rc = list_page(s, kp, token, 0, "listing", &page, err);
         free(token);
         token = NULL;
         if (rc < 0)
@@ -619,7 +619,8 @@ int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out
         /* One listing proves the endpoint, the keys and the bucket. */
         char *kp = s3_key(s, "");
         s3_list page;
-        rc = kp ? list_page(s, kp, NULL, 1, &page, err) : ckpt_fail(err, -ENOMEM, "out of memory");
+        rc = kp ? list_page(s, kp, NULL, 1, "open", &page, err)
+                : ckpt_fail(err, -ENOMEM, "out of memory");
         if (rc == 0)
             s3_list_free(&page);
         free(kp);
