@@ -55,7 +55,7 @@ ifneq ($(FS_SRC),)
 BINS += $(B)/bin/ckptfs
 endif
 
-.PHONY: all deps demo check lint-layout unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write clean
+.PHONY: all deps demo check lint-layout unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write bench-s3 clean
 all: $(B)/lib/libckpt.a $(B)/lib/libckpt.so $(BINS) cuda
 
 # The optional CUDA tool lives in its own makefile: it defines the targets
@@ -199,6 +199,11 @@ bench-mount: all
 bench-write: all
 	@scripts/deps.sh bench
 	@B=$(B) bench/bench-write.sh $(BENCH_ARGS)
+
+# Packs on S3 against a Ceph RGW started for the run (needs root).
+bench-s3: all
+	@scripts/deps.sh bench
+	@B=$(B) bench/bench-s3.sh $(BENCH_ARGS)
 
 # install, uninstall, man pages and the Debian package live in packaging/.
 -include packaging/install.mk
