@@ -95,7 +95,7 @@ timed "$ck" cat s3://$BK/p/m.tpack model.safetensors >/dev/null
 t_cat=$T
 row "ckpt cat from s3:// (checkpoint)" "$T" "$logical" "RSS $((LAST_RSS_KIB / 1024)) MiB; pack bytes $(mbps "$stored" "$T") MB/s"
 rm -rf "$work/out"
-timed "$ck" unpack s3://$BK/p/m.tpack -o "$work/out"
+timed "$ck" unpack s3://$BK/p/m.tpack -o "$work/out" >/dev/null
 t_unpack=$T
 row "ckpt unpack from s3:// (all files)" "$T" "$src_bytes" "RSS $((LAST_RSS_KIB / 1024)) MiB"
 rm -rf "$work/out"
