@@ -12,12 +12,15 @@ CSTD    := -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64
 # Code outside core sees core's public headers only (ckpt.h, ckpt_mount.h,
 # and ckpt_internal.h when a file asks for it by defining CKPT_INTERNAL_API).
 CFLAGS_API = $(CSTD) $(OPT) $(WARN) -pthread -fPIC -Icore/include $(SHA_CFLAGS) $(CPPFLAGS) $(CFLAGS)
-CFLAGS_ALL = $(CFLAGS_API) -Icore/src
+# libxml2's headers live in their own directory; only core's S3 code needs them.
+XML_CFLAGS := $(shell pkg-config --cflags libxml-2.0 2>/dev/null || echo -I/usr/include/libxml2)
+CFLAGS_ALL = $(CFLAGS_API) -Icore/src $(XML_CFLAGS)
 # Header dependencies: each compile writes a .d file beside its output
 # (a binary built straight from its source: <binary>.d).
 DEPFLAGS := -MMD -MP
 DEPFLAGS_BIN = $(DEPFLAGS) -MF $@.d -MT $@
-CORE_LIBS  := -lsodium -lzstd -ldeflate -lz -ljansson -lm -pthread
+# libcurl: HTTP and SigV4 signing for S3 stores; libxml2: S3's XML answers.
+CORE_LIBS  := -lsodium -lzstd -ldeflate -lz -ljansson -lcurl -lxml2 -lm -pthread
 # Content checksums (SHA-256 of every file and tensor) through OpenSSL's
 # libcrypto, which uses the CPU's SHA instructions; libsodium has only a
 # portable SHA-256, 5-7x slower, and hashing was 80% of packing time.
@@ -52,7 +55,7 @@ ifneq ($(FS_SRC),)
 BINS += $(B)/bin/ckptfs
 endif
 
-.PHONY: all deps demo check lint-layout format format-check venv unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write bench-aead bench-codec bench-formats clean
+.PHONY: all deps demo check lint-layout format format-check venv unit unit-asan integration fuzz bench bench-quick bench-pack bench-mount bench-write bench-aead bench-codec bench-formats bench-s3 clean
 all: $(B)/lib/libckpt.a $(B)/lib/libckpt.so $(BINS) cuda
 
 # The optional CUDA tool lives in its own makefile: it defines the targets
@@ -139,7 +142,7 @@ $(B)/asan/tests/%: tests/unit/%.c $(B)/lib/libckptfs-asan.a $(B)/lib/libckpt-asa
 
 $(B)/fuzz/%: fuzz/%.c $(CORE_SRC)
 	@mkdir -p $(dir $@)
-	$(CLANG) $(CSTD) $(WARN) -O1 -g -Icore/include -Icore/src -fsanitize=fuzzer,address,undefined -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -o $@ $< $(CORE_SRC) $(CORE_LIBS) -lm
+	$(CLANG) $(CSTD) $(WARN) -O1 -g -Icore/include -Icore/src $(XML_CFLAGS) -fsanitize=fuzzer,address,undefined -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -o $@ $< $(CORE_SRC) $(CORE_LIBS) -lm
 
 demo:
 	@scripts/deps.sh build
@@ -237,6 +240,11 @@ bench-aead: $(B)/bench/aead_speed
 bench-formats: all
 	@scripts/deps.sh bench
 	@B=$(B) bench/bench-formats.sh $(BENCH_ARGS)
+
+# Packs on S3 against a Ceph RGW started for the run (needs root).
+bench-s3: all
+	@scripts/deps.sh bench
+	@B=$(B) bench/bench-s3.sh $(BENCH_ARGS)
 
 # install, uninstall, man pages and the Debian package live in packaging/.
 -include packaging/install.mk

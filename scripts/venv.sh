@@ -3,11 +3,14 @@
 # integration tests and benchmarks use: build/venv, from Debian's python3.
 # Prints the venv's python path. Re-running is cheap: it reinstalls only when
 # tests/python/requirements.txt changed.
+#   scripts/venv.sh s3   the same for build/venv-s3 and requirements-s3.txt
+#                        (boto3 only, for the S3 test and benchmark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${B:-build}
-venv=$B/venv
-req=tests/python/requirements.txt
+venv=$B/venv${1:+-$1}
+req=tests/python/requirements${1:+-$1}.txt
+[ -f "$req" ] || { echo "no $req" >&2; exit 2; }
 stamp=$venv/.requirements
 if [ -x "$venv/bin/python" ] && cmp -s "$req" "$stamp"; then
   echo "$venv/bin/python"

@@ -108,6 +108,49 @@ typedef struct ckpt_object_info {
  * refused (-ELOOP), never followed. */
 int ckpt_store_open_local(const char *dir, ckpt_store **out, ckpt_err *err);
 void ckpt_store_free(ckpt_store *s);
+
+/* Options of an object store; every field may be 0/NULL. */
+typedef struct ckpt_store_opts {
+    /* "http[s]://host[:port]", for stores other than AWS. NULL: the
+     * environment's AWS_ENDPOINT_URL_S3, then AWS_ENDPOINT_URL, then the
+     * profile's endpoint_url, then https://s3.REGION.amazonaws.com. */
+    const char *endpoint;
+    /* NULL: AWS_REGION, AWS_DEFAULT_REGION, the profile's region, us-east-1. */
+    const char *region;
+    /* A profile of ~/.aws/credentials and ~/.aws/config. NULL: the keys in
+     * AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, else the
+     * profile AWS_PROFILE (or "default"). Credentials are never options. */
+    const char *profile;
+    unsigned part_size_mib;   /* multipart upload part size, 8..64; 0 = 16 */
+    unsigned parts_in_flight; /* parts uploaded at once, 1..16; 0 = 4 */
+    unsigned retry_seconds;   /* no retry of a request starts later; 0 = 30 */
+} ckpt_store_opts;
+
+/* A store named by a URL: "s3://BUCKET/PREFIX" is an S3 bucket (any S3 API:
+ * AWS, Ceph RGW, MinIO, ...; path-style requests, endpoint/BUCKET/KEY),
+ * anything else a local directory (as ckpt_store_open_local; opts unused).
+ * Opening an S3 store checks the credentials and the bucket with one
+ * listing, so bad keys fail here (-EACCES) and a missing bucket too
+ * (-ENOENT), with messages that name the cause but never a secret.
+ *
+ * How an S3 store differs from a directory: a new object is uploaded while
+ * it is written (a multipart upload, completed by commit); rename is a copy
+ * and a delete, not atomic; the writer's lock is a lease in an object
+ * (conditional PUT), not flock; ckpt_fd() is -1. Requests are retried with
+ * backoff on 5xx, 429 and connection errors (7 tries within
+ * retry_seconds, 30 s by default), then
+ * fail with -EIO naming the object and the HTTP status. A pack replaced
+ * under an open reader fails its reads with -ESTALE, never mixing
+ * versions. */
+int ckpt_store_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out,
+                    ckpt_err *err);
+/* Aborts the unfinished uploads (left by a crashed or interrupted writer)
+ * of the object name (NULL: of every object under the store's prefix) that
+ * began more than older_than_s seconds ago (0: all, which is only safe when
+ * no writer of them is running). Returns how many were aborted, or -errno.
+ * A local store leaves none behind: it returns 0. */
+long ckpt_store_abort_stale_uploads(ckpt_store *s, const char *name, uint64_t older_than_s,
+                                    ckpt_err *err);
 /* The store for messages: the directory, or a URL. */
 const char *ckpt_store_where(const ckpt_store *s);
 
@@ -178,6 +221,8 @@ void ckpt_pack_object_id(const ckpt_pack *p, ckpt_object_id *out);
 /* Reads only the header: whether the pack is encrypted and how. Cheap; does
  * not need a key. Returns -EIO/-EINVAL/-ENOTSUP for bad headers. */
 int ckpt_probe(const char *path, ckpt_pack_info *info, ckpt_err *err);
+/* ckpt_probe for the object name in store s. */
+int ckpt_probe_in(ckpt_store *s, const char *name, ckpt_pack_info *info, ckpt_err *err);
 
 void ckpt_info(const ckpt_pack *p, ckpt_pack_info *info);
 const char *ckpt_path(const ckpt_pack *p);

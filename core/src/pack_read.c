@@ -32,11 +32,21 @@
 #define FUZZING_SKIPS_CHECKSUMS 0
 #endif
 
-/* All len bytes at off: 0, -ENODATA when the pack ends first, or -errno. */
-static int read_exact(store_reader *obj, void *buf, size_t len, uint64_t off)
+/* All len bytes at off: 0, -ENODATA when the pack ends first, or -errno
+ * with *why saying what the store found (an S3 store: the HTTP status). */
+static int read_exact(store_reader *obj, void *buf, size_t len, uint64_t off, ckpt_err *why)
 {
-    ssize_t r = obj->ops->read_at(obj, buf, len, off);
+    why->code = 0;
+    why->msg[0] = 0;
+    ssize_t r = obj->ops->read_at(obj, buf, len, off, why);
     return r < 0 ? (int)r : (size_t)r < len ? -ENODATA : 0;
+}
+
+/* What read_exact's failure was, in words: the store's own message when it
+ * gave one (it names the object), else strerror. */
+static const char *read_why(int rc, const ckpt_err *why)
+{
+    return rc != -ENODATA && why->msg[0] ? why->msg : strerror(-rc);
 }
 
 /* Bounds-checked reader over the plaintext index. */
@@ -385,8 +395,9 @@ static int read_header(store_reader *obj, uint8_t hdr[128], ckpt_err *err)
     uint64_t size = obj->id.size;
     if (size < TPACK_HEADER_SIZE + TPACK_FOOTER_SIZE)
         return ckpt_fail(err, -EIO, "%s: truncated: %llu bytes is less than a header and footer", path, (unsigned long long)size);
-    int rc = read_exact(obj, hdr, TPACK_HEADER_SIZE, 0);
-    if (rc < 0) return ckpt_fail(err, rc, "%s: cannot read header: %s", path, strerror(-rc));
+    ckpt_err why;
+    int rc = read_exact(obj, hdr, TPACK_HEADER_SIZE, 0, &why);
+    if (rc < 0) return ckpt_fail(err, rc, "%s: cannot read header: %s", path, read_why(rc, &why));
     if (memcmp(hdr + HDR_MAGIC, TPACK_MAGIC, 8) != 0) return ckpt_fail(err, -EINVAL, "%s: not a tpack file (bad magic)", path);
     uint32_t version = get_u32(hdr + HDR_VERSION);
     if (version < 1 || version > CKPT_FORMAT_VERSION)
@@ -424,17 +435,31 @@ static void fill_info_from_header(const uint8_t *hdr, uint64_t size, ckpt_pack_i
     info->stored_bytes = size;
 }
 
-int ckpt_probe(const char *path, ckpt_pack_info *info, ckpt_err *err)
+static int probe_object(store_reader *obj, ckpt_pack_info *info, ckpt_err *err)
 {
-    store_reader *obj;
     uint8_t hdr[TPACK_HEADER_SIZE];
-    int rc = store_local_open_path(path, &obj, err);
-    if (rc < 0) return rc;
-    rc = read_header(obj, hdr, err);
+    int rc = read_header(obj, hdr, err);
     if (rc == 0) fill_info_from_header(hdr, obj->id.size, info);
     obj->ops->close(obj);
     return rc;
 }
+
+int ckpt_probe(const char *path, ckpt_pack_info *info, ckpt_err *err)
+{
+    store_reader *obj;
+    int rc = store_local_open_path(path, &obj, err);
+    return rc < 0 ? rc : probe_object(obj, info, err);
+}
+
+int ckpt_probe_in(ckpt_store *s, const char *name, ckpt_pack_info *info, ckpt_err *err)
+{
+    if (!name || !ckpt_path_is_safe(name))
+        return ckpt_fail(err, -EINVAL, "%s: invalid pack name '%s'", ckpt_store_where(s), name ? name : "(null)");
+    store_reader *obj;
+    int rc = s->ops->open_read(s, name, &obj, err);
+    return rc < 0 ? rc : probe_object(obj, info, err);
+}
+
 
 static int unlock_keys(ckpt_pack *p, const ckpt_key *key, ckpt_err *err)
 {
@@ -472,8 +497,9 @@ static int unlock_keys(ckpt_pack *p, const ckpt_key *key, ckpt_err *err)
 static int load_index(ckpt_pack *p, ckpt_err *err)
 {
     uint8_t ftr[TPACK_FOOTER_SIZE];
-    int rc = read_exact(p->obj, ftr, sizeof ftr, p->file_size - TPACK_FOOTER_SIZE);
-    if (rc < 0) return ckpt_fail(err, rc, "%s: cannot read footer: %s", p->path, strerror(-rc));
+    ckpt_err why;
+    int rc = read_exact(p->obj, ftr, sizeof ftr, p->file_size - TPACK_FOOTER_SIZE, &why);
+    if (rc < 0) return ckpt_fail(err, rc, "%s: cannot read footer: %s", p->path, read_why(rc, &why));
     if (memcmp(ftr + FTR_MAGIC, TPACK_END_MAGIC, 8) != 0)
         return ckpt_fail(err, -EIO, "%s: truncated or unfinished pack (no footer)", p->path);
     uint64_t ioff = get_u64(ftr + FTR_INDEX_OFFSET), istored = get_u64(ftr + FTR_INDEX_STORED);
@@ -494,9 +520,9 @@ static int load_index(ckpt_pack *p, ckpt_err *err)
         if (plain != stored) free(plain);
         return ckpt_fail(err, -ENOMEM, "%s: out of memory for the index", p->path);
     }
-    rc = read_exact(p->obj, stored, istored, ioff);
+    rc = read_exact(p->obj, stored, istored, ioff, &why);
     if (rc < 0) {
-        rc = ckpt_fail(err, -EIO, "%s: cannot read index: %s", p->path, strerror(-rc));
+        rc = ckpt_fail(err, rc == -ESTALE ? rc : -EIO, "%s: cannot read index: %s", p->path, read_why(rc, &why));
     } else if (p->keys.subkey) {
         if (aead_open(&p->keys, TPACK_INDEX_NONCE_ID, p->header, TPACK_HEADER_SIZE, stored, istored, plain) < 0)
             rc = ckpt_fail(err, -EIO, "%s: index or header failed authentication (corrupt or tampered)", p->path);
@@ -645,13 +671,24 @@ static int chunk_fault(ckpt_pack *p, size_t id, const char *why, ckpt_err *err)
     return ckpt_fail(err, -EIO, "%s: %s: %s", p->path, where, why);
 }
 
+/* A chunk that could not be read: -EIO naming the chunk, except a pack
+ * replaced under its reader, which stays -ESTALE. */
+static int chunk_read_fault(ckpt_pack *p, size_t id, int rc, const ckpt_err *why, ckpt_err *err)
+{
+    if (rc == -ENODATA) return chunk_fault(p, id, "pack file is shorter than its index says", err);
+    int r = chunk_fault(p, id, read_why(rc, why), err);
+    if (rc == -ESTALE && err) err->code = -ESTALE;
+    return rc == -ESTALE ? rc : r;
+}
+
 int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
 {
     const chunk *c = &p->chunks[id];
     int enc = p->keys.subkey != NULL;
     if (c->codec == CODEC_STORED && !enc) {
-        int rc = read_exact(p->obj, out, c->raw_size, c->offset);
-        if (rc < 0) return chunk_fault(p, id, rc == -ENODATA ? "pack file is shorter than its index says" : strerror(-rc), err);
+        ckpt_err why;
+        int rc = read_exact(p->obj, out, c->raw_size, c->offset, &why);
+        if (rc < 0) return chunk_read_fault(p, id, rc, &why, err);
         if (!FUZZING_SKIPS_CHECKSUMS && (uint32_t)libdeflate_crc32(0, out, c->raw_size) != c->crc) return chunk_fault(p, id, "checksum mismatch", err);
         return 0;
     }
@@ -661,8 +698,9 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
     size_t plen = c->stored_size;
     int rc = 0;
     if (!stored || (c->codec == CODEC_BYTEGROUP && !scratch)) { rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path); goto done; }
-    rc = read_exact(p->obj, stored, c->stored_size, c->offset);
-    if (rc < 0) { rc = chunk_fault(p, id, rc == -ENODATA ? "pack file is shorter than its index says" : strerror(-rc), err); goto done; }
+    ckpt_err read_err;
+    rc = read_exact(p->obj, stored, c->stored_size, c->offset, &read_err);
+    if (rc < 0) { rc = chunk_read_fault(p, id, rc, &read_err, err); goto done; }
     if (enc) {
         const extent *e = &p->extents[c->extent_index];
         uint8_t ad[CHUNK_AD_BYTES];

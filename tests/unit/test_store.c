@@ -119,13 +119,13 @@ Test(store, ranged_reads)
     cr_assert_eq(r->id.size, 10);
     cr_assert(r->ops->fd(r) >= 0, "a local object has a descriptor");
     char buf[16] = {0};
-    cr_assert_eq(r->ops->read_at(r, buf, 4, 3), 4);
+    cr_assert_eq(r->ops->read_at(r, buf, 4, 3, NULL), 4);
     cr_assert_eq(memcmp(buf, "3456", 4), 0);
     /* Short only at the end; nothing past it. */
-    cr_assert_eq(r->ops->read_at(r, buf, 16, 7), 3);
+    cr_assert_eq(r->ops->read_at(r, buf, 16, 7, NULL), 3);
     cr_assert_eq(memcmp(buf, "789", 3), 0);
-    cr_assert_eq(r->ops->read_at(r, buf, 4, 10), 0);
-    cr_assert_eq(r->ops->read_at(r, buf, 4, 1000), 0);
+    cr_assert_eq(r->ops->read_at(r, buf, 4, 10, NULL), 0);
+    cr_assert_eq(r->ops->read_at(r, buf, 4, 1000, NULL), 0);
     char *want = tu_join(dir, "obj");
     cr_assert_str_eq(r->name, want, "messages name the object by its path");
     free(want);

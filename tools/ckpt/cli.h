@@ -36,11 +36,26 @@ int cli_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out);
 enum {
     OPT_KEY_FILE = 0x100, OPT_PASS_FILE, OPT_THREADS, OPT_CIPHER, OPT_CHUNK_SIZE,
     OPT_LEVEL, OPT_NO_COMPRESS, OPT_TENSORS, OPT_TENSOR, OPT_JSON,
+    OPT_ENDPOINT, OPT_REGION, OPT_PROFILE, OPT_OLDER_THAN,
 };
 
+/* Where a pack is and how to read it: the key options, and the S3 options
+ * for packs named s3://BUCKET/PREFIX/NAME.tpack. */
 #define CLI_KEY_OPTIONS                                                  \
     {"key-file", required_argument, NULL, OPT_KEY_FILE},                 \
-    {"passphrase-file", required_argument, NULL, OPT_PASS_FILE}
+    {"passphrase-file", required_argument, NULL, OPT_PASS_FILE},         \
+    CLI_S3_OPTIONS
+#define CLI_S3_OPTIONS                                                   \
+    {"endpoint", required_argument, NULL, OPT_ENDPOINT},                 \
+    {"region", required_argument, NULL, OPT_REGION},                     \
+    {"profile", required_argument, NULL, OPT_PROFILE}
+
+/* The help lines of CLI_S3_OPTIONS. */
+#define CLI_S3_HELP                                                                 \
+    "  --endpoint URL            S3 endpoint of s3:// packs (default:\n"              \
+    "                            $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, AWS)\n"      \
+    "  --region NAME             S3 region (default: $AWS_REGION, us-east-1)\n"       \
+    "  --profile NAME            credentials from this profile of ~/.aws\n"
 
 /* getopt_long optstring prefix: '-' hands positionals over in order (so
  * options may follow them even under POSIXLY_CORRECT) and ':' reports a
@@ -50,9 +65,11 @@ enum {
 typedef struct cli_keyopts {
     const char *key_file;
     const char *pass_file;
+    const char *endpoint, *region, *profile; /* for s3:// packs */
 } cli_keyopts;
 
-/* Records --key-file/--passphrase-file; returns 1 if c was one of them. */
+/* Records --key-file/--passphrase-file and the S3 options; returns 1 if c
+ * was one of them. */
 int cli_keyopt(int c, const char *arg, cli_keyopts *k);
 /* Both kinds of key at once is a usage error: returns 0 or EXIT_USAGE. */
 int cli_keyopts_check(const char *cmd, const cli_keyopts *k);
@@ -67,6 +84,17 @@ int cli_open_pack(const char *path, const cli_keyopts *k, ckpt_pack **out, ckpt_
  * written, a directory that is not a checkpoint). cli_open_pack does this. */
 int cli_resolve_pack(const char **path, char *buf, size_t cap);
 void cli_close_pack(ckpt_pack *p, ckpt_key *key);
+
+/* ----------------------------------------------------- packs by URL */
+
+/* Whether a pack name is an S3 URL (s3://BUCKET/[PREFIX/]NAME). */
+int cli_is_s3(const char *path);
+/* Opens the store holding the pack url (s3://BUCKET/PREFIX/NAME: the store
+ * s3://BUCKET/PREFIX) and points *name into url at NAME. 0 or -errno. */
+int cli_store_for(const char *url, const cli_keyopts *k, ckpt_store **out, const char **name,
+                  ckpt_err *err);
+/* ckpt_probe for a path or an s3:// URL. */
+int cli_probe(const char *path, const cli_keyopts *k, ckpt_pack_info *info, ckpt_err *err);
 
 /* ----------------------------------------------------------- numbers */
 
@@ -131,5 +159,6 @@ int cmd_verify(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 int cmd_commit(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+int cmd_s3_cleanup(int argc, char **argv);
 
 #endif

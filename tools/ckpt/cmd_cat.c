@@ -25,6 +25,7 @@ static const char cat_help[] =
     "  --key-file FILE           key of an encrypted pack\n"
     "  --passphrase-file FILE    passphrase of an encrypted pack\n"
     "  --threads N               decoding threads (default: all cores)\n"
+    CLI_S3_HELP
     "  -h, --help                show this help\n";
 
 struct cat_opts {

@@ -28,6 +28,7 @@ static const char ls_help[] =
     "                            [{name,dtype,shape,nbytes,file,offset,sha256}]\n"
     "  --key-file FILE           key of an encrypted pack\n"
     "  --passphrase-file FILE    passphrase of an encrypted pack\n"
+    CLI_S3_HELP
     "  -h, --help                show this help\n";
 
 static const char info_help[] =
@@ -35,7 +36,8 @@ static const char info_help[] =
     "\n"
     "Shows how PACK is stored: format version, cipher, key derivation, chunk\n"
     "size, sizes and counts. Without the key of an encrypted pack only what its\n"
-    "header says is shown.\n";
+    "header says is shown. PACK may be s3://BUCKET/[PREFIX/]NAME.tpack\n"
+    "(--endpoint, --region, --profile as for 'ckpt ls').\n";
 
 struct ls_opts {
     const char *pack;
@@ -137,7 +139,7 @@ int cmd_info(int argc, char **argv)
     char pack_path[PATH_MAX];
     if (cli_resolve_pack(&o.pack, pack_path, sizeof pack_path))
         return EXIT_FAIL;
-    if (ckpt_probe(o.pack, &in, &err) < 0)
+    if (cli_probe(o.pack, &o.keys, &in, &err) < 0)
         return cli_fail_err(&err);
     /* The header is readable without a key; everything else of an
      * encrypted pack is not, and that is not an error for `info`. */

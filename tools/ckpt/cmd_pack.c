@@ -3,7 +3,13 @@
  * The library writes OUT.tmp and renames it into place only when the pack is
  * complete, so the one thing left to this command is never to leave the
  * temporary file behind: on errors it aborts the writer, and on SIGINT or
- * SIGTERM it stops at the next progress callback. */
+ * SIGTERM it stops at the next progress callback.
+ *
+ * OUT may be s3://BUCKET/[PREFIX/]NAME.tpack: the pack is then uploaded as
+ * it is written (a multipart upload that becomes the object only when the
+ * pack is complete); an interrupted pack aborts its upload. */
+#define CKPT_INTERNAL_API /* ckpt_store_remove */
+#include "ckpt_internal.h"
 #include "cli.h"
 
 #include <errno.h>
@@ -20,7 +26,8 @@ static const char pack_help[] =
     "Packs SRC, a directory (recursively; regular files only) or a single file,\n"
     "into OUT.tpack. *.safetensors and *.npy files are checked and their tensors\n"
     "indexed; other files, and those that fail the check (with a warning), are\n"
-    "stored as they are.\n"
+    "stored as they are. OUT may be an S3 object, s3://BUCKET/[PREFIX/]NAME.tpack,\n"
+    "uploaded while it is packed.\n"
     "\n"
     "options:\n"
     "  -o, --output FILE         the pack to write (required)\n"
@@ -34,6 +41,7 @@ static const char pack_help[] =
     "  --no-compress             store the data without compressing it\n"
     "  --threads N               worker threads (default: all cores)\n"
     "  -f, --force               replace OUT if it exists\n"
+    CLI_S3_HELP
     "  -h, --help                show this help\n";
 
 struct pack_opts {
@@ -124,6 +132,9 @@ static int parse_pack_opts(int argc, char **argv, struct pack_opts *o)
 
 static volatile sig_atomic_t interrupted;
 static const char *tmp_to_remove;
+/* An S3 pack being uploaded: what an interruption aborts. */
+static ckpt_store *out_store;
+static const char *out_name;
 
 static void on_signal(int sig)
 {
@@ -163,7 +174,15 @@ static void pack_progress(void *ud, uint64_t done, uint64_t total)
          * the temporary file is all that ckpt_writer_abort would leave
          * visible, so do that and leave; the worker threads die with us. */
         progress_clear(&ctx->pg);
-        unlink(ctx->tmp);
+        if (out_store) {
+            /* The writer's upload cannot be reached from here; aborting the
+             * uploads of this name does what its abort would. */
+            ckpt_err err = {0};
+            if (ckpt_store_abort_stale_uploads(out_store, out_name, 0, &err) < 0)
+                fprintf(stderr, "ckpt: %s\n", err.msg);
+        } else {
+            unlink(ctx->tmp);
+        }
         fprintf(stderr, "ckpt: interrupted; nothing was written\n");
         _exit(128 + interrupted);
     }
@@ -212,9 +231,10 @@ static int write_pack(const struct pack_opts *o, int src_is_dir, ckpt_write_opts
     wo->warn_ud = &ctx;
 
     double t0 = cli_now();
-    tmp_to_remove = tmp;
+    tmp_to_remove = out_store ? NULL : tmp;
     set_signals(on_signal);
-    if (ckpt_writer_open(o->out, tmp, wo, &w, &err) < 0) {
+    if ((out_store ? ckpt_writer_open_in(out_store, out_name, NULL, wo, &w, &err)
+                   : ckpt_writer_open(o->out, tmp, wo, &w, &err)) < 0) {
         set_signals(SIG_DFL);
         return cli_fail_err(&err);
     }
@@ -250,7 +270,10 @@ static int write_pack(const struct pack_opts *o, int src_is_dir, ckpt_write_opts
          * a pack that replaced an older one stays: removing it now would
          * lose both. */
         if (!out_existed) {
-            unlink(o->out);
+            if (out_store)
+                ckpt_store_remove(out_store, out_name, &err);
+            else
+                unlink(o->out);
             cli_fail("interrupted; nothing was written");
         } else {
             cli_fail("interrupted after %s was complete; it is kept", o->out);
@@ -261,21 +284,38 @@ static int write_pack(const struct pack_opts *o, int src_is_dir, ckpt_write_opts
     return EXIT_OK;
 }
 
-int cmd_pack(int argc, char **argv)
+static int exists_cb(void *ud, const ckpt_object_info *info)
 {
-    struct pack_opts o = {.level = -1};
-    int rc = parse_pack_opts(argc, argv, &o);
-    if (rc)
-        return rc < 0 ? EXIT_OK : rc;
+    return strcmp(info->name, (const char *)ud) == 0 ? 1 : 0;
+}
+
+/* 1 if the store has an object named name, 0 if not, or -errno. */
+static int object_exists(ckpt_store *s, const char *name, ckpt_err *err)
+{
+    return ckpt_store_list(s, name, exists_cb, (void *)name, err);
+}
+
+static int run_pack(struct pack_opts o)
+{
+    int rc;
 
     struct stat sst, ost;
     if (stat(o.src, &sst) < 0)
         return cli_fail("%s: %s", o.src, strerror(errno));
     if (!S_ISDIR(sst.st_mode) && !S_ISREG(sst.st_mode))
         return cli_fail("%s: not a regular file or a directory", o.src);
-    int out_existed = lstat(o.out, &ost) == 0;
-    if (out_existed && S_ISDIR(ost.st_mode))
-        return cli_fail("%s: is a directory", o.out);
+    int out_existed;
+    if (cli_is_s3(o.out)) {
+        ckpt_err err = {0};
+        if (cli_store_for(o.out, &o.keys, &out_store, &out_name, &err) < 0)
+            return cli_fail_err(&err);
+        if ((out_existed = object_exists(out_store, out_name, &err)) < 0)
+            return cli_fail_err(&err);
+    } else {
+        out_existed = lstat(o.out, &ost) == 0;
+        if (out_existed && S_ISDIR(ost.st_mode))
+            return cli_fail("%s: is a directory", o.out);
+    }
     if (out_existed && !o.force)
         return cli_fail("%s: already exists (use --force to replace it)", o.out);
 
@@ -309,5 +349,17 @@ int cmd_pack(int argc, char **argv)
     rc = write_pack(&o, S_ISDIR(sst.st_mode), &wo, tmp, out_existed);
     free(tmp);
     ckpt_key_free(key);
+    return rc;
+}
+
+int cmd_pack(int argc, char **argv)
+{
+    struct pack_opts o = {.level = -1};
+    int rc = parse_pack_opts(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    rc = run_pack(o);
+    ckpt_store_free(out_store); /* an S3 OUT's store, opened by run_pack */
+    out_store = NULL;
     return rc;
 }

@@ -30,6 +30,7 @@ static const char unpack_help[] =
     "  --passphrase-file FILE    passphrase of an encrypted pack\n"
     "  --threads N               decoding threads (default: all cores)\n"
     "  -f, --force               replace existing files\n"
+    CLI_S3_HELP
     "  -h, --help                show this help\n";
 
 struct unpack_opts {

@@ -12,6 +12,12 @@ int cli_keyopt(int c, const char *arg, cli_keyopts *k)
         k->key_file = arg;
     else if (c == OPT_PASS_FILE)
         k->pass_file = arg;
+    else if (c == OPT_ENDPOINT)
+        k->endpoint = arg;
+    else if (c == OPT_REGION)
+        k->region = arg;
+    else if (c == OPT_PROFILE)
+        k->profile = arg;
     else
         return 0;
     return 1;
@@ -34,6 +40,10 @@ int cli_load_key(const cli_keyopts *k, ckpt_key **out, ckpt_err *err)
     return 0;
 }
 
+/* The store of the pack open from an s3:// URL: the tool opens one pack at
+ * a time, and the store must outlive it. */
+static ckpt_store *pack_store;
+
 int cli_open_pack(const char *path, const cli_keyopts *k, ckpt_pack **out, ckpt_key **key)
 {
     ckpt_err err = {0};
@@ -43,9 +53,19 @@ int cli_open_pack(const char *path, const cli_keyopts *k, ckpt_pack **out, ckpt_
         return EXIT_FAIL;
     if (cli_load_key(k, key, &err) < 0)
         return cli_fail_err(&err);
-    int rc = ckpt_open(path, *key, out, &err);
+    int rc;
+    if (cli_is_s3(path)) {
+        const char *name;
+        rc = cli_store_for(path, k, &pack_store, &name, &err);
+        if (rc == 0)
+            rc = ckpt_pack_open_in(pack_store, name, *key, out, &err);
+    } else {
+        rc = ckpt_open(path, *key, out, &err);
+    }
     if (rc < 0) {
         cli_fail_err(&err);
+        ckpt_store_free(pack_store);
+        pack_store = NULL;
         ckpt_key_free(*key);
         *key = NULL;
         return EXIT_FAIL;
@@ -57,6 +77,8 @@ void cli_close_pack(ckpt_pack *p, ckpt_key *key)
 {
     /* The key outlives the pack: the library is free to keep using it. */
     ckpt_close(p);
+    ckpt_store_free(pack_store);
+    pack_store = NULL;
     ckpt_key_free(key);
 }
 

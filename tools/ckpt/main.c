@@ -19,6 +19,7 @@ static const struct command {
     {"keygen", cmd_keygen, "write a new random key file"},
     {"commit", cmd_commit, "commit a checkpoint written into a ckptfs mount"},
     {"status", cmd_status, "show the checkpoints of a ckptfs mount and their state"},
+    {"s3-cleanup", cmd_s3_cleanup, "abort unfinished uploads left under an s3:// prefix"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -33,11 +34,17 @@ static void usage(FILE *f)
           "commands:\n",
           f);
     for (size_t i = 0; i < N_COMMANDS; i++)
-        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fputs("\n"
           "Encrypted packs take --key-file FILE (from 'ckpt keygen') or\n"
           "--passphrase-file FILE on every command that reads or writes them.\n"
           "'ckpt COMMAND --help' describes each command's options.\n"
+          "\n"
+          "Packs on S3: a PACK or OUT may be s3://BUCKET/[PREFIX/]NAME.tpack, on AWS\n"
+          "or any S3 API (--endpoint URL, --region, --profile; path-style requests).\n"
+          "Credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/\n"
+          "AWS_SESSION_TOKEN or ~/.aws/credentials and ~/.aws/config (AWS_PROFILE),\n"
+          "never from the command line.\n"
           "\n"
           "exit status: 0 success, 1 failure, 2 usage error\n",
           f);

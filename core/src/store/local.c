@@ -67,9 +67,13 @@ static void id_from_stat(const struct stat *st, ckpt_object_id *id)
 
 /* ---------------------------------------------------------------- reading */
 
-static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off)
+static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off,
+                              ckpt_err *err)
 {
-    return ckpt_pread_full(((local_reader *)r)->fd, buf, len, off);
+    ssize_t n = ckpt_pread_full(((local_reader *)r)->fd, buf, len, off);
+    if (n < 0)
+        ckpt_fail(err, (int)n, "%s: %s", r->name, strerror((int)-n));
+    return n;
 }
 
 static int reader_fd(const store_reader *r) { return ((const local_reader *)r)->fd; }
@@ -416,7 +420,7 @@ static void local_free(ckpt_store *s)
 
 static const store_ops local_ops = {
     local_list,   local_open_read, local_create, local_remove,
-    local_rename, local_lock_take, local_unlock, local_free,
+    local_rename, local_lock_take, local_unlock, local_free, NULL,
 };
 
 static local_store *local_new(int dirfd, const char *where)

@@ -28,6 +28,19 @@ char *store_display_name(const ckpt_store *s, const char *name)
 
 const char *ckpt_store_where(const ckpt_store *s) { return s->where ? s->where : "."; }
 
+int ckpt_store_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out,
+                    ckpt_err *err)
+{
+    *out = NULL;
+    if (!url || !*url)
+        return ckpt_fail(err, -EINVAL, "empty store URL");
+    if (strncmp(url, "s3://", 5) == 0)
+        return store_s3_open(url, opts, out, err);
+    return ckpt_store_open_local(url, out, err);
+}
+
+
+
 void ckpt_store_free(ckpt_store *s)
 {
     if (s)
@@ -77,4 +90,15 @@ void ckpt_store_lock_release(ckpt_store_lock *l)
 {
     if (l)
         l->store->ops->unlock(l);
+}
+
+long ckpt_store_abort_stale_uploads(ckpt_store *s, const char *name, uint64_t older_than_s,
+                                    ckpt_err *err)
+{
+    if (name) {
+        int rc = check_name(s, name, err);
+        if (rc < 0)
+            return rc;
+    }
+    return s->ops->abort_stale ? s->ops->abort_stale(s, name, older_than_s, err) : 0;
 }

@@ -47,12 +47,16 @@ struct store_ops {
     int (*lock)(ckpt_store *s, const char *name, ckpt_store_lock **out, ckpt_err *err);
     void (*unlock)(ckpt_store_lock *l);
     void (*free)(ckpt_store *s);
+    /* Aborts unfinished uploads; NULL when a store leaves none behind. */
+    long (*abort_stale)(ckpt_store *s, const char *name, uint64_t older_than_s, ckpt_err *err);
 };
 
 typedef struct store_reader_ops {
     /* Up to len bytes at off: the count (short only at the end of the
-     * object), or -errno. Thread-safe. */
-    ssize_t (*read_at)(store_reader *r, void *buf, size_t len, uint64_t off);
+     * object), or -errno with err (may be NULL) saying why, naming the
+     * object (an S3 reader: the HTTP status; -ESTALE when the object was
+     * replaced since it was opened). Thread-safe. */
+    ssize_t (*read_at)(store_reader *r, void *buf, size_t len, uint64_t off, ckpt_err *err);
     /* A descriptor for zero-copy reads (ckpt_fd), or -1. */
     int (*fd)(const store_reader *r);
     void (*close)(store_reader *r);
@@ -99,5 +103,8 @@ ckpt_store *store_cwd(void);
 /* path (followed if a symbolic link, as ckpt_open always has) opened for
  * reading; messages name path. */
 int store_local_open_path(const char *path, store_reader **out, ckpt_err *err);
+
+/* s3://BUCKET/PREFIX (store/s3.c). */
+int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out, ckpt_err *err);
 
 #endif

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Packs on S3, a first measurement (issue 16), against a real Ceph RADOS
+# Gateway started here on loopback (../shared/services/ceph-rgw.sh; stopped
+# on exit), on a generated GPT-2 medium bf16 checkpoint (about 710 MB):
+#   - cold sequential read through `ckpt cat` and `ckpt unpack` from s3://,
+#     next to `curl` downloading the pack object whole (the same bytes, one
+#     GET at full speed): MB/s of the checkpoint delivered, MB/s of pack
+#     bytes fetched, and the ratio of curl's time to ours
+#   - `ckpt pack` to s3:// next to `ckpt pack` to a local directory
+#   - peak RSS of ckpt (/usr/bin/time) during a 2 GB upload and download,
+#     which must be bounded by the parts and chunks in flight
+# Page caches are dropped before each run; the gateway keeps its objects in
+# RAM (memstore), so "cold" means a new process with nothing cached locally.
+#
+# Usage: bench/bench-s3.sh [options] [WORKDIR]
+#   --quick           GPT-2 medium with 4 layers (about 200 MB), and a 500 MB
+#                     checkpoint for the RSS runs instead of 2 GB
+#   --src DIR         measure this checkpoint instead of generating one
+#   --tsv FILE        also append the results as tab-separated lines
+#   WORKDIR           kept afterwards (default: a new directory under /tmp);
+#                     generated checkpoints there are reused
+set -euo pipefail
+BENCH_NAME=bench-s3
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+while [ $# -gt 0 ]; do
+    bench_common_opt "$@" || break
+    shift "$BENCH_SHIFT"
+done
+use_workdir /tmp/ckpt-bench-s3.XXXXXX "${1:-}"
+need_root "the Ceph gateway's daemons and dropping caches"
+need_bins "$bin/ckpt" "$bin/ckpt-gen"
+command -v /usr/bin/time >/dev/null || bench_die "needs /usr/bin/time (scripts/deps.sh bench)"
+RGW_SH=$BENCH_ROOT/../shared/services/ceph-rgw.sh
+[ -f "$RGW_SH" ] || bench_die "$RGW_SH is missing"
+
+free_port() {
+    local p
+    for p in $(shuf -i 20000-29999 -n 50); do
+        ss -Hltn "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
+    done
+    echo 17480
+}
+RGW_PORT=$(free_port)
+MON_PORT=$(free_port)
+RGW=$work/rgw
+rm -rf "$RGW"
+export RGW_PORT MON_PORT
+trap 'bash "$RGW_SH" stop "$RGW" >/dev/null 2>&1 || true' EXIT
+bash "$RGW_SH" start "$RGW" >&2
+# shellcheck disable=SC1091
+. "$RGW/env"
+export AWS_ENDPOINT_URL=$S3_ENDPOINT
+S3=(--aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY"
+    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD")
+BK=bench
+curl -sf "${S3[@]}" -X PUT "$S3_ENDPOINT/$BK" >/dev/null || bench_die "cannot create the bucket"
+s3_delete() { curl -s "${S3[@]}" -X DELETE "$S3_ENDPOINT/$BK/$1" >/dev/null; }
+
+use_src
+logical=$(du -sb "$src/model.safetensors" | cut -f1)
+ck=$bin/ckpt
+rows=()
+row() { # NAME SECONDS BYTES [NOTE]
+    local r
+    r=$(printf '%-34s %8s s %9s MB/s  %s' "$1" "$2" "$(mbps "$3" "$2")" "${4:-}")
+    rows+=("$r")
+    echo "$r" >&2
+}
+timed() { # sets T: seconds; runs CMD under /usr/bin/time, LAST_RSS_KIB its peak RSS
+    local t0 t1
+    drop_caches
+    t0=$(now)
+    run_rss "$@"
+    t1=$(now)
+    T=$(elapsed "$t0" "$t1")
+}
+
+# ------------------------------------------------------------- packing
+rm -f "$work/local.tpack"
+timed "$ck" pack "$src" -o "$work/local.tpack" >/dev/null
+t_pack_local=$T
+row "pack to a local directory" "$T" "$src_bytes" "RSS $((LAST_RSS_KIB / 1024)) MiB"
+s3_delete p/m.tpack
+timed "$ck" pack "$src" -o s3://$BK/p/m.tpack >/dev/null
+t_pack_s3=$T
+row "pack to s3://" "$T" "$src_bytes" "RSS $((LAST_RSS_KIB / 1024)) MiB"
+stored=$(stat -c %s "$work/local.tpack")
+
+# ------------------------------------------------------------- reading
+timed curl -sf "${S3[@]}" -o /dev/null "$S3_ENDPOINT/$BK/p/m.tpack"
+t_curl=$T
+row "curl GET of the pack object" "$T" "$stored" "(pack bytes)"
+timed "$ck" cat s3://$BK/p/m.tpack model.safetensors >/dev/null
+t_cat=$T
+row "ckpt cat from s3:// (checkpoint)" "$T" "$logical" "RSS $((LAST_RSS_KIB / 1024)) MiB; pack bytes $(mbps "$stored" "$T") MB/s"
+rm -rf "$work/out"
+timed "$ck" unpack s3://$BK/p/m.tpack -o "$work/out" >/dev/null
+t_unpack=$T
+row "ckpt unpack from s3:// (all files)" "$T" "$src_bytes" "RSS $((LAST_RSS_KIB / 1024)) MiB"
+rm -rf "$work/out"
+timed "$ck" cat "$work/local.tpack" model.safetensors >/dev/null
+t_cat_local=$T
+row "ckpt cat from a local file" "$T" "$logical"
+
+# ---------------------------------------------------------------- memory
+s3_delete p/m.tpack
+big=$work/big
+if [ "$quick" = 1 ]; then size=500M; else size=2G; fi
+gen_ckpt "$big" bf16
+big_bytes=$(du -sb "$big" | cut -f1)
+timed "$ck" pack "$big" -o s3://$BK/p/big.tpack >/dev/null
+rss_up=$LAST_RSS_KIB
+row "pack $size to s3://" "$T" "$big_bytes" "peak RSS $((rss_up / 1024)) MiB"
+timed "$ck" cat s3://$BK/p/big.tpack model.safetensors >/dev/null
+rss_down=$LAST_RSS_KIB
+row "cat $size from s3://" "$T" "$(du -sb "$big/model.safetensors" | cut -f1)" "peak RSS $((rss_down / 1024)) MiB"
+s3_delete p/big.tpack
+
+echo
+echo "bench-s3: $(nproc) cores, Ceph $(ceph --version 2>/dev/null | awk '{print $3}') RGW (memstore) on 127.0.0.1, checkpoint $src_bytes bytes ($dtype), pack $stored bytes"
+printf '%s\n' "${rows[@]}"
+echo
+echo "ratios:"
+echo "  cat from s3:// vs curl of the pack object (curl time / cat time): $(ratio "$t_curl" "$t_cat")"
+echo "  unpack from s3:// vs curl (curl time / unpack time):             $(ratio "$t_curl" "$t_unpack")"
+echo "  cat from s3:// vs cat from a local file (local time / s3 time):  $(ratio "$t_cat_local" "$t_cat")"
+echo "  pack to s3:// vs pack to a local dir (local time / s3 time):     $(ratio "$t_pack_local" "$t_pack_s3")"
+echo "  peak RSS: upload $((rss_up / 1024)) MiB, download $((rss_down / 1024)) MiB ($size checkpoint)"
+if [ -n "$tsv" ]; then
+    tsv_row s3 "$dtype" "$src_bytes" ckpt-s3 "$(nproc)" pack_s_s3 "$t_pack_s3"
+    tsv_row s3 "$dtype" "$src_bytes" ckpt-s3 "$(nproc)" pack_s_local "$t_pack_local"
+    tsv_row s3 "$dtype" "$src_bytes" ckpt-s3 "$(nproc)" cat_s "$t_cat"
+    tsv_row s3 "$dtype" "$src_bytes" ckpt-s3 "$(nproc)" curl_s "$t_curl"
+    tsv_row s3 "$dtype" "$src_bytes" ckpt-s3 "$(nproc)" rss_up_kib "$rss_up"
+    tsv_row s3 "$dtype" "$src_bytes" ckpt-s3 "$(nproc)" rss_down_kib "$rss_down"
+fi

@@ -1,0 +1,634 @@
+/* The S3 store: the objects under s3://BUCKET/PREFIX of any S3 API (AWS,
+ * Ceph RGW, MinIO, ...), reached with path-style requests
+ * (endpoint/BUCKET/KEY) through s3_http.c.
+ *
+ *   open     one ListObjectsV2 (max-keys=1), so bad credentials and a
+ *            missing bucket fail here, with the server's reason
+ *   list     ListObjectsV2 with delimiter '/', paginated: one level, in
+ *            the server's (byte) order, as the local store lists
+ *   read     HEAD at open fixes the identity (ETag, size, Last-Modified);
+ *            every read is one ranged GET carrying If-Match: ETag, so a
+ *            replaced object fails with -ESTALE (412), never mixes versions;
+ *            each answer is checked: 206, the Content-Range asked for, the
+ *            exact length
+ *   write    s3_upload.c: multipart upload, completed by commit
+ *   remove   HEAD (so a missing object is -ENOENT, as locally), DELETE
+ *   rename   CopyObject then DELETE: NOT atomic (a reader may see both
+ *            names, or, after a failed delete, keep seeing the old one);
+ *            objects over 5 GiB (the limit of one copy) are refused
+ *   lock     an object holding a lease (holder host:pid, expiry), taken
+ *            with a conditional PUT (If-None-Match: *), renewed by a
+ *            thread with If-Match on our own ETag; an expired lease is
+ *            taken over with If-Match on its ETag. A gateway that ignores
+ *            the conditions (older ones) makes the lock best effort.
+ *   abort_stale  ListMultipartUploads under the prefix, AbortMultipartUpload
+ *            for each upload older than the age given */
+#include "s3.h"
+
+#include <errno.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LOCK_LEASE_S 60 /* a lock not renewed for this long may be taken over */
+
+char *s3_key(const s3_store *s, const char *name)
+{
+    char *k;
+    if (!s->url.prefix[0])
+        return strdup(name);
+    return asprintf(&k, "%s/%s", s->url.prefix, name) < 0 ? NULL : k;
+}
+
+/* ---------------------------------------------------------------- reading */
+
+typedef struct s3_reader {
+    store_reader base;
+    s3_store *s;
+    char *key;
+} s3_reader;
+
+static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off,
+                              ckpt_err *err)
+{
+    s3_reader *sr = (s3_reader *)r;
+    uint64_t size = r->id.size;
+    if (off >= size || len == 0)
+        return 0;
+    if (len > size - off)
+        len = (size_t)(size - off);
+    uint64_t last = off + len - 1;
+    char range[64], match[100];
+    snprintf(range, sizeof range, "Range: bytes=%llu-%llu", (unsigned long long)off,
+             (unsigned long long)last);
+    snprintf(match, sizeof match, "If-Match: %s", r->id.etag);
+    const char *hdrs[] = {range, r->id.etag[0] ? match : NULL, NULL};
+    s3_req rq = {.method = "GET", .bucket = sr->s->url.bucket, .key = sr->key,
+                 .headers = hdrs, .dst = buf, .dst_len = len};
+    s3_resp rs;
+    int rc = s3_request(sr->s->http, &rq, &rs);
+    char what[64];
+    snprintf(what, sizeof what, "read of bytes %llu-%llu", (unsigned long long)off,
+             (unsigned long long)last);
+    if (rc == 0 && (rs.status == 206 || rs.status == 200)) {
+        char want[96];
+        snprintf(want, sizeof want, "bytes %llu-%llu/%llu", (unsigned long long)off,
+                 (unsigned long long)last, (unsigned long long)size);
+        int whole = rs.status == 200 && off == 0 && len == size;
+        if (rs.etag[0] && r->id.etag[0] && strcmp(rs.etag, r->id.etag) != 0)
+            rc = ckpt_fail(err, -ESTALE, "%s: %s failed: the object was replaced since it was "
+                           "opened (ETag %s, was %s)", r->name, what, rs.etag, r->id.etag);
+        else if (rs.overflow || rs.dst_got != len || (!whole && strcmp(rs.content_range, want)))
+            rc = ckpt_fail(err, -EIO, "%s: %s failed: the answer (HTTP %ld, %zu bytes, "
+                           "Content-Range '%s') is not the range asked for", r->name, what,
+                           rs.status, rs.dst_got, rs.content_range);
+        else
+            rc = 0;
+    } else {
+        rc = s3_fail(err, sr->s->http, r->name, what, &rs);
+    }
+    s3_resp_free(&rs);
+    return rc < 0 ? rc : (ssize_t)len;
+}
+
+static int reader_fd(const store_reader *r) { return -1; }
+
+static void reader_close(store_reader *r)
+{
+    s3_reader *sr = (s3_reader *)r;
+    if (!sr)
+        return;
+    free(sr->key);
+    free(sr->base.name);
+    free(sr);
+}
+
+static const store_reader_ops reader_ops = {reader_read_at, reader_fd, reader_close};
+
+static int s3_open_read(ckpt_store *base, const char *name, store_reader **out, ckpt_err *err)
+{
+    s3_store *s = (s3_store *)base;
+    s3_reader *r = calloc(1, sizeof *r);
+    if (!r || !(r->key = s3_key(s, name)) || !(r->base.name = store_display_name(base, name))) {
+        reader_close(r ? &r->base : NULL);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    r->base.ops = &reader_ops;
+    r->s = s;
+    s3_req rq = {.method = "HEAD", .bucket = s->url.bucket, .key = r->key};
+    s3_resp rs;
+    int rc = s3_request(s->http, &rq, &rs);
+    if (rc == 0 && rs.status == 200 && rs.has_length) {
+        r->base.id.size = rs.content_length;
+        r->base.id.mtime_sec = rs.last_modified;
+        snprintf(r->base.id.etag, sizeof r->base.id.etag, "%s", rs.etag);
+    } else if (rc == 0 && rs.status == 200) {
+        rc = ckpt_fail(err, -EIO, "%s: the server gave no Content-Length", r->base.name);
+    } else {
+        rc = s3_fail(err, s->http, r->base.name, "open", &rs);
+    }
+    s3_resp_free(&rs);
+    if (rc < 0) {
+        reader_close(&r->base);
+        return rc;
+    }
+    *out = &r->base;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- listing */
+
+/* One page of ListObjectsV2 under key_prefix; token continues a listing. */
+static int list_page(s3_store *s, const char *key_prefix, const char *token, unsigned max_keys,
+                     const char *action, s3_list *page, ckpt_err *err)
+{
+    char *p = s3_uri_encode(key_prefix, 0), *t = token ? s3_uri_encode(token, 0) : NULL, *q = NULL;
+    char mk[32] = "";
+    if (max_keys)
+        snprintf(mk, sizeof mk, "&max-keys=%u", max_keys);
+    /* Sorted by name, as the signature needs. */
+    if (p && (!token || t) &&
+        asprintf(&q, "%s%s%sdelimiter=%%2F&list-type=2%s&prefix=%s", t ? "continuation-token=" : "",
+                 t ? t : "", t ? "&" : "", mk, p) < 0)
+        q = NULL;
+    free(p);
+    free(t);
+    if (!q)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    s3_req rq = {.method = "GET", .bucket = s->url.bucket, .query = q};
+    s3_resp rs;
+    int rc = s3_request(s->http, &rq, &rs);
+    free(q);
+    if (rc == 0 && rs.status == 200 && !rs.overflow) {
+        rc = s3_xml_list_objects(rs.body, rs.body_len, page, err);
+        if (rc < 0)
+            ckpt_fail_prefix(err, s->base.where);
+    } else {
+        rc = s3_fail(err, s->http, s->base.where, action, &rs);
+    }
+    s3_resp_free(&rs);
+    return rc;
+}
+
+static int s3_list_objects(ckpt_store *base, const char *prefix, ckpt_object_fn fn, void *ud,
+                           ckpt_err *err)
+{
+    s3_store *s = (s3_store *)base;
+    size_t skip = s->url.prefix[0] ? strlen(s->url.prefix) + 1 : 0;
+    char *kp = s3_key(s, prefix);
+    if (!kp)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    char *token = NULL;
+    int rc = 0;
+    do {
+        s3_list page;
+        rc = list_page(s, kp, token, 0, "listing", &page, err);
+        free(token);
+        token = NULL;
+        if (rc < 0)
+            break;
+        for (size_t i = 0; rc == 0 && i < page.n; i++) {
+            const s3_entry *e = &page.v[i];
+            if (strlen(e->key) <= skip || strncmp(e->key, kp, strlen(kp)) != 0)
+                continue;
+            const char *name = e->key + skip;
+            if (!ckpt_path_is_safe(name))
+                continue; /* a key no local name could have ("a//b") */
+            ckpt_object_info info = {.name = name};
+            info.id.size = e->size;
+            info.id.mtime_sec = e->mtime;
+            snprintf(info.id.etag, sizeof info.id.etag, "%s", e->etag);
+            rc = fn(ud, &info);
+        }
+        if (rc == 0 && page.truncated && !(token = strdup(page.next_token)))
+            rc = ckpt_fail(err, -ENOMEM, "out of memory");
+        s3_list_free(&page);
+    } while (rc == 0 && token);
+    free(token);
+    free(kp);
+    return rc;
+}
+
+/* ------------------------------------------------------ administration */
+
+/* A request on one object whose only interest is its status. */
+static int simple(s3_store *s, const char *method, const char *key, const char *const *hdrs,
+                  s3_resp *rs)
+{
+    s3_req rq = {.method = method, .bucket = s->url.bucket, .key = key, .headers = hdrs};
+    return s3_request(s->http, &rq, rs);
+}
+
+static int s3_remove(ckpt_store *base, const char *name, ckpt_err *err)
+{
+    s3_store *s = (s3_store *)base;
+    char *key = s3_key(s, name), *shown = store_display_name(base, name);
+    int rc = !key || !shown ? ckpt_fail(err, -ENOMEM, "out of memory") : 0;
+    s3_resp rs = {0};
+    /* DELETE of a missing key succeeds on S3; a local store says ENOENT. */
+    if (rc == 0 && (simple(s, "HEAD", key, NULL, &rs) < 0 || rs.status != 200))
+        rc = s3_fail(err, s->http, shown, "remove", &rs);
+    s3_resp_free(&rs);
+    if (rc == 0 && (simple(s, "DELETE", key, NULL, &rs) < 0 ||
+                    (rs.status != 204 && rs.status != 200)))
+        rc = s3_fail(err, s->http, shown, "remove", &rs);
+    s3_resp_free(&rs);
+    free(key);
+    free(shown);
+    return rc;
+}
+
+static int s3_rename(ckpt_store *base, const char *from, const char *to, ckpt_err *err)
+{
+    s3_store *s = (s3_store *)base;
+    char *kf = s3_key(s, from), *kt = s3_key(s, to), *sf = store_display_name(base, from);
+    char *src = NULL, *enc = NULL, *benc = s3_uri_encode(s->url.bucket, 0);
+    int rc = 0;
+    s3_resp rs = {0};
+    if (!kf || !kt || !sf || !benc || !(enc = s3_uri_encode(kf, 1)) ||
+        asprintf(&src, "x-amz-copy-source: /%s/%s", benc, enc) < 0) {
+        src = NULL;
+        rc = ckpt_fail(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    if (simple(s, "HEAD", kf, NULL, &rs) < 0 || rs.status != 200) {
+        rc = s3_fail(err, s->http, sf, "rename", &rs);
+        goto out;
+    }
+    if (rs.content_length > (5ull << 30)) {
+        rc = ckpt_fail(err, -EFBIG, "%s: rename failed: objects over 5 GiB cannot be copied in "
+                       "one request, and renaming them is not supported on S3", sf);
+        goto out;
+    }
+    s3_resp_free(&rs);
+    const char *hdrs[] = {src, NULL};
+    if (simple(s, "PUT", kt, hdrs, &rs) < 0 || rs.status != 200) {
+        rc = s3_fail(err, s->http, sf, "rename (copy)", &rs);
+        goto out;
+    }
+    /* A copy can fail after its 200 has been sent: the body says so. */
+    s3_error e;
+    int r = s3_xml_complete(rs.body, rs.body_len, "CopyObjectResult", &e, err);
+    if (r == 1)
+        rc = ckpt_fail(err, -EIO, "%s: rename (copy) failed: %s %s", sf, e.code, e.message);
+    else if (r < 0)
+        rc = ckpt_fail_prefix(err, sf);
+    if (rc < 0)
+        goto out;
+    s3_resp_free(&rs);
+    if (simple(s, "DELETE", kf, NULL, &rs) < 0 || (rs.status != 204 && rs.status != 200))
+        rc = s3_fail(err, s->http, sf, "rename (delete after copy)", &rs);
+out:
+    s3_resp_free(&rs);
+    free(kf);
+    free(kt);
+    free(sf);
+    free(src);
+    free(enc);
+    free(benc);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ lock */
+
+typedef struct s3_lock {
+    ckpt_store_lock base;
+    s3_store *s;
+    char *key, *shown;
+    char holder[300];
+    char token[33];
+    char etag[80];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t renewer;
+    int stop, lost;
+} s3_lock;
+
+static void lock_body(const s3_lock *l, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "holder %s\nexpires %lld\ntoken %s\n", l->holder,
+             (long long)time(NULL) + LOCK_LEASE_S, l->token);
+}
+
+/* PUT the lease with a condition; the status, and the new ETag in l. */
+static long lock_put(s3_lock *l, const char *cond, ckpt_err *err)
+{
+    char body[512];
+    lock_body(l, body, sizeof body);
+    const char *hdrs[] = {cond, NULL};
+    s3_req rq = {.method = "PUT", .bucket = l->s->url.bucket, .key = l->key, .headers = hdrs,
+                 .body = body, .body_len = strlen(body)};
+    s3_resp rs;
+    long status = -1;
+    if (s3_request(l->s->http, &rq, &rs) == 0)
+        status = rs.status;
+    if (status == 200)
+        snprintf(l->etag, sizeof l->etag, "%s", rs.etag);
+    else if (status != 412)
+        s3_fail(err, l->s->http, l->shown, "taking the lock", &rs);
+    s3_resp_free(&rs);
+    return status;
+}
+
+/* PUT If-Match: etag. RGW 16.2 compares a PUT's If-Match with the ETag
+ * unquoted (a quoted one never matches there), AWS with it quoted: the
+ * quoted form first, then the bare one, and a true mismatch fails both. */
+static long lock_put_if_match(s3_lock *l, const char *etag, ckpt_err *err)
+{
+    char cond[100];
+    snprintf(cond, sizeof cond, "If-Match: %s", etag);
+    long st = lock_put(l, cond, err);
+    size_t n = strlen(etag);
+    if (st == 412 && n > 2 && etag[0] == '"' && etag[n - 1] == '"') {
+        snprintf(cond, sizeof cond, "If-Match: %.*s", (int)(n - 2), etag + 1);
+        st = lock_put(l, cond, err);
+    }
+    return st;
+}
+
+static void *lock_renewer(void *arg)
+{
+    s3_lock *l = arg;
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += LOCK_LEASE_S / 3;
+        pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+        if (l->stop)
+            break;
+        char etag[80];
+        snprintf(etag, sizeof etag, "%s", l->etag);
+        pthread_mutex_unlock(&l->mu);
+        ckpt_err err = {0};
+        long st = lock_put_if_match(l, etag, &err);
+        pthread_mutex_lock(&l->mu);
+        if (st == 412)
+            l->lost = 1; /* someone took it over: our lease had expired */
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static int s3_lock_take(ckpt_store *base, const char *name, ckpt_store_lock **out, ckpt_err *err)
+{
+    s3_store *s = (s3_store *)base;
+    s3_lock *l = calloc(1, sizeof *l);
+    if (!l || !(l->key = s3_key(s, name)) || !(l->shown = store_display_name(base, name))) {
+        if (l) {
+            free(l->key);
+            free(l);
+        }
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    l->base.store = base;
+    l->s = s;
+    char host[256] = "unknown";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    snprintf(l->holder, sizeof l->holder, "%s:%ld", host, (long)getpid());
+    uint8_t rnd[16];
+    randombytes_buf(rnd, sizeof rnd);
+    sodium_bin2hex(l->token, sizeof l->token, rnd, sizeof rnd);
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+
+    int rc = 0;
+    long st = lock_put(l, "If-None-Match: *", err);
+    if (st == 412) {
+        /* Held, or left behind: read the lease. */
+        char lease[512] = "";
+        s3_req rq = {.method = "GET", .bucket = s->url.bucket, .key = l->key, .dst = lease,
+                     .dst_len = sizeof lease - 1};
+        s3_resp rs;
+        char holder[300] = "another writer", etag[80] = "";
+        long long expires = 0;
+        if (s3_request(s->http, &rq, &rs) == 0 && rs.status == 200 && !rs.overflow) {
+            lease[rs.dst_got] = 0;
+            const char *h = strstr(lease, "holder "), *e = strstr(lease, "expires ");
+            if (h)
+                sscanf(h + 7, "%299[^\n]", holder);
+            if (e)
+                expires = atoll(e + 8);
+            snprintf(etag, sizeof etag, "%s", rs.etag);
+        }
+        s3_resp_free(&rs);
+        long long now = (long long)time(NULL);
+        if (expires > now || !etag[0]) {
+            rc = ckpt_fail(err, -EBUSY, "%s: locked by %s (lease ends in %lld s; one writer per "
+                           "prefix)", l->shown, holder, expires > now ? expires - now : 0);
+        } else {
+            st = lock_put_if_match(l, etag, err);
+            if (st == 412)
+                rc = ckpt_fail(err, -EBUSY, "%s: locked by another writer (it took over the "
+                               "expired lease of %s just now)", l->shown, holder);
+            else if (st != 200)
+                rc = err && err->code ? err->code : -EIO;
+        }
+    } else if (st != 200) {
+        rc = err && err->code ? err->code : -EIO;
+    }
+    if (rc == 0 && pthread_create(&l->renewer, NULL, lock_renewer, l) != 0)
+        rc = ckpt_fail(err, -EAGAIN, "%s: cannot start the lease renewer", l->shown);
+    if (rc < 0) {
+        pthread_mutex_destroy(&l->mu);
+        pthread_cond_destroy(&l->cv);
+        free(l->key);
+        free(l->shown);
+        free(l);
+        return rc;
+    }
+    *out = &l->base;
+    return 0;
+}
+
+static void s3_unlock(ckpt_store_lock *base)
+{
+    s3_lock *l = (s3_lock *)base;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->renewer, NULL);
+    if (!l->lost) {
+        /* Only our own lease: a DELETE cannot be conditional, so check first. */
+        char lease[512] = "";
+        s3_req rq = {.method = "GET", .bucket = l->s->url.bucket, .key = l->key, .dst = lease,
+                     .dst_len = sizeof lease - 1};
+        s3_resp rs;
+        int ours = s3_request(l->s->http, &rq, &rs) == 0 && rs.status == 200 && !rs.overflow &&
+                   strstr(lease, l->token) != NULL;
+        s3_resp_free(&rs);
+        if (ours) {
+            simple(l->s, "DELETE", l->key, NULL, &rs);
+            s3_resp_free(&rs);
+        }
+    }
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    free(l->key);
+    free(l->shown);
+    free(l);
+}
+
+/* ----------------------------------------------------------- stale uploads */
+
+static int abort_upload(s3_store *s, const char *key, const char *id, ckpt_err *err)
+{
+    char *enc = s3_uri_encode(id, 0), *q = NULL;
+    if (!enc || asprintf(&q, "uploadId=%s", enc) < 0) {
+        free(enc);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    free(enc);
+    s3_req rq = {.method = "DELETE", .bucket = s->url.bucket, .key = key, .query = q};
+    s3_resp rs;
+    int rc = s3_request(s->http, &rq, &rs);
+    /* 404 NoSuchUpload: someone finished or aborted it first. */
+    if (rc < 0 || (rs.status != 204 && rs.status != 200 && rs.status != 404)) {
+        char what[1200];
+        snprintf(what, sizeof what, "s3://%s/%s", s->url.bucket, key);
+        rc = s3_fail(err, s->http, what, "aborting an unfinished upload", &rs);
+    }
+    s3_resp_free(&rs);
+    free(q);
+    return rc < 0 ? rc : 0;
+}
+
+long s3_abort_stale(ckpt_store *base, const char *name, uint64_t older_than_s, ckpt_err *err)
+{
+    s3_store *s = (s3_store *)base;
+    char *kp = s3_key(s, name ? name : ""), *pe = kp ? s3_uri_encode(kp, 0) : NULL;
+    char *km = NULL, *um = NULL;
+    int64_t cutoff = (int64_t)time(NULL) - (int64_t)older_than_s;
+    long n = 0;
+    int rc = pe ? 0 : ckpt_fail(err, -ENOMEM, "out of memory");
+    while (rc == 0) {
+        char *q = NULL, *kme = km ? s3_uri_encode(km, 0) : NULL, *ume = um ? s3_uri_encode(um, 0) : NULL;
+        if (asprintf(&q, "%s%s%sprefix=%s%s%s%suploads=", kme ? "key-marker=" : "",
+                     kme ? kme : "", kme ? "&" : "", pe, ume ? "&upload-id-marker=" : "",
+                     ume ? ume : "", "&") < 0)
+            q = NULL;
+        free(kme);
+        free(ume);
+        if (!q) {
+            rc = ckpt_fail(err, -ENOMEM, "out of memory");
+            break;
+        }
+        s3_req rq = {.method = "GET", .bucket = s->url.bucket, .query = q};
+        s3_resp rs;
+        s3_uploads ups = {0};
+        rc = s3_request(s->http, &rq, &rs);
+        free(q);
+        if (rc == 0 && rs.status == 200 && !rs.overflow) {
+            if ((rc = s3_xml_list_uploads(rs.body, rs.body_len, &ups, err)) < 0)
+                ckpt_fail_prefix(err, base->where);
+        } else {
+            rc = s3_fail(err, s->http, base->where, "listing unfinished uploads", &rs);
+        }
+        s3_resp_free(&rs);
+        for (size_t i = 0; rc == 0 && i < ups.n; i++) {
+            if ((name ? strcmp(ups.v[i].key, kp) : strncmp(ups.v[i].key, kp, strlen(kp))) != 0 ||
+                (older_than_s && ups.v[i].initiated > cutoff))
+                continue;
+            if ((rc = abort_upload(s, ups.v[i].key, ups.v[i].upload_id, err)) == 0)
+                n++;
+        }
+        free(km);
+        free(um);
+        km = um = NULL;
+        int more = rc == 0 && ups.truncated;
+        if (more) {
+            km = ups.next_key_marker ? strdup(ups.next_key_marker) : NULL;
+            um = ups.next_upload_id_marker ? strdup(ups.next_upload_id_marker) : NULL;
+        }
+        s3_uploads_free(&ups);
+        if (!more)
+            break;
+    }
+    free(km);
+    free(um);
+    free(pe);
+    free(kp);
+    return rc < 0 ? rc : n;
+}
+
+/* ------------------------------------------------------------------ store */
+
+static int s3_create(ckpt_store *base, const char *name, const char *tmp_name, store_upload **out,
+                     ckpt_err *err)
+{
+    return s3_upload_create((s3_store *)base, name, out, err);
+}
+
+static void s3_free(ckpt_store *base)
+{
+    s3_store *s = (s3_store *)base;
+    s3_client_free(s->http);
+    s3_url_free(&s->url);
+    free(s->base.where);
+    free(s);
+}
+
+static const store_ops s3_ops = {
+    s3_list_objects, s3_open_read, s3_create,   s3_remove,         s3_rename,
+    s3_lock_take,    s3_unlock,    s3_free,     s3_abort_stale,
+};
+
+int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out, ckpt_err *err)
+{
+    *out = NULL;
+    static const ckpt_store_opts none;
+    if (!opts)
+        opts = &none;
+    if (opts->part_size_mib && (opts->part_size_mib < 8 || opts->part_size_mib > 64))
+        return ckpt_fail(err, -EINVAL, "%s: part size %u MiB is not in 8..64", url,
+                         opts->part_size_mib);
+    if (opts->retry_seconds > 3600)
+        return ckpt_fail(err, -EINVAL, "%s: retry time %u s is more than an hour", url,
+                         opts->retry_seconds);
+    if (opts->parts_in_flight > 16)
+        return ckpt_fail(err, -EINVAL, "%s: %u parts in flight is more than 16", url,
+                         opts->parts_in_flight);
+    s3_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    s->base.ops = &s3_ops;
+    s->part_size = (opts->part_size_mib ? opts->part_size_mib : 16) << 20;
+    s->parts_in_flight = opts->parts_in_flight ? opts->parts_in_flight : 4;
+    s3_config cfg;
+    int rc = s3_url_parse(url, &s->url, err);
+    if (rc == 0 && asprintf(&s->base.where, "s3://%s%s%s", s->url.bucket,
+                            s->url.prefix[0] ? "/" : "", s->url.prefix) < 0) {
+        s->base.where = NULL;
+        rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    if (rc == 0 && (rc = s3_config_resolve(opts, &cfg, err)) < 0)
+        ckpt_fail_prefix(err, url);
+    if (rc == 0)
+        rc = s3_client_new(&cfg, &s->http, err);
+    if (rc == 0 && opts->retry_seconds) {
+        s3_retry_policy p = s3_retry_default;
+        p.deadline_ms = opts->retry_seconds * 1000u;
+        s3_client_set_retry(s->http, &p);
+    }
+    if (rc == 0) {
+        /* One listing proves the endpoint, the keys and the bucket. */
+        char *kp = s3_key(s, "");
+        s3_list page;
+        rc = kp ? list_page(s, kp, NULL, 1, "open", &page, err)
+                : ckpt_fail(err, -ENOMEM, "out of memory");
+        if (rc == 0)
+            s3_list_free(&page);
+        free(kp);
+    }
+    if (rc < 0) {
+        s3_free(&s->base);
+        return rc;
+    }
+    *out = &s->base;
+    return 0;
+}

@@ -1,0 +1,227 @@
+/* The S3 backend's parts, private to core/src/store (and its unit tests and
+ * fuzz target). One job per file:
+ *
+ *   s3_config.c  s3://BUCKET/PREFIX, the options, and the AWS way of finding
+ *                the endpoint, the region and the credentials
+ *   s3_xml.c     the XML the server answers with (libxml2), bounded and
+ *                validated; nothing here touches the network
+ *   s3_http.c    requests: a pool of kept-alive libcurl handles, SigV4 by
+ *                libcurl (CURLOPT_AWS_SIGV4), retries with backoff, and the
+ *                mapping of failures to errno values and messages
+ *   s3_upload.c  a new object: a single PUT when small, else a multipart
+ *                upload streamed in parts from background threads
+ *   s3.c         the store itself: list, ranged reads, remove, rename, lock,
+ *                and the cleanup of abandoned uploads
+ *
+ * Secrets (the secret key, the session token) live only in s3_config and in
+ * the handle options libcurl is given; no message ever contains them
+ * (s3_scrub() is the last line of defence for what a server echoes). */
+#ifndef CKPT_S3_H
+#define CKPT_S3_H
+
+#include "store.h"
+
+#include <pthread.h>
+
+/* ------------------------------------------------------------ config */
+
+typedef struct s3_url {
+    char *bucket;
+    char *prefix; /* "" or "a/b": no leading or trailing '/' */
+} s3_url;
+
+/* "s3://BUCKET[/PREFIX[/]]". -EINVAL with a message naming the URL. */
+int s3_url_parse(const char *url, s3_url *out, ckpt_err *err);
+void s3_url_free(s3_url *u);
+
+typedef struct s3_config {
+    char *endpoint;      /* "http[s]://host[:port][/path]", no trailing '/' */
+    char *region;
+    char *access_key;
+    char *secret_key;    /* secret: wiped on free */
+    char *session_token; /* secret, or NULL */
+    char source[160];    /* where the credentials came from, for messages */
+} s3_config;
+
+/* Resolves the endpoint, region and credentials:
+ *   endpoint: opts, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's
+ *             endpoint_url in the config file, https://s3.REGION.amazonaws.com
+ *   region:   opts, AWS_REGION, AWS_DEFAULT_REGION, the profile's region,
+ *             us-east-1
+ *   keys:     with an explicit profile option, that profile; else
+ *             AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN);
+ *             else the profile AWS_PROFILE (or "default") from
+ *             AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials), then
+ *             AWS_CONFIG_FILE (~/.aws/config, section "[profile NAME]").
+ * -EACCES when no credentials are found, -EINVAL for a bad endpoint. */
+int s3_config_resolve(const ckpt_store_opts *opts, s3_config *out, ckpt_err *err);
+void s3_config_free(s3_config *c);
+
+/* The value of key in [section] of an INI file such as ~/.aws/credentials:
+ * 1 and *out (malloc'd), 0 when absent, -errno when unreadable (a missing
+ * file is absent). Comments ('#', ';'), blank lines and spaces around '='
+ * are allowed. */
+int s3_ini_get(const char *path, const char *section, const char *key, char **out);
+
+/* AWS URI encoding (RFC 3986 unreserved characters kept; '/' kept when
+ * keep_slash), malloc'd; NULL when out of memory. */
+char *s3_uri_encode(const char *s, int keep_slash);
+
+/* ------------------------------------------------------------- XML */
+
+/* Responses larger than this are refused, never parsed. */
+#define S3_XML_MAX (4u << 20)
+
+typedef struct s3_error {
+    char code[64];     /* "NoSuchBucket", ... ("" when none) */
+    char message[200]; /* the server's words, scrubbed of control bytes */
+} s3_error;
+
+/* 1 and *out filled when body is an <Error> document, 0 when it is some
+ * other well-formed document (or empty), -EINVAL when it is not XML. */
+int s3_xml_error(const char *body, size_t len, s3_error *out);
+
+typedef struct s3_entry {
+    char *key;
+    uint64_t size;
+    int64_t mtime; /* seconds since the epoch */
+    char etag[80]; /* as the server quotes it */
+} s3_entry;
+
+typedef struct s3_list {
+    s3_entry *v;
+    size_t n;
+    int truncated;
+    char *next_token; /* NextContinuationToken, when truncated */
+} s3_list;
+
+/* ListObjectsV2 (ListBucketResult); CommonPrefixes are skipped. 0 or
+ * -EINVAL with err saying what is wrong. */
+int s3_xml_list_objects(const char *body, size_t len, s3_list *out, ckpt_err *err);
+void s3_list_free(s3_list *l);
+
+/* InitiateMultipartUploadResult: the UploadId (malloc'd). */
+int s3_xml_upload_id(const char *body, size_t len, char **out, ckpt_err *err);
+
+/* CompleteMultipartUpload's answer, which can be an <Error> inside a 200:
+ * 0 for a CompleteMultipartUploadResult, 1 with *e for an error, -EINVAL
+ * for anything else. Also used for CopyObject (CopyObjectResult). */
+int s3_xml_complete(const char *body, size_t len, const char *root, s3_error *e, ckpt_err *err);
+
+typedef struct s3_upload_info {
+    char *key, *upload_id;
+    int64_t initiated;
+} s3_upload_info;
+
+typedef struct s3_uploads {
+    s3_upload_info *v;
+    size_t n;
+    int truncated;
+    char *next_key_marker, *next_upload_id_marker;
+} s3_uploads;
+
+/* ListMultipartUploadsResult. */
+int s3_xml_list_uploads(const char *body, size_t len, s3_uploads *out, ckpt_err *err);
+void s3_uploads_free(s3_uploads *u);
+
+/* "2024-05-01T12:00:00.000Z" (ISO 8601, UTC) or "Wed, 01 May 2024 12:00:00
+ * GMT" (HTTP date): 0 and *out, or -EINVAL. */
+int s3_parse_time(const char *s, int64_t *out);
+
+/* --------------------------------------------------------- retries */
+
+typedef struct s3_retry_policy {
+    unsigned max_attempts; /* including the first */
+    unsigned base_ms;      /* the first delay; doubles each time */
+    unsigned cap_ms;       /* no single delay longer */
+    unsigned deadline_ms;  /* no retry starts later than this after the first try */
+} s3_retry_policy;
+
+/* 7 attempts, 250 ms doubling to at most 8 s, within 30 s. */
+extern const s3_retry_policy s3_retry_default;
+
+/* Whether an outcome is worth another try: HTTP 5xx, 429 and 408, or a
+ * transport failure (status 0 with a connection, timeout or transfer
+ * error from libcurl). */
+int s3_retryable(long status, int curl_code);
+
+/* The delay before the next attempt after `attempts` have failed, elapsed_ms
+ * after the first began: base * 2^(attempts-1), capped, times a jitter
+ * factor in [0.5, 1); -1 when the count or the deadline is spent. */
+long s3_retry_delay(const s3_retry_policy *p, unsigned attempts, uint64_t elapsed_ms,
+                    double jitter);
+
+/* ------------------------------------------------------------ HTTP */
+
+typedef struct s3_client s3_client;
+
+/* Takes cfg (moved: *cfg is emptied). */
+int s3_client_new(s3_config *cfg, s3_client **out, ckpt_err *err);
+void s3_client_free(s3_client *c);
+const s3_config *s3_client_config(const s3_client *c);
+/* The policy of requests that name none (default: s3_retry_default). */
+void s3_client_set_retry(s3_client *c, const s3_retry_policy *p);
+
+typedef struct s3_req {
+    const char *method;          /* GET HEAD PUT POST DELETE */
+    const char *bucket;
+    const char *key;             /* unencoded; NULL: the bucket itself */
+    const char *query;           /* canonical: sorted, encoded, "k=v&..." */
+    const char *const *headers;  /* "Name: value", NULL-terminated, or NULL */
+    const void *body;            /* request body (PUT, POST) */
+    size_t body_len;
+    void *dst;                   /* 2xx body into dst[0..dst_len) (ranged reads) */
+    size_t dst_len;
+    const s3_retry_policy *retry;/* NULL: the client's */
+} s3_req;
+
+typedef struct s3_resp {
+    long status;          /* 0: no HTTP answer (transport failure) */
+    char *body;           /* captured body (non-2xx, or 2xx without dst), NUL-ended */
+    size_t body_len;
+    size_t dst_got;       /* bytes written to dst */
+    int overflow;         /* the body did not fit dst or S3_XML_MAX */
+    char etag[80];
+    uint64_t content_length;
+    int has_length;
+    char content_range[96];
+    int64_t last_modified;
+    int curl_code;
+    char curl_msg[160];
+    unsigned attempts;
+} s3_resp;
+
+/* Performs rq, retrying what s3_retryable() allows under rq->retry. 0 when
+ * an HTTP answer came (any status: look at rs->status), -EIO when none did;
+ * -ENOMEM. rs is always filled; free it with s3_resp_free. */
+int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs);
+void s3_resp_free(s3_resp *rs);
+
+/* A failed answer as an errno and a message "<what>: <action> failed: ...":
+ * 403 InvalidAccessKeyId/SignatureDoesNotMatch/AccessDenied -> -EACCES,
+ * 404 NoSuchBucket/NoSuchKey -> -ENOENT, 412 -> -ESTALE, others -> -EIO
+ * with the HTTP status, the server's code and the attempts made. */
+int s3_fail(ckpt_err *err, const s3_client *c, const char *what, const char *action,
+            const s3_resp *rs);
+
+/* Replaces any occurrence of the client's secret key, session token and
+ * access key in err's message with "[redacted]". */
+void s3_scrub(const s3_client *c, ckpt_err *err);
+
+/* ----------------------------------------------------------- store */
+
+typedef struct s3_store {
+    ckpt_store base;
+    s3_client *http;
+    s3_url url;
+    unsigned part_size;   /* first part size for multipart uploads */
+    unsigned parts_in_flight;
+} s3_store;
+
+/* "<prefix>/<name>" (or name), malloc'd. */
+char *s3_key(const s3_store *s, const char *name);
+
+int s3_upload_create(s3_store *s, const char *name, store_upload **out, ckpt_err *err);
+long s3_abort_stale(ckpt_store *base, const char *name, uint64_t older_than_s, ckpt_err *err);
+
+#endif

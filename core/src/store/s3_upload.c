@@ -1,0 +1,415 @@
+/* A new S3 object, written sequentially and made visible whole by commit.
+ *
+ * Bytes collect in a part buffer. An object that ends before the first part
+ * fills is sent with one PUT at commit. Otherwise the first full part
+ * starts a multipart upload (CreateMultipartUpload) and each full part is
+ * queued for background threads that PUT it (UploadPart); at most
+ * parts_in_flight parts are queued or uploading, and the writer waits for a
+ * free slot, so memory is bounded by (parts_in_flight + 1) part buffers.
+ * Commit sends the last part, waits for all, and completes the upload
+ * (CompleteMultipartUpload, whose 200 may still carry an <Error>): only then
+ * is the object visible. Abort, or any failure, aborts the upload
+ * (AbortMultipartUpload), so nothing is left; an upload left by a crash is
+ * for ckpt_store_abort_stale_uploads.
+ *
+ * Parts: the store's part size (16 MiB by default) for parts 1..1000, then
+ * doubling every 1000 parts up to 64 MiB, so the 10000 parts S3 allows
+ * reach 16 + 32 + 8 * 64 = 560 GB before the upload is refused (-EFBIG). */
+#include "s3.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PARTS 10000
+#define PART_CAP (64u << 20)
+
+typedef struct part {
+    uint8_t *buf;
+    size_t len, cap;
+    unsigned num;
+} part;
+
+typedef struct s3_up {
+    store_upload base;
+    s3_store *s;
+    char *key, *shown, *upload_id, *id_query_value; /* uploadId, URI-encoded */
+    part cur;                  /* being filled */
+    unsigned next_num;         /* number of cur */
+    unsigned n_sent;           /* parts handed to the threads */
+    uint64_t total;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;         /* queue changed, a part finished, stop */
+    part *queue;               /* FIFO of parts_in_flight slots */
+    size_t q_head, q_len;
+    unsigned busy;             /* parts queued or uploading */
+    part *spare;               /* finished buffers for reuse */
+    size_t n_spare;
+    char (*etags)[80];         /* by part number - 1 */
+    size_t etags_cap;
+    pthread_t threads[16];
+    unsigned n_threads;
+    int stop, failed;
+    ckpt_err fail_err;
+} s3_up;
+
+static size_t part_size_for(const s3_store *s, unsigned num)
+{
+    size_t sz = s->part_size;
+    for (unsigned g = (num - 1) / 1000; g && sz < PART_CAP; g--)
+        sz *= 2;
+    return sz > PART_CAP && s->part_size <= PART_CAP ? PART_CAP : sz;
+}
+
+static void up_free(s3_up *u)
+{
+    free(u->cur.buf);
+    for (size_t i = 0; i < u->q_len; i++)
+        free(u->queue[(u->q_head + i) % u->s->parts_in_flight].buf);
+    for (size_t i = 0; i < u->n_spare; i++)
+        free(u->spare[i].buf);
+    free(u->spare);
+    free(u->queue);
+    free(u->etags);
+    free(u->key);
+    free(u->shown);
+    free(u->upload_id);
+    free(u->id_query_value);
+    pthread_mutex_destroy(&u->mu);
+    pthread_cond_destroy(&u->cv);
+    free(u);
+}
+
+static void stop_threads(s3_up *u)
+{
+    pthread_mutex_lock(&u->mu);
+    u->stop = 1;
+    u->failed = 1; /* what is still queued is not sent */
+    pthread_cond_broadcast(&u->cv);
+    pthread_mutex_unlock(&u->mu);
+    for (unsigned i = 0; i < u->n_threads; i++)
+        pthread_join(u->threads[i], NULL);
+    u->n_threads = 0;
+}
+
+/* ------------------------------------------------------- the part threads */
+
+static int put_part(s3_up *u, part *p, char etag[80], ckpt_err *err)
+{
+    char *q = NULL;
+    if (asprintf(&q, "partNumber=%u&uploadId=%s", p->num, u->id_query_value) < 0)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    s3_req rq = {.method = "PUT", .bucket = u->s->url.bucket, .key = u->key, .query = q,
+                 .body = p->buf, .body_len = p->len};
+    s3_resp rs;
+    int rc = s3_request(u->s->http, &rq, &rs);
+    char what[64];
+    snprintf(what, sizeof what, "upload of part %u", p->num);
+    if (rc == 0 && rs.status == 200 && rs.etag[0])
+        snprintf(etag, 80, "%s", rs.etag);
+    else if (rc == 0 && rs.status == 200)
+        rc = ckpt_fail(err, -EIO, "%s: %s failed: no ETag in the answer", u->shown, what);
+    else
+        rc = s3_fail(err, u->s->http, u->shown, what, &rs);
+    s3_resp_free(&rs);
+    free(q);
+    return rc;
+}
+
+static void *part_thread(void *arg)
+{
+    s3_up *u = arg;
+    pthread_mutex_lock(&u->mu);
+    for (;;) {
+        while (!u->q_len && !u->stop)
+            pthread_cond_wait(&u->cv, &u->mu);
+        if (!u->q_len)
+            break;
+        part p = u->queue[u->q_head];
+        u->q_head = (u->q_head + 1) % u->s->parts_in_flight;
+        u->q_len--;
+        int skip = u->failed;
+        pthread_mutex_unlock(&u->mu);
+        char etag[80] = "";
+        ckpt_err err = {0};
+        int rc = skip ? 0 : put_part(u, &p, etag, &err);
+        pthread_mutex_lock(&u->mu);
+        if (rc < 0 && !u->failed) {
+            u->failed = 1;
+            u->fail_err = err;
+        } else if (rc == 0 && !skip) {
+            snprintf(u->etags[p.num - 1], 80, "%s", etag);
+        }
+        u->spare[u->n_spare++] = p; /* room: at most parts_in_flight + 1 buffers exist */
+        u->busy--;
+        pthread_cond_broadcast(&u->cv);
+    }
+    pthread_mutex_unlock(&u->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ the writer */
+
+static int fail_upload(s3_up *u, ckpt_err *err)
+{
+    pthread_mutex_lock(&u->mu);
+    int rc = u->fail_err.code ? u->fail_err.code : -EIO;
+    if (err)
+        *err = u->fail_err;
+    pthread_mutex_unlock(&u->mu);
+    return rc;
+}
+
+static int start_upload(s3_up *u, ckpt_err *err)
+{
+    s3_req rq = {.method = "POST", .bucket = u->s->url.bucket, .key = u->key, .query = "uploads="};
+    s3_resp rs;
+    int rc = s3_request(u->s->http, &rq, &rs);
+    if (rc == 0 && rs.status == 200 && !rs.overflow) {
+        if ((rc = s3_xml_upload_id(rs.body, rs.body_len, &u->upload_id, err)) < 0)
+            ckpt_fail_prefix(err, u->shown);
+    } else {
+        rc = s3_fail(err, u->s->http, u->shown, "starting the multipart upload", &rs);
+    }
+    s3_resp_free(&rs);
+    if (rc == 0 && !(u->id_query_value = s3_uri_encode(u->upload_id, 0)))
+        rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    return rc;
+}
+
+/* Hands cur to the part threads and gives cur a fresh buffer (unless last). */
+static int submit(s3_up *u, int last, ckpt_err *err)
+{
+    if (!u->upload_id) {
+        int rc = start_upload(u, err);
+        if (rc < 0)
+            return rc;
+    }
+    if (u->cur.num > MAX_PARTS)
+        return ckpt_fail(err, -EFBIG, "%s: more than %d parts: the object is too large for "
+                         "S3 at this part size", u->shown, MAX_PARTS);
+    pthread_mutex_lock(&u->mu);
+    if (u->cur.num > u->etags_cap) {
+        size_t cap = u->etags_cap ? u->etags_cap * 2 : 64;
+        void *e = realloc(u->etags, cap * sizeof *u->etags);
+        if (!e) {
+            pthread_mutex_unlock(&u->mu);
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        }
+        u->etags = e;
+        memset(u->etags + u->etags_cap, 0, (cap - u->etags_cap) * sizeof *u->etags);
+        u->etags_cap = cap;
+    }
+    while (u->busy >= u->s->parts_in_flight && !u->failed)
+        pthread_cond_wait(&u->cv, &u->mu);
+    if (u->failed) {
+        pthread_mutex_unlock(&u->mu);
+        return fail_upload(u, err);
+    }
+    u->queue[(u->q_head + u->q_len) % u->s->parts_in_flight] = u->cur;
+    u->q_len++;
+    u->busy++;
+    u->n_sent = u->cur.num;
+    memset(&u->cur, 0, sizeof u->cur);
+    if (u->n_threads < u->busy && u->n_threads < u->s->parts_in_flight &&
+        pthread_create(&u->threads[u->n_threads], NULL, part_thread, u) == 0)
+        u->n_threads++;
+    pthread_cond_broadcast(&u->cv);
+    int rc = 0;
+    if (!u->n_threads)
+        rc = ckpt_fail(err, -EAGAIN, "%s: cannot start upload threads", u->shown);
+    /* The next buffer: a spare one big enough, else a new one. */
+    u->next_num++;
+    size_t want = part_size_for(u->s, u->next_num);
+    for (size_t i = u->n_spare; rc == 0 && !last && !u->cur.buf && i-- > 0;) {
+        part sp = u->spare[i];
+        u->spare[i] = u->spare[--u->n_spare];
+        if (sp.cap >= want)
+            u->cur = sp;
+        else
+            free(sp.buf); /* parts grew: never big enough again */
+    }
+    pthread_mutex_unlock(&u->mu);
+    if (rc == 0 && !last && !u->cur.buf) {
+        if (!(u->cur.buf = malloc(want)))
+            return ckpt_fail(err, -ENOMEM, "%s: out of memory for a %zu MiB part", u->shown,
+                             want >> 20);
+        u->cur.cap = want;
+    }
+    u->cur.len = 0;
+    u->cur.num = u->next_num;
+    return rc;
+}
+
+static int up_write(store_upload *su, const void *buf, size_t len, ckpt_err *err)
+{
+    s3_up *u = (s3_up *)su;
+    const uint8_t *p = buf;
+    while (len) {
+        if (!u->cur.buf) {
+            size_t want = part_size_for(u->s, u->cur.num);
+            if (!(u->cur.buf = malloc(want)))
+                return ckpt_fail(err, -ENOMEM, "%s: out of memory for a part", u->shown);
+            u->cur.cap = want;
+        }
+        size_t n = u->cur.cap - u->cur.len < len ? u->cur.cap - u->cur.len : len;
+        memcpy(u->cur.buf + u->cur.len, p, n);
+        u->cur.len += n;
+        u->total += n;
+        p += n;
+        len -= n;
+        if (u->cur.len == u->cur.cap) {
+            int rc = submit(u, 0, err);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+static void up_abort(store_upload *su)
+{
+    s3_up *u = (s3_up *)su;
+    if (!u)
+        return;
+    stop_threads(u);
+    if (u->upload_id) {
+        s3_req rq = {.method = "DELETE", .bucket = u->s->url.bucket, .key = u->key};
+        char *q = NULL;
+        if (asprintf(&q, "uploadId=%s", u->id_query_value) >= 0) {
+            rq.query = q;
+            s3_resp rs;
+            s3_request(u->s->http, &rq, &rs); /* best effort: abort_stale finds what is left */
+            s3_resp_free(&rs);
+            free(q);
+        }
+    }
+    up_free(u);
+}
+
+static int put_whole(s3_up *u, ckpt_err *err)
+{
+    s3_req rq = {.method = "PUT", .bucket = u->s->url.bucket, .key = u->key,
+                 .body = u->cur.buf ? u->cur.buf : (const uint8_t *)"", .body_len = u->cur.len};
+    s3_resp rs;
+    int rc = s3_request(u->s->http, &rq, &rs);
+    if (rc < 0 || rs.status != 200)
+        rc = s3_fail(err, u->s->http, u->shown, "upload", &rs);
+    s3_resp_free(&rs);
+    return rc;
+}
+
+/* After a retried CompleteMultipartUpload answers NoSuchUpload, the first
+ * try may have succeeded: the object then has our size. */
+static int completed_anyway(s3_up *u)
+{
+    s3_req rq = {.method = "HEAD", .bucket = u->s->url.bucket, .key = u->key};
+    s3_resp rs;
+    int ok = s3_request(u->s->http, &rq, &rs) == 0 && rs.status == 200 && rs.has_length &&
+             rs.content_length == u->total;
+    s3_resp_free(&rs);
+    return ok;
+}
+
+static int complete(s3_up *u, ckpt_err *err)
+{
+    size_t n = u->n_sent;
+    size_t cap = 128 + n * 140;
+    char *xml = malloc(cap), *q = NULL;
+    if (!xml || asprintf(&q, "uploadId=%s", u->id_query_value) < 0) {
+        free(xml);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    size_t len = (size_t)snprintf(xml, cap, "<CompleteMultipartUpload>");
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(xml + len, cap - len,
+                                "<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag></Part>", i + 1,
+                                u->etags[i]);
+    len += (size_t)snprintf(xml + len, cap - len, "</CompleteMultipartUpload>");
+    const char *hdrs[] = {"Content-Type: application/xml", NULL};
+    s3_req rq = {.method = "POST", .bucket = u->s->url.bucket, .key = u->key, .query = q,
+                 .headers = hdrs, .body = xml, .body_len = len};
+    s3_resp rs;
+    int rc = s3_request(u->s->http, &rq, &rs);
+    if (rc == 0 && rs.status == 200 && !rs.overflow) {
+        s3_error e;
+        int r = s3_xml_complete(rs.body, rs.body_len, "CompleteMultipartUploadResult", &e, err);
+        if (r == 1)
+            rc = ckpt_fail(err, -EIO, "%s: completing the upload failed: %s%s%s", u->shown,
+                           e.code, e.message[0] ? ": " : "", e.message);
+        else if (r < 0)
+            rc = ckpt_fail_prefix(err, u->shown);
+    } else if (rc == 0 && rs.status == 404 && rs.attempts > 1 && completed_anyway(u)) {
+        rc = 0;
+    } else {
+        rc = s3_fail(err, u->s->http, u->shown, "completing the upload", &rs);
+    }
+    s3_resp_free(&rs);
+    free(q);
+    free(xml);
+    return rc;
+}
+
+static int up_commit(store_upload *su, ckpt_err *err)
+{
+    s3_up *u = (s3_up *)su;
+    int rc;
+    if (!u->upload_id) {
+        rc = put_whole(u, err);
+        if (rc < 0) {
+            up_abort(su);
+            return rc;
+        }
+        up_free(u);
+        return 0;
+    }
+    /* The last part; an empty one after the last full part is not sent. */
+    if (u->cur.len && (rc = submit(u, 1, err)) < 0) {
+        up_abort(su);
+        return rc;
+    }
+    pthread_mutex_lock(&u->mu);
+    while (u->busy)
+        pthread_cond_wait(&u->cv, &u->mu);
+    int failed = u->failed;
+    pthread_mutex_unlock(&u->mu);
+    if (failed) {
+        rc = fail_upload(u, err);
+        up_abort(su);
+        return rc;
+    }
+    stop_threads(u);
+    if ((rc = complete(u, err)) < 0) {
+        up_abort(su);
+        return rc;
+    }
+    up_free(u);
+    return 0;
+}
+
+static const store_upload_ops up_ops = {up_write, up_commit, up_abort};
+
+int s3_upload_create(s3_store *s, const char *name, store_upload **out, ckpt_err *err)
+{
+    s3_up *u = calloc(1, sizeof *u);
+    if (!u)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    u->base.ops = &up_ops;
+    u->s = s;
+    pthread_mutex_init(&u->mu, NULL);
+    pthread_cond_init(&u->cv, NULL);
+    u->next_num = 1;
+    u->cur.num = 1;
+    u->key = s3_key(s, name);
+    u->shown = store_display_name(&s->base, name);
+    u->queue = calloc(s->parts_in_flight, sizeof *u->queue);
+    u->spare = calloc(s->parts_in_flight + 2, sizeof *u->spare);
+    if (!u->key || !u->shown || !u->queue || !u->spare) {
+        up_free(u);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    *out = &u->base;
+    return 0;
+}

@@ -1,0 +1,699 @@
+/* The S3 backend's parts that need no network (core/src/store/s3*.c): the
+ * s3:// URL, the endpoint/region/credential resolution from the environment
+ * and from ~/.aws files in a scratch HOME, URI encoding, the XML parsers
+ * (good documents, errors inside 200s, malformed and hostile ones), the
+ * retry policy, and the scrubbing of secrets from messages. The round trip
+ * against a real gateway is tests/integration/test_s3.sh. */
+#include <curl/curl.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/s3.h"
+#include "testutil.h"
+
+/* ---------------------------------------------------------------- URLs */
+
+Test(s3_url, bucket_and_prefix)
+{
+    s3_url u;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_url_parse("s3://my-bucket/a/b/", &u, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(u.bucket, "my-bucket");
+    cr_assert_str_eq(u.prefix, "a/b");
+    s3_url_free(&u);
+    cr_assert_eq(s3_url_parse("s3://bkt", &u, &err), 0);
+    cr_assert_str_eq(u.prefix, "");
+    s3_url_free(&u);
+    cr_assert_eq(s3_url_parse("s3://bkt/", &u, &err), 0);
+    cr_assert_str_eq(u.prefix, "");
+    s3_url_free(&u);
+}
+
+Test(s3_url, refused)
+{
+    const char *bad[] = {"http://b/x", "s3://", "s3://ab", "s3://a b/x", "s3://bkt/../x",
+                         "s3://bkt//x", "s3://bkt/a/./b", "s3://b/ucket"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        s3_url u;
+        ckpt_err err = {0};
+        cr_assert_eq(s3_url_parse(bad[i], &u, &err), -EINVAL, "%s accepted", bad[i]);
+        cr_assert(strstr(err.msg, bad[i]) || strstr(err.msg, "s3://"), "%s", err.msg);
+    }
+}
+
+Test(s3_url, uri_encode)
+{
+    char *e = s3_uri_encode("a b/c+d~e_f.g-h%", 1);
+    cr_assert_str_eq(e, "a%20b/c%2Bd~e_f.g-h%25");
+    free(e);
+    e = s3_uri_encode("a/b", 0);
+    cr_assert_str_eq(e, "a%2Fb");
+    free(e);
+    e = s3_uri_encode("\xc3\xa9", 0);
+    cr_assert_str_eq(e, "%C3%A9");
+    free(e);
+}
+
+/* --------------------------------------------------------- configuration */
+
+static char *home;
+
+static void clean_env(void)
+{
+    const char *vars[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                          "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION",
+                          "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CONFIG_FILE",
+                          "AWS_SHARED_CREDENTIALS_FILE"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        unsetenv(vars[i]);
+    home = tu_mkdtemp();
+    setenv("HOME", home, 1);
+    char *aws = tu_join(home, ".aws");
+    cr_assert_eq(mkdir(aws, 0700), 0);
+    free(aws);
+}
+
+static void drop_home(void)
+{
+    tu_rm_rf(home);
+    free(home);
+}
+
+static void put_file(const char *rel, const char *text)
+{
+    char *p = tu_join(home, rel);
+    tu_write_str(p, text);
+    free(p);
+}
+
+TestSuite(s3_config, .init = clean_env, .fini = drop_home);
+
+Test(s3_config, environment_keys_and_defaults)
+{
+    setenv("AWS_ACCESS_KEY_ID", "AKIDENV", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "secretenv", 1);
+    s3_config c;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.access_key, "AKIDENV");
+    cr_assert_str_eq(c.secret_key, "secretenv");
+    cr_assert_null(c.session_token);
+    cr_assert_str_eq(c.region, "us-east-1");
+    cr_assert_str_eq(c.endpoint, "https://s3.us-east-1.amazonaws.com");
+    s3_config_free(&c);
+}
+
+Test(s3_config, endpoint_and_region_order)
+{
+    setenv("AWS_ACCESS_KEY_ID", "A", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "S", 1);
+    setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1", 1);
+    setenv("AWS_DEFAULT_REGION", "eu-west-1", 1);
+    s3_config c;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.endpoint, "http://127.0.0.1:1");
+    cr_assert_str_eq(c.region, "eu-west-1");
+    s3_config_free(&c);
+    /* The S3-specific variable beats the general one; AWS_REGION beats
+     * AWS_DEFAULT_REGION; options beat both; a trailing '/' goes. */
+    setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:2/", 1);
+    setenv("AWS_REGION", "ap-south-1", 1);
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.endpoint, "http://127.0.0.1:2");
+    cr_assert_str_eq(c.region, "ap-south-1");
+    s3_config_free(&c);
+    ckpt_store_opts o = {.endpoint = "https://127.0.0.1:3", .region = "r1"};
+    cr_assert_eq(s3_config_resolve(&o, &c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.endpoint, "https://127.0.0.1:3");
+    cr_assert_str_eq(c.region, "r1");
+    s3_config_free(&c);
+}
+
+Test(s3_config, bad_endpoint_and_region)
+{
+    setenv("AWS_ACCESS_KEY_ID", "A", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "S", 1);
+    const char *bad[] = {"ftp://h", "127.0.0.1:9000", "http://", "http://h/?x", "http://u@h"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ckpt_store_opts o = {.endpoint = bad[i]};
+        s3_config c;
+        ckpt_err err = {0};
+        cr_assert_eq(s3_config_resolve(&o, &c, &err), -EINVAL, "%s accepted", bad[i]);
+        cr_assert(strstr(err.msg, "endpoint"), "%s", err.msg);
+    }
+    ckpt_store_opts o = {.region = "us east"};
+    s3_config c;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_config_resolve(&o, &c, &err), -EINVAL);
+}
+
+Test(s3_config, credentials_file_default_profile)
+{
+    put_file(".aws/credentials", "# comment\n[default]\naws_access_key_id = AKIDFILE\n"
+                                 "aws_secret_access_key=secretfile \n\n[other]\n"
+                                 "aws_access_key_id = AKIDOTHER\naws_secret_access_key = so\n"
+                                 "aws_session_token = tokother\n");
+    put_file(".aws/config", "[default]\nregion = eu-central-1\n"
+                            "[profile other]\nregion = us-west-2\n"
+                            "endpoint_url = http://127.0.0.1:9\n");
+    s3_config c;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.access_key, "AKIDFILE");
+    cr_assert_str_eq(c.secret_key, "secretfile");
+    cr_assert_str_eq(c.region, "eu-central-1");
+    cr_assert(strstr(c.source, "profile 'default'"), "%s", c.source);
+    s3_config_free(&c);
+
+    setenv("AWS_PROFILE", "other", 1);
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.access_key, "AKIDOTHER");
+    cr_assert_str_eq(c.session_token, "tokother");
+    cr_assert_str_eq(c.region, "us-west-2");
+    cr_assert_str_eq(c.endpoint, "http://127.0.0.1:9");
+    s3_config_free(&c);
+}
+
+Test(s3_config, environment_beats_profile_unless_asked)
+{
+    put_file(".aws/credentials", "[p1]\naws_access_key_id = AKIDP1\naws_secret_access_key = s1\n");
+    setenv("AWS_ACCESS_KEY_ID", "AKIDENV", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "secretenv", 1);
+    setenv("AWS_PROFILE", "p1", 1);
+    s3_config c;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.access_key, "AKIDENV", "AWS_PROFILE does not beat the environment's keys");
+    s3_config_free(&c);
+    ckpt_store_opts o = {.profile = "p1"};
+    cr_assert_eq(s3_config_resolve(&o, &c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.access_key, "AKIDP1", "an explicit profile does");
+    s3_config_free(&c);
+}
+
+Test(s3_config, keys_in_config_file)
+{
+    put_file(".aws/config", "[profile cfg]\naws_access_key_id=AKIDCFG\naws_secret_access_key=sc\n");
+    ckpt_store_opts o = {.profile = "cfg"};
+    s3_config c;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_config_resolve(&o, &c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.access_key, "AKIDCFG");
+    s3_config_free(&c);
+}
+
+Test(s3_config, no_credentials)
+{
+    ckpt_store_opts o = {.profile = "missing"};
+    s3_config c;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_config_resolve(&o, &c, &err), -EACCES);
+    cr_assert(strstr(err.msg, "no S3 credentials"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "missing"), "%s", err.msg);
+}
+
+Test(s3_config, alternative_file_locations)
+{
+    put_file("creds", "[default]\naws_access_key_id = AKIDALT\naws_secret_access_key = s\n");
+    char *p = tu_join(home, "creds");
+    setenv("AWS_SHARED_CREDENTIALS_FILE", p, 1);
+    free(p);
+    s3_config c;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.access_key, "AKIDALT");
+    s3_config_free(&c);
+}
+
+Test(s3_config, ini_lookup)
+{
+    put_file("x.ini", "[a]\nk = 1\n; c\n[ b ]\nk=2\nkk = 3\n");
+    char *p = tu_join(home, "x.ini"), *v;
+    cr_assert_eq(s3_ini_get(p, "b", "k", &v), 1);
+    cr_assert_str_eq(v, "2");
+    free(v);
+    cr_assert_eq(s3_ini_get(p, "b", "nope", &v), 0);
+    cr_assert_eq(s3_ini_get(p, "c", "k", &v), 0);
+    free(p);
+    p = tu_join(home, "absent");
+    cr_assert_eq(s3_ini_get(p, "a", "k", &v), 0, "a missing file is no value, not an error");
+    free(p);
+}
+
+/* ------------------------------------------------------------------- XML */
+
+#define XS(s) s, sizeof s - 1
+
+Test(s3_xml, list_objects)
+{
+    const char doc[] =
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult "
+        "xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>b</Name><Prefix>p/</Prefix>"
+        "<IsTruncated>true</IsTruncated><NextContinuationToken>tok+/=</NextContinuationToken>"
+        "<Contents><Key>p/a.tpack</Key><LastModified>2024-05-01T12:00:00.000Z</LastModified>"
+        "<ETag>&quot;abc-2&quot;</ETag><Size>1234</Size></Contents>"
+        "<CommonPrefixes><Prefix>p/dir/</Prefix></CommonPrefixes>"
+        "<Contents><Key>p/b &amp; c</Key><Size>0</Size></Contents></ListBucketResult>";
+    s3_list l;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_xml_list_objects(XS(doc), &l, &err), 0, "%s", err.msg);
+    cr_assert_eq(l.n, 2);
+    cr_assert_str_eq(l.v[0].key, "p/a.tpack");
+    cr_assert_eq(l.v[0].size, 1234);
+    cr_assert_str_eq(l.v[0].etag, "\"abc-2\"");
+    cr_assert_eq(l.v[0].mtime, 1714564800);
+    cr_assert_str_eq(l.v[1].key, "p/b & c");
+    cr_assert(l.truncated);
+    cr_assert_str_eq(l.next_token, "tok+/=");
+    s3_list_free(&l);
+}
+
+Test(s3_xml, list_objects_refused)
+{
+    const char *bad[] = {
+        "",
+        "not xml",
+        "<ListBucketResult><Contents><Key>k</Key></Contents></ListBucketResult>", /* no size */
+        "<ListBucketResult><Contents><Size>1</Size></Contents></ListBucketResult>", /* no key */
+        "<ListBucketResult><Contents><Key>k</Key><Size>-1</Size></Contents></ListBucketResult>",
+        "<ListBucketResult><Contents><Key>k</Key><Size>99999999999999999999</Size></Contents>"
+        "</ListBucketResult>",
+        "<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>", /* no token */
+        "<Error><Code>NoSuchBucket</Code></Error>",
+        "<ListBucketResult><Contents><Key>k</Key><Size>1</Size>", /* cut short */
+        "<!DOCTYPE x [<!ENTITY e SYSTEM \"file:///etc/passwd\">]><ListBucketResult><Contents>"
+        "<Key>&e;</Key><Size>1</Size></Contents></ListBucketResult>",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        s3_list l;
+        ckpt_err err = {0};
+        int rc = s3_xml_list_objects(bad[i], strlen(bad[i]), &l, &err);
+        cr_assert_eq(rc, -EINVAL, "case %zu accepted", i);
+        cr_assert(err.msg[0], "case %zu: no message", i);
+    }
+}
+
+Test(s3_xml, entity_is_not_expanded)
+{
+    /* An external entity must never be fetched: the key either fails or
+     * stays without the file's contents. */
+    const char doc[] = "<!DOCTYPE x [<!ENTITY e SYSTEM \"file:///etc/hostname\">]>"
+                       "<ListBucketResult><Contents><Key>a&e;</Key><Size>1</Size></Contents>"
+                       "</ListBucketResult>";
+    s3_list l;
+    ckpt_err err = {0};
+    if (s3_xml_list_objects(XS(doc), &l, &err) == 0) {
+        cr_assert(l.n == 0 || strcmp(l.v[0].key, "a") == 0 || strlen(l.v[0].key) <= 1,
+                  "entity expanded to '%s'", l.v[0].key);
+        s3_list_free(&l);
+    }
+}
+
+Test(s3_xml, oversized_document_refused)
+{
+    size_t n = S3_XML_MAX + 10;
+    char *big = malloc(n);
+    cr_assert_not_null(big);
+    memset(big, ' ', n);
+    memcpy(big, "<ListBucketResult>", 18);
+    s3_list l;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_xml_list_objects(big, n, &l, &err), -EINVAL);
+    s3_error e;
+    cr_assert_eq(s3_xml_error(big, n, &e), -EINVAL);
+    free(big);
+}
+
+Test(s3_xml, long_key_refused)
+{
+    char doc[4096];
+    char key[1100];
+    memset(key, 'k', sizeof key - 1);
+    key[sizeof key - 1] = 0;
+    snprintf(doc, sizeof doc,
+             "<ListBucketResult><Contents><Key>%s</Key><Size>1</Size></Contents>"
+             "</ListBucketResult>",
+             key);
+    s3_list l;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_xml_list_objects(doc, strlen(doc), &l, &err), -EINVAL);
+}
+
+Test(s3_xml, error_document)
+{
+    const char doc[] = "<?xml version=\"1.0\"?><Error><Code>SignatureDoesNotMatch</Code>"
+                       "<Message>The request\nsignature\twe calculated</Message>"
+                       "<RequestId>tx1</RequestId></Error>";
+    s3_error e;
+    cr_assert_eq(s3_xml_error(XS(doc), &e), 1);
+    cr_assert_str_eq(e.code, "SignatureDoesNotMatch");
+    cr_assert_null(strchr(e.message, '\n'));
+    cr_assert_null(strchr(e.message, '\t'), "control bytes are not passed on");
+    /* Raw escape bytes are not XML at all. */
+    cr_assert_eq(s3_xml_error(XS("<Error><Message>\x1b[31m</Message></Error>"), &e), -EINVAL);
+    cr_assert_eq(s3_xml_error(XS("<ListBucketResult/>"), &e), 0);
+    cr_assert_eq(s3_xml_error("", 0, &e), 0);
+    cr_assert_eq(s3_xml_error(XS("<Error><Code>x"), &e), -EINVAL);
+}
+
+Test(s3_xml, upload_id)
+{
+    const char doc[] = "<InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key>"
+                       "<UploadId>2~abc.DEF</UploadId></InitiateMultipartUploadResult>";
+    char *id;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_xml_upload_id(XS(doc), &id, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(id, "2~abc.DEF");
+    free(id);
+    cr_assert_eq(s3_xml_upload_id(XS("<InitiateMultipartUploadResult/>"), &id, &err), -EINVAL);
+    cr_assert_null(id);
+    cr_assert_eq(s3_xml_upload_id(XS("<Error/>"), &id, &err), -EINVAL);
+}
+
+Test(s3_xml, complete_with_error_inside_200)
+{
+    s3_error e;
+    ckpt_err err = {0};
+    const char ok[] = "<CompleteMultipartUploadResult><ETag>\"x-2\"</ETag>"
+                      "</CompleteMultipartUploadResult>";
+    cr_assert_eq(s3_xml_complete(XS(ok), "CompleteMultipartUploadResult", &e, &err), 0);
+    const char bad[] = "<Error><Code>InternalError</Code><Message>try again</Message></Error>";
+    cr_assert_eq(s3_xml_complete(XS(bad), "CompleteMultipartUploadResult", &e, &err), 1);
+    cr_assert_str_eq(e.code, "InternalError");
+    cr_assert_eq(s3_xml_complete(XS("<Other/>"), "CompleteMultipartUploadResult", &e, &err),
+                 -EINVAL);
+    cr_assert_eq(s3_xml_complete(XS("garbage"), "CopyObjectResult", &e, &err), -EINVAL);
+}
+
+Test(s3_xml, list_uploads)
+{
+    const char doc[] =
+        "<ListMultipartUploadsResult><Bucket>b</Bucket><IsTruncated>true</IsTruncated>"
+        "<NextKeyMarker>p/z</NextKeyMarker><NextUploadIdMarker>id9</NextUploadIdMarker>"
+        "<Upload><Key>p/a.tpack</Key><UploadId>id1</UploadId>"
+        "<Initiated>2024-05-01T12:00:00Z</Initiated></Upload>"
+        "<Upload><Key>p/b.tpack</Key><UploadId>id2</UploadId>"
+        "<Initiated>2024-05-01T12:00:01.5Z</Initiated></Upload></ListMultipartUploadsResult>";
+    s3_uploads u;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_xml_list_uploads(XS(doc), &u, &err), 0, "%s", err.msg);
+    cr_assert_eq(u.n, 2);
+    cr_assert_str_eq(u.v[1].upload_id, "id2");
+    cr_assert_eq(u.v[1].initiated, 1714564801);
+    cr_assert(u.truncated);
+    cr_assert_str_eq(u.next_key_marker, "p/z");
+    s3_uploads_free(&u);
+    const char bad[] = "<ListMultipartUploadsResult><Upload><Key>k</Key></Upload>"
+                       "</ListMultipartUploadsResult>";
+    cr_assert_eq(s3_xml_list_uploads(XS(bad), &u, &err), -EINVAL);
+}
+
+Test(s3_xml, times)
+{
+    int64_t t;
+    cr_assert_eq(s3_parse_time("1970-01-01T00:00:10Z", &t), 0);
+    cr_assert_eq(t, 10);
+    cr_assert_eq(s3_parse_time("Wed, 01 May 2024 12:00:00 GMT", &t), 0);
+    cr_assert_eq(t, 1714564800);
+    cr_assert_eq(s3_parse_time("2024-05-01", &t), -EINVAL);
+    cr_assert_eq(s3_parse_time("2024-05-01T12:00:00Zjunk", &t), -EINVAL);
+    cr_assert_eq(s3_parse_time("", &t), -EINVAL);
+}
+
+/* --------------------------------------------------------------- retries */
+
+Test(s3_retry, what_is_retried)
+{
+    cr_assert(s3_retryable(500, 0));
+    cr_assert(s3_retryable(503, 0));
+    cr_assert(s3_retryable(429, 0));
+    cr_assert(s3_retryable(0, CURLE_COULDNT_CONNECT));
+    cr_assert(s3_retryable(0, CURLE_RECV_ERROR));
+    cr_assert(s3_retryable(0, CURLE_OPERATION_TIMEDOUT));
+    cr_assert(s3_retryable(0, CURLE_GOT_NOTHING));
+    cr_assert(!s3_retryable(200, 0));
+    cr_assert(!s3_retryable(206, 0));
+    cr_assert(!s3_retryable(403, 0));
+    cr_assert(!s3_retryable(404, 0));
+    cr_assert(!s3_retryable(412, 0));
+    cr_assert(!s3_retryable(0, CURLE_URL_MALFORMAT));
+    cr_assert(!s3_retryable(0, CURLE_COULDNT_RESOLVE_HOST));
+}
+
+Test(s3_retry, backoff_doubles_capped_with_jitter)
+{
+    const s3_retry_policy p = {7, 250, 8000, 30000};
+    /* jitter 0 gives half the nominal delay, jitter ~1 nearly all of it */
+    cr_assert_eq(s3_retry_delay(&p, 1, 0, 0.0), 125);
+    cr_assert_eq(s3_retry_delay(&p, 2, 0, 0.0), 250);
+    cr_assert_eq(s3_retry_delay(&p, 3, 0, 0.0), 500);
+    cr_assert_eq(s3_retry_delay(&p, 6, 0, 0.0), 4000);
+    long d = s3_retry_delay(&p, 6, 0, 0.999);
+    cr_assert(d > 7900 && d <= 8000, "%ld", d);
+    const s3_retry_policy capped = {20, 250, 1000, 60000};
+    cr_assert_eq(s3_retry_delay(&capped, 10, 0, 0.0), 500, "capped");
+}
+
+Test(s3_retry, bounded_in_count_and_time)
+{
+    const s3_retry_policy p = s3_retry_default;
+    cr_assert_eq(s3_retry_delay(&p, p.max_attempts, 0, 0.5), -1, "count spent");
+    cr_assert_eq(s3_retry_delay(&p, 2, p.deadline_ms, 0.5), -1, "deadline spent");
+    cr_assert_eq(s3_retry_delay(&p, 6, p.deadline_ms - 100, 0.5), -1,
+                 "no retry that would start after the deadline");
+    /* The whole schedule fits the deadline: the sum of the longest delays. */
+    uint64_t total = 0;
+    for (unsigned a = 1; a < p.max_attempts; a++) {
+        long dd = s3_retry_delay(&p, a, total, 0.999);
+        cr_assert(dd >= 0, "attempt %u", a);
+        total += (uint64_t)dd;
+    }
+    cr_assert(total <= p.deadline_ms, "%llu ms", (unsigned long long)total);
+}
+
+/* ------------------------------------------------------------- secrets */
+
+Test(s3_secrets, messages_never_carry_them, .init = clean_env, .fini = drop_home)
+{
+    setenv("AWS_ACCESS_KEY_ID", "AKIDSECRETLOOKING", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "TopSecretValue123", 1);
+    setenv("AWS_SESSION_TOKEN", "SessionTokenValue", 1);
+    s3_config c;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
+    s3_client *cl;
+    cr_assert_eq(s3_client_new(&c, &cl, &err), 0, "%s", err.msg);
+    /* A server that echoes the secret in its message. */
+    s3_resp rs = {0};
+    rs.status = 400;
+    rs.attempts = 1;
+    rs.body = strdup("<Error><Code>Weird</Code><Message>bad TopSecretValue123 and "
+                     "SessionTokenValue</Message></Error>");
+    rs.body_len = strlen(rs.body);
+    cr_assert_eq(s3_fail(&err, cl, "s3://b/k", "read", &rs), -EIO);
+    cr_assert_null(strstr(err.msg, "TopSecretValue123"), "%s", err.msg);
+    cr_assert_null(strstr(err.msg, "SessionTokenValue"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "[redacted]"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "HTTP 400"), "%s", err.msg);
+    free(rs.body);
+
+    /* The 403s name the cause and where the keys came from, not the keys. */
+    rs.status = 403;
+    rs.body = strdup("<Error><Code>SignatureDoesNotMatch</Code></Error>");
+    rs.body_len = strlen(rs.body);
+    cr_assert_eq(s3_fail(&err, cl, "s3://b/k", "open", &rs), -EACCES);
+    cr_assert(strstr(err.msg, "SignatureDoesNotMatch"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "environment"), "%s", err.msg);
+    cr_assert_null(strstr(err.msg, "TopSecret"), "%s", err.msg);
+    free(rs.body);
+    rs.status = 404;
+    rs.body = strdup("<Error><Code>NoSuchBucket</Code></Error>");
+    rs.body_len = strlen(rs.body);
+    cr_assert_eq(s3_fail(&err, cl, "s3://b", "open", &rs), -ENOENT);
+    cr_assert(strstr(err.msg, "no such bucket"), "%s", err.msg);
+    free(rs.body);
+    rs.body = NULL;
+    rs.body_len = 0;
+    rs.status = 412;
+    cr_assert_eq(s3_fail(&err, cl, "s3://b/k", "read", &rs), -ESTALE);
+    rs.status = 0;
+    rs.attempts = 7;
+    snprintf(rs.curl_msg, sizeof rs.curl_msg, "Connection refused");
+    cr_assert_eq(s3_fail(&err, cl, "s3://b/k", "read", &rs), -EIO);
+    cr_assert(strstr(err.msg, "after 7 attempts"), "%s", err.msg);
+    s3_client_free(cl);
+}
+
+Test(s3_store, open_fails_cleanly_without_a_server, .init = clean_env, .fini = drop_home)
+{
+    /* Port 9 on loopback: nothing listens, so connects are refused at once;
+     * retries within 1 s keep the test fast. */
+    setenv("AWS_ACCESS_KEY_ID", "A", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "S", 1);
+    ckpt_store_opts o = {.endpoint = "http://127.0.0.1:9", .retry_seconds = 1};
+    ckpt_store *s;
+    ckpt_err err = {0};
+    int rc = ckpt_store_open("s3://bucket/p", &o, &s, &err);
+    cr_assert_eq(rc, -EIO, "%s", err.msg);
+    cr_assert(strstr(err.msg, "s3://bucket/p"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "no answer from http://127.0.0.1:9"), "%s", err.msg);
+    cr_assert_null(s);
+    cr_assert(strstr(err.msg, "attempts"), "retried: %s", err.msg);
+}
+
+/* ------------------------------------------------- against a real gateway */
+
+/* Run by tests/integration/test_s3.sh with CKPT_TEST_S3_URL=s3://BUCKET/PREFIX
+ * and the gateway's endpoint and keys in the environment; skipped otherwise. */
+static ckpt_store *live;
+
+static void live_open(void)
+{
+    const char *url = getenv("CKPT_TEST_S3_URL");
+    if (!url)
+        cr_skip_test("CKPT_TEST_S3_URL is not set (test_s3.sh sets it)");
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_open(url, NULL, &live, &err), 0, "%s", err.msg);
+}
+
+static void live_close(void) { ckpt_store_free(live); }
+
+static void live_put(const char *name, const char *text)
+{
+    store_upload *u;
+    ckpt_err err = {0};
+    cr_assert_eq(live->ops->create(live, name, NULL, &u, &err), 0, "%s", err.msg);
+    cr_assert_eq(u->ops->write(u, text, strlen(text), &err), 0, "%s", err.msg);
+    cr_assert_eq(u->ops->commit(u, &err), 0, "%s", err.msg);
+}
+
+static int live_collect(void *ud, const ckpt_object_info *info)
+{
+    char *buf = ud;
+    size_t n = strlen(buf);
+    snprintf(buf + n, 1024 - n, "%s:%llu%s\n", info->name, (unsigned long long)info->id.size,
+             info->id.etag[0] ? "" : " (no etag)");
+    return 0;
+}
+
+TestSuite(s3_live, .init = live_open, .fini = live_close, .timeout = 120);
+
+Test(s3_live, list_one_level_in_order)
+{
+    live_put("ls/b", "bb");
+    live_put("ls/a", "a");
+    live_put("ls/ab", "abc");
+    live_put("ls/sub/x", "x");
+    char got[1024] = "";
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_list(live, "ls/a", live_collect, got, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(got, "ls/a:1\nls/ab:3\n");
+    got[0] = 0;
+    cr_assert_eq(ckpt_store_list(live, "ls/", live_collect, got, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(got, "ls/a:1\nls/ab:3\nls/b:2\n", "no 'sub/': one level");
+}
+
+Test(s3_live, ranged_reads_and_a_replaced_object)
+{
+    live_put("rd/obj", "0123456789");
+    store_reader *r;
+    ckpt_err err = {0};
+    cr_assert_eq(live->ops->open_read(live, "rd/obj", &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(r->id.size, 10);
+    cr_assert(r->id.etag[0], "an S3 object's identity is its ETag");
+    cr_assert_eq(r->ops->fd(r), -1);
+    char buf[16] = {0};
+    cr_assert_eq(r->ops->read_at(r, buf, 4, 3, &err), 4, "%s", err.msg);
+    cr_assert_eq(memcmp(buf, "3456", 4), 0);
+    cr_assert_eq(r->ops->read_at(r, buf, 16, 7, &err), 3);
+    cr_assert_eq(memcmp(buf, "789", 3), 0);
+    cr_assert_eq(r->ops->read_at(r, buf, 4, 10, &err), 0);
+    /* Replaced under the reader: never the new bytes, a clean -ESTALE. */
+    live_put("rd/obj", "abcdefghij");
+    cr_assert_eq(r->ops->read_at(r, buf, 4, 0, &err), -ESTALE);
+    cr_assert(strstr(err.msg, "replaced"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "rd/obj"), "%s", err.msg);
+    r->ops->close(r);
+    cr_assert_eq(live->ops->open_read(live, "rd/none", &r, &err), -ENOENT);
+    cr_assert(strstr(err.msg, "no such object"), "%s", err.msg);
+}
+
+Test(s3_live, abort_leaves_nothing_and_remove_rename)
+{
+    store_upload *u;
+    ckpt_err err = {0};
+    cr_assert_eq(live->ops->create(live, "ad/x", NULL, &u, &err), 0, "%s", err.msg);
+    cr_assert_eq(u->ops->write(u, "zzz", 3, &err), 0);
+    u->ops->abort(u);
+    char got[1024] = "";
+    cr_assert_eq(ckpt_store_list(live, "ad/", live_collect, got, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(got, "");
+
+    live_put("ad/from", "moved");
+    cr_assert_eq(ckpt_store_rename(live, "ad/from", "ad/to", &err), 0, "%s", err.msg);
+    cr_assert_eq(ckpt_store_list(live, "ad/", live_collect, got, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(got, "ad/to:5\n");
+    cr_assert_eq(ckpt_store_remove(live, "ad/to", &err), 0, "%s", err.msg);
+    cr_assert_eq(ckpt_store_remove(live, "ad/to", &err), -ENOENT, "as a local store says");
+    got[0] = 0;
+    cr_assert_eq(ckpt_store_list(live, "ad/", live_collect, got, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(got, "");
+}
+
+Test(s3_live, lock_names_its_holder)
+{
+    ckpt_store_lock *l1, *l2;
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_lock_take(live, ".ckptfs-lock", &l1, &err), 0, "%s", err.msg);
+    cr_assert_eq(ckpt_store_lock_take(live, ".ckptfs-lock", &l2, &err), -EBUSY);
+    char holder[300];
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    snprintf(holder, sizeof holder, "locked by %s:%ld", host, (long)getpid());
+    cr_assert(strstr(err.msg, holder), "%s", err.msg);
+    cr_assert(strstr(err.msg, ".ckptfs-lock"), "%s", err.msg);
+    ckpt_store_lock_release(l1);
+    cr_assert_eq(ckpt_store_lock_take(live, ".ckptfs-lock", &l2, &err), 0, "%s", err.msg);
+    ckpt_store_lock_release(l2);
+    char got[1024] = "";
+    cr_assert_eq(ckpt_store_list(live, ".ckptfs", live_collect, got, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(got, "", "released: the lease object is gone");
+}
+
+Test(s3_live, expired_lease_is_taken_over)
+{
+    /* A lease left by a dead holder whose time has passed. */
+    live_put(".old-lock", "holder deadhost:1\nexpires 1000\ntoken x\n");
+    ckpt_store_lock *l;
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_lock_take(live, ".old-lock", &l, &err), 0, "%s", err.msg);
+    ckpt_store_lock_release(l);
+}
+
+Test(s3_live, multipart_upload_round_trip)
+{
+    /* 20 MiB + 3 bytes: two parts at 16 MiB, and no upload left behind. */
+    size_t n = (20u << 20) + 3;
+    uint8_t *data = malloc(n), *back = malloc(n);
+    cr_assert(data && back);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 2654435761u >> 13);
+    store_upload *u;
+    ckpt_err err = {0};
+    cr_assert_eq(live->ops->create(live, "mp/big", NULL, &u, &err), 0, "%s", err.msg);
+    for (size_t off = 0; off < n; off += 1000003)
+        cr_assert_eq(u->ops->write(u, data + off, n - off < 1000003 ? n - off : 1000003, &err), 0,
+                     "%s", err.msg);
+    cr_assert_eq(u->ops->commit(u, &err), 0, "%s", err.msg);
+    store_reader *r;
+    cr_assert_eq(live->ops->open_read(live, "mp/big", &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(r->id.size, n);
+    cr_assert_eq(r->ops->read_at(r, back, n, 0, &err), (ssize_t)n, "%s", err.msg);
+    cr_assert_eq(memcmp(data, back, n), 0);
+    r->ops->close(r);
+    cr_assert_eq(ckpt_store_abort_stale_uploads(live, NULL, 0, &err), 0, "%s", err.msg);
+    free(data);
+    free(back);
+}
