@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/backing_path.h"
+
 /* The pack that replaced w, pinned by a lookup reference for as long as
  * w lives (its inodes may be used long after the commit: a shell's
  * working directory, an open file). */
@@ -40,8 +42,13 @@ void handover_committed(void *ud, const char *name)
 {
     ckptfs *fs = ud;
     struct fuse_session *se = __atomic_load_n(&fs->se, __ATOMIC_ACQUIRE);
-    if (se)
-        fuse_lowlevel_notify_inval_entry(se, FUSE_ROOT_ID, name, strlen(name));
+    char dir[BACKING_PATH_MAX + 1];
+    if (!se || backing_dir_of(name, dir, sizeof dir) != 0)
+        return;
+    uint64_t parent = ns_ino(&fs->ns, dir);
+    const char *base = backing_base(name);
+    if (parent)
+        fuse_lowlevel_notify_inval_entry(se, parent, base, strlen(base));
 }
 
 void handover_drop_successor(void *ud, void *successor_)

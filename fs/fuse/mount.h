@@ -8,6 +8,7 @@
 
 #include "common/worker_pool.h"
 #include "fuse_api.h"
+#include "nspace.h"
 #include "read/read.h"
 #include "write/write.h"
 
@@ -46,6 +47,7 @@ typedef struct ckptfs {
     int readahead_pending;    /* raise it at the first request after INIT */
     int no_open;              /* the kernel can do without FUSE_OPEN */
     wtable wtable;            /* checkpoints being written */
+    ns_table ns;              /* namespace inodes */
     int writable;             /* the staging area could be set up */
     struct fuse_session *se;  /* for invalidations, once mounted */
 } ckptfs;

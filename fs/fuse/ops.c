@@ -1,9 +1,10 @@
 /* The FUSE low-level operations table and the one place that decides,
  * per request, which side answers it:
  *
- *   the root          root listing and attributes here; names in it go to
- *                     the write side first (checkpoints being written hide
- *                     a pack of the same name), then to the read side
+ *   namespaces        the root and the directories above checkpoints
+ *                     (nspace.h): ns_ops.h, which asks both sides by name;
+ *                     a namespace that became a checkpoint since its
+ *                     lookup is served as that checkpoint (nsops_route)
  *   inode_is_written  the write side (write_ops.h), unless the checkpoint
  *                     was committed since: then the read side, which finds
  *                     the pack through handover.h
@@ -21,13 +22,10 @@
 #include <unistd.h>
 
 #include "handles.h"
+#include "ns_ops.h"
 #include "read_ops.h"
 #include "readahead.h"
 #include "write_ops.h"
-
-/* Names in the root must be looked up every time so packs appear and
- * disappear at once. */
-#define ROOT_ATTR_TIMEOUT 1.0
 
 /* The kernel applies the readahead negotiated at FUSE_INIT when it reads
  * our INIT reply, overwriting anything set before; any later request
@@ -44,23 +42,6 @@ static ckptfs *fs_of(fuse_req_t req)
     if (__atomic_load_n(&fs->readahead_pending, __ATOMIC_ACQUIRE))
         raise_readahead_once(fs);
     return fs;
-}
-
-static void root_attr(ckptfs *fs, struct stat *st)
-{
-    struct stat backing;
-    memset(st, 0, sizeof *st);
-    if (fstat(fs->table.backing_fd, &backing) == 0) {
-        st->st_atim = backing.st_atim;
-        st->st_mtim = backing.st_mtim;
-        st->st_ctim = backing.st_ctim;
-    }
-    st->st_ino = FUSE_ROOT_ID;
-    /* Writable when checkpoints can be written: mkdir makes one. */
-    st->st_mode = S_IFDIR | (fs->writable ? 0755 : 0555);
-    st->st_nlink = 1; /* unknown: keeps find from guessing subdirectories */
-    st->st_uid = fs->uid;
-    st->st_gid = fs->gid;
 }
 
 /* Names over NAME_MAX bytes fit in no directory here, as on a local
@@ -80,8 +61,11 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    if (parent == FUSE_ROOT_ID && wops_root_lookup(req, fs, name))
+    parent = nsops_route(fs, parent);
+    if (ns_owns(parent)) {
+        nsops_lookup(req, fs, parent, name);
         return;
+    }
     if (wtable_owns(parent) && wops_lookup(req, fs, parent, name))
         return;
     rops_lookup(req, fs, parent, name);
@@ -89,8 +73,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void forget_one(ckptfs *fs, fuse_ino_t ino, uint64_t nlookup)
 {
-    if (ino == FUSE_ROOT_ID)
-        return;
+    if (ns_owns(ino))
+        return; /* namespaces are numbered for the mount's lifetime */
     if (wtable_owns(ino))
         wops_forget(fs, ino, nlookup);
     else
@@ -115,10 +99,9 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
     ckptfs *fs = fs_of(req);
     (void)fi;
-    if (ino == FUSE_ROOT_ID) {
-        struct stat st;
-        root_attr(fs, &st);
-        fuse_reply_attr(req, &st, ROOT_ATTR_TIMEOUT);
+    ino = nsops_route(fs, ino);
+    if (ns_owns(ino)) {
+        nsops_getattr(req, fs, ino);
         return;
     }
     if (wtable_owns(ino) && wops_getattr(req, fs, ino))
@@ -129,7 +112,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
-    if (ino == FUSE_ROOT_ID) {
+    if (ns_owns(ino)) {
         fuse_reply_err(req, EISDIR);
         return;
     }
@@ -158,35 +141,12 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         rops_release(req, fs, h);
 }
 
-/* The root lists both sides: packs, and the checkpoints being written
- * (which hide a pack of the same name). */
-static void open_root(fuse_req_t req, ckptfs *fs, struct fuse_file_info *fi)
-{
-    fs_handle *h = calloc(1, sizeof *h);
-    if (!h) {
-        fuse_reply_err(req, ENOMEM);
-        return;
-    }
-    h->is_root_listing = 1;
-    int rc = checkpoints_list(&fs->table, &h->u.listing);
-    if (rc == 0) {
-        rc = wops_root_listing_add(fs, &h->u.listing);
-        if (rc)
-            root_listing_free(&h->u.listing);
-    }
-    if (rc) {
-        free(h);
-        fuse_reply_err(req, -rc);
-        return;
-    }
-    handle_reply_open(req, fs, h, fi);
-}
-
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
-    if (ino == FUSE_ROOT_ID)
-        open_root(req, fs, fi);
+    ino = nsops_route(fs, ino);
+    if (ns_owns(ino))
+        nsops_opendir(req, fs, ino, fi);
     else if (!(wtable_owns(ino) && wops_opendir(req, fs, ino, fi)))
         rops_opendir(req, fs, ino, fi);
 }
@@ -199,7 +159,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     if (h && h->is_wlisting)
         wops_readdir(req, h, size, off);
     else
-        rops_readdir(req, fs, ino, size, off, ino == FUSE_ROOT_ID ? &h->u.listing : NULL);
+        rops_readdir(req, fs, ino, size, off, h && h->is_root_listing ? &h->u.listing : NULL);
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -229,14 +189,20 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
     ckptfs *fs = fs_of(req);
-    if (!(wtable_owns(ino) && wops_getxattr(req, fs, ino, name, size)))
+    ino = nsops_route(fs, ino);
+    if (ns_owns(ino))
+        nsops_getxattr(req, fs, ino, name, size);
+    else if (!(wtable_owns(ino) && wops_getxattr(req, fs, ino, name, size)))
         rops_getxattr(req, fs, ino, name, size);
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
     ckptfs *fs = fs_of(req);
-    if (!(wtable_owns(ino) && wops_listxattr(req, fs, ino, size)))
+    ino = nsops_route(fs, ino);
+    if (ns_owns(ino))
+        nsops_listxattr(req, fs, ino, size);
+    else if (!(wtable_owns(ino) && wops_listxattr(req, fs, ino, size)))
         rops_listxattr(req, fs, ino, size);
 }
 
@@ -244,13 +210,16 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
                         size_t size, int flags)
 {
     ckptfs *fs = fs_of(req);
-    if (!(wtable_owns(ino) && wops_setxattr(req, fs, ino, name, value, size)))
+    ino = nsops_route(fs, ino);
+    if (ns_owns(ino))
+        nsops_setxattr(req, fs, ino, name);
+    else if (!(wtable_owns(ino) && wops_setxattr(req, fs, ino, name, value, size)))
         rops_setxattr(req, fs, ino, name);
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-    fuse_reply_err(req, wtable_owns(ino) ? ENODATA : EROFS);
+    fuse_reply_err(req, wtable_owns(ino) || ns_owns(ino) ? ENODATA : EROFS);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -264,7 +233,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
     ckptfs *fs = fs_of(req);
-    int ro = !fs->writable || (ino != FUSE_ROOT_ID && !wtable_owns(ino));
+    int ro = !fs->writable || (!ns_owns(ino) && !wtable_owns(ino));
     fuse_reply_err(req, (mask & W_OK) && ro ? EROFS : 0);
 }
 
@@ -282,6 +251,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
     (void)datasync;
     (void)fi;
     ckptfs *fs = fs_of(req);
+    ino = nsops_route(fs, ino);
     if (wtable_owns(ino) && wops_fsync(req, fs, ino))
         return;
     fuse_reply_err(req, 0);
@@ -298,6 +268,11 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
                        struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
+    ino = nsops_route(fs, ino);
+    if (ns_owns(ino)) {
+        nsops_setattr(req, fs, ino, attr, to_set);
+        return;
+    }
     if (wtable_owns(ino) && wops_setattr(req, fs, ino, attr, to_set))
         return;
     fuse_reply_err(req, EROFS);
@@ -308,8 +283,9 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    if (parent == FUSE_ROOT_ID && fs->writable)
-        wops_root_refuse(req, name, "a file");
+    parent = nsops_route(fs, parent);
+    if (ns_owns(parent))
+        nsops_create(req, fs, parent, name, mode, NULL);
     else if (!(wtable_owns(parent) && wops_mknod(req, fs, parent, name, mode)))
         fuse_reply_err(req, EROFS);
 }
@@ -319,8 +295,9 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    if (parent == FUSE_ROOT_ID)
-        wops_root_mkdir(req, fs, name, mode);
+    parent = nsops_route(fs, parent);
+    if (ns_owns(parent))
+        nsops_mkdir(req, fs, parent, name, mode);
     else if (!(wtable_owns(parent) && wops_mkdir(req, fs, parent, name, mode)))
         fuse_reply_err(req, EROFS);
 }
@@ -330,8 +307,9 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    if (parent == FUSE_ROOT_ID)
-        fuse_reply_err(req, fs->writable ? EISDIR : EROFS);
+    parent = nsops_route(fs, parent);
+    if (ns_owns(parent))
+        nsops_unlink(req, fs, parent, name);
     else if (!(wtable_owns(parent) && wops_unlink(req, fs, parent, name)))
         rops_remove(req, fs, parent, name, 0);
 }
@@ -341,8 +319,9 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    if (parent == FUSE_ROOT_ID)
-        wops_root_rmdir(req, fs, name);
+    parent = nsops_route(fs, parent);
+    if (ns_owns(parent))
+        nsops_rmdir(req, fs, parent, name);
     else if (!(wtable_owns(parent) && wops_rmdir(req, fs, parent, name)))
         rops_remove(req, fs, parent, name, 1);
 }
@@ -352,8 +331,9 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    if (parent == FUSE_ROOT_ID && fs->writable)
-        wops_root_refuse(req, name, "a symbolic link");
+    parent = nsops_route(fs, parent);
+    if (ns_owns(parent))
+        fuse_reply_err(req, fs->writable ? EPERM : EROFS);
     else if (wtable_owns(parent))
         fuse_reply_err(req, EPERM); /* a pack holds no links */
     else
@@ -366,12 +346,16 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, newname))
         return;
-    if (parent == FUSE_ROOT_ID && newparent == FUSE_ROOT_ID)
-        wops_root_rename(req, fs, name, newname, flags);
+    parent = nsops_route(fs, parent);
+    newparent = nsops_route(fs, newparent);
+    if (ns_owns(parent) && ns_owns(newparent))
+        nsops_rename(req, fs, parent, name, newparent, newname, flags);
+    else if (ns_owns(parent) || ns_owns(newparent))
+        fuse_reply_err(req, fs->writable ? EXDEV : EROFS);
     else if (wtable_owns(parent) || wtable_owns(newparent))
         wops_rename(req, fs, parent, name, newparent, newname, flags);
     else
-        fuse_reply_err(req, parent == FUSE_ROOT_ID || newparent == FUSE_ROOT_ID ? EXDEV : EROFS);
+        fuse_reply_err(req, EROFS);
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
@@ -395,8 +379,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    if (parent == FUSE_ROOT_ID && fs->writable)
-        wops_root_refuse(req, name, "a file");
+    parent = nsops_route(fs, parent);
+    if (ns_owns(parent))
+        nsops_create(req, fs, parent, name, mode, fi);
     else if (!(wtable_owns(parent) && wops_create(req, fs, parent, name, mode, fi)))
         fuse_reply_err(req, EROFS);
 }

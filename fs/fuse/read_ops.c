@@ -109,18 +109,31 @@ static void reply_entry(fuse_req_t req, ckptfs *fs, checkpoint *c, uint32_t node
         checkpoint_forget(&fs->table, c, 1);
 }
 
+int rops_lookup_checkpoint(fuse_req_t req, ckptfs *fs, const char *name)
+{
+    int err;
+    checkpoint *c = checkpoints_lookup(&fs->table, name, 1, &err);
+    if (!c)
+        return 0;
+    uint32_t node = TREE_ROOT;
+    if (c->is_file) {
+        /* A single file: its size and mode are in the pack. */
+        err = checkpoint_open(&fs->table, c);
+        node = err ? TREE_NONE : checkpoint_entry_node(c);
+        if (node == TREE_NONE) {
+            checkpoint_forget(&fs->table, c, 1);
+            fuse_reply_err(req, err ? -err : EIO);
+            return 1;
+        }
+    }
+    /* Looked up every time: the name may mean a new pack (or a writable
+     * checkpoint) at any time. */
+    reply_entry(req, fs, c, node, 0.0, c->is_file ? 0.0 : PACK_TIMEOUT);
+    return 1;
+}
+
 void rops_lookup(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name)
 {
-    if (parent == FUSE_ROOT_ID) {
-        int err;
-        checkpoint *c = checkpoints_lookup(&fs->table, name, 1, &err);
-        if (!c) {
-            fuse_reply_err(req, -err);
-            return;
-        }
-        reply_entry(req, fs, c, TREE_ROOT, 0.0, PACK_TIMEOUT);
-        return;
-    }
     checkpoint *c;
     uint32_t node;
     int err = resolve_dir(fs, parent, &c, &node);
@@ -331,6 +344,7 @@ void rops_readdir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t
         } else {
             name = listing->entries[i - 2].name;
             entry_ino = listing->entries[i - 2].ino;
+            type = listing->entries[i - 2].type ? listing->entries[i - 2].type : S_IFDIR;
         }
         size_t added = add_entry(req, buf, used, size, name, entry_ino, type, (off_t)(i + 1));
         if (!added)
@@ -396,6 +410,9 @@ void rops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
     checkpoint *c = ino == FUSE_ROOT_ID ? NULL : checkpoints_find(&fs->table, ino, &node);
     if (!c && wtable_owns(ino) && resolve(fs, ino, &c, &node) != 0)
         c = NULL;
+    if (c && c->is_file && checkpoint_open(&fs->table, c) == 0 &&
+        node == checkpoint_entry_node(c))
+        node = TREE_ROOT; /* a single file: its checkpoint's state */
     if (c && node == TREE_ROOT) {
         char value[64];
         long len = committed_xattr(c, name, value, sizeof value);
@@ -433,7 +450,8 @@ void rops_listxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size)
     static const char dir_names[] = CKPT_XATTR_STATE "\0" CKPT_XATTR_PROGRESS "\0" CKPT_XATTR_SIZE;
     uint32_t node;
     checkpoint *c = ino == FUSE_ROOT_ID ? NULL : checkpoints_find(&fs->table, ino, &node);
-    if (c && node == TREE_ROOT)
+    if (c && (node == TREE_ROOT ||
+              (c->is_file && checkpoint_open(&fs->table, c) == 0 && node == checkpoint_entry_node(c))))
         reply_xattr_value(req, dir_names, sizeof dir_names, size);
     else if (tensor_of(fs, ino))
         reply_xattr_value(req, names, sizeof names, size);
@@ -446,7 +464,7 @@ void rops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name)
     uint32_t node;
     checkpoint *c = ino == FUSE_ROOT_ID ? NULL : checkpoints_find(&fs->table, ino, &node);
     /* `ckpt commit` on a checkpoint that is already committed: done. */
-    if (c && node == TREE_ROOT && strcmp(name, CKPT_XATTR_COMMIT) == 0) {
+    if (c && (node == TREE_ROOT || c->is_file) && strcmp(name, CKPT_XATTR_COMMIT) == 0) {
         fuse_reply_err(req, 0);
         return;
     }

@@ -7,6 +7,10 @@
 
 #include "mount.h"
 
+/* A pack called name (a checkpoint path): replies with its entry (its
+ * directory, or its one file) and returns 1; 0 (no reply) when there is
+ * none. */
+int rops_lookup_checkpoint(fuse_req_t req, ckptfs *fs, const char *name);
 void rops_lookup(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name);
 /* No reply: forget answers once for a batch. */
 void rops_forget(ckptfs *fs, fuse_ino_t ino, uint64_t nlookup);

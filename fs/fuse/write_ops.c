@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/backing_path.h"
 #include "common/fslog.h"
 #include "ckpt_mount.h"
 #include "handles.h"
@@ -71,9 +72,9 @@ static void reply_entry(fuse_req_t req, ckptfs *fs, wckpt *c, uint32_t node, str
         wtable_forget(&fs->wtable, c, 1);
 }
 
-/* ------------------------------------------------------------- the root */
+/* ------------------------------------------- checkpoints by name */
 
-int wops_root_lookup(fuse_req_t req, ckptfs *fs, const char *name)
+int wops_ckpt_lookup(fuse_req_t req, ckptfs *fs, const char *name)
 {
     if (!fs->writable)
         return 0;
@@ -81,7 +82,8 @@ int wops_root_lookup(fuse_req_t req, ckptfs *fs, const char *name)
     if (!c)
         return 0;
     struct stat st;
-    int rc = wckpt_getattr(c, WTREE_ROOT, &st);
+    uint32_t node = wckpt_entry_node(c);
+    int rc = node == WTREE_NONE ? -EIO : wckpt_getattr(c, node, &st);
     if (rc) {
         wtable_forget(&fs->wtable, c, 1);
         /* Committed this instant: the pack answers. */
@@ -91,35 +93,11 @@ int wops_root_lookup(fuse_req_t req, ckptfs *fs, const char *name)
         return 1;
     }
     /* Looked up every time: the name moves to the pack at commit. */
-    reply_entry(req, fs, c, WTREE_ROOT, &st, 0.0);
+    reply_entry(req, fs, c, node, &st, 0.0);
     return 1;
 }
 
-void wops_root_mkdir(fuse_req_t req, ckptfs *fs, const char *name, mode_t mode)
-{
-    if (!fs->writable) {
-        fuse_reply_err(req, EROFS);
-        return;
-    }
-    wckpt *c;
-    int rc = wtable_mkdir(&fs->wtable, name, mode & 07777, &c);
-    if (rc == -EINVAL)
-        fslog_warn("mkdir '%s': checkpoint names cannot be empty or start with '.'", name);
-    if (rc) {
-        fuse_reply_err(req, -rc);
-        return;
-    }
-    struct stat st;
-    rc = wckpt_getattr(c, WTREE_ROOT, &st);
-    if (rc) {
-        wtable_forget(&fs->wtable, c, 1);
-        fuse_reply_err(req, -rc);
-        return;
-    }
-    reply_entry(req, fs, c, WTREE_ROOT, &st, 0.0);
-}
-
-void wops_root_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
+void wops_ckpt_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
 {
     int rc = fs->writable ? wtable_rmdir(&fs->wtable, name) : -ENOENT;
     if (rc != -ENOENT) {
@@ -138,18 +116,38 @@ void wops_root_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
         fuse_reply_err(req, -err);
         return;
     }
-    rc = checkpoint_open(&fs->table, c);
+    rc = c->is_file ? -ENOTDIR : checkpoint_open(&fs->table, c);
     if (rc == 0 && !checkpoint_is_empty(c))
         rc = -ENOTEMPTY;
     if (rc == 0)
-        rc = fs->writable ? wtable_remove_pack(&fs->wtable, name) : -EROFS;
+        rc = fs->writable ? wtable_remove_pack(&fs->wtable, name, 0) : -EROFS;
     if (rc == 0)
         checkpoint_removed(&fs->table, c);
     checkpoint_forget(&fs->table, c, 1);
     fuse_reply_err(req, -rc);
 }
 
-void wops_root_rename(fuse_req_t req, ckptfs *fs, const char *name, const char *newname,
+void wops_ckpt_unlink(fuse_req_t req, ckptfs *fs, const char *name)
+{
+    int rc = fs->writable ? wtable_unlink_file(&fs->wtable, name) : -ENOENT;
+    if (rc != -ENOENT) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    int err;
+    checkpoint *c = checkpoints_lookup(&fs->table, name, 1, &err);
+    if (!c) {
+        fuse_reply_err(req, -err);
+        return;
+    }
+    rc = !c->is_file ? -EISDIR : fs->writable ? wtable_remove_pack(&fs->wtable, name, 1) : -EROFS;
+    if (rc == 0)
+        checkpoint_removed(&fs->table, c);
+    checkpoint_forget(&fs->table, c, 1);
+    fuse_reply_err(req, -rc);
+}
+
+void wops_ckpt_rename(fuse_req_t req, ckptfs *fs, const char *name, const char *newname,
                       unsigned flags)
 {
     if (!fs->writable) {
@@ -166,22 +164,45 @@ void wops_root_rename(fuse_req_t req, ckptfs *fs, const char *name, const char *
     fuse_reply_err(req, -rc);
 }
 
-void wops_root_refuse(fuse_req_t req, const char *name, const char *what)
+void wops_ckpt_create(fuse_req_t req, ckptfs *fs, const char *name, mode_t mode,
+                      struct fuse_file_info *fi)
 {
-    fslog_warn("cannot create %s '%s' at the top of the mount: only checkpoint directories live "
-               "there (mkdir MOUNT/NAME, then write into MOUNT/NAME/)",
-               what, name);
-    fuse_reply_err(req, EPERM);
+    wckpt *c;
+    uint32_t node;
+    struct stat st;
+    int rc = wtable_create_file(&fs->wtable, name, mode & 07777, &c, &node, &st);
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    struct fuse_entry_param e;
+    memset(&e, 0, sizeof e);
+    e.ino = wckpt_ino(c, node);
+    e.entry_timeout = 0.0;
+    e.attr_timeout = WRITE_TIMEOUT;
+    e.attr = st;
+    fill_ids(fs, &e.attr, e.ino);
+    if (!fi) { /* mknod */
+        wckpt_release(c, node);
+        if (fuse_reply_entry(req, &e) != 0)
+            wtable_forget(&fs->wtable, c, 1);
+        return;
+    }
+    fi->fh = 0;
+    fi->keep_cache = 1;
+    if (fuse_reply_create(req, &e, fi) != 0) {
+        wckpt_release(c, node);
+        wtable_forget(&fs->wtable, c, 1);
+    }
 }
 
-int wops_root_listing_add(ckptfs *fs, root_listing *l)
+int wops_listing_add(ckptfs *fs, const char *ns, root_listing *l)
 {
     if (!fs->writable)
         return 0;
-    char **names;
-    uint64_t *inos;
+    wlisted *v;
     size_t n;
-    int rc = wtable_names(&fs->wtable, &names, &inos, &n);
+    int rc = wtable_list(&fs->wtable, ns, &v, &n);
     if (rc)
         return rc;
     struct root_entry *grown = realloc(l->entries, (l->n + n + 1) * sizeof *grown);
@@ -191,22 +212,21 @@ int wops_root_listing_add(ckptfs *fs, root_listing *l)
         l->entries = grown;
         for (size_t i = 0; i < n; i++) {
             size_t j = 0;
-            while (j < l->n && strcmp(l->entries[j].name, names[i]) != 0)
+            while (j < l->n && strcmp(l->entries[j].name, v[i].name) != 0)
                 j++;
-            if (j < l->n) { /* shadows a pack of the same name */
+            if (j < l->n) { /* shadows a pack (or namespace) of the same name */
                 free(l->entries[j].name);
             } else {
                 l->n++;
             }
-            l->entries[j].name = names[i];
-            l->entries[j].ino = inos[i];
-            names[i] = NULL;
+            l->entries[j].name = v[i].name;
+            l->entries[j].ino = v[i].ino;
+            l->entries[j].type = v[i].is_file ? S_IFREG : S_IFDIR;
+            l->entries[j].is_ns = 0;
+            v[i].name = NULL;
         }
     }
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
-    free(inos);
+    wlisted_free(v, n);
     return rc;
 }
 
@@ -548,7 +568,7 @@ int wops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name, 
     if (committed(c))
         return 0;
     char value[1024];
-    int len = node == WTREE_ROOT ? wckpt_xattr(c, name, value, sizeof value) : -ENODATA;
+    int len = node == wckpt_entry_node(c) ? wckpt_xattr(c, name, value, sizeof value) : -ENODATA;
     if (len < 0)
         fuse_reply_err(req, -len);
     else
@@ -563,7 +583,7 @@ int wops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
     wckpt *c = find(req, fs, ino, &node);
     if (!c)
         return 1;
-    if (node == WTREE_ROOT && strcmp(name, CKPT_XATTR_COMMIT) == 0) {
+    if (node == wckpt_entry_node(c) && strcmp(name, CKPT_XATTR_COMMIT) == 0) {
         int rc = wtable_commit(&fs->wtable, c);
         if (rc == -EACCES)
             fslog_warn("checkpoint '%s': cannot commit: %s", c->name,
@@ -587,7 +607,7 @@ int wops_listxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size)
         return 1;
     if (committed(c))
         return 0;
-    reply_xattr_value(req, names, node == WTREE_ROOT ? sizeof names : 0, size);
+    reply_xattr_value(req, names, node == wckpt_entry_node(c) ? sizeof names : 0, size);
     return 1;
 }
 

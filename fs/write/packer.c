@@ -11,13 +11,14 @@
 
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
+#include "common/backing_path.h"
 
-#define PACK_SUFFIX ".tpack"
 #define TMP_SUFFIX ".tpack.tmp"
 
 int packer_tmp_name(const char *name, char *out, size_t cap)
 {
-    int n = snprintf(out, cap, ".%s" TMP_SUFFIX, name);
+    const char *base = backing_base(name);
+    int n = snprintf(out, cap, "%.*s.%s" TMP_SUFFIX, (int)(base - name), name, base);
     return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
@@ -44,12 +45,21 @@ static void on_progress(void *ud, uint64_t done, uint64_t total)
 
 int packer_run(const packer_job *job, ckpt_err *err)
 {
-    char pack[512], tmp[512];
-    if (snprintf(pack, sizeof pack, "%s" PACK_SUFFIX, job->name) >= (int)sizeof pack ||
+    char pack[BACKING_PATH_MAX + 64], tmp[BACKING_PATH_MAX + 64];
+    if (snprintf(pack, sizeof pack, "%s%s", job->name,
+                 job->is_file ? BACKING_FILE_SUFFIX : BACKING_PACK_SUFFIX) >= (int)sizeof pack ||
         packer_tmp_name(job->name, tmp, sizeof tmp) != 0)
         return ckpt_fail(err, -ENAMETOOLONG, "checkpoint '%s': name too long", job->name);
+    /* Its namespace may have been removed by hand meanwhile; links are
+     * never followed on the way. */
+    int dir = backing_open_parent(job->backing_fd, job->name, 1);
+    if (dir < 0)
+        return ckpt_fail(err, dir, "checkpoint '%s': cannot open its directory in %s: %s",
+                         job->name, job->backing_path, strerror(-dir));
     struct stat st;
-    if (fstatat(job->backing_fd, pack, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    int exists = fstatat(dir, backing_base(pack), &st, AT_SYMLINK_NOFOLLOW) == 0;
+    close(dir);
+    if (exists && !job->replace)
         return ckpt_fail(err, -EEXIST, "checkpoint '%s': %s/%s already exists; not replacing it",
                          job->name, job->backing_path, pack);
     char *final_path = NULL, *tmp_path = NULL;
@@ -102,14 +112,14 @@ int packer_run(const packer_job *job, ckpt_err *err)
     return rc;
 }
 
-int packer_remove_leftovers(int backing_fd)
+static int remove_leftovers_in(int fd, int depth)
 {
-    int fd = dup(backing_fd);
-    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+    int dup_fd = dup(fd);
+    DIR *dir = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
     if (!dir) {
         int e = errno;
-        if (fd >= 0)
-            close(fd);
+        if (dup_fd >= 0)
+            close(dup_fd);
         return -e;
     }
     rewinddir(dir);
@@ -118,16 +128,35 @@ int packer_remove_leftovers(int backing_fd)
     struct dirent *e;
     while ((e = readdir(dir))) {
         size_t len = strlen(e->d_name);
-        if (e->d_name[0] != '.' || len <= suffix + 1 ||
+        struct stat st;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+            (depth == 0 && strcmp(e->d_name, BACKING_RESERVED) == 0) ||
+            fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode) && depth < 64) {
+            int sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+            if (sub >= 0) {
+                int n = remove_leftovers_in(sub, depth + 1);
+                removed += n > 0 ? n : 0;
+                close(sub);
+            }
+            continue;
+        }
+        if (!S_ISREG(st.st_mode) || e->d_name[0] != '.' || len <= suffix + 1 ||
             strcmp(e->d_name + len - suffix, TMP_SUFFIX) != 0)
             continue;
-        if (unlinkat(backing_fd, e->d_name, 0) == 0)
+        if (unlinkat(fd, e->d_name, 0) == 0)
             removed++;
     }
     closedir(dir);
     if (removed)
-        fsync(backing_fd);
+        fsync(fd);
     return removed;
+}
+
+int packer_remove_leftovers(int backing_fd)
+{
+    return remove_leftovers_in(backing_fd, 0);
 }
 
 void packer_files_free(packer_file *files, size_t n)

@@ -26,7 +26,10 @@ typedef struct packer_file {
 typedef struct packer_job {
     int backing_fd;           /* where the pack goes */
     const char *backing_path; /* the same, for the writer's paths */
-    const char *name;         /* NAME of NAME.tpack */
+    const char *name;         /* NAME of NAME.tpack: a path, its directories
+                                 made as needed */
+    int is_file;              /* NAME.tfile: one file */
+    int replace;              /* replace NAME's pack if there is one */
     packer_file *files;
     size_t n_files;
     const ckpt_key *key;      /* NULL: unencrypted pack */
@@ -39,17 +42,19 @@ typedef struct packer_job {
     const int *cancel;
 } packer_job;
 
-/* 0 once NAME.tpack is durably in place; else a negative errno with err
- * saying what failed, and no pack and no temporary file left behind.
- * -EEXIST if NAME.tpack exists already. */
+/* 0 once NAME.tpack is durably in place (atomically replacing the one
+ * there with job->replace); else a negative errno with err saying what
+ * failed, and no new pack and no temporary file left behind. -EEXIST if
+ * NAME.tpack exists already and not job->replace. */
 int packer_run(const packer_job *job, ckpt_err *err);
 
-/* BACKING/.NAME.tpack.tmp for name, in out (cap bytes); -ENAMETOOLONG. */
+/* The temporary pack of name, .BASE.tpack.tmp in name's directory (a
+ * path relative to BACKING), in out (cap bytes); -ENAMETOOLONG. */
 int packer_tmp_name(const char *name, char *out, size_t cap);
 
 /* Removes hidden leftover temporary packs (.NAME.tpack.tmp) from the
- * backing directory: only a packer that died leaves them. Returns how many
- * were removed, or -errno. */
+ * backing directory and its namespaces: only a packer that died leaves
+ * them. Returns how many were removed, or -errno. */
 int packer_remove_leftovers(int backing_fd);
 
 void packer_files_free(packer_file *files, size_t n);

@@ -19,6 +19,7 @@
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
 #include "ckpt_mount.h"
+#include "common/backing_path.h"
 #include "common/fslog.h"
 #include "wckpt_internal.h"
 
@@ -50,16 +51,50 @@ const char *wstate_name(wstate s)
 
 int wtable_name_ok(const char *name)
 {
-    size_t len = strlen(name);
-    return len > 0 && name[0] != '.' && !strchr(name, '/') && len + SUFFIX_LEN <= NAME_MAX;
+    return backing_path_ok(name);
+}
+
+int wc_backing_kind(wtable *t, const char *name)
+{
+    int dir = backing_open_parent(t->backing_fd, name, 0);
+    if (dir < 0)
+        return 0;
+    const char *base = backing_base(name);
+    char file[NAME_MAX + 1];
+    struct stat st;
+    int kind = 0;
+    if (fstatat(dir, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+        kind = WC_NAMESPACE;
+    snprintf(file, sizeof file, "%s" PACK_SUFFIX, base);
+    if (!kind && fstatat(dir, file, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        kind = WC_PACK_DIR;
+    snprintf(file, sizeof file, "%s" BACKING_FILE_SUFFIX, base);
+    if (!kind && fstatat(dir, file, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        kind = WC_PACK_FILE;
+    close(dir);
+    return kind;
 }
 
 int wc_pack_exists(wtable *t, const char *name)
 {
-    char file[NAME_MAX + 1];
-    struct stat st;
-    snprintf(file, sizeof file, "%s" PACK_SUFFIX, name);
-    return fstatat(t->backing_fd, file, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    return wc_backing_kind(t, name) != 0;
+}
+
+uint32_t wckpt_entry_node(wckpt *c)
+{
+    if (!c->is_file)
+        return WTREE_ROOT;
+    pthread_mutex_lock(&c->lock);
+    const wnode *root = &c->tree.nodes[WTREE_ROOT];
+    uint32_t node = root->n_children ? root->children[0] : WTREE_NONE;
+    pthread_mutex_unlock(&c->lock);
+    return node;
+}
+
+uint64_t wckpt_entry_ino(wckpt *c)
+{
+    uint32_t node = wckpt_entry_node(c);
+    return node == WTREE_NONE ? 0 : wckpt_ino(c, node);
 }
 
 void wc_set_error(wckpt *c, const char *msg)

@@ -14,11 +14,19 @@
 
 double wc_now_mono(void);
 struct timespec wc_now_real(void);
-/* Does BACKING/name.tpack exist? */
+/* What BACKING holds under a checkpoint path: nothing (0), a namespace
+ * directory, NAME.tpack or NAME.tfile (the first found, in that order). */
+enum { WC_NAMESPACE = 1, WC_PACK_DIR, WC_PACK_FILE };
+int wc_backing_kind(wtable *t, const char *name);
+/* Is the name taken in BACKING (any of those)? */
 int wc_pack_exists(wtable *t, const char *name);
+
 void wc_set_error(wckpt *c, const char *msg);
 
 /* Lifetimes. */
+/* A new writable checkpoint called name, writing, its staging set up,
+ * with a kernel reference; NULL with *rc (t->lock held). */
+wckpt *wc_start(wtable *t, const char *name, uint32_t mode, int is_file, int replaces, int *rc);
 wckpt *wc_wckpt_new(wtable *t, const char *name);
 void wc_wckpt_free(wckpt *c);
 /* Frees c once nothing can reach it (t->lock held). */
@@ -47,6 +55,11 @@ void wc_staging_repaired(wckpt *c, uint32_t node, uint64_t first, uint64_t last)
 void wc_staging_forget_failures(wckpt *c);
 /* Saves the namespace (and record) if changed; takes the locks itself. */
 int wc_save(wckpt *c, ckpt_err *err);
+
+/* Removes BACKING/path and the empty directories below it (what a
+ * namespace that became a checkpoint left when a crash cut it short);
+ * -ENOTEMPTY if anything else is in it. */
+int wc_remove_empty_namespace(wtable *t, const char *path);
 
 /* Thread bodies (wckpt_jobs.c). */
 void *wc_packer_main(void *arg);

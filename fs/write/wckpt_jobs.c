@@ -98,6 +98,8 @@ static void pack_one(wtable *t, wckpt *c)
             .backing_fd = t->backing_fd,
             .backing_path = t->backing_path,
             .name = name,
+            .is_file = c->is_file,
+            .replace = c->dir.replaces,
             .files = files,
             .n_files = n,
             .key = mount_key_get(t->key),

@@ -510,3 +510,29 @@ int wckpt_xattr(wckpt *c, const char *attr, char *buf, size_t cap)
         len = (int)cap - 1;
     return len;
 }
+
+int wckpt_find(wckpt *c, const char *rel, uint32_t *node)
+{
+    pthread_mutex_lock(&c->lock);
+    int rc = usable(c, WTREE_ROOT);
+    uint32_t n = WTREE_ROOT;
+    char part[NAME_MAX + 1];
+    for (const char *p = rel; rc == 0 && *p;) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        if (len == 0 || len > NAME_MAX) {
+            rc = -ENOENT;
+            break;
+        }
+        memcpy(part, p, len);
+        part[len] = '\0';
+        n = wtree_lookup(&c->tree, n, part);
+        if (n == WTREE_NONE)
+            rc = -ENOENT;
+        p += len + (slash != NULL);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (rc == 0)
+        *node = n;
+    return rc;
+}

@@ -120,7 +120,19 @@ static int recover_one(void *ud, const char *sid)
                    wtable_name_ok(rec.name) ? "taken by another staged checkpoint" : "not valid");
         goto skip;
     }
-    if (wc_pack_exists(t, rec.name)) {
+    int kind = wc_backing_kind(t, rec.name);
+    if (kind == WC_NAMESPACE) {
+        /* A namespace becoming this checkpoint when the crash came: its
+         * directories are in the staged namespace already. */
+        if (wc_remove_empty_namespace(t, rec.name) != 0) {
+            fslog_warn("staging %s: a directory named '%s' is in the backing directory too; the "
+                       "staged checkpoint is left alone (move the directory to reach it)", sid,
+                       rec.name);
+            goto skip;
+        }
+        kind = wc_backing_kind(t, rec.name);
+    }
+    if (kind && !rec.replaces) {
         if (rec.state == STAGE_PACKING) {
             /* Packed and renamed into place before the crash. */
             fsync(t->backing_fd);
@@ -140,6 +152,7 @@ static int recover_one(void *ud, const char *sid)
         goto skip;
     }
     c->dir = d;
+    c->is_file = rec.is_file;
     c->state = rec.state == STAGE_PACKING ? WST_PACKING
                : rec.state == STAGE_FAILED ? WST_FAILED
                                            : WST_WRITING;

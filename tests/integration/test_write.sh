@@ -4,7 +4,8 @@
 # (torch.save whole and per tensor, np.save, safetensors), ckpt commit and
 # ckpt status, reads before commit, after it and after a remount, EROFS
 # once committed, EBUSY while packing, auto-commit, renaming and removing
-# checkpoints, and refusals at the mount root.
+# checkpoints, namespaces (a directory holding only directories) and files
+# at the mount root (checkpoints of their own).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
 SRC=$TMP/src
@@ -27,12 +28,11 @@ pass "ckptfs mounts writable"
 
 # ------------------------------------------------------------------ the root
 
-expect_fail "a file at the mount root is refused" touch "$MNT/stray"
-last_stderr_has "with EPERM" "Operation not permitted"
-if grep -q "only checkpoint directories live there" "$LOG"; then pass "and a log line says why"
-else fail "and a log line says why" "$(tail -3 "$LOG")"; fi
-expect_fail "a checkpoint name starting with '.' is refused" mkdir "$MNT/.hidden"
-expect_ok "mkdir starts a checkpoint" mkdir "$MNT/a"
+expect_ok "a file at the mount root is a checkpoint of its own" bash -c "printf stray >'$MNT/stray'"
+expect_ok "and reads back" grep -q stray "$MNT/stray"
+expect_fail "the staging directory's name is refused" mkdir "$MNT/.ckptfs"
+expect_ok "a name starting with '.' is fine" mkdir "$MNT/.hidden"
+expect_ok "mkdir makes a directory" mkdir "$MNT/a"
 [ "$(state_of "$MNT/a")" = writing ] && pass "its state is writing" || fail "its state is writing" "$(state_of "$MNT/a")"
 expect_fail "mkdir of an existing checkpoint fails" mkdir "$MNT/a"
 expect_absent "the staging area does not show" "$MNT/.ckptfs"
@@ -99,20 +99,21 @@ expect_fail "ckpt commit outside a mount fails" "$CKPT" commit "$TMP"
 last_stderr_has "and says why" "not a checkpoint directory"
 expect_ok "ckpt commit --wait" "$CKPT" commit --wait "$MNT/py"
 last_stdout_has "reports it committed" "committed"
-[ -f "$BACK/py.tpack" ] && pass "BACKING/py.tpack exists" || fail "BACKING/py.tpack exists"
+# py/ got its files in subdirectories: each is a checkpoint, py a namespace.
+[ -f "$BACK/py/safetensors.tpack" ] && [ -f "$BACK/py/dcp.tpack" ] && pass "BACKING/py/*.tpack exist" || fail "BACKING/py/*.tpack exist" "$(find "$BACK/py")"
 [ "$(state_of "$MNT/py")" = committed ] && pass "state committed" || fail "state committed" "$(state_of "$MNT/py")"
 expect_ok "byte-identical after commit, now from the pack" $PY "$WCLIENTS" same-tree "$PLAIN/py" "$MNT/py" --packed
 expect_ok "and loads back after commit" $PY "$WCLIENTS" verify "$MNT/py" mixed 5
-expect_ok "the read-only view: manifest.json" test -f "$MNT/py/manifest.json"
-n=$(find "$MNT/py/tensors" -type f | wc -l)
+expect_ok "the read-only view: manifest.json" test -f "$MNT/py/safetensors/manifest.json"
+n=$(find "$MNT"/py/*/tensors -type f | wc -l)
 [ "$n" -gt 10 ] && pass "and tensors/ ($n tensors from safetensors and npy)" || fail "and tensors/" "$n files"
-expect_ok "ckpt verify passes on the pack" "$CKPT" verify "$BACK/py.tpack"
+expect_ok "ckpt verify passes on the pack" "$CKPT" verify "$BACK/py/safetensors.tpack"
 expect_ok "ckpt commit of a committed checkpoint is a no-op" "$CKPT" commit --wait "$MNT/py"
 
 expect_errno "a committed checkpoint is immutable: write" EROFS write "$MNT/py/npy/step.npy"
-expect_errno "create" EROFS create "$MNT/py/new.bin"
+expect_errno "create" EROFS create "$MNT/py/npy/new.bin"
 expect_errno "truncate" EROFS truncate "$MNT/py/npy/step.npy"
-expect_errno "mkdir" EROFS mkdir "$MNT/py/newdir"
+expect_errno "mkdir" EROFS mkdir "$MNT/py/npy/newdir"
 
 # EBUSY while packing: a checkpoint big enough to take a moment.
 mkdir "$MNT/big"
@@ -135,6 +136,8 @@ expect_ok "ckpt commit --wait follows it to the end" "$CKPT" commit --wait "$MNT
 expect_same_sha256 "the big file reads back from the pack" "$TMP/noise.bin" "$MNT/big/noise.bin"
 
 expect_ok "ckpt commit --wait of the cp -r checkpoint" "$CKPT" commit --wait "$MNT/a"
+expect_ok "ckpt commit --wait of a file at the root" "$CKPT" commit --wait "$MNT/stray"
+[ -f "$BACK/stray.tfile" ] && pass "packed into BACKING/stray.tfile" || fail "packed into BACKING/stray.tfile"
 expect_ok "cp -r copy byte-identical after commit" $PY "$WCLIENTS" same-tree "$SRC" "$MNT/a" --packed
 expect_ok "mode of a copied file kept in the pack" test "$(stat -c %a "$MNT/a/optim/state/rng.bin")" = 400
 expect_ok "the staging area is empty once all is committed" test -z "$(ls "$BACK/.ckptfs/stage")"
@@ -165,7 +168,7 @@ expect_ok "rm -r of a checkpoint being written" rm -r "$MNT/w2"
 expect_absent "deletes it" "$MNT/w2"
 expect_ok "and its staged data" test -z "$(ls "$BACK/.ckptfs/stage")"
 expect_ok "ls of the root" ls "$MNT"
-[ "$(ls "$MNT" | tr '\n' ' ')" = "big2 py work " ] && pass "lists what is left" || fail "lists what is left" "$(ls "$MNT")"
+[ "$(ls "$MNT" | tr '\n' ' ')" = "big2 py stray work " ] && pass "lists what is left" || fail "lists what is left" "$(ls "$MNT")"
 expect_ok "df works on the mount" df "$MNT"
 
 unmount_ckptfs "$MNT"

@@ -120,8 +120,9 @@ crash_rounds() {
 
 # rename_window: the narrowest kill point, after .NAME.tpack.tmp is renamed
 # to NAME.tpack but before the backing directory is fsynced and the daemon
-# records the commit. strace holds the daemon for 5 s right after rename()
-# returns (the packer is its only caller; staging uses renameat), and the
+# records the commit. strace holds the daemon for 5 s right after the
+# rename onto BACKING/r.tpack returns (-P: only calls naming that path;
+# libckpt's local store renames with renameat, as staging does), and the
 # daemon is killed there. After the restart the checkpoint is committed,
 # from that pack, with every file intact and nothing left in staging.
 rename_window() {
@@ -131,13 +132,15 @@ rename_window() {
     fi
     local back=$TMP/rw/back mnt=$TMP/rw/mnt log=$TMP/rw/ckptfs.log plain=$TMP/rw/plain _ tracer daemon
     mkdir -p "$back" "$mnt"
-    strace -f -qq -o /dev/null -e trace=rename -e inject=rename:delay_exit=5000000 \
+    strace -f -qq -o /dev/null -P "$back/r.tpack" -e trace=rename,renameat,renameat2 \
+        -e inject=rename,renameat,renameat2:delay_exit=5000000 \
         "$CKPTFS" -f -o commit_delay=0 "$back" "$mnt" 2>>"$log" &
     tracer=$!
     for _ in $(seq 400); do mountpoint -q "$mnt" && break; sleep 0.05; done
     mountpoint -q "$mnt" || { fail "rename window: mount under strace" "$(tail -3 "$log")"; return; }
-    $PY "$WCLIENTS" save "$plain" mixed 11 >/dev/null &&
-        mkdir "$mnt/r" && $PY "$WCLIENTS" save "$mnt/r" mixed 11 >/dev/null &&
+    # One kind: its files go straight into r/, which is then the checkpoint.
+    $PY "$WCLIENTS" save "$plain" torch-per-tensor 11 >/dev/null &&
+        mkdir "$mnt/r" && $PY "$WCLIENTS" save "$mnt/r" torch-per-tensor 11 >/dev/null &&
         "$CKPT" commit "$mnt/r" >/dev/null || { fail "rename window: write and commit" "$(tail -3 "$log")"; return; }
     for _ in $(seq 400); do [ -e "$back/r.tpack" ] && break; sleep 0.05; done
     daemon=$(pgrep -P "$tracer" -x ckptfs)
@@ -153,7 +156,7 @@ rename_window() {
     [ "$(state_of "$mnt/r")" = committed ] && pass "rename window: committed after the restart" ||
         fail "rename window: committed after the restart" "state $(state_of "$mnt/r")"
     expect_ok "rename window: every file byte-identical, from the pack" $PY "$WCLIENTS" same-tree "$plain" "$mnt/r" --packed
-    expect_ok "rename window: and loads back" $PY "$WCLIENTS" verify "$mnt/r" mixed 11
+    expect_ok "rename window: and loads back" $PY "$WCLIENTS" verify "$mnt/r" torch-per-tensor 11
     expect_ok "rename window: the pack verifies" "$CKPT" verify "$back/r.tpack"
     [ -z "$(ls "$back/.ckptfs/stage")" ] && pass "rename window: its staging was removed" ||
         fail "rename window: its staging was removed" "$(ls "$back/.ckptfs/stage")"

@@ -291,7 +291,7 @@ Test(wckpt, names_rename_and_rmdir)
     wtable t;
     open_table(&t, NULL, 0, 1);
     wckpt *c, *d;
-    cr_assert_eq(wtable_mkdir(&t, ".hidden", 0755, &c), -EINVAL);
+    cr_assert_eq(wtable_mkdir(&t, ".ckptfs", 0755, &c), -EINVAL);
     cr_assert_eq(wtable_mkdir(&t, "a", 0755, &c), 0);
     cr_assert_eq(wtable_mkdir(&t, "a", 0755, &d), -EEXIST);
     char *pp = pack_path("packed");
@@ -309,19 +309,17 @@ Test(wckpt, names_rename_and_rmdir)
     free(pp);
     pp = pack_path("p2");
     cr_assert_eq(access(pp, F_OK), 0);
-    cr_assert_eq(wtable_remove_pack(&t, "p2"), 0);
+    cr_assert_eq(wtable_remove_pack(&t, "p2", 0), 0);
     cr_assert_neq(access(pp, F_OK), 0);
     free(pp);
-    char **names;
-    uint64_t *inos;
+    wlisted *names;
     size_t n;
-    cr_assert_eq(wtable_names(&t, &names, &inos, &n), 0);
+    cr_assert_eq(wtable_list(&t, "", &names, &n), 0);
     cr_assert_eq(n, 1);
-    cr_assert_str_eq(names[0], "b");
-    cr_assert_eq(inos[0], wckpt_ino(c, WTREE_ROOT));
-    free(names[0]);
-    free(names);
-    free(inos);
+    cr_assert_str_eq(names[0].name, "b");
+    cr_assert_eq(names[0].ino, wckpt_ino(c, WTREE_ROOT));
+    cr_assert_eq(names[0].is_file, 0);
+    wlisted_free(names, n);
     close_table(&t);
     /* The new name survived. */
     open_table(&t, NULL, 0, 0);
