@@ -24,14 +24,15 @@ int packer_tmp_name(const char *name, char *out, size_t cap)
 
 typedef struct source {
     stage_blob *blob;
-    const int *cancel;
+    const int *cancel, *cancel_one;
     ckpt_err detail;          /* the blob's own message, richer than errno */
 } source;
 
 static ssize_t read_blob(void *ud, void *buf, size_t len, uint64_t off)
 {
     source *s = ud;
-    if (s->cancel && __atomic_load_n(s->cancel, __ATOMIC_RELAXED))
+    if ((s->cancel && __atomic_load_n(s->cancel, __ATOMIC_RELAXED)) ||
+        (s->cancel_one && __atomic_load_n(s->cancel_one, __ATOMIC_RELAXED)))
         return -ECANCELED;
     return stage_blob_pread(s->blob, buf, len, off, &s->detail);
 }
@@ -89,7 +90,7 @@ int packer_run(const packer_job *job, ckpt_err *err)
     int rc = ckpt_writer_open(final_path, tmp_path, &o, &w, err);
     for (size_t i = 0; rc == 0 && i < job->n_files; i++) {
         const packer_file *f = &job->files[i];
-        source src = {f->blob, job->cancel, {0}};
+        source src = {f->blob, job->cancel, job->cancel_one, {0}};
         char label[600];
         snprintf(label, sizeof label, "%s/%s", job->name, f->path);
         rc = ckpt_writer_add_reader(w, f->path, read_blob, &src, f->size, f->mode, f->mtime_sec,

@@ -40,6 +40,7 @@ typedef struct packer_job {
     void *progress_ud;
     /* Polled while packing; non-zero stops it with -ECANCELED. */
     const int *cancel;
+    const int *cancel_one;    /* the same, for this checkpoint alone */
 } packer_job;
 
 /* 0 once NAME.tpack is durably in place (atomically replacing the one

@@ -204,19 +204,43 @@ int wc_modifiable(wckpt *c, const char *what)
     case WST_FAILED:
         return 0;
     case WST_PACKING:
-        if (!c->busy_logged) {
-            c->busy_logged = 1;
-            fslog_warn("checkpoint '%s' is being packed: %s refused with EBUSY (it is read-only "
-                       "from the commit on; write into a new checkpoint)",
-                       c->name, what);
-        }
-        return -EBUSY;
+        return wc_unpack(c, what);
     case WST_COMMITTED:
         return -EROFS;
     case WST_DELETED:
         break;
     }
     return -ENOENT;
+}
+
+int wc_unpack(wckpt *c, const char *what)
+{
+    if (c->state != WST_PACKING)
+        return 0;
+    if (c->pack_running) {
+        __atomic_store_n(&c->cancel_pack, 1, __ATOMIC_RELAXED);
+        while (c->pack_running)
+            pthread_cond_wait(&c->changed, &c->lock);
+    }
+    if (c->state == WST_PACKING) { /* not started yet */
+        c->state = WST_WRITING;
+        c->commit_seq = 0;
+        c->record_dirty = 1;
+        c->meta_gen++;
+        c->changed_since_commit = 1;
+        c->last_change = wc_now_mono();
+        fslog_info("checkpoint '%s': %s while it waited to be packed: it is writing again and "
+                   "is packed once quiet", c->name, what);
+    }
+    switch (c->state) {
+    case WST_WRITING:
+    case WST_FAILED:
+        return c->locked ? -EACCES : 0;
+    case WST_COMMITTED:
+        return -EROFS; /* packed before it could stop */
+    default:
+        return -ENOENT;
+    }
 }
 
 /* Called with c->lock held after a change succeeded. Only data arms the

@@ -109,6 +109,7 @@ typedef struct wckpt {
     uint64_t commit_seq;      /* packing order */
     int pack_running;
     int pack_suspended;       /* cancelled by wtable_stop, to be packed again */
+    int cancel_pack;          /* written to while packing: stop, write on */
     uint64_t pack_done, pack_total;
     double pack_started;
 

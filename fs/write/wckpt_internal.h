@@ -42,7 +42,13 @@ wfile *wc_file_of(wckpt *c, uint32_t node);
 void wc_drop_if_detached(wckpt *c, uint32_t node);
 
 /* State changes (c->lock held). */
+/* Can the namespace or data change now? A checkpoint being packed is
+ * made writable again first (wc_unpack). */
 int wc_modifiable(wckpt *c, const char *what);
+/* Stops the packing of c, if any, and makes it writing again: waits for
+ * the packer to let go (c->lock released meanwhile). 0, -EROFS if it
+ * was committed first, -ENOENT once deleted. */
+int wc_unpack(wckpt *c, const char *what);
 void wc_touched(wckpt *c, int namespace);
 void wc_mark_mtime(wnode *n);
 /* A staging write failed: node (WTREE_NONE for the namespace) lost its

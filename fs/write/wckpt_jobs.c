@@ -86,6 +86,7 @@ static void pack_one(wtable *t, wckpt *c)
     for (size_t i = 0; rc == 0 && i < n; i++)
         total += files[i].size;
     pack_progress(c, 0, total);
+    c->cancel_pack = 0;
     char *name = strdup(c->name);
     pthread_mutex_unlock(&c->lock);
     ckpt_err err = {0};
@@ -108,6 +109,7 @@ static void pack_one(wtable *t, wckpt *c)
             .progress = pack_progress,
             .progress_ud = c,
             .cancel = &t->cancel_packing,
+            .cancel_one = &c->cancel_pack,
         };
         double start = wc_now_mono();
         rc = packer_run(&job, &err);
@@ -138,6 +140,9 @@ static void pack_one(wtable *t, wckpt *c)
             fslog_warn("checkpoint '%s': %s (removed at the next mount)", name, rm_err.msg);
         if (t->committed)
             t->committed(t->successor_ud, name);
+    } else if (rc == -ECANCELED && __atomic_load_n(&c->cancel_pack, __ATOMIC_RELAXED)) {
+        fslog_info("checkpoint '%s': written to while it was being packed: packing stopped; it "
+                   "is writing again and is packed once quiet", name ? name : c->name);
     } else if (rc != -ECANCELED) {
         fslog_err("checkpoint '%s': packing failed: %s", name ? name : c->name, err.msg);
         ckpt_err rec_err = {0};
@@ -153,6 +158,17 @@ static void pack_one(wtable *t, wckpt *c)
     /* Still "packing" on disk: wtable_stop says so, the next start packs
      * it again. */
     c->pack_suspended = rc == -ECANCELED;
+    if (rc == -ECANCELED && c->cancel_pack) {
+        /* Written to: back to writing, for the writer waiting on it. */
+        c->pack_suspended = 0;
+        c->cancel_pack = 0;
+        c->state = WST_WRITING;
+        c->commit_seq = 0;
+        c->record_dirty = 1;
+        c->meta_gen++;
+        c->changed_since_commit = 1;
+        c->last_change = wc_now_mono();
+    }
     if (rc != 0 && rc != -ECANCELED) {
         c->state = WST_FAILED;
         wc_set_error(c, err.msg);

@@ -377,8 +377,27 @@ static int drop(wtable *t, wckpt *c, int want_file)
     return rc;
 }
 
+/* A checkpoint that is removed or renamed while it is packed stops being
+ * packed first, as a write would stop it (waiting needs t->lock free:
+ * the packer takes it to finish). */
+static void unpack_name(wtable *t, const char *name, const char *what)
+{
+    pthread_mutex_lock(&t->lock);
+    wckpt *c = wc_by_name(t, name);
+    if (c)
+        c->refs++;
+    pthread_mutex_unlock(&t->lock);
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    wc_unpack(c, what);
+    pthread_mutex_unlock(&c->lock);
+    wtable_unref(t, c);
+}
+
 int wtable_rmdir(wtable *t, const char *name)
 {
+    unpack_name(t, name, "removed");
     pthread_mutex_lock(&t->lock);
     wckpt *c = wc_by_name(t, name);
     int rc = c ? drop(t, c, 0) : -ENOENT;
@@ -388,6 +407,7 @@ int wtable_rmdir(wtable *t, const char *name)
 
 int wtable_unlink_file(wtable *t, const char *name)
 {
+    unpack_name(t, name, "removed");
     pthread_mutex_lock(&t->lock);
     wckpt *c = wc_by_name(t, name);
     int rc = c ? drop(t, c, 1) : -ENOENT;
@@ -478,6 +498,8 @@ int wtable_rename(wtable *t, const char *from, const char *to, int noreplace)
         return strlen(backing_base(to)) + SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
     if (strcmp(from, to) == 0)
         return 0;
+    unpack_name(t, from, "renamed");
+    unpack_name(t, to, "replaced");
     pthread_mutex_lock(&t->lock);
     wckpt *c = wc_by_name(t, from), *target = wc_by_name(t, to);
     int from_kind = c ? 0 : wtable_name_ok(from) ? wc_backing_kind(t, from) : 0;
