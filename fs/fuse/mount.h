@@ -19,12 +19,15 @@ typedef struct fs_handle {
     struct fs_handle *prev, *next;
     int is_root_listing;
     int is_wlisting;          /* a directory of a writable checkpoint */
+    int is_fwd;               /* a pack's file opened as the file of the
+                                 checkpoint written under its name */
     union {
         struct {
             checkpoint *checkpoint; /* referenced */
             uint32_t node;
         } file;
         root_listing listing;
+        uint64_t fwd;         /* is_fwd: the writable file's inode */
         struct {
             wdirent *entries;
             size_t n;

@@ -8,7 +8,12 @@
  *   inode_is_written  the write side (write_ops.h), unless the checkpoint
  *                     was committed since: then the read side, which finds
  *                     the pack through handover.h
- *   anything else     the read side (read_ops.h)
+ *   anything else     the read side (read_ops.h), unless a checkpoint is
+ *                     being written under the pack's name (a late write
+ *                     reopened it): then the same path there (route); a
+ *                     change to a committed checkpoint reopens it
+ *                     (route_change, handover_writable). Files opened
+ *                     before keep reading the generation they opened.
  *
  * Neither side includes the other; both share mount.h and handles.h. */
 #include "mount.h"
@@ -22,6 +27,7 @@
 #include <unistd.h>
 
 #include "handles.h"
+#include "handover.h"
 #include "ns_ops.h"
 #include "read_ops.h"
 #include "readahead.h"
@@ -44,6 +50,33 @@ static ckptfs *fs_of(fuse_req_t req)
     return fs;
 }
 
+/* The inode to answer a request on ino with: a namespace that became a
+ * checkpoint is that checkpoint's directory, and a pack's inode is the
+ * writable checkpoint's under the same name, if one is being written. */
+static fuse_ino_t route(ckptfs *fs, fuse_ino_t ino)
+{
+    ino = nsops_route(fs, ino);
+    fuse_ino_t w;
+    if (!ns_owns(ino) && !wtable_owns(ino) && handover_writable(fs, ino, 0, &w) == 0)
+        return w;
+    return ino;
+}
+
+/* route() for a change: a committed checkpoint is reopened for writing
+ * (late writes never fail). 0 with *out, or the errno to reply. */
+static int route_change(ckptfs *fs, fuse_ino_t ino, fuse_ino_t *out)
+{
+    ino = nsops_route(fs, ino);
+    if (ns_owns(ino)) {
+        *out = ino;
+        return 0;
+    }
+    if (!fs->writable)
+        return EROFS;
+    int err = handover_writable(fs, ino, 1, out);
+    return err == ENOENT ? EROFS : err;
+}
+
 /* Names over NAME_MAX bytes fit in no directory here, as on a local
  * filesystem: the kernel passes up to 1024 bytes on to us, and without
  * this a lookup would say ENOENT and each side its own errno. Replies
@@ -61,7 +94,14 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    parent = nsops_route(fs, parent);
+    fuse_ino_t p = route(fs, parent);
+    if (p != parent && rops_is_view(fs, parent, name)) {
+        /* A view of the old generation, through its directory (rm -r
+         * of a checkpoint it is reopening goes on to remove it). */
+        rops_lookup(req, fs, parent, name);
+        return;
+    }
+    parent = p;
     if (ns_owns(parent)) {
         nsops_lookup(req, fs, parent, name);
         return;
@@ -99,7 +139,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
     ckptfs *fs = fs_of(req);
     (void)fi;
-    ino = nsops_route(fs, ino);
+    ino = route(fs, ino);
     if (ns_owns(ino)) {
         nsops_getattr(req, fs, ino);
         return;
@@ -118,6 +158,19 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
     if (wtable_owns(ino) && wops_open(req, fs, ino, fi))
         return;
+    /* A packed file opened for writing reopens its checkpoint; one whose
+     * checkpoint is being written again opens the file written. */
+    int writing = (fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC);
+    fuse_ino_t w;
+    int err = writing ? route_change(fs, ino, &w) : (w = route(fs, ino)) == ino ? ENOENT : 0;
+    if (err == 0 && w != ino && wtable_owns(w)) {
+        wops_open_fwd(req, fs, w, fi);
+        return;
+    }
+    if (writing && err && err != EROFS) {
+        fuse_reply_err(req, err);
+        return;
+    }
     rops_open(req, fs, ino, fi);
 }
 
@@ -125,6 +178,15 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
+    fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
+    if (h && h->is_fwd) {
+        if (!wops_read(req, fs, h->u.fwd, size, off)) {
+            struct fuse_file_info plain = *fi; /* committed since: from its pack */
+            plain.fh = 0;
+            rops_read(req, fs, h->u.fwd, size, off, &plain);
+        }
+        return;
+    }
     if (wtable_owns(ino) && wops_read(req, fs, ino, size, off))
         return;
     rops_read(req, fs, ino, size, off, fi);
@@ -134,6 +196,11 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
     ckptfs *fs = fs_of(req);
     fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
+    if (h && h->is_fwd) {
+        wops_release(req, fs, h->u.fwd);
+        handle_drop(fs, h);
+        return;
+    }
     /* Files of writable checkpoints have no handle (fh 0). */
     if (wtable_owns(ino) || !h)
         wops_release(req, fs, ino);
@@ -144,7 +211,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
-    ino = nsops_route(fs, ino);
+    ino = route(fs, ino);
     if (ns_owns(ino))
         nsops_opendir(req, fs, ino, fi);
     else if (!(wtable_owns(ino) && wops_opendir(req, fs, ino, fi)))
@@ -189,7 +256,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
     ckptfs *fs = fs_of(req);
-    ino = nsops_route(fs, ino);
+    ino = route(fs, ino);
     if (ns_owns(ino))
         nsops_getxattr(req, fs, ino, name, size);
     else if (!(wtable_owns(ino) && wops_getxattr(req, fs, ino, name, size)))
@@ -199,7 +266,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
     ckptfs *fs = fs_of(req);
-    ino = nsops_route(fs, ino);
+    ino = route(fs, ino);
     if (ns_owns(ino))
         nsops_listxattr(req, fs, ino, size);
     else if (!(wtable_owns(ino) && wops_listxattr(req, fs, ino, size)))
@@ -210,7 +277,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
                         size_t size, int flags)
 {
     ckptfs *fs = fs_of(req);
-    ino = nsops_route(fs, ino);
+    ino = route(fs, ino);
     if (ns_owns(ino))
         nsops_setxattr(req, fs, ino, name);
     else if (!(wtable_owns(ino) && wops_setxattr(req, fs, ino, name, value, size)))
@@ -251,7 +318,8 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
     (void)datasync;
     (void)fi;
     ckptfs *fs = fs_of(req);
-    ino = nsops_route(fs, ino);
+    fs_handle *h = fi ? (fs_handle *)(uintptr_t)fi->fh : NULL;
+    ino = h && h->is_fwd ? h->u.fwd : route(fs, ino);
     if (wtable_owns(ino) && wops_fsync(req, fs, ino))
         return;
     fuse_reply_err(req, 0);
@@ -268,7 +336,11 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
                        struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
-    ino = nsops_route(fs, ino);
+    int err = route_change(fs, ino, &ino);
+    if (err) {
+        fuse_reply_err(req, err);
+        return;
+    }
     if (ns_owns(ino)) {
         nsops_setattr(req, fs, ino, attr, to_set);
         return;
@@ -278,16 +350,30 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
     fuse_reply_err(req, EROFS);
 }
 
+/* The changes below run on what route_change finds; a checkpoint
+ * committed between that and the change is routed (reopened) once more. */
+#define CHANGE_TRIES 2
+
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    parent = nsops_route(fs, parent);
-    if (ns_owns(parent))
-        nsops_create(req, fs, parent, name, mode, NULL);
-    else if (!(wtable_owns(parent) && wops_mknod(req, fs, parent, name, mode)))
-        fuse_reply_err(req, EROFS);
+    for (int i = 0; i < CHANGE_TRIES; i++) {
+        fuse_ino_t p;
+        int err = route_change(fs, parent, &p);
+        if (err) {
+            fuse_reply_err(req, err);
+            return;
+        }
+        if (ns_owns(p)) {
+            nsops_create(req, fs, p, name, mode, NULL);
+            return;
+        }
+        if (wtable_owns(p) && wops_mknod(req, fs, p, name, mode))
+            return;
+    }
+    fuse_reply_err(req, EROFS);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
@@ -295,35 +381,67 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    parent = nsops_route(fs, parent);
-    if (ns_owns(parent))
-        nsops_mkdir(req, fs, parent, name, mode);
-    else if (!(wtable_owns(parent) && wops_mkdir(req, fs, parent, name, mode)))
-        fuse_reply_err(req, EROFS);
+    for (int i = 0; i < CHANGE_TRIES; i++) {
+        fuse_ino_t p;
+        int err = route_change(fs, parent, &p);
+        if (err) {
+            fuse_reply_err(req, err);
+            return;
+        }
+        if (ns_owns(p)) {
+            nsops_mkdir(req, fs, p, name, mode);
+            return;
+        }
+        if (wtable_owns(p) && wops_mkdir(req, fs, p, name, mode))
+            return;
+    }
+    fuse_reply_err(req, EROFS);
+}
+
+/* unlink and rmdir: in a committed checkpoint they reopen it, so the
+ * removal lasts; where that cannot be, the entry is only hidden. */
+static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, int want_dir)
+{
+    ckptfs *fs = fs_of(req);
+    if (refuse_long_name(req, name, NULL))
+        return;
+    for (int i = 0; i < CHANGE_TRIES; i++) {
+        fuse_ino_t p;
+        int err = route_change(fs, parent, &p);
+        if (err == EROFS || err == EACCES) {
+            rops_remove(req, fs, nsops_route(fs, parent), name, want_dir);
+            return;
+        }
+        if (err) {
+            fuse_reply_err(req, err);
+            return;
+        }
+        if (p != parent && rops_is_view(fs, parent, name)) {
+            /* rm -r of a reopened checkpoint: its views go with its files. */
+            fuse_reply_err(req, 0);
+            return;
+        }
+        if (ns_owns(p)) {
+            if (want_dir)
+                nsops_rmdir(req, fs, p, name);
+            else
+                nsops_unlink(req, fs, p, name);
+            return;
+        }
+        if (wtable_owns(p) && (want_dir ? wops_rmdir(req, fs, p, name) : wops_unlink(req, fs, p, name)))
+            return;
+    }
+    fuse_reply_err(req, EROFS);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-    ckptfs *fs = fs_of(req);
-    if (refuse_long_name(req, name, NULL))
-        return;
-    parent = nsops_route(fs, parent);
-    if (ns_owns(parent))
-        nsops_unlink(req, fs, parent, name);
-    else if (!(wtable_owns(parent) && wops_unlink(req, fs, parent, name)))
-        rops_remove(req, fs, parent, name, 0);
+    remove_entry(req, parent, name, 0);
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-    ckptfs *fs = fs_of(req);
-    if (refuse_long_name(req, name, NULL))
-        return;
-    parent = nsops_route(fs, parent);
-    if (ns_owns(parent))
-        nsops_rmdir(req, fs, parent, name);
-    else if (!(wtable_owns(parent) && wops_rmdir(req, fs, parent, name)))
-        rops_remove(req, fs, parent, name, 1);
+    remove_entry(req, parent, name, 1);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
@@ -331,13 +449,12 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    parent = nsops_route(fs, parent);
-    if (ns_owns(parent))
-        fuse_reply_err(req, fs->writable ? EPERM : EROFS);
-    else if (wtable_owns(parent))
-        fuse_reply_err(req, EPERM); /* a pack holds no links */
+    fuse_ino_t p;
+    int err = route_change(fs, parent, &p);
+    if (err)
+        fuse_reply_err(req, err);
     else
-        fuse_reply_err(req, EROFS);
+        fuse_reply_err(req, EPERM); /* a pack holds no links */
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
@@ -346,14 +463,18 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, newname))
         return;
-    parent = nsops_route(fs, parent);
-    newparent = nsops_route(fs, newparent);
-    if (ns_owns(parent) && ns_owns(newparent))
-        nsops_rename(req, fs, parent, name, newparent, newname, flags);
-    else if (ns_owns(parent) || ns_owns(newparent))
-        fuse_reply_err(req, fs->writable ? EXDEV : EROFS);
-    else if (wtable_owns(parent) || wtable_owns(newparent))
-        wops_rename(req, fs, parent, name, newparent, newname, flags);
+    fuse_ino_t p, np;
+    int err = route_change(fs, parent, &p);
+    if (!err)
+        err = route_change(fs, newparent, &np);
+    if (err)
+        fuse_reply_err(req, err);
+    else if (ns_owns(p) && ns_owns(np))
+        nsops_rename(req, fs, p, name, np, newname, flags);
+    else if (ns_owns(p) || ns_owns(np))
+        fuse_reply_err(req, EXDEV);
+    else if (wtable_owns(p) || wtable_owns(np))
+        wops_rename(req, fs, p, name, np, newname, flags);
     else
         fuse_reply_err(req, EROFS);
 }
@@ -362,13 +483,16 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 {
     if (refuse_long_name(req, newname, NULL))
         return;
-    fuse_reply_err(req, wtable_owns(newparent) ? EPERM : EROFS);
+    fuse_reply_err(req, wtable_owns(newparent) || ns_owns(newparent) ? EPERM : EROFS);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
                      struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
+    fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
+    if (h && h->is_fwd)
+        ino = h->u.fwd;
     if (!(wtable_owns(ino) && wops_write(req, fs, ino, buf, size, off)))
         fuse_reply_err(req, EROFS);
 }
@@ -379,17 +503,30 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    parent = nsops_route(fs, parent);
-    if (ns_owns(parent))
-        nsops_create(req, fs, parent, name, mode, fi);
-    else if (!(wtable_owns(parent) && wops_create(req, fs, parent, name, mode, fi)))
-        fuse_reply_err(req, EROFS);
+    for (int i = 0; i < CHANGE_TRIES; i++) {
+        fuse_ino_t p;
+        int err = route_change(fs, parent, &p);
+        if (err) {
+            fuse_reply_err(req, err);
+            return;
+        }
+        if (ns_owns(p)) {
+            nsops_create(req, fs, p, name, mode, fi);
+            return;
+        }
+        if (wtable_owns(p) && wops_create(req, fs, p, name, mode, fi))
+            return;
+    }
+    fuse_reply_err(req, EROFS);
 }
 
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                          struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
+    fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
+    if (h && h->is_fwd)
+        ino = h->u.fwd;
     if (!(wtable_owns(ino) && wops_fallocate(req, fs, ino, mode, offset, length)))
         fuse_reply_err(req, EROFS);
 }

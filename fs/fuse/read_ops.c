@@ -61,7 +61,11 @@ static void node_attr(ckptfs *fs, const checkpoint *c, uint32_t node, struct sta
         st->st_nlink = 2 + n->n_subdirs;
         return;
     }
-    st->st_mode = S_IFREG | n->mode;
+    /* On a writable mount a packed file can be written again (the
+     * checkpoint is reopened): its mode as written. */
+    st->st_mode = S_IFREG | (fs->writable && n->kind == TREE_FILE
+                                 ? ckpt_file_at(c->pack, n->file_index)->mode & 07777
+                                 : n->mode);
     st->st_nlink = 1;
     st->st_size = (off_t)n->size;
     st->st_blocks = (blkcnt_t)((n->size + 511) / 512);
@@ -469,6 +473,20 @@ void rops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name)
         return;
     }
     fuse_reply_err(req, EROFS);
+}
+
+int rops_is_view(ckptfs *fs, fuse_ino_t parent, const char *name)
+{
+    uint32_t node;
+    checkpoint *c = wtable_owns(parent) ? NULL : checkpoints_find(&fs->table, parent, &node);
+    if (!c || checkpoint_open(&fs->table, c) != 0 || node >= c->tree->n_nodes)
+        return 0;
+    uint32_t n = pack_tree_lookup(c->tree, node, name);
+    if (n == TREE_NONE)
+        return 0;
+    const tree_node *t = &c->tree->nodes[n];
+    return t->kind == TREE_MANIFEST || t->kind == TREE_TENSOR ||
+           (node == TREE_ROOT && t->kind == TREE_DIR && strcmp(name, "tensors") == 0);
 }
 
 void rops_remove(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, int want_dir)

@@ -97,9 +97,20 @@ int wops_ckpt_lookup(fuse_req_t req, ckptfs *fs, const char *name)
     return 1;
 }
 
+/* A pack deleted with the writable checkpoint that reopened it: the read
+ * side lets go of its file now (a lookup that misses retires it). */
+static void pack_gone(ckptfs *fs, const char *name)
+{
+    int err;
+    checkpoint *c = checkpoints_lookup(&fs->table, name, 0, &err);
+    (void)c;
+}
+
 void wops_ckpt_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
 {
     int rc = fs->writable ? wtable_rmdir(&fs->wtable, name) : -ENOENT;
+    if (rc == 0)
+        pack_gone(fs, name);
     if (rc != -ENOENT) {
         if (rc == -EBUSY)
             fslog_warn("rmdir '%s': the checkpoint is being packed; remove it once committed",
@@ -130,6 +141,8 @@ void wops_ckpt_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
 void wops_ckpt_unlink(fuse_req_t req, ckptfs *fs, const char *name)
 {
     int rc = fs->writable ? wtable_unlink_file(&fs->wtable, name) : -ENOENT;
+    if (rc == 0)
+        pack_gone(fs, name);
     if (rc != -ENOENT) {
         fuse_reply_err(req, -rc);
         return;
@@ -431,6 +444,35 @@ int wops_open(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info 
     if (fuse_reply_open(req, fi) != 0)
         wckpt_release(c, node);
     return 1;
+}
+
+void wops_open_fwd(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    uint32_t node;
+    wckpt *c = find(req, fs, ino, &node);
+    if (!c)
+        return;
+    int rc = wckpt_open(c, node, fi->flags);
+    if (rc) {
+        fuse_reply_err(req, rc == -ESTALE ? EROFS : -rc);
+        return;
+    }
+    fs_handle *h = calloc(1, sizeof *h);
+    if (!h) {
+        wckpt_release(c, node);
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    h->is_fwd = 1;
+    h->u.fwd = ino;
+    /* The kernel's pages are the old generation's: not kept. */
+    fi->keep_cache = 0;
+    handle_track(fs, h);
+    fi->fh = (uintptr_t)h;
+    if (fuse_reply_open(req, fi) != 0) {
+        wckpt_release(c, node);
+        handle_drop(fs, h);
+    }
 }
 
 int wops_read(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off)

@@ -41,6 +41,10 @@ int wops_rmdir(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name);
 void wops_rename(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name,
                  fuse_ino_t newparent, const char *newname, unsigned flags);
 int wops_open(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info *fi);
+/* An open of a pack's file served by the writable checkpoint's file ino
+ * (handover_writable): replies with a handle (fs_handle.is_fwd) that
+ * read, write, fsync and release follow. */
+void wops_open_fwd(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info *fi);
 int wops_create(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, mode_t mode,
                 struct fuse_file_info *fi);
 int wops_read(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off);

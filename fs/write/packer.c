@@ -24,6 +24,8 @@ int packer_tmp_name(const char *name, char *out, size_t cap)
 
 typedef struct source {
     stage_blob *blob;
+    ckpt_pack *base;          /* when blob is NULL */
+    size_t base_index;
     const int *cancel, *cancel_one;
     ckpt_err detail;          /* the blob's own message, richer than errno */
 } source;
@@ -34,6 +36,10 @@ static ssize_t read_blob(void *ud, void *buf, size_t len, uint64_t off)
     if ((s->cancel && __atomic_load_n(s->cancel, __ATOMIC_RELAXED)) ||
         (s->cancel_one && __atomic_load_n(s->cancel_one, __ATOMIC_RELAXED)))
         return -ECANCELED;
+    if (!s->blob)
+        /* Unchanged since the pack this one replaces: decoded from it and
+         * packed again (no core call copies encoded chunks yet). */
+        return ckpt_file_pread(s->base, s->base_index, buf, len, off, &s->detail);
     return stage_blob_pread(s->blob, buf, len, off, &s->detail);
 }
 
@@ -90,7 +96,7 @@ int packer_run(const packer_job *job, ckpt_err *err)
     int rc = ckpt_writer_open(final_path, tmp_path, &o, &w, err);
     for (size_t i = 0; rc == 0 && i < job->n_files; i++) {
         const packer_file *f = &job->files[i];
-        source src = {f->blob, job->cancel, job->cancel_one, {0}};
+        source src = {f->blob, f->base, f->base_index, job->cancel, job->cancel_one, {0}};
         char label[600];
         snprintf(label, sizeof label, "%s/%s", job->name, f->path);
         rc = ckpt_writer_add_reader(w, f->path, read_blob, &src, f->size, f->mode, f->mtime_sec,

@@ -16,7 +16,9 @@
 
 typedef struct packer_file {
     char *path;               /* path inside the pack */
-    stage_blob *blob;
+    stage_blob *blob;         /* or, when NULL: */
+    ckpt_pack *base;          /* file base_index of this pack, copied */
+    size_t base_index;
     uint64_t size;
     uint32_t mode;
     int64_t mtime_sec;

@@ -58,6 +58,8 @@ typedef struct stage_dir {
     /* Kept in the record with the name: */
     int is_file;              /* a single-file checkpoint (NAME.tfile) */
     int replaces;             /* its pack replaces one already there */
+    int has_base;             /* reopened: unchanged files are read from
+                                 that pack (WTREE_BASE_BLOB) */
 } stage_dir;
 
 typedef struct stage_record {
@@ -68,7 +70,7 @@ typedef struct stage_record {
     uint8_t check[16];
     stage_cipher cipher;
     char *error;              /* why it failed, or NULL */
-    int is_file, replaces;    /* as in stage_dir */
+    int is_file, replaces, has_base; /* as in stage_dir */
 } stage_record;
 
 /* Creates BACKING/.ckptfs/stage if needed. Errors name the path. */

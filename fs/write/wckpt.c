@@ -113,6 +113,56 @@ static void wfile_free(wfile *f)
     free(f);
 }
 
+uint64_t wc_file_size(const wfile *f)
+{
+    return f->blob ? stage_blob_size(f->blob) : f->base_size;
+}
+
+int wc_copy_up(wckpt *c, uint32_t node, wfile *f, int keep)
+{
+    if (f->blob)
+        return 0;
+    ckpt_err err = {0};
+    uint64_t id = c->next_blob_id;
+    stage_blob *b = NULL;
+    int rc = stage_blob_open(c->dir.data_fd, id, c->dir.key, 1, &b, &err);
+    size_t cap = 1u << 20;
+    char *buf = rc == 0 && keep && f->base_size ? malloc(cap) : NULL;
+    if (rc == 0 && keep && f->base_size && !buf)
+        rc = -ENOMEM;
+    for (uint64_t off = 0; rc == 0 && keep && off < f->base_size;) {
+        ssize_t n = ckpt_file_pread(c->base, (size_t)f->base_index, buf, cap, off, &err);
+        if (n <= 0) {
+            rc = n < 0 ? (int)n : -EIO;
+            break;
+        }
+        ssize_t w = stage_blob_pwrite(b, buf, (size_t)n, off, &err);
+        if (w != n) {
+            rc = w < 0 ? (int)w : -EIO;
+            break;
+        }
+        off += (uint64_t)n;
+    }
+    free(buf);
+    if (rc) {
+        if (b) {
+            ckpt_err ignored;
+            stage_blob_unlink(b, &ignored);
+            stage_blob_free(b);
+        }
+        fslog_err("checkpoint '%s': cannot copy a packed file for writing: %s", c->name,
+                  err.msg[0] ? err.msg : strerror(-rc));
+        wc_staging_failed(c, rc, err.msg[0] ? err.msg : "copy for writing failed", WTREE_NONE, 0);
+        return rc;
+    }
+    c->next_blob_id++;
+    f->blob = b;
+    f->base_index = -1;
+    c->tree.nodes[node].blob_id = id;
+    c->meta_gen++;
+    return 0;
+}
+
 void wc_free_blobs(wckpt *c)
 {
     for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
@@ -128,6 +178,8 @@ void wc_wckpt_free(wckpt *c)
     wc_free_blobs(c);
     wtree_free(&c->tree);
     stage_dir_close(&c->dir);
+    if (c->base)
+        ckpt_close(c->base);
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->save_lock);
     pthread_cond_destroy(&c->changed);
@@ -443,7 +495,7 @@ int wtable_commit(wtable *t, wckpt *c)
         for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
             const wnode *n = &c->tree.nodes[i];
             if (n->linked && n->kind == WNODE_FILE && n->data)
-                total += stage_blob_size(((wfile *)n->data)->blob);
+                total += wc_file_size(n->data);
         }
         c->pack_done = 0;
         c->pack_total = total;

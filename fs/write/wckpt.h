@@ -65,7 +65,9 @@ typedef enum wstate {
 } wstate;
 
 typedef struct wfile {
-    stage_blob *blob;
+    stage_blob *blob;         /* NULL: unchanged since the base pack */
+    long base_index;          /* then: its file there (else -1) */
+    uint64_t base_size;
     unsigned open;            /* handles the kernel opened (create, open) */
     unsigned busy;            /* reads and writes running without the lock */
     double last_use;
@@ -118,6 +120,11 @@ typedef struct wckpt {
     int record_dirty;         /* state changed back to writing */
     double last_save;
     pthread_mutex_t save_lock;
+
+    /* A checkpoint written to after its commit reopens its pack: files
+     * left unchanged are read from it (wfile.base_index) and packed again
+     * from it into the new generation, which replaces it atomically. */
+    ckpt_pack *base;
 
     /* Once committed: the FUSE layer's handle on the pack that replaced it,
      * released through the table's drop_successor when c is freed. */
@@ -241,6 +248,11 @@ int wtable_mkdir(wtable *t, const char *name, uint32_t mode, wckpt **out);
  * *st; errors as wtable_mkdir. */
 int wtable_create_file(wtable *t, const char *name, uint32_t mode, wckpt **out, uint32_t *node,
                        struct stat *st);
+/* Reopens the committed checkpoint name (its pack BACKING/name.tpack or
+ * .tfile) for writing: a writable checkpoint whose files are the pack's
+ * until changed, whose commit packs a new generation over it. *out gets
+ * a kernel reference; the existing writable one if there is one. */
+int wtable_reopen(wtable *t, const char *name, wckpt **out);
 /* rmdir of a writable checkpoint directory: -ENOENT if name is none (then
  * it may be a pack), -ENOTDIR for a single-file one, -ENOTEMPTY, -EBUSY
  * while packing. */

@@ -26,7 +26,20 @@ void wc_set_error(wckpt *c, const char *msg);
 /* Lifetimes. */
 /* A new writable checkpoint called name, writing, its staging set up,
  * with a kernel reference; NULL with *rc (t->lock held). */
-wckpt *wc_start(wtable *t, const char *name, uint32_t mode, int is_file, int replaces, int *rc);
+wckpt *wc_start(wtable *t, const char *name, uint32_t mode, int is_file, int replaces,
+                int has_base, int *rc);
+/* Removes a writable checkpoint and its staging, whatever is in it
+ * (the pack it would replace stays unless c->dir.replaces). */
+void wc_abandon(wtable *t, wckpt *c);
+/* A deleted checkpoint closes its base pack unless a file of it is
+ * still open (c->lock held). */
+void wc_let_go_of_base(wckpt *c);
+/* Opens BACKING/name.tpack (or .tfile) as a reopened checkpoint's base,
+ * never through a link. */
+int wc_open_base(wtable *t, const char *name, int is_file, ckpt_pack **out, ckpt_err *err);
+/* After recovery loaded the tree: the files left as packed (c->base set).
+ * -EIO if one is not in the base. */
+int wc_base_files(wckpt *c);
 wckpt *wc_wckpt_new(wtable *t, const char *name);
 void wc_wckpt_free(wckpt *c);
 /* Frees c once nothing can reach it (t->lock held). */
@@ -36,6 +49,11 @@ void wc_free_blobs(wckpt *c);
 /* The current checkpoint called name (t->lock held). */
 wckpt *wc_by_name(wtable *t, const char *name);
 
+/* A file's size, staged or in the base pack. */
+uint64_t wc_file_size(const wfile *f);
+/* Before a file left as packed is changed: stages a copy of it (none of
+ * its bytes when !keep, as for O_TRUNC) (c->lock held). */
+int wc_copy_up(wckpt *c, uint32_t node, wfile *f, int keep);
 /* A file's state, or NULL for a directory (c->lock held). */
 wfile *wc_file_of(wckpt *c, uint32_t node);
 /* Frees a removed file's data once nothing uses it (c->lock held). */

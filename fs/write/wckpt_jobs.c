@@ -60,7 +60,9 @@ static int snapshot_files(wckpt *c, packer_file **out, size_t *n)
         }
         wtree_path(&c->tree, ids[i], files[i].path, len + 1);
         files[i].blob = f->blob;
-        files[i].size = stage_blob_size(f->blob);
+        files[i].base = c->base;
+        files[i].base_index = f->blob ? 0 : (size_t)f->base_index;
+        files[i].size = wc_file_size(f);
         files[i].mode = node->mode;
         files[i].mtime_sec = node->mtime_sec;
         files[i].mtime_nsec = node->mtime_nsec;
@@ -133,6 +135,12 @@ static void pack_one(wtable *t, wckpt *c)
         while (c->inflight)
             pthread_cond_wait(&c->changed, &c->lock);
         wc_free_blobs(c);
+        /* The generation it replaced: let go, so its space comes back
+         * (readers of it hold the read side's descriptor). */
+        if (c->base) {
+            ckpt_close(c->base);
+            c->base = NULL;
+        }
         pthread_mutex_unlock(&c->lock);
         /* The pack is durable; a crash before this removal is finished by
          * recovery (a "packing" record with its pack in place). */
@@ -213,7 +221,7 @@ static void park_idle(wckpt *c, double now)
 {
     for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
         wfile *f = c->tree.nodes[i].kind == WNODE_FILE ? c->tree.nodes[i].data : NULL;
-        if (f && !f->open && !f->busy && f->last_use && now - f->last_use > PARK_AFTER) {
+        if (f && f->blob && !f->open && !f->busy && f->last_use && now - f->last_use > PARK_AFTER) {
             ckpt_err err = {0};
             if (stage_blob_park(f->blob, &err) == 0)
                 f->last_use = 0;

@@ -218,7 +218,7 @@ int wtable_ns_convert(wtable *t, const char *path, wckpt **out)
     scan s = {0};
     if (rc == 0)
         rc = scan_dirs(fd, "", &s, 0);
-    wckpt *c = rc == 0 ? wc_start(t, path, st.st_mode & 07777, 0, 0, &rc) : NULL;
+    wckpt *c = rc == 0 ? wc_start(t, path, st.st_mode & 07777, 0, 0, 0, &rc) : NULL;
     if (c) {
         pthread_mutex_lock(&c->lock);
         c->tree.nodes[WTREE_ROOT].mtime_sec = st.st_mtim.tv_sec;
@@ -322,7 +322,7 @@ int wtable_ns_state(wtable *t, const char *path, wns_state *out)
         for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
             const wnode *n = &c->tree.nodes[i];
             if (n->linked && n->kind == WNODE_FILE && n->data)
-                out->size += stage_blob_size(((wfile *)n->data)->blob);
+                out->size += wc_file_size(n->data);
         }
         if (c->state == WST_PACKING) {
             out->done += __atomic_load_n(&c->pack_done, __ATOMIC_RELAXED);

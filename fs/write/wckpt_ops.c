@@ -44,8 +44,9 @@ static void fill_attr(wckpt *c, uint32_t node, struct stat *st)
     st->st_mode = S_IFREG | n->mode;
     st->st_nlink = n->linked ? 1 : 0;
     if (f) {
-        st->st_size = (off_t)stage_blob_size(f->blob);
-        st->st_blocks = (blkcnt_t)((stage_blob_disk_bytes(f->blob) + 511) / 512);
+        st->st_size = (off_t)wc_file_size(f);
+        st->st_blocks = (blkcnt_t)(((f->blob ? stage_blob_disk_bytes(f->blob) : f->base_size) +
+                                    511) / 512);
     }
 }
 
@@ -102,6 +103,7 @@ int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32
     if (rc == 0 && !(f = calloc(1, sizeof *f)))
         rc = -ENOMEM;
     if (rc == 0) {
+        f->base_index = -1;
         rc = stage_blob_open(c->dir.data_fd, id, c->dir.key, 1, &f->blob, &err);
         if (rc) {
             wc_staging_failed(c, rc, err.msg, WTREE_NONE, 0);
@@ -160,7 +162,7 @@ static void removed(wckpt *c, uint32_t node)
     /* Whatever failed in it is gone with it. */
     wc_staging_repaired(c, node, 0, UINT64_MAX);
     wfile *f = wc_file_of(c, node);
-    if (f) {
+    if (f && f->blob) {
         ckpt_err err = {0};
         if (stage_blob_unlink(f->blob, &err) != 0)
             fslog_err("checkpoint '%s': %s", c->name, err.msg);
@@ -232,6 +234,8 @@ int wckpt_open(wckpt *c, uint32_t node, int flags)
     wfile *f = rc == 0 ? wc_file_of(c, node) : NULL;
     if (rc == 0 && !f)
         rc = -ESTALE;
+    if (rc == 0 && !f->blob && ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)))
+        rc = wc_copy_up(c, node, f, !(flags & O_TRUNC));
     if (rc == 0 && (flags & O_TRUNC)) {
         /* The kernel leaves O_TRUNC to the open (atomic_o_trunc). */
         ckpt_err err = {0};
@@ -261,7 +265,7 @@ void wckpt_release(wckpt *c, uint32_t node)
         f->open--;
         c->open_files--;
         f->last_use = wc_now_mono();
-        if (!f->open && !f->busy && c->tree.nodes[node].linked) {
+        if (!f->open && !f->busy && f->blob && c->tree.nodes[node].linked) {
             /* Closed: its partial last block goes to disk now rather than
              * waiting in memory, and the descriptor is given back. */
             ckpt_err err = {0};
@@ -287,6 +291,8 @@ static int begin_io(wckpt *c, uint32_t node, int write, wfile **f)
         rc = wc_modifiable(c, "writing");
     if (rc == 0 && !(*f = wc_file_of(c, node)))
         rc = -ESTALE;
+    if (rc == 0 && write && !(*f)->blob)
+        rc = wc_copy_up(c, node, *f, 1);
     if (rc == 0) {
         (*f)->busy++;
         c->inflight++;
@@ -312,7 +318,8 @@ ssize_t wckpt_read(wckpt *c, uint32_t node, void *buf, size_t len, uint64_t off)
     if (rc)
         return rc;
     ckpt_err err = {0};
-    ssize_t n = stage_blob_pread(f->blob, buf, len, off, &err);
+    ssize_t n = f->blob ? stage_blob_pread(f->blob, buf, len, off, &err)
+                        : ckpt_file_pread(c->base, (size_t)f->base_index, buf, len, off, &err);
     pthread_mutex_lock(&c->lock);
     if (n < 0)
         fslog_err("checkpoint '%s': %s", c->name, err.msg);
@@ -360,6 +367,8 @@ int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t si
         ckpt_err err = {0};
         if (!f)
             rc = n->kind == WNODE_DIR ? -EISDIR : -ESTALE;
+        else if (!f->blob && (rc = wc_copy_up(c, node, f, size > 0)) != 0)
+            ;
         else if ((rc = stage_blob_truncate(f->blob, size, &err)) != 0)
             wc_staging_failed(c, rc, err.msg, node, size);
         if (rc == 0) {
@@ -396,7 +405,7 @@ int wckpt_allocate(wckpt *c, uint32_t node, uint64_t off, uint64_t len)
     int rc = begin_io(c, node, 1, &f);
     if (rc == 0) {
         ckpt_err err = {0};
-        if (off + len > stage_blob_size(f->blob) &&
+        if (off + len > wc_file_size(f) &&
             (rc = stage_blob_truncate(f->blob, off + len, &err)) != 0)
             wc_staging_failed(c, rc, err.msg, node, off);
         if (rc == 0)
@@ -416,7 +425,8 @@ int wckpt_fsync(wckpt *c, uint32_t node)
         rc = 0; /* the pack is durable */
     else if (rc == 0 && c->locked)
         rc = -EACCES;
-    else if (rc == 0 && c->tree.nodes[node].kind == WNODE_FILE && (f = wc_file_of(c, node))) {
+    else if (rc == 0 && c->tree.nodes[node].kind == WNODE_FILE && (f = wc_file_of(c, node)) &&
+             f->blob) {
         f->busy++;
         c->inflight++;
     }
@@ -499,7 +509,7 @@ int wckpt_xattr(wckpt *c, const char *attr, char *buf, size_t cap)
         for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
             const wnode *n = &c->tree.nodes[i];
             if (n->linked && n->kind == WNODE_FILE && n->data)
-                size += stage_blob_size(((wfile *)n->data)->blob);
+                size += wc_file_size(n->data);
         }
         len = snprintf(buf, cap, "%" PRIu64, size);
     } else if (strcmp(attr, CKPT_XATTR_ERROR) == 0 && c->error) {

@@ -72,7 +72,7 @@ static int open_blobs(wckpt *c)
 {
     for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
         wnode *n = &c->tree.nodes[i];
-        if (!n->linked || n->kind != WNODE_FILE)
+        if (!n->linked || n->kind != WNODE_FILE || (n->blob_id & WTREE_BASE_BLOB))
             continue;
         wfile *f = calloc(1, sizeof *f);
         if (!f)
@@ -93,9 +93,10 @@ static int open_blobs(wckpt *c)
             return rc;
         }
         stage_blob_park(f->blob, &err);
+        f->base_index = -1;
         n->data = f;
     }
-    return 0;
+    return wc_base_files(c);
 }
 
 static int recover_one(void *ud, const char *sid)
@@ -162,6 +163,8 @@ static int recover_one(void *ud, const char *sid)
     rc = stage_unlock(&t->root, &c->dir, &rec, &err);
     if (rc == 0)
         rc = stage_load_meta(&c->dir, &c->tree, &next, &err);
+    if (rc == 0 && rec.has_base)
+        rc = wc_open_base(t, rec.name, rec.is_file, &c->base, &err);
     if (rc == 0) {
         c->next_blob_id = next;
         remove_orphans(c);

@@ -130,7 +130,7 @@ void wtable_stop(wtable *t)
         pthread_mutex_lock(&c->lock);
         for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
             wfile *f = c->tree.nodes[i].kind == WNODE_FILE ? c->tree.nodes[i].data : NULL;
-            if (f && stage_blob_park(f->blob, &err) != 0)
+            if (f && f->blob && stage_blob_park(f->blob, &err) != 0)
                 fslog_err("checkpoint '%s': %s", c->name, err.msg);
         }
         pthread_mutex_unlock(&c->lock);
@@ -287,7 +287,8 @@ static int name_free(wtable *t, const char *name)
 
 /* A new writable checkpoint called name, writing, with its staging set
  * up and a kernel reference (t->lock held). */
-wckpt *wc_start(wtable *t, const char *name, uint32_t mode, int is_file, int replaces, int *rc)
+wckpt *wc_start(wtable *t, const char *name, uint32_t mode, int is_file, int replaces,
+                int has_base, int *rc)
 {
     wckpt *c = wc_wckpt_new(t, name);
     *rc = c ? 0 : -ENOMEM;
@@ -300,6 +301,7 @@ wckpt *wc_start(wtable *t, const char *name, uint32_t mode, int is_file, int rep
         c->is_file = is_file;
         c->dir.is_file = is_file;
         c->dir.replaces = replaces;
+        c->dir.has_base = has_base;
         *rc = stage_create(&t->root, name, &c->dir, &err);
         if (*rc)
             fslog_err("cannot start checkpoint '%s': %s", name, err.msg);
@@ -321,7 +323,7 @@ int wtable_mkdir(wtable *t, const char *name, uint32_t mode, wckpt **out)
 {
     pthread_mutex_lock(&t->lock);
     int rc = name_free(t, name);
-    wckpt *c = rc == 0 ? wc_start(t, name, mode, 0, 0, &rc) : NULL;
+    wckpt *c = rc == 0 ? wc_start(t, name, mode, 0, 0, 0, &rc) : NULL;
     pthread_mutex_unlock(&t->lock);
     if (c)
         *out = c;
@@ -333,7 +335,7 @@ int wtable_create_file(wtable *t, const char *name, uint32_t mode, wckpt **out, 
 {
     pthread_mutex_lock(&t->lock);
     int rc = name_free(t, name);
-    wckpt *c = rc == 0 ? wc_start(t, name, 0755, 1, 0, &rc) : NULL;
+    wckpt *c = rc == 0 ? wc_start(t, name, 0755, 1, 0, 0, &rc) : NULL;
     pthread_mutex_unlock(&t->lock);
     if (!c)
         return rc;
@@ -361,6 +363,7 @@ static int drop(wtable *t, wckpt *c, int want_file)
         c->state = WST_DELETED;
         while (c->inflight)
             pthread_cond_wait(&c->changed, &c->lock);
+        wc_let_go_of_base(c); /* its space comes back at once */
     }
     int replaces = c->dir.replaces;
     pthread_mutex_unlock(&c->lock);
@@ -393,6 +396,39 @@ static void unpack_name(wtable *t, const char *name, const char *what)
     wc_unpack(c, what);
     pthread_mutex_unlock(&c->lock);
     wtable_unref(t, c);
+}
+
+void wc_abandon(wtable *t, wckpt *c)
+{
+    pthread_mutex_lock(&t->lock);
+    pthread_mutex_lock(&c->lock);
+    c->state = WST_DELETED;
+    while (c->inflight)
+        pthread_cond_wait(&c->changed, &c->lock);
+    wc_let_go_of_base(c);
+    int replaces = c->dir.replaces;
+    pthread_mutex_unlock(&c->lock);
+    ckpt_err err = {0};
+    c->current = 0;
+    if (stage_remove(&t->root, &c->dir, &err) != 0)
+        fslog_warn("checkpoint '%s' removed, but not all of its staging: %s", c->name, err.msg);
+    if (replaces && wc_pack_exists(t, c->name))
+        wtable_remove_pack(t, c->name, c->is_file);
+    wc_release_if_unused(t, c);
+    pthread_mutex_unlock(&t->lock);
+}
+
+void wc_let_go_of_base(wckpt *c)
+{
+    if (!c->base)
+        return;
+    for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
+        const wfile *f = c->tree.nodes[i].kind == WNODE_FILE ? c->tree.nodes[i].data : NULL;
+        if (f && !f->blob && (f->open || f->busy))
+            return; /* still read, as on a local disk; freed with c */
+    }
+    ckpt_close(c->base);
+    c->base = NULL;
 }
 
 int wtable_rmdir(wtable *t, const char *name)
@@ -522,7 +558,12 @@ int wtable_rename(wtable *t, const char *from, const char *to, int noreplace)
             rc = -EBUSY;
         pthread_mutex_unlock(&target->lock);
     }
-    if (rc == 0 && c) {
+    if (rc == 0 && c && c->dir.has_base) {
+        /* Reopened: the pack it reads unchanged files from moves along. */
+        rc = rename_pack(t, from, to, from_file, to_file);
+        if (rc == 0)
+            rc = rename_writable(t, c, to, 1);
+    } else if (rc == 0 && c) {
         rc = rename_writable(t, c, to, to_kind != 0 || c->dir.replaces);
         if (rc == 0 && c->dir.replaces && !to_kind && wc_pack_exists(t, from))
             wtable_remove_pack(t, from, from_file); /* what it was to replace */

@@ -17,6 +17,10 @@
 #define WTREE_ROOT 0u
 /* Pack paths must fit in 4095 bytes (FORMAT.md). */
 #define WTREE_PATH_MAX 4095u
+/* A file's blob_id with this bit set names no staged blob but file
+ * (blob_id & ~WTREE_BASE_BLOB) of the pack the checkpoint reopened: a
+ * file left as it was packed. */
+#define WTREE_BASE_BLOB (1ull << 63)
 /* Node ids become the low 32 bits of inode numbers, with +1. */
 #define WTREE_MAX_NODES (UINT32_MAX - 2u)
 
