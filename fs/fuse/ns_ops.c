@@ -311,14 +311,15 @@ static int taken(ckptfs *fs, const char *full)
     return c != NULL;
 }
 
-void nsops_create(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, mode_t mode,
-                  struct fuse_file_info *fi)
+/* create (fi), mknod (neither) and symlink (target). */
+static void make_entry(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name,
+                       mode_t mode, struct fuse_file_info *fi, const char *target)
 {
     if (!fs->writable) {
         fuse_reply_err(req, EROFS);
         return;
     }
-    if (!fi && !S_ISREG(mode)) {
+    if (!fi && !target && !S_ISREG(mode)) {
         fslog_warn("cannot create '%s': a pack holds only regular files, directories and "
                    "symbolic links", name);
         fuse_reply_err(req, EPERM);
@@ -346,18 +347,34 @@ void nsops_create(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *nam
         fuse_reply_err(req, -rc);
     } else if (w) {
         fuse_ino_t root = wckpt_ino(w, WTREE_ROOT);
-        if (fi)
+        if (target)
+            wops_symlink(req, fs, target, root, name);
+        else if (fi)
             wops_create(req, fs, root, name, mode, fi);
         else
             wops_mknod(req, fs, root, name, mode);
         /* The kernel knows the directory by its namespace inode, which
          * nsops_route now leads here. */
         wtable_forget(&fs->wtable, w, 1);
+    } else if (target) {
+        wops_ckpt_symlink(req, fs, target, full);
     } else {
         wops_ckpt_create(req, fs, full, mode, fi);
     }
     free(dir);
     free(full);
+}
+
+void nsops_create(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, mode_t mode,
+                  struct fuse_file_info *fi)
+{
+    make_entry(req, fs, parent, name, mode, fi, NULL);
+}
+
+void nsops_symlink(fuse_req_t req, ckptfs *fs, const char *target, fuse_ino_t parent,
+                   const char *name)
+{
+    make_entry(req, fs, parent, name, 0777, NULL, target);
 }
 
 void nsops_rename(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name,

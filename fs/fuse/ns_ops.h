@@ -29,6 +29,10 @@ void nsops_unlink(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *nam
 /* create (fi) and mknod (fi NULL). */
 void nsops_create(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, mode_t mode,
                   struct fuse_file_info *fi);
+/* A link in a namespace: its first entry makes an empty one the
+ * checkpoint, as a file does; else a single-link checkpoint. */
+void nsops_symlink(fuse_req_t req, ckptfs *fs, const char *target, fuse_ino_t parent,
+                   const char *name);
 /* Both parents namespaces. */
 void nsops_rename(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name,
                   fuse_ino_t newparent, const char *newname, unsigned flags);

@@ -291,8 +291,12 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
-    (void)ino;
-    fuse_reply_err(req, EINVAL);
+    ckptfs *fs = fs_of(req);
+    ino = route(fs, ino);
+    if (ns_owns(ino))
+        fuse_reply_err(req, EINVAL);
+    else if (!(wtable_owns(ino) && wops_readlink(req, fs, ino)))
+        rops_readlink(req, fs, ino);
 }
 
 /* Not called with default_permissions (the kernel checks modes itself);
@@ -449,12 +453,21 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    fuse_ino_t p;
-    int err = route_change(fs, parent, &p);
-    if (err)
-        fuse_reply_err(req, err);
-    else
-        fuse_reply_err(req, EPERM); /* a pack holds no links */
+    for (int i = 0; i < CHANGE_TRIES; i++) {
+        fuse_ino_t p;
+        int err = route_change(fs, parent, &p);
+        if (err) {
+            fuse_reply_err(req, err);
+            return;
+        }
+        if (ns_owns(p)) {
+            nsops_symlink(req, fs, link, p, name);
+            return;
+        }
+        if (wtable_owns(p) && wops_symlink(req, fs, link, p, name))
+            return;
+    }
+    fuse_reply_err(req, EROFS);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,

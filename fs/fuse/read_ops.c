@@ -61,6 +61,12 @@ static void node_attr(ckptfs *fs, const checkpoint *c, uint32_t node, struct sta
         st->st_nlink = 2 + n->n_subdirs;
         return;
     }
+    if (n->kind == TREE_LINK) {
+        st->st_mode = S_IFLNK | 0777;
+        st->st_nlink = 1;
+        st->st_size = (off_t)n->size;
+        return;
+    }
     /* On a writable mount a packed file can be written again (the
      * checkpoint is reopened): its mode as written. */
     st->st_mode = S_IFREG | (fs->writable && n->kind == TREE_FILE
@@ -343,12 +349,14 @@ void rops_readdir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t
                 continue;
             name = c->tree->nodes[child].name;
             entry_ino = checkpoint_ino(c, child);
-            if (c->tree->nodes[child].kind != TREE_DIR)
+            if (c->tree->nodes[child].kind == TREE_LINK)
+                type = S_IFLNK;
+            else if (c->tree->nodes[child].kind != TREE_DIR)
                 type = S_IFREG;
         } else {
             name = listing->entries[i - 2].name;
             entry_ino = listing->entries[i - 2].ino;
-            type = listing->entries[i - 2].type ? listing->entries[i - 2].type : S_IFDIR;
+            type = listing->entries[i - 2].type; /* 0: unknown (DT_UNKNOWN) */
         }
         size_t added = add_entry(req, buf, used, size, name, entry_ino, type, (off_t)(i + 1));
         if (!added)
@@ -473,6 +481,19 @@ void rops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name)
         return;
     }
     fuse_reply_err(req, EROFS);
+}
+
+void rops_readlink(fuse_req_t req, ckptfs *fs, fuse_ino_t ino)
+{
+    checkpoint *c;
+    uint32_t node;
+    int err = resolve(fs, ino, &c, &node);
+    if (err)
+        fuse_reply_err(req, err);
+    else if (c->tree->nodes[node].kind != TREE_LINK)
+        fuse_reply_err(req, EINVAL);
+    else
+        fuse_reply_readlink(req, c->tree->nodes[node].target);
 }
 
 int rops_is_view(ckptfs *fs, fuse_ino_t parent, const char *name)

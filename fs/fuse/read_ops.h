@@ -26,6 +26,7 @@ void rops_readdir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t
 void rops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name, size_t size);
 void rops_listxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size);
 void rops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name);
+void rops_readlink(fuse_req_t req, ckptfs *fs, fuse_ino_t ino);
 /* Is name in the pack directory parent something ckptfs shows of the
  * files (manifest.json, tensors/), not a packed file? */
 int rops_is_view(ckptfs *fs, fuse_ino_t parent, const char *name);

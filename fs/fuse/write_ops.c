@@ -14,6 +14,7 @@
 
 #include "common/backing_path.h"
 #include "common/fslog.h"
+#include "common/links.h"
 #include "ckpt_mount.h"
 #include "handles.h"
 #include "reply.h"
@@ -234,7 +235,7 @@ int wops_listing_add(ckptfs *fs, const char *ns, root_listing *l)
             }
             l->entries[j].name = v[i].name;
             l->entries[j].ino = v[i].ino;
-            l->entries[j].type = v[i].is_file ? S_IFREG : S_IFDIR;
+            l->entries[j].type = v[i].is_link ? S_IFLNK : v[i].is_file ? S_IFREG : S_IFDIR;
             l->entries[j].is_ns = 0;
             v[i].name = NULL;
         }
@@ -367,6 +368,49 @@ int wops_mknod(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, 
     wtable_count_lookup(&fs->wtable, c);
     reply_entry(req, fs, c, node, &st, WRITE_TIMEOUT);
     return 1;
+}
+
+int wops_symlink(fuse_req_t req, ckptfs *fs, const char *target, fuse_ino_t parent,
+                 const char *name)
+{
+    uint32_t dir, node;
+    wckpt *c = find(req, fs, parent, &dir);
+    if (!c)
+        return 1;
+    struct stat st;
+    int rc = wckpt_symlink(c, dir, name, target, &node, &st);
+    if (rc)
+        return reply_error(req, c, rc);
+    wtable_count_lookup(&fs->wtable, c);
+    reply_entry(req, fs, c, node, &st, WRITE_TIMEOUT);
+    return 1;
+}
+
+int wops_readlink(fuse_req_t req, ckptfs *fs, fuse_ino_t ino)
+{
+    uint32_t node;
+    wckpt *c = find(req, fs, ino, &node);
+    if (!c)
+        return 1;
+    char target[LINK_TARGET_MAX + 1];
+    int rc = wckpt_readlink(c, node, target, sizeof target);
+    if (rc)
+        return reply_error(req, c, rc);
+    fuse_reply_readlink(req, target);
+    return 1;
+}
+
+void wops_ckpt_symlink(fuse_req_t req, ckptfs *fs, const char *target, const char *name)
+{
+    wckpt *c;
+    uint32_t node;
+    struct stat st;
+    int rc = wtable_create_link(&fs->wtable, name, target, &c, &node, &st);
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    reply_entry(req, fs, c, node, &st, 0.0);
 }
 
 int wops_mkdir(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, mode_t mode)
@@ -590,7 +634,7 @@ void wops_readdir(fuse_req_t req, fs_handle *h, size_t size, off_t off)
             const wdirent *e = &h->u.wlisting.entries[i - 2];
             name = e->name;
             st.st_ino = serial_bits | ((uint64_t)e->node + 1);
-            st.st_mode = e->is_dir ? S_IFDIR : S_IFREG;
+            st.st_mode = e->is_dir ? S_IFDIR : e->is_link ? S_IFLNK : S_IFREG;
         }
         size_t need = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
         if (need > size - used)

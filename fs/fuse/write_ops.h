@@ -25,6 +25,8 @@ void wops_ckpt_rename(fuse_req_t req, ckptfs *fs, const char *name, const char *
 /* A new single-file checkpoint; fi NULL for mknod. */
 void wops_ckpt_create(fuse_req_t req, ckptfs *fs, const char *name, mode_t mode,
                       struct fuse_file_info *fi);
+/* A new single-link checkpoint. */
+void wops_ckpt_symlink(fuse_req_t req, ckptfs *fs, const char *target, const char *name);
 /* Adds the writable checkpoints of namespace ns to its listing (they hide
  * a pack of the same name). */
 int wops_listing_add(ckptfs *fs, const char *ns, root_listing *l);
@@ -35,6 +37,9 @@ void wops_forget(ckptfs *fs, fuse_ino_t ino, uint64_t nlookup);
 int wops_getattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino);
 int wops_setattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct stat *attr, int to_set);
 int wops_mknod(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, mode_t mode);
+int wops_symlink(fuse_req_t req, ckptfs *fs, const char *target, fuse_ino_t parent,
+                 const char *name);
+int wops_readlink(fuse_req_t req, ckptfs *fs, fuse_ino_t ino);
 int wops_mkdir(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, mode_t mode);
 int wops_unlink(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name);
 int wops_rmdir(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name);

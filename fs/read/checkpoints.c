@@ -182,6 +182,13 @@ uint32_t checkpoint_entry_node(const checkpoint *c)
 {
     if (!c->is_file)
         return TREE_ROOT;
+    const tree_node *root = c->tree ? &c->tree->nodes[TREE_ROOT] : NULL;
+    for (uint32_t i = 0; root && i < root->n_children; i++) {
+        tree_kind k = c->tree->nodes[root->children[i]].kind;
+        if (k == TREE_FILE || k == TREE_LINK)
+            return root->children[i];
+    }
+    /* A packed name that clashed with a view: under .packed/. */
     return c->tree && ckpt_file_count(c->pack) > 0 ? c->tree->file_node[0] : TREE_NONE;
 }
 
@@ -355,8 +362,9 @@ int checkpoints_list(checkpoint_table *t, const char *ns, root_listing *out)
             checkpoint *c = current_for(t, name, file_name, &st);
             if (c) {
                 c->scan_seen = generation;
+                /* A single file may be a link: unknown until opened. */
                 rc = listing_add(out, &cap, base, checkpoint_ino(c, TREE_ROOT),
-                                 is_file ? S_IFREG : S_IFDIR, 0);
+                                 is_file ? 0 : S_IFDIR, 0);
             } else {
                 rc = -ENOMEM;
             }

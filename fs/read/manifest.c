@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/links.h"
+
 /* Names come from untrusted packs and JSON needs UTF-8: a string that is
  * not valid UTF-8 is shown with its bytes >= 0x80 as \xNN. */
 static json_t *lossy_string(const char *s)
@@ -71,6 +73,8 @@ static int add_files(json_t *list, const ckpt_pack *p, const pack_tree *t)
 {
     for (size_t i = 0; i < ckpt_file_count(p); i++) {
         const ckpt_file_info *f = ckpt_file_at(p, i);
+        if (strcmp(f->path, LINKS_FILE) == 0)
+            continue; /* shown as the links it holds */
         json_t *entry = json_object();
         if (!entry || json_array_append_new(list, entry))
             return -1;

@@ -12,6 +12,7 @@
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
 #include "common/backing_path.h"
+#include "common/links.h"
 
 #define TMP_SUFFIX ".tpack.tmp"
 
@@ -43,6 +44,24 @@ static ssize_t read_blob(void *ud, void *buf, size_t len, uint64_t off)
     return stage_blob_pread(s->blob, buf, len, off, &s->detail);
 }
 
+
+static ssize_t read_mem(void *ud, void *buf, size_t len, uint64_t off)
+{
+    const packer_job *job = ud;
+    if (off >= job->links_len)
+        return 0;
+    size_t n = job->links_len - (size_t)off < len ? job->links_len - (size_t)off : len;
+    memcpy(buf, job->links + off, n);
+    return (ssize_t)n;
+}
+
+static int add_links(const packer_job *job, ckpt_writer *w, ckpt_err *err)
+{
+    char label[600];
+    snprintf(label, sizeof label, "%s/%s", job->name, LINKS_FILE);
+    return ckpt_writer_add_reader(w, LINKS_FILE, read_mem, (void *)job, job->links_len, 0644,
+                                  job->links_mtime_sec, job->links_mtime_nsec, label, err);
+}
 
 static void on_progress(void *ud, uint64_t done, uint64_t total)
 {
@@ -94,8 +113,14 @@ int packer_run(const packer_job *job, ckpt_err *err)
     }
     ckpt_writer *w = NULL;
     int rc = ckpt_writer_open(final_path, tmp_path, &o, &w, err);
+    int links_done = !job->links;
     for (size_t i = 0; rc == 0 && i < job->n_files; i++) {
         const packer_file *f = &job->files[i];
+        if (!links_done && strcmp(LINKS_FILE, f->path) < 0) {
+            links_done = 1;
+            if ((rc = add_links(job, w, err)) != 0)
+                break;
+        }
         source src = {f->blob, f->base, f->base_index, job->cancel, job->cancel_one, {0}};
         char label[600];
         snprintf(label, sizeof label, "%s/%s", job->name, f->path);
@@ -106,6 +131,8 @@ int packer_run(const packer_job *job, ckpt_err *err)
         else if (rc && src.detail.code)
             ckpt_fail(err, rc, "checkpoint '%s': %s", job->name, src.detail.msg);
     }
+    if (rc == 0 && !links_done)
+        rc = add_links(job, w, err);
     if (rc == 0) {
         rc = ckpt_writer_finish(w, NULL, err);
         w = NULL;

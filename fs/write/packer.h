@@ -34,6 +34,12 @@ typedef struct packer_job {
     int replace;              /* replace NAME's pack if there is one */
     packer_file *files;
     size_t n_files;
+    /* The checkpoint's links (common/links.h), packed as LINKS_FILE in
+     * its place in path order; NULL when it has none. */
+    const char *links;
+    size_t links_len;
+    int64_t links_mtime_sec;
+    uint32_t links_mtime_nsec;
     const ckpt_key *key;      /* NULL: unencrypted pack */
     ckpt_cipher cipher;       /* with a key: NONE means the default */
     unsigned threads;         /* 0: all cores */

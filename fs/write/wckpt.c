@@ -230,7 +230,7 @@ wckpt *wc_wckpt_new(wtable *t, const char *name)
 wfile *wc_file_of(wckpt *c, uint32_t node)
 {
     wnode *n = wtree_node(&c->tree, node);
-    return n && n->kind == WNODE_FILE ? n->data : NULL;
+    return n && n->kind != WNODE_DIR ? n->data : NULL;
 }
 
 /* Frees a removed file's data once nothing uses it. */

@@ -175,7 +175,7 @@ typedef struct wtable {
 typedef struct wdirent {
     char *name;
     uint32_t node;
-    int is_dir;
+    int is_dir, is_link;
 } wdirent;
 
 /* ------------------------------------------------------------ the table */
@@ -226,7 +226,7 @@ void wtable_unref(wtable *t, wckpt *c);
 typedef struct wlisted {
     char *name;
     uint64_t ino;
-    int is_file;
+    int is_file, is_link;
 } wlisted;
 int wtable_list(wtable *t, const char *ns, wlisted **out, size_t *n);
 void wlisted_free(wlisted *v, size_t n);
@@ -248,6 +248,9 @@ int wtable_mkdir(wtable *t, const char *name, uint32_t mode, wckpt **out);
  * *st; errors as wtable_mkdir. */
 int wtable_create_file(wtable *t, const char *name, uint32_t mode, wckpt **out, uint32_t *node,
                        struct stat *st);
+/* The same for a symbolic link: a single-link checkpoint (not open). */
+int wtable_create_link(wtable *t, const char *name, const char *target, wckpt **out,
+                       uint32_t *node, struct stat *st);
 /* Reopens the committed checkpoint name (its pack BACKING/name.tpack or
  * .tfile) for writing: a writable checkpoint whose files are the pack's
  * until changed, whose commit packs a new generation over it. *out gets
@@ -312,6 +315,12 @@ int wckpt_lookup(wckpt *c, uint32_t dir, const char *name, uint32_t *node, struc
 /* Creates a file and opens it (release it like an opened one). */
 int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32_t *node,
                  struct stat *st);
+/* A symbolic link (its target checked: link_target_check). */
+int wckpt_symlink(wckpt *c, uint32_t dir, const char *name, const char *target, uint32_t *node,
+                  struct stat *st);
+/* A link's target into buf (cap bytes, NUL-terminated); -EINVAL for
+ * anything else. */
+int wckpt_readlink(wckpt *c, uint32_t node, char *buf, size_t cap);
 int wckpt_mkdir(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32_t *node,
                 struct stat *st);
 int wckpt_unlink(wckpt *c, uint32_t dir, const char *name);

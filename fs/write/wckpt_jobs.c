@@ -18,6 +18,7 @@
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
 #include "common/fslog.h"
+#include "common/links.h"
 #include "wckpt_internal.h"
 
 /* How often the timer looks for quiet checkpoints and unsaved namespaces. */
@@ -77,12 +78,66 @@ static int snapshot_files(wckpt *c, packer_file **out, size_t *n)
     return 0;
 }
 
+/* The links of c as LINKS_FILE's bytes, or NULL (c->lock held). */
+static int snapshot_links(wckpt *c, char **out, size_t *len)
+{
+    uint32_t *ids;
+    size_t n;
+    *out = NULL;
+    *len = 0;
+    int rc = wtree_links_sorted(&c->tree, &ids, &n);
+    if (rc || n == 0) {
+        free(ids);
+        return rc;
+    }
+    link_entry *v = calloc(n, sizeof *v);
+    char **bufs = calloc(n, sizeof *bufs);
+    if (!v || !bufs)
+        rc = -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const wnode *node = &c->tree.nodes[ids[i]];
+        const wfile *f = node->data;
+        size_t plen = wtree_path_len(&c->tree, ids[i]);
+        char *path = malloc(plen + 1 + LINK_TARGET_MAX + 1);
+        if (!path || !f || !f->blob) {
+            free(path);
+            rc = path ? -EIO : -ENOMEM;
+            break;
+        }
+        bufs[i] = path;
+        wtree_path(&c->tree, ids[i], path, plen + 1);
+        char *target = path + plen + 1;
+        ckpt_err err = {0};
+        ssize_t got = stage_blob_pread(f->blob, target, LINK_TARGET_MAX, 0, &err);
+        if (got <= 0) {
+            rc = got < 0 ? (int)got : -EIO;
+            break;
+        }
+        target[got] = '\0';
+        v[i] = (link_entry){path, target, node->mtime_sec, node->mtime_nsec};
+    }
+    if (rc == 0)
+        rc = links_encode(v, n, out, len);
+    for (size_t i = 0; bufs && i < n; i++)
+        free(bufs[i]);
+    free(bufs);
+    free(v);
+    free(ids);
+    return rc;
+}
+
 static void pack_one(wtable *t, wckpt *c)
 {
     packer_file *files = NULL;
     size_t n = 0;
     pthread_mutex_lock(&c->lock);
     int rc = snapshot_files(c, &files, &n);
+    char *links = NULL;
+    size_t links_len = 0;
+    if (rc == 0)
+        rc = snapshot_links(c, &links, &links_len);
+    int64_t links_sec = c->tree.nodes[WTREE_ROOT].mtime_sec;
+    uint32_t links_nsec = c->tree.nodes[WTREE_ROOT].mtime_nsec;
     c->pack_started = wc_now_mono();
     uint64_t total = 0;
     for (size_t i = 0; rc == 0 && i < n; i++)
@@ -105,6 +160,10 @@ static void pack_one(wtable *t, wckpt *c)
             .replace = c->dir.replaces,
             .files = files,
             .n_files = n,
+            .links = links,
+            .links_len = links_len,
+            .links_mtime_sec = links_sec,
+            .links_mtime_nsec = links_nsec,
             .key = mount_key_get(t->key),
             .cipher = t->opts.cipher,
             .threads = t->opts.pack_threads,
@@ -120,6 +179,7 @@ static void pack_one(wtable *t, wckpt *c)
                        (double)c->pack_total / 1e6, wc_now_mono() - start);
     }
     packer_files_free(files, n);
+    free(links);
 
     if (rc == 0) {
         /* From now on the name means the pack. */
@@ -220,7 +280,7 @@ void *wc_packer_main(void *arg)
 static void park_idle(wckpt *c, double now)
 {
     for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
-        wfile *f = c->tree.nodes[i].kind == WNODE_FILE ? c->tree.nodes[i].data : NULL;
+        wfile *f = c->tree.nodes[i].kind != WNODE_DIR ? c->tree.nodes[i].data : NULL;
         if (f && f->blob && !f->open && !f->busy && f->last_use && now - f->last_use > PARK_AFTER) {
             ckpt_err err = {0};
             if (stage_blob_park(f->blob, &err) == 0)

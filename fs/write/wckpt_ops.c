@@ -17,6 +17,7 @@
 #include "ckpt_internal.h"
 #include "ckpt_mount.h"
 #include "common/fslog.h"
+#include "common/links.h"
 #include "wckpt_internal.h"
 
 /* cp and friends size their buffers by st_blksize: big writes mean fewer
@@ -41,7 +42,7 @@ static void fill_attr(wckpt *c, uint32_t node, struct stat *st)
         return;
     }
     const wfile *f = n->data;
-    st->st_mode = S_IFREG | n->mode;
+    st->st_mode = (n->kind == WNODE_LINK ? S_IFLNK : S_IFREG) | n->mode;
     st->st_nlink = n->linked ? 1 : 0;
     if (f) {
         st->st_size = (off_t)wc_file_size(f);
@@ -90,11 +91,17 @@ int wckpt_lookup(wckpt *c, uint32_t dir, const char *name, uint32_t *node, struc
     return rc;
 }
 
-int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32_t *node,
-                 struct stat *st)
+/* A new file (open, for create) or link (its target staged as its bytes). */
+static int make_node(wckpt *c, uint32_t dir, const char *name, uint32_t mode, const char *target,
+                     uint32_t *node, struct stat *st)
 {
     pthread_mutex_lock(&c->lock);
-    int rc = wc_modifiable(c, "creating a file");
+    int rc = wc_modifiable(c, target ? "making a link" : "creating a file");
+    if (rc == 0 && dir == WTREE_ROOT && !c->is_file && strcmp(name, LINKS_FILE) == 0) {
+        fslog_warn("checkpoint '%s': '%s' is reserved for the links of a checkpoint", c->name,
+                   name);
+        rc = -EPERM;
+    }
     wfile *f = NULL;
     ckpt_err err = {0};
     uint64_t id = c->next_blob_id;
@@ -112,8 +119,17 @@ int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32
     }
     if (rc == 0) {
         struct timespec ts = wc_now_real();
-        rc = wtree_add(&c->tree, dir, name, WNODE_FILE, mode, ts.tv_sec, (uint32_t)ts.tv_nsec, id,
-                       node);
+        rc = wtree_add(&c->tree, dir, name, target ? WNODE_LINK : WNODE_FILE,
+                       target ? 0777 : mode, ts.tv_sec, (uint32_t)ts.tv_nsec, id, node);
+        if (rc == 0 && target) {
+            ssize_t n = stage_blob_pwrite(f->blob, target, strlen(target), 0, &err);
+            rc = n == (ssize_t)strlen(target) ? stage_blob_park(f->blob, &err) : n < 0 ? (int)n : -EIO;
+            if (rc) {
+                uint32_t gone;
+                wtree_remove(&c->tree, dir, name, 0, &gone);
+                wc_staging_failed(c, rc, err.msg, WTREE_NONE, 0);
+            }
+        }
         if (rc) {
             stage_blob_unlink(f->blob, &err);
             stage_blob_free(f->blob);
@@ -122,16 +138,53 @@ int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32
     }
     if (rc == 0) {
         c->next_blob_id++;
-        f->open = 1;
+        f->open = target ? 0 : 1;
         f->last_use = wc_now_mono();
         c->tree.nodes[*node].data = f;
         f = NULL;
-        c->open_files++;
+        c->open_files += target ? 0 : 1;
         wc_mark_mtime(&c->tree.nodes[dir]);
         wc_touched(c, 1);
+        if (target)
+            wc_touched(c, 0); /* a link is data: it arms the commit */
         fill_attr(c, *node, st);
     }
     free(f);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32_t *node,
+                 struct stat *st)
+{
+    return make_node(c, dir, name, mode, NULL, node, st);
+}
+
+int wckpt_symlink(wckpt *c, uint32_t dir, const char *name, const char *target, uint32_t *node,
+                  struct stat *st)
+{
+    int rc = link_target_check(target);
+    return rc ? rc : make_node(c, dir, name, 0777, target, node, st);
+}
+
+int wckpt_readlink(wckpt *c, uint32_t node, char *buf, size_t cap)
+{
+    pthread_mutex_lock(&c->lock);
+    int rc = usable(c, node);
+    if (rc == 0 && c->locked)
+        rc = -EACCES;
+    if (rc == 0 && c->tree.nodes[node].kind != WNODE_LINK)
+        rc = -EINVAL;
+    wfile *f = rc == 0 ? wc_file_of(c, node) : NULL;
+    if (rc == 0 && (!f || !f->blob))
+        rc = -EIO;
+    if (rc == 0) {
+        ckpt_err err = {0};
+        ssize_t n = stage_blob_pread(f->blob, buf, cap - 1, 0, &err);
+        rc = n < 0 ? (int)n : 0;
+        if (n >= 0)
+            buf[n] = '\0';
+    }
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
@@ -470,6 +523,7 @@ int wckpt_list(wckpt *c, uint32_t dir, wdirent **out, size_t *n, uint32_t *paren
         v[i].name = strdup(child->name);
         v[i].node = d->children[i];
         v[i].is_dir = child->kind == WNODE_DIR;
+        v[i].is_link = child->kind == WNODE_LINK;
         count++;
         if (!v[i].name)
             rc = -ENOMEM;

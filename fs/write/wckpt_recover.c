@@ -37,7 +37,7 @@ static void remove_orphans(wckpt *c)
     if (!ids)
         return;
     for (uint32_t i = 0; i < c->tree.n_nodes; i++)
-        if (c->tree.nodes[i].linked && c->tree.nodes[i].kind == WNODE_FILE)
+        if (c->tree.nodes[i].linked && c->tree.nodes[i].kind != WNODE_DIR)
             ids[n++] = c->tree.nodes[i].blob_id;
     qsort(ids, n, sizeof *ids, cmp_u64);
     int fd = dup(c->dir.data_fd);
@@ -72,7 +72,7 @@ static int open_blobs(wckpt *c)
 {
     for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
         wnode *n = &c->tree.nodes[i];
-        if (!n->linked || n->kind != WNODE_FILE || (n->blob_id & WTREE_BASE_BLOB))
+        if (!n->linked || n->kind == WNODE_DIR || (n->blob_id & WTREE_BASE_BLOB))
             continue;
         wfile *f = calloc(1, sizeof *f);
         if (!f)

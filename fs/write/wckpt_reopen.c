@@ -20,6 +20,7 @@
 #include "ckpt_internal.h"
 #include "common/backing_path.h"
 #include "common/fslog.h"
+#include "common/links.h"
 #include "wckpt_internal.h"
 
 int wc_open_base(wtable *t, const char *name, int is_file, ckpt_pack **out, ckpt_err *err)
@@ -45,26 +46,98 @@ int wc_open_base(wtable *t, const char *name, int is_file, ckpt_pack **out, ckpt
     return rc;
 }
 
-/* The base pack's files as nodes of c's tree (c->lock held). */
+/* The directory of path in c's tree, made as needed; *base gets the last
+ * component (c->lock held). */
+static int parent_of(wckpt *c, char *path, int64_t sec, uint32_t nsec, uint32_t *dir,
+                     char **base)
+{
+    uint32_t d = WTREE_ROOT, node;
+    char *p = path, *slash;
+    int rc = 0;
+    while (rc == 0 && (slash = strchr(p, '/'))) {
+        *slash = '\0';
+        node = wtree_lookup(&c->tree, d, p);
+        if (node == WTREE_NONE)
+            rc = wtree_add(&c->tree, d, p, WNODE_DIR, 0755, sec, nsec, 0, &node);
+        d = node;
+        p = slash + 1;
+    }
+    *dir = d;
+    *base = p;
+    return rc;
+}
+
+/* One link of the base: staged (a link is its target's bytes). */
+static int add_link(void *ud, const link_entry *e)
+{
+    wckpt *c = ud;
+    char path[WTREE_PATH_MAX + 1];
+    if (snprintf(path, sizeof path, "%s", e->path) >= (int)sizeof path)
+        return 0;
+    uint32_t dir, node;
+    char *base;
+    int rc = parent_of(c, path, e->mtime_sec, e->mtime_nsec, &dir, &base);
+    wfile *f = rc == 0 ? calloc(1, sizeof *f) : NULL;
+    if (rc == 0 && !f)
+        rc = -ENOMEM;
+    ckpt_err err = {0};
+    uint64_t id = c->next_blob_id;
+    if (rc == 0)
+        rc = stage_blob_open(c->dir.data_fd, id, c->dir.key, 1, &f->blob, &err);
+    if (rc == 0) {
+        size_t len = strlen(e->target);
+        ssize_t n = stage_blob_pwrite(f->blob, e->target, len, 0, &err);
+        rc = n == (ssize_t)len ? stage_blob_park(f->blob, &err) : n < 0 ? (int)n : -EIO;
+    }
+    if (rc == 0)
+        rc = wtree_add(&c->tree, dir, base, WNODE_LINK, 0777, e->mtime_sec, e->mtime_nsec, id,
+                       &node);
+    if (rc == 0) {
+        c->next_blob_id++;
+        f->base_index = -1;
+        c->tree.nodes[node].data = f;
+        return 0;
+    }
+    if (f && f->blob) {
+        stage_blob_unlink(f->blob, &err);
+        stage_blob_free(f->blob);
+    }
+    free(f);
+    return rc == -EEXIST || rc == -EINVAL ? 0 : rc; /* a bad entry is left out */
+}
+
+static int links_from_base(wckpt *c, size_t index)
+{
+    uint64_t size = ckpt_file_at(c->base, index)->size;
+    if (size > (64u << 20))
+        return -EIO;
+    char *buf = malloc(size ? size : 1);
+    if (!buf)
+        return -ENOMEM;
+    ckpt_err err = {0};
+    ssize_t n = ckpt_file_pread(c->base, index, buf, size, 0, &err);
+    int rc = n == (ssize_t)size ? links_decode(buf, size, add_link, c) : n < 0 ? (int)n : -EIO;
+    free(buf);
+    return rc;
+}
+
+/* The base pack's files and links as nodes of c's tree (c->lock held). */
 static int tree_from_base(wckpt *c)
 {
     size_t n = ckpt_file_count(c->base);
     int rc = 0;
+    long links = -1;
     for (size_t i = 0; rc == 0 && i < n; i++) {
         const ckpt_file_info *fi = ckpt_file_at(c->base, i);
+        if (strcmp(fi->path, LINKS_FILE) == 0) {
+            links = (long)i;
+            continue;
+        }
         char path[WTREE_PATH_MAX + 1];
         snprintf(path, sizeof path, "%s", fi->path);
-        uint32_t dir = WTREE_ROOT, node;
-        char *p = path, *slash;
-        while (rc == 0 && (slash = strchr(p, '/'))) {
-            *slash = '\0';
-            node = wtree_lookup(&c->tree, dir, p);
-            if (node == WTREE_NONE)
-                rc = wtree_add(&c->tree, dir, p, WNODE_DIR, 0755, fi->mtime_sec, fi->mtime_nsec,
-                               0, &node);
-            dir = node;
-            p = slash + 1;
-        }
+        uint32_t dir, node;
+        char *p;
+        rc = parent_of(c, path, fi->mtime_sec, fi->mtime_nsec, &dir, &p);
         if (rc == 0)
             rc = wtree_add(&c->tree, dir, p, WNODE_FILE, fi->mode, fi->mtime_sec, fi->mtime_nsec,
                            WTREE_BASE_BLOB | i, &node);
@@ -77,6 +150,8 @@ static int tree_from_base(wckpt *c)
             c->tree.nodes[node].data = f;
         }
     }
+    if (rc == 0 && links >= 0)
+        rc = links_from_base(c, (size_t)links);
     return rc;
 }
 

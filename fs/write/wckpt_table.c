@@ -18,6 +18,7 @@
 #include "ckpt_internal.h"
 #include "common/backing_path.h"
 #include "common/fslog.h"
+#include "common/links.h"
 #include "backing_lock.h"
 #include "wckpt_internal.h"
 
@@ -129,7 +130,7 @@ void wtable_stop(wtable *t)
             fslog_err("checkpoint '%s': cannot save its namespace: %s", c->name, err.msg);
         pthread_mutex_lock(&c->lock);
         for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
-            wfile *f = c->tree.nodes[i].kind == WNODE_FILE ? c->tree.nodes[i].data : NULL;
+            wfile *f = c->tree.nodes[i].kind != WNODE_DIR ? c->tree.nodes[i].data : NULL;
             if (f && f->blob && stage_blob_park(f->blob, &err) != 0)
                 fslog_err("checkpoint '%s': %s", c->name, err.msg);
         }
@@ -254,6 +255,8 @@ int wtable_list(wtable *t, const char *ns, wlisted **out, size_t *n)
             break;
         }
         v[i].ino = wckpt_entry_ino(c);
+        uint32_t e = wckpt_entry_node(c);
+        v[i].is_link = c->is_file && e != WTREE_NONE && c->tree.nodes[e].kind == WNODE_LINK;
         v[i++].is_file = c->is_file;
     }
     pthread_mutex_unlock(&t->lock);
@@ -330,16 +333,20 @@ int wtable_mkdir(wtable *t, const char *name, uint32_t mode, wckpt **out)
     return rc;
 }
 
-int wtable_create_file(wtable *t, const char *name, uint32_t mode, wckpt **out, uint32_t *node,
-                       struct stat *st)
+static int create_single(wtable *t, const char *name, uint32_t mode, const char *target,
+                         wckpt **out, uint32_t *node, struct stat *st)
 {
+    int rc = target ? link_target_check(target) : 0;
+    if (rc)
+        return rc;
     pthread_mutex_lock(&t->lock);
-    int rc = name_free(t, name);
+    rc = name_free(t, name);
     wckpt *c = rc == 0 ? wc_start(t, name, 0755, 1, 0, 0, &rc) : NULL;
     pthread_mutex_unlock(&t->lock);
     if (!c)
         return rc;
-    rc = wckpt_create(c, WTREE_ROOT, backing_base(name), mode, node, st);
+    rc = target ? wckpt_symlink(c, WTREE_ROOT, backing_base(name), target, node, st)
+                : wckpt_create(c, WTREE_ROOT, backing_base(name), mode, node, st);
     if (rc) {
         wtable_unlink_file(t, name);
         wtable_forget(t, c, 1);
@@ -347,6 +354,18 @@ int wtable_create_file(wtable *t, const char *name, uint32_t mode, wckpt **out, 
     }
     *out = c;
     return 0;
+}
+
+int wtable_create_file(wtable *t, const char *name, uint32_t mode, wckpt **out, uint32_t *node,
+                       struct stat *st)
+{
+    return create_single(t, name, mode, NULL, out, node, st);
+}
+
+int wtable_create_link(wtable *t, const char *name, const char *target, wckpt **out,
+                       uint32_t *node, struct stat *st)
+{
+    return create_single(t, name, 0777, target, out, node, st);
 }
 
 /* Drops a writable checkpoint with its staging, and the pack it would
@@ -423,7 +442,7 @@ void wc_let_go_of_base(wckpt *c)
     if (!c->base)
         return;
     for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
-        const wfile *f = c->tree.nodes[i].kind == WNODE_FILE ? c->tree.nodes[i].data : NULL;
+        const wfile *f = c->tree.nodes[i].kind != WNODE_DIR ? c->tree.nodes[i].data : NULL;
         if (f && !f->blob && (f->open || f->busy))
             return; /* still read, as on a local disk; freed with c */
     }

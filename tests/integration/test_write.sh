@@ -191,12 +191,42 @@ expect_ok "reads through the new name" grep -q weights "$MNT/kept2/ck5/a.bin"
 rm -r "$MNT/kept2" "$MNT/run"
 expect_absent "rm -r of namespaces removes them" "$MNT/kept2" "$MNT/run" "$BACK/kept2" "$BACK/run"
 
+# Symbolic links: a Hugging Face cache tree copied with cp -a (relative
+# links into blobs/), and a link straight in a namespace (Lightning's
+# last.ckpt), kept in the packs with their target text.
+HF=$TMP/hf/models--org--name
+mkdir -p "$HF/blobs" "$HF/refs" "$HF/snapshots/abc123"
+head -c 300000 /dev/urandom >"$HF/blobs/5f1e"
+printf '{"model_type": "gpt2"}' >"$HF/blobs/9a0b"
+printf 'abc123' >"$HF/refs/main"
+ln -s ../../blobs/5f1e "$HF/snapshots/abc123/model.safetensors"
+ln -s ../../blobs/9a0b "$HF/snapshots/abc123/config.json"
+expect_ok "cp -a of a Hugging Face cache tree" cp -a "$TMP/hf/models--org--name" "$MNT/"
+expect_ok "reads back through its links" cmp "$HF/blobs/5f1e" "$MNT/models--org--name/snapshots/abc123/model.safetensors"
+[ "$(readlink "$MNT/models--org--name/snapshots/abc123/config.json")" = ../../blobs/9a0b ] &&
+    pass "readlink gives the target text" || fail "readlink gives the target text"
+mkdir -p "$MNT/lt/checkpoints"
+printf 'e0' >"$MNT/lt/checkpoints/epoch=0-step=1.ckpt"
+printf 'e1' >"$MNT/lt/checkpoints/epoch=1-step=2.ckpt"
+expect_ok "a link in a namespace" ln -s epoch=1-step=2.ckpt "$MNT/lt/checkpoints/last.ckpt"
+expect_ok "ckpt commit --wait of both" bash -c "'$CKPT' commit --wait '$MNT/models--org--name' && '$CKPT' commit --wait '$MNT/lt'"
+expect_ok "links read back from the packs" cmp "$HF/blobs/9a0b" "$MNT/models--org--name/snapshots/abc123/config.json"
+[ "$(cat "$MNT/lt/checkpoints/last.ckpt")" = e1 ] && pass "and in a namespace" || fail "and in a namespace"
+expect_ok "a relinked last.ckpt (rm, ln -s)" bash -c "rm '$MNT/lt/checkpoints/last.ckpt' && ln -s epoch=0-step=1.ckpt '$MNT/lt/checkpoints/last.ckpt'"
+py_target=$(python3 -c "import os; print(len(os.readlink('$MNT/lt/checkpoints/last.ckpt')))")
+[ "$py_target" = 19 ] && pass "reads as the new link" || fail "reads as the new link" "$py_target"
+expect_fail "a target over 4095 bytes is refused" ln -s "$(head -c 5000 /dev/zero | tr '\0' a)" "$MNT/lt/checkpoints/long"
+if ls -a "$MNT/models--org--name/snapshots/abc123" | grep -q ckptfs-links; then fail "the links file is hidden"; else pass "the links file is hidden"; fi
+
 if unmount_ckptfs "$MNT"; then pass "unmount ends the daemon with status 0"
 else fail "unmount ends the daemon with status 0" "$(tail -3 "$LOG")"; fi
 mount_ckptfs "$BACK" "$MNT" "$LOG" -o commit_delay=0 || { fail "remount" "$(tail -5 "$LOG")"; finish; }
 expect_ok "after a remount: the cp -r checkpoint" $PY "$WCLIENTS" same-tree "$SRC" "$MNT/a" --packed
 expect_ok "the python checkpoint" $PY "$WCLIENTS" verify "$MNT/py" mixed 5
 expect_ok "the renamed one" cmp "$TMP/noise.bin" "$MNT/big2/noise.bin"
+expect_ok "links after a remount" cmp "$HF/blobs/5f1e" "$MNT/models--org--name/snapshots/abc123/model.safetensors"
+[ "$(cat "$MNT/lt/checkpoints/last.ckpt")" = e0 ] && pass "a link in a namespace after a remount" || fail "a link in a namespace after a remount"
+rm -r "$MNT/models--org--name" "$MNT/lt"
 [ "$(state_of "$MNT/w2")" = writing ] && pass "a checkpoint left writing is still writing" || fail "a checkpoint left writing is still writing" "$(state_of "$MNT/w2")"
 expect_ok "with its data" grep -q "kept while writing" "$MNT/w2/note.txt"
 expect_ok "and can be written on" bash -c "printf more >>'$MNT/w2/note.txt'"
