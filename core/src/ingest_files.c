@@ -75,6 +75,27 @@ static int copy_range(ckpt_writer *w, const source *src, uint8_t *buf, uint64_t 
     return 0;
 }
 
+/* Begins tensor t of the file at pack_path. Two files may hold tensors of
+ * the same name (two safetensors shards, a model and its EMA copy): the
+ * first file's keeps the name, a later one's is named "PATH/NAME" (its
+ * file's path in the pack, '/', its name), so tensors/ shows it under
+ * tensors/PATH/NAME. The pack never fails for a clash. */
+static int begin_tensor(ckpt_writer *w, const char *pack_path, const ingest_tensor *t, ckpt_err *err)
+{
+    int rc = ckpt_writer_begin_tensor(w, t->name, t->dtype, t->ndim, t->shape, err);
+    if (rc != -EEXIST) return rc;
+    size_t len = strlen(pack_path) + 1 + strlen(t->name) + 1;
+    char *qualified = malloc(len);
+    if (!qualified) return ckpt_fail(err, -ENOMEM, "out of memory");
+    snprintf(qualified, len, "%s/%s", pack_path, t->name);
+    rc = ckpt_writer_begin_tensor(w, qualified, t->dtype, t->ndim, t->shape, err);
+    if (rc == -EEXIST)
+        ckpt_fail(err, rc, "%s: tensor '%s' is also in an earlier file, and '%s' is taken too", pack_path,
+                  t->name, qualified);
+    free(qualified);
+    return rc;
+}
+
 static int add_source(ckpt_writer *w, const char *pack_path, const source *src, uint64_t size, uint32_t mode,
                       int64_t mtime_sec, uint32_t mtime_nsec, ckpt_err *err)
 {
@@ -92,7 +113,7 @@ static int add_source(ckpt_writer *w, const char *pack_path, const source *src, 
         rc = copy_range(w, src, buf, 0, lay.header_bytes, 0, err);
         for (size_t i = 0; rc == 0 && i < lay.n; i++) {
             const ingest_tensor *t = &lay.t[i];
-            rc = ckpt_writer_begin_tensor(w, t->name, t->dtype, t->ndim, t->shape, err);
+            rc = begin_tensor(w, pack_path, t, err);
             if (rc == 0) rc = copy_range(w, src, buf, t->offset, t->nbytes, 1, err);
             if (rc == 0) rc = ckpt_writer_end_tensor(w, err);
         }
