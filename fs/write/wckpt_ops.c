@@ -145,8 +145,7 @@ static int make_node(wckpt *c, uint32_t dir, const char *name, uint32_t mode, co
         c->open_files += target ? 0 : 1;
         wc_mark_mtime(&c->tree.nodes[dir]);
         wc_touched(c, 1);
-        if (target)
-            wc_touched(c, 0); /* a link is data: it arms the commit */
+        wc_touched(c, 0); /* a file or link, even empty, arms the commit */
         fill_attr(c, *node, st);
     }
     free(f);
