@@ -330,7 +330,8 @@ static int build_mount(daemon_run *d)
     fs->gid = getgid();
     fs->cache = chunk_cache_new(d->o.cache_bytes);
     if (!fs->cache ||
-        checkpoints_init(&fs->table, d->backing_path, d->backing_fd, &d->key, fs->cache) != 0) {
+        checkpoints_init(&fs->table, d->backing_path, d->backing_fd, &d->key, fs->cache) != 0 ||
+        ns_init(&fs->ns) != 0) {
         fprintf(stderr, "ckptfs: out of memory\n");
         return -1;
     }
@@ -421,8 +422,10 @@ static void tear_down(daemon_run *d)
     /* Before the packs: committed checkpoints let go of theirs. */
     if (fs->writable)
         wtable_destroy(&fs->wtable);
-    if (d->table_ready)
+    if (d->table_ready) {
         checkpoints_destroy(&fs->table);
+        ns_destroy(&fs->ns);
+    }
     chunk_cache_free(fs->cache);
     if (d->key.key)
         ckpt_key_free(d->key.key);

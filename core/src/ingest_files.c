@@ -216,20 +216,57 @@ static long region_of(const ingest_layout *lay, const ingest_tensor *t)
     return t->offset - r->offset <= r->length && t->nbytes <= r->length - (t->offset - r->offset) ? (long)lo - 1 : -1;
 }
 
+/* Tensor names are unique in a pack. Two files may hold tensors of the
+ * same name (two shards, a model and its EMA copy, pytorch_model.bin beside
+ * model.safetensors): the first file's keeps the name, a later one's is
+ * renamed "PATH/NAME" (its file's path in the pack, '/', its name), so
+ * tensors/ shows it under tensors/PATH/NAME. When that name is taken too,
+ * the file is stored opaque (-EINVAL with why) rather than failing the
+ * checkpoint. *renamed is the new name (malloc'd) or NULL. */
+static int qualify_name(const ckpt_writer *w, const char *pack_path, const strmap *in_file, const ingest_tensor *t,
+                        char **renamed, char *why, size_t why_len)
+{
+    *renamed = NULL;
+    if (!writer_has_tensor(w, t->name)) return 0;
+    size_t len = strlen(pack_path) + 1 + strlen(t->name) + 1;
+    char *qualified = malloc(len);
+    if (!qualified) return -ENOMEM;
+    snprintf(qualified, len, "%s/%s", pack_path, t->name);
+    if (writer_has_tensor(w, qualified) || strmap_get(in_file, qualified) >= 0) {
+        /* Cut when long: the message is for reading. */
+        if (snprintf(why, why_len, "tensor '%.120s' is also in an earlier file, and '%.200s' is taken too", t->name,
+                     qualified) >= (int)why_len)
+            why[why_len - 1] = '\0';
+        free(qualified);
+        return -EINVAL;
+    }
+    *renamed = qualified;
+    return 0;
+}
+
 /* Turns a parser's layout into pieces, checking what the writer would
  * otherwise refuse halfway through the file: stretches inside the file and
  * disjoint, tensors either inside one region of their element size or clear
  * of all regions, names unique within the file. *owner[i] is the region of
  * tensor i or -1. On a fault, why says what is wrong and -EINVAL returns. */
-static int plan_pieces(const ckpt_writer *w, const ingest_layout *lay, uint64_t size, piece **out, size_t *n_out,
-                       long **owner_out, char *why, size_t why_len)
+static int plan_pieces(const ckpt_writer *w, const char *pack_path, ingest_layout *lay, uint64_t size, piece **out,
+                       size_t *n_out, long **owner_out, char *why, size_t why_len)
 {
     size_t n = 0, cap = lay->n_regions + lay->n;
     piece *pc = malloc((cap ? cap : 1) * sizeof *pc);
     long *owner = malloc((lay->n ? lay->n : 1) * sizeof *owner);
+    /* New names wait here until the map of the file's own names, which
+     * points at the old ones, is freed. */
+    char **renamed = calloc(lay->n ? lay->n : 1, sizeof *renamed);
     strmap names = {0};
     int rc = -ENOMEM;
-    if (!pc || !owner || strmap_init(&names, lay->n) < 0) goto out;
+    if (!pc || !owner || !renamed || strmap_init(&names, lay->n) < 0) goto out;
+    for (size_t i = 0; i < lay->n; i++)
+        if (strmap_put(&names, lay->t[i].name, i, NULL) == 1) {
+            snprintf(why, why_len, "layout: tensor name '%.200s' appears twice", lay->t[i].name);
+            rc = -EINVAL;
+            goto out;
+        }
     rc = -EINVAL;
     for (size_t i = 0; i < lay->n_regions; i++) {
         const ingest_region *r = &lay->regions[i];
@@ -255,18 +292,8 @@ static int plan_pieces(const ckpt_writer *w, const ingest_layout *lay, uint64_t 
             snprintf(why, why_len, "layout: tensor '%.200s' lies outside the file or does not match its shape", t->name);
             goto out;
         }
-        if (strmap_put(&names, t->name, i, NULL) == 1) {
-            snprintf(why, why_len, "layout: tensor name '%.200s' appears twice", t->name);
-            goto out;
-        }
-        /* Tensor names are unique in a pack: a file whose tensor has the
-         * name of one in an earlier file (pytorch_model.bin beside
-         * model.safetensors, two state dicts of one model) is stored opaque
-         * rather than failing the checkpoint. */
-        if (writer_has_tensor(w, t->name)) {
-            snprintf(why, why_len, "tensor name '%.200s' is already used by another file", t->name);
-            goto out;
-        }
+        if ((rc = qualify_name(w, pack_path, &names, t, &renamed[i], why, why_len)) < 0) goto out;
+        rc = -EINVAL;
         owner[i] = region_of(lay, t);
         if (owner[i] >= 0) {
             if (ckpt_dtype_size(lay->regions[owner[i]].dtype) != ckpt_dtype_size(t->dtype)) {
@@ -288,6 +315,15 @@ static int plan_pieces(const ckpt_writer *w, const ingest_layout *lay, uint64_t 
     rc = 0;
 out:
     strmap_free(&names);
+    for (size_t i = 0; renamed && i < lay->n; i++) {
+        if (renamed[i] && rc == 0) {
+            free(lay->t[i].name);
+            lay->t[i].name = renamed[i];
+        } else {
+            free(renamed[i]);
+        }
+    }
+    free(renamed);
     if (rc < 0) {
         free(pc);
         free(owner);
@@ -360,7 +396,7 @@ static int add_described(ckpt_writer *w, const char *pack_path, const source *sr
     size_t n = 0;
     int rc = 0;
     if (structured) {
-        rc = plan_pieces(w, lay, size, &pc, &n, &owner, fault, fault_len);
+        rc = plan_pieces(w, pack_path, lay, size, &pc, &n, &owner, fault, fault_len);
         if (rc == -ENOMEM) return ckpt_fail(err, rc, "out of memory");
         if (rc < 0) structured = 0;
         rc = 0;

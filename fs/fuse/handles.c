@@ -16,6 +16,8 @@ static void handle_free(ckptfs *fs, fs_handle *h)
         root_listing_free(&h->u.listing);
     else if (h->is_wlisting)
         wdirents_free(h->u.wlisting.entries, h->u.wlisting.n);
+    else if (h->is_fwd)
+        ;
     else
         checkpoint_unref(&fs->table, h->u.file.checkpoint);
     free(h);

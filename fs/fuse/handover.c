@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/backing_path.h"
+
 /* The pack that replaced w, pinned by a lookup reference for as long as
  * w lives (its inodes may be used long after the commit: a shell's
  * working directory, an open file). */
@@ -40,8 +42,13 @@ void handover_committed(void *ud, const char *name)
 {
     ckptfs *fs = ud;
     struct fuse_session *se = __atomic_load_n(&fs->se, __ATOMIC_ACQUIRE);
-    if (se)
-        fuse_lowlevel_notify_inval_entry(se, FUSE_ROOT_ID, name, strlen(name));
+    char dir[BACKING_PATH_MAX + 1];
+    if (!se || backing_dir_of(name, dir, sizeof dir) != 0)
+        return;
+    uint64_t parent = ns_ino(&fs->ns, dir);
+    const char *base = backing_base(name);
+    if (parent)
+        fuse_lowlevel_notify_inval_entry(se, parent, base, strlen(base));
 }
 
 void handover_drop_successor(void *ud, void *successor_)
@@ -81,3 +88,96 @@ int handover_resolve(ckptfs *fs, fuse_ino_t ino, checkpoint **out, uint32_t *nod
     return rc;
 }
 
+
+/* The path inside its checkpoint, and the checkpoint's name, of a pack
+ * inode; EROFS for what ckptfs synthesizes (manifest.json, tensors/). */
+static int pack_path_of(ckptfs *fs, fuse_ino_t ino, int need_writable, char **name, char **path)
+{
+    uint32_t node;
+    checkpoint *c = checkpoints_find(&fs->table, ino, &node);
+    if (!c)
+        return ESTALE;
+    if (!need_writable) {
+        /* Most pack inodes: nothing is being written under that name. */
+        if (!wtable_get(&fs->wtable, c->name, 0))
+            return ENOENT;
+    }
+    int err = checkpoint_open(&fs->table, c);
+    if (err)
+        return -err;
+    if (node >= c->tree->n_nodes)
+        return ESTALE;
+    tree_kind kind = c->tree->nodes[node].kind;
+    if (kind == TREE_TENSOR || kind == TREE_MANIFEST)
+        return EROFS;
+    char *p = pack_tree_path(c->tree, node);
+    if (!p)
+        return ENOMEM;
+    if (strcmp(p, "tensors") == 0 || strncmp(p, "tensors/", 8) == 0) {
+        free(p);
+        return EROFS;
+    }
+    if (strncmp(p, ".packed/", 8) == 0) /* a packed name that clashed: its own path */
+        memmove(p, p + 8, strlen(p + 8) + 1);
+    else if (strcmp(p, ".packed") == 0)
+        p[0] = '\0';
+    *name = strdup(c->name);
+    *path = p;
+    if (!*name) {
+        free(p);
+        return ENOMEM;
+    }
+    return 0;
+}
+
+int handover_writable(ckptfs *fs, fuse_ino_t ino, int reopen, fuse_ino_t *out)
+{
+    if (!fs->writable || ns_owns(ino))
+        return ENOENT;
+    char *name = NULL, *path = NULL;
+    if (wtable_owns(ino)) {
+        uint32_t wn;
+        wckpt *w = wtable_find(&fs->wtable, ino, &wn);
+        if (!w)
+            return ESTALE;
+        pthread_mutex_lock(&w->lock);
+        int committed = w->state == WST_COMMITTED;
+        if (committed && wn < w->tree.n_nodes && w->tree.nodes[wn].linked) {
+            size_t len = wtree_path_len(&w->tree, wn);
+            path = malloc(len + 1);
+            if (path)
+                wtree_path(&w->tree, wn, path, len + 1);
+            name = strdup(w->name);
+        }
+        pthread_mutex_unlock(&w->lock);
+        if (!committed) {
+            *out = ino;
+            return 0;
+        }
+        if (!path || !name) {
+            free(path);
+            free(name);
+            return ESTALE;
+        }
+    } else {
+        int err = pack_path_of(fs, ino, reopen, &name, &path);
+        if (err)
+            return err;
+    }
+    wckpt *w = wtable_get(&fs->wtable, name, 1);
+    int rc = 0;
+    if (!w)
+        rc = reopen ? -wtable_reopen(&fs->wtable, name, &w) : ENOENT;
+    uint32_t node;
+    if (rc == 0) {
+        rc = -wckpt_find(w, path, &node);
+        if (rc == 0)
+            *out = wckpt_ino(w, node);
+        /* Current, so alive without this reference; the kernel takes its
+         * own with the replies it gets. */
+        wtable_forget(&fs->wtable, w, 1);
+    }
+    free(name);
+    free(path);
+    return rc;
+}

@@ -8,6 +8,14 @@
  * checkpoint now stands for: 0, or ESTALE when there is none (the pack was
  * renamed or removed since, or the path is not in it). */
 int handover_resolve(ckptfs *fs, fuse_ino_t ino, checkpoint **c, uint32_t *node);
+/* The other way, for late writes: the inode, in the checkpoint being
+ * written under the same name, of what ino (a pack's inode, or one of a
+ * writable checkpoint committed since) shows. 0 with *out (ino itself
+ * for a checkpoint still being written); ENOENT when nothing is being
+ * written under that name, unless reopen: then the committed checkpoint
+ * is reopened for writing (wtable_reopen). EROFS for what ckptfs
+ * synthesizes (manifest.json, tensors/), ESTALE for gone. */
+int handover_writable(ckptfs *fs, fuse_ino_t ino, int reopen, fuse_ino_t *out);
 /* For wtable.drop_successor: lets go of that pack. */
 void handover_drop_successor(void *ud, void *successor);
 /* For wtable.committed: has the kernel drop its entry for name, so the

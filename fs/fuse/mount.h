@@ -8,6 +8,7 @@
 
 #include "common/worker_pool.h"
 #include "fuse_api.h"
+#include "nspace.h"
 #include "read/read.h"
 #include "write/write.h"
 
@@ -18,12 +19,15 @@ typedef struct fs_handle {
     struct fs_handle *prev, *next;
     int is_root_listing;
     int is_wlisting;          /* a directory of a writable checkpoint */
+    int is_fwd;               /* a pack's file opened as the file of the
+                                 checkpoint written under its name */
     union {
         struct {
             checkpoint *checkpoint; /* referenced */
             uint32_t node;
         } file;
         root_listing listing;
+        uint64_t fwd;         /* is_fwd: the writable file's inode */
         struct {
             wdirent *entries;
             size_t n;
@@ -47,6 +51,7 @@ typedef struct ckptfs {
     int no_open;              /* the kernel can do without FUSE_OPEN */
     int hide_tensors;         /* -o tensors=hide: tensors/ left out of listings */
     wtable wtable;            /* checkpoints being written */
+    ns_table ns;              /* namespace inodes */
     int writable;             /* the staging area could be set up */
     struct fuse_session *se;  /* for invalidations, once mounted */
 } ckptfs;

@@ -1,13 +1,19 @@
 /* The FUSE low-level operations table and the one place that decides,
  * per request, which side answers it:
  *
- *   the root          root listing and attributes here; names in it go to
- *                     the write side first (checkpoints being written hide
- *                     a pack of the same name), then to the read side
+ *   namespaces        the root and the directories above checkpoints
+ *                     (nspace.h): ns_ops.h, which asks both sides by name;
+ *                     a namespace that became a checkpoint since its
+ *                     lookup is served as that checkpoint (nsops_route)
  *   inode_is_written  the write side (write_ops.h), unless the checkpoint
  *                     was committed since: then the read side, which finds
  *                     the pack through handover.h
- *   anything else     the read side (read_ops.h)
+ *   anything else     the read side (read_ops.h), unless a checkpoint is
+ *                     being written under the pack's name (a late write
+ *                     reopened it): then the same path there (route); a
+ *                     change to a committed checkpoint reopens it
+ *                     (route_change, handover_writable). Files opened
+ *                     before keep reading the generation they opened.
  *
  * Neither side includes the other; both share mount.h and handles.h. */
 #include "mount.h"
@@ -21,13 +27,11 @@
 #include <unistd.h>
 
 #include "handles.h"
+#include "handover.h"
+#include "ns_ops.h"
 #include "read_ops.h"
 #include "readahead.h"
 #include "write_ops.h"
-
-/* Names in the root must be looked up every time so packs appear and
- * disappear at once. */
-#define ROOT_ATTR_TIMEOUT 1.0
 
 /* The kernel applies the readahead negotiated at FUSE_INIT when it reads
  * our INIT reply, overwriting anything set before; any later request
@@ -46,21 +50,31 @@ static ckptfs *fs_of(fuse_req_t req)
     return fs;
 }
 
-static void root_attr(ckptfs *fs, struct stat *st)
+/* The inode to answer a request on ino with: a namespace that became a
+ * checkpoint is that checkpoint's directory, and a pack's inode is the
+ * writable checkpoint's under the same name, if one is being written. */
+static fuse_ino_t route(ckptfs *fs, fuse_ino_t ino)
 {
-    struct stat backing;
-    memset(st, 0, sizeof *st);
-    if (fstat(fs->table.backing_fd, &backing) == 0) {
-        st->st_atim = backing.st_atim;
-        st->st_mtim = backing.st_mtim;
-        st->st_ctim = backing.st_ctim;
+    ino = nsops_route(fs, ino);
+    fuse_ino_t w;
+    if (!ns_owns(ino) && !wtable_owns(ino) && handover_writable(fs, ino, 0, &w) == 0)
+        return w;
+    return ino;
+}
+
+/* route() for a change: a committed checkpoint is reopened for writing
+ * (late writes never fail). 0 with *out, or the errno to reply. */
+static int route_change(ckptfs *fs, fuse_ino_t ino, fuse_ino_t *out)
+{
+    ino = nsops_route(fs, ino);
+    if (ns_owns(ino)) {
+        *out = ino;
+        return 0;
     }
-    st->st_ino = FUSE_ROOT_ID;
-    /* Writable when checkpoints can be written: mkdir makes one. */
-    st->st_mode = S_IFDIR | (fs->writable ? 0755 : 0555);
-    st->st_nlink = 1; /* unknown: keeps find from guessing subdirectories */
-    st->st_uid = fs->uid;
-    st->st_gid = fs->gid;
+    if (!fs->writable)
+        return EROFS;
+    int err = handover_writable(fs, ino, 1, out);
+    return err == ENOENT ? EROFS : err;
 }
 
 /* Names over NAME_MAX bytes fit in no directory here, as on a local
@@ -80,8 +94,18 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    if (parent == FUSE_ROOT_ID && wops_root_lookup(req, fs, name))
+    fuse_ino_t p = route(fs, parent);
+    if (p != parent && rops_is_view(fs, parent, name)) {
+        /* A view of the old generation, through its directory (rm -r
+         * of a checkpoint it is reopening goes on to remove it). */
+        rops_lookup(req, fs, parent, name);
         return;
+    }
+    parent = p;
+    if (ns_owns(parent)) {
+        nsops_lookup(req, fs, parent, name);
+        return;
+    }
     if (wtable_owns(parent) && wops_lookup(req, fs, parent, name))
         return;
     rops_lookup(req, fs, parent, name);
@@ -89,8 +113,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void forget_one(ckptfs *fs, fuse_ino_t ino, uint64_t nlookup)
 {
-    if (ino == FUSE_ROOT_ID)
-        return;
+    if (ns_owns(ino))
+        return; /* namespaces are numbered for the mount's lifetime */
     if (wtable_owns(ino))
         wops_forget(fs, ino, nlookup);
     else
@@ -115,10 +139,9 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
     ckptfs *fs = fs_of(req);
     (void)fi;
-    if (ino == FUSE_ROOT_ID) {
-        struct stat st;
-        root_attr(fs, &st);
-        fuse_reply_attr(req, &st, ROOT_ATTR_TIMEOUT);
+    ino = route(fs, ino);
+    if (ns_owns(ino)) {
+        nsops_getattr(req, fs, ino);
         return;
     }
     if (wtable_owns(ino) && wops_getattr(req, fs, ino))
@@ -129,12 +152,25 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
-    if (ino == FUSE_ROOT_ID) {
+    if (ns_owns(ino)) {
         fuse_reply_err(req, EISDIR);
         return;
     }
     if (wtable_owns(ino) && wops_open(req, fs, ino, fi))
         return;
+    /* A packed file opened for writing reopens its checkpoint; one whose
+     * checkpoint is being written again opens the file written. */
+    int writing = (fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC);
+    fuse_ino_t w;
+    int err = writing ? route_change(fs, ino, &w) : (w = route(fs, ino)) == ino ? ENOENT : 0;
+    if (err == 0 && w != ino && wtable_owns(w)) {
+        wops_open_fwd(req, fs, w, fi);
+        return;
+    }
+    if (writing && err && err != EROFS) {
+        fuse_reply_err(req, err);
+        return;
+    }
     rops_open(req, fs, ino, fi);
 }
 
@@ -142,6 +178,15 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
+    fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
+    if (h && h->is_fwd) {
+        if (!wops_read(req, fs, h->u.fwd, size, off)) {
+            struct fuse_file_info plain = *fi; /* committed since: from its pack */
+            plain.fh = 0;
+            rops_read(req, fs, h->u.fwd, size, off, &plain);
+        }
+        return;
+    }
     if (wtable_owns(ino) && wops_read(req, fs, ino, size, off))
         return;
     rops_read(req, fs, ino, size, off, fi);
@@ -151,6 +196,11 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
     ckptfs *fs = fs_of(req);
     fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
+    if (h && h->is_fwd) {
+        wops_release(req, fs, h->u.fwd);
+        handle_drop(fs, h);
+        return;
+    }
     /* Files of writable checkpoints have no handle (fh 0). */
     if (wtable_owns(ino) || !h)
         wops_release(req, fs, ino);
@@ -158,35 +208,12 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         rops_release(req, fs, h);
 }
 
-/* The root lists both sides: packs, and the checkpoints being written
- * (which hide a pack of the same name). */
-static void open_root(fuse_req_t req, ckptfs *fs, struct fuse_file_info *fi)
-{
-    fs_handle *h = calloc(1, sizeof *h);
-    if (!h) {
-        fuse_reply_err(req, ENOMEM);
-        return;
-    }
-    h->is_root_listing = 1;
-    int rc = checkpoints_list(&fs->table, &h->u.listing);
-    if (rc == 0) {
-        rc = wops_root_listing_add(fs, &h->u.listing);
-        if (rc)
-            root_listing_free(&h->u.listing);
-    }
-    if (rc) {
-        free(h);
-        fuse_reply_err(req, -rc);
-        return;
-    }
-    handle_reply_open(req, fs, h, fi);
-}
-
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
-    if (ino == FUSE_ROOT_ID)
-        open_root(req, fs, fi);
+    ino = route(fs, ino);
+    if (ns_owns(ino))
+        nsops_opendir(req, fs, ino, fi);
     else if (!(wtable_owns(ino) && wops_opendir(req, fs, ino, fi)))
         rops_opendir(req, fs, ino, fi);
 }
@@ -199,7 +226,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     if (h && h->is_wlisting)
         wops_readdir(req, h, size, off);
     else
-        rops_readdir(req, fs, ino, size, off, ino == FUSE_ROOT_ID ? &h->u.listing : NULL);
+        rops_readdir(req, fs, ino, size, off, h && h->is_root_listing ? &h->u.listing : NULL);
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -229,14 +256,20 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
     ckptfs *fs = fs_of(req);
-    if (!(wtable_owns(ino) && wops_getxattr(req, fs, ino, name, size)))
+    ino = route(fs, ino);
+    if (ns_owns(ino))
+        nsops_getxattr(req, fs, ino, name, size);
+    else if (!(wtable_owns(ino) && wops_getxattr(req, fs, ino, name, size)))
         rops_getxattr(req, fs, ino, name, size);
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
     ckptfs *fs = fs_of(req);
-    if (!(wtable_owns(ino) && wops_listxattr(req, fs, ino, size)))
+    ino = route(fs, ino);
+    if (ns_owns(ino))
+        nsops_listxattr(req, fs, ino, size);
+    else if (!(wtable_owns(ino) && wops_listxattr(req, fs, ino, size)))
         rops_listxattr(req, fs, ino, size);
 }
 
@@ -244,19 +277,26 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
                         size_t size, int flags)
 {
     ckptfs *fs = fs_of(req);
-    if (!(wtable_owns(ino) && wops_setxattr(req, fs, ino, name, value, size)))
+    ino = route(fs, ino);
+    if (ns_owns(ino))
+        nsops_setxattr(req, fs, ino, name);
+    else if (!(wtable_owns(ino) && wops_setxattr(req, fs, ino, name, value, size)))
         rops_setxattr(req, fs, ino, name);
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-    fuse_reply_err(req, wtable_owns(ino) ? ENODATA : EROFS);
+    fuse_reply_err(req, wtable_owns(ino) || ns_owns(ino) ? ENODATA : EROFS);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
-    (void)ino;
-    fuse_reply_err(req, EINVAL);
+    ckptfs *fs = fs_of(req);
+    ino = route(fs, ino);
+    if (ns_owns(ino))
+        fuse_reply_err(req, EINVAL);
+    else if (!(wtable_owns(ino) && wops_readlink(req, fs, ino)))
+        rops_readlink(req, fs, ino);
 }
 
 /* Not called with default_permissions (the kernel checks modes itself);
@@ -264,7 +304,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
     ckptfs *fs = fs_of(req);
-    int ro = !fs->writable || (ino != FUSE_ROOT_ID && !wtable_owns(ino));
+    int ro = !fs->writable || (!ns_owns(ino) && !wtable_owns(ino));
     fuse_reply_err(req, (mask & W_OK) && ro ? EROFS : 0);
 }
 
@@ -282,6 +322,8 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
     (void)datasync;
     (void)fi;
     ckptfs *fs = fs_of(req);
+    fs_handle *h = fi ? (fs_handle *)(uintptr_t)fi->fh : NULL;
+    ino = h && h->is_fwd ? h->u.fwd : route(fs, ino);
     if (wtable_owns(ino) && wops_fsync(req, fs, ino))
         return;
     fuse_reply_err(req, 0);
@@ -298,20 +340,44 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
                        struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
+    int err = route_change(fs, ino, &ino);
+    if (err) {
+        fuse_reply_err(req, err);
+        return;
+    }
+    if (ns_owns(ino)) {
+        nsops_setattr(req, fs, ino, attr, to_set);
+        return;
+    }
     if (wtable_owns(ino) && wops_setattr(req, fs, ino, attr, to_set))
         return;
     fuse_reply_err(req, EROFS);
 }
+
+/* The changes below run on what route_change finds; a checkpoint
+ * committed between that and the change is routed (reopened) once more. */
+#define CHANGE_TRIES 2
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    if (parent == FUSE_ROOT_ID && fs->writable)
-        wops_root_refuse(req, name, "a file");
-    else if (!(wtable_owns(parent) && wops_mknod(req, fs, parent, name, mode)))
-        fuse_reply_err(req, EROFS);
+    for (int i = 0; i < CHANGE_TRIES; i++) {
+        fuse_ino_t p;
+        int err = route_change(fs, parent, &p);
+        if (err) {
+            fuse_reply_err(req, err);
+            return;
+        }
+        if (ns_owns(p)) {
+            nsops_create(req, fs, p, name, mode, NULL);
+            return;
+        }
+        if (wtable_owns(p) && wops_mknod(req, fs, p, name, mode))
+            return;
+    }
+    fuse_reply_err(req, EROFS);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
@@ -319,32 +385,67 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    if (parent == FUSE_ROOT_ID)
-        wops_root_mkdir(req, fs, name, mode);
-    else if (!(wtable_owns(parent) && wops_mkdir(req, fs, parent, name, mode)))
-        fuse_reply_err(req, EROFS);
+    for (int i = 0; i < CHANGE_TRIES; i++) {
+        fuse_ino_t p;
+        int err = route_change(fs, parent, &p);
+        if (err) {
+            fuse_reply_err(req, err);
+            return;
+        }
+        if (ns_owns(p)) {
+            nsops_mkdir(req, fs, p, name, mode);
+            return;
+        }
+        if (wtable_owns(p) && wops_mkdir(req, fs, p, name, mode))
+            return;
+    }
+    fuse_reply_err(req, EROFS);
+}
+
+/* unlink and rmdir: in a committed checkpoint they reopen it, so the
+ * removal lasts; where that cannot be, the entry is only hidden. */
+static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, int want_dir)
+{
+    ckptfs *fs = fs_of(req);
+    if (refuse_long_name(req, name, NULL))
+        return;
+    for (int i = 0; i < CHANGE_TRIES; i++) {
+        fuse_ino_t p;
+        int err = route_change(fs, parent, &p);
+        if (err == EROFS || err == EACCES) {
+            rops_remove(req, fs, nsops_route(fs, parent), name, want_dir);
+            return;
+        }
+        if (err) {
+            fuse_reply_err(req, err);
+            return;
+        }
+        if (p != parent && rops_is_view(fs, parent, name)) {
+            /* rm -r of a reopened checkpoint: its views go with its files. */
+            fuse_reply_err(req, 0);
+            return;
+        }
+        if (ns_owns(p)) {
+            if (want_dir)
+                nsops_rmdir(req, fs, p, name);
+            else
+                nsops_unlink(req, fs, p, name);
+            return;
+        }
+        if (wtable_owns(p) && (want_dir ? wops_rmdir(req, fs, p, name) : wops_unlink(req, fs, p, name)))
+            return;
+    }
+    fuse_reply_err(req, EROFS);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-    ckptfs *fs = fs_of(req);
-    if (refuse_long_name(req, name, NULL))
-        return;
-    if (parent == FUSE_ROOT_ID)
-        fuse_reply_err(req, fs->writable ? EISDIR : EROFS);
-    else if (!(wtable_owns(parent) && wops_unlink(req, fs, parent, name)))
-        rops_remove(req, fs, parent, name, 0);
+    remove_entry(req, parent, name, 0);
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-    ckptfs *fs = fs_of(req);
-    if (refuse_long_name(req, name, NULL))
-        return;
-    if (parent == FUSE_ROOT_ID)
-        wops_root_rmdir(req, fs, name);
-    else if (!(wtable_owns(parent) && wops_rmdir(req, fs, parent, name)))
-        rops_remove(req, fs, parent, name, 1);
+    remove_entry(req, parent, name, 1);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
@@ -352,12 +453,21 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    if (parent == FUSE_ROOT_ID && fs->writable)
-        wops_root_refuse(req, name, "a symbolic link");
-    else if (wtable_owns(parent))
-        fuse_reply_err(req, EPERM); /* a pack holds no links */
-    else
-        fuse_reply_err(req, EROFS);
+    for (int i = 0; i < CHANGE_TRIES; i++) {
+        fuse_ino_t p;
+        int err = route_change(fs, parent, &p);
+        if (err) {
+            fuse_reply_err(req, err);
+            return;
+        }
+        if (ns_owns(p)) {
+            nsops_symlink(req, fs, link, p, name);
+            return;
+        }
+        if (wtable_owns(p) && wops_symlink(req, fs, link, p, name))
+            return;
+    }
+    fuse_reply_err(req, EROFS);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
@@ -366,25 +476,36 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, newname))
         return;
-    if (parent == FUSE_ROOT_ID && newparent == FUSE_ROOT_ID)
-        wops_root_rename(req, fs, name, newname, flags);
-    else if (wtable_owns(parent) || wtable_owns(newparent))
-        wops_rename(req, fs, parent, name, newparent, newname, flags);
+    fuse_ino_t p, np;
+    int err = route_change(fs, parent, &p);
+    if (!err)
+        err = route_change(fs, newparent, &np);
+    if (err)
+        fuse_reply_err(req, err);
+    else if (ns_owns(p) && ns_owns(np))
+        nsops_rename(req, fs, p, name, np, newname, flags);
+    else if (ns_owns(p) || ns_owns(np))
+        fuse_reply_err(req, EXDEV);
+    else if (wtable_owns(p) || wtable_owns(np))
+        wops_rename(req, fs, p, name, np, newname, flags);
     else
-        fuse_reply_err(req, parent == FUSE_ROOT_ID || newparent == FUSE_ROOT_ID ? EXDEV : EROFS);
+        fuse_reply_err(req, EROFS);
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
     if (refuse_long_name(req, newname, NULL))
         return;
-    fuse_reply_err(req, wtable_owns(newparent) ? EPERM : EROFS);
+    fuse_reply_err(req, wtable_owns(newparent) || ns_owns(newparent) ? EPERM : EROFS);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
                      struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
+    fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
+    if (h && h->is_fwd)
+        ino = h->u.fwd;
     if (!(wtable_owns(ino) && wops_write(req, fs, ino, buf, size, off)))
         fuse_reply_err(req, EROFS);
 }
@@ -395,16 +516,30 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     ckptfs *fs = fs_of(req);
     if (refuse_long_name(req, name, NULL))
         return;
-    if (parent == FUSE_ROOT_ID && fs->writable)
-        wops_root_refuse(req, name, "a file");
-    else if (!(wtable_owns(parent) && wops_create(req, fs, parent, name, mode, fi)))
-        fuse_reply_err(req, EROFS);
+    for (int i = 0; i < CHANGE_TRIES; i++) {
+        fuse_ino_t p;
+        int err = route_change(fs, parent, &p);
+        if (err) {
+            fuse_reply_err(req, err);
+            return;
+        }
+        if (ns_owns(p)) {
+            nsops_create(req, fs, p, name, mode, fi);
+            return;
+        }
+        if (wtable_owns(p) && wops_create(req, fs, p, name, mode, fi))
+            return;
+    }
+    fuse_reply_err(req, EROFS);
 }
 
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                          struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
+    fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
+    if (h && h->is_fwd)
+        ino = h->u.fwd;
     if (!(wtable_owns(ino) && wops_fallocate(req, fs, ino, mode, offset, length)))
         fuse_reply_err(req, EROFS);
 }

@@ -80,7 +80,17 @@ static void node_attr(ckptfs *fs, const checkpoint *c, uint32_t node, struct sta
         st->st_nlink = 2 + n->n_subdirs;
         return;
     }
-    st->st_mode = S_IFREG | n->mode;
+    if (n->kind == TREE_LINK) {
+        st->st_mode = S_IFLNK | 0777;
+        st->st_nlink = 1;
+        st->st_size = (off_t)n->size;
+        return;
+    }
+    /* On a writable mount a packed file can be written again (the
+     * checkpoint is reopened): its mode as written. */
+    st->st_mode = S_IFREG | (fs->writable && n->kind == TREE_FILE
+                                 ? ckpt_file_at(c->pack, n->file_index)->mode & 07777
+                                 : n->mode);
     st->st_nlink = 1;
     st->st_size = (off_t)n->size;
     st->st_blocks = packed_blocks(c, n);
@@ -128,18 +138,31 @@ static void reply_entry(fuse_req_t req, ckptfs *fs, checkpoint *c, uint32_t node
         checkpoint_forget(&fs->table, c, 1);
 }
 
+int rops_lookup_checkpoint(fuse_req_t req, ckptfs *fs, const char *name)
+{
+    int err;
+    checkpoint *c = checkpoints_lookup(&fs->table, name, 1, &err);
+    if (!c)
+        return 0;
+    uint32_t node = TREE_ROOT;
+    if (c->is_file) {
+        /* A single file: its size and mode are in the pack. */
+        err = checkpoint_open(&fs->table, c);
+        node = err ? TREE_NONE : checkpoint_entry_node(c);
+        if (node == TREE_NONE) {
+            checkpoint_forget(&fs->table, c, 1);
+            fuse_reply_err(req, err ? -err : EIO);
+            return 1;
+        }
+    }
+    /* Looked up every time: the name may mean a new pack (or a writable
+     * checkpoint) at any time. */
+    reply_entry(req, fs, c, node, 0.0, c->is_file ? 0.0 : PACK_TIMEOUT);
+    return 1;
+}
+
 void rops_lookup(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name)
 {
-    if (parent == FUSE_ROOT_ID) {
-        int err;
-        checkpoint *c = checkpoints_lookup(&fs->table, name, 1, &err);
-        if (!c) {
-            fuse_reply_err(req, -err);
-            return;
-        }
-        reply_entry(req, fs, c, TREE_ROOT, 0.0, PACK_TIMEOUT);
-        return;
-    }
     checkpoint *c;
     uint32_t node;
     int err = resolve_dir(fs, parent, &c, &node);
@@ -354,11 +377,14 @@ void rops_readdir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t
                 continue;
             name = c->tree->nodes[child].name;
             entry_ino = checkpoint_ino(c, child);
-            if (c->tree->nodes[child].kind != TREE_DIR)
+            if (c->tree->nodes[child].kind == TREE_LINK)
+                type = S_IFLNK;
+            else if (c->tree->nodes[child].kind != TREE_DIR)
                 type = S_IFREG;
         } else {
             name = listing->entries[i - 2].name;
             entry_ino = listing->entries[i - 2].ino;
+            type = listing->entries[i - 2].type; /* 0: unknown (DT_UNKNOWN) */
         }
         size_t added = add_entry(req, buf, used, size, name, entry_ino, type, (off_t)(i + 1));
         if (!added)
@@ -436,6 +462,9 @@ void rops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
     checkpoint *c = ino == FUSE_ROOT_ID ? NULL : checkpoints_find(&fs->table, ino, &node);
     if (!c && wtable_owns(ino) && resolve(fs, ino, &c, &node) != 0)
         c = NULL;
+    if (c && c->is_file && checkpoint_open(&fs->table, c) == 0 &&
+        node == checkpoint_entry_node(c))
+        node = TREE_ROOT; /* a single file: its checkpoint's state */
     if (c && node == TREE_ROOT) {
         char value[PATH_MAX + sizeof c->last_error];
         long len = committed_xattr(fs, c, name, value, sizeof value);
@@ -474,7 +503,8 @@ void rops_listxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size)
         "\0" CKPT_XATTR_PACK;
     uint32_t node;
     checkpoint *c = ino == FUSE_ROOT_ID ? NULL : checkpoints_find(&fs->table, ino, &node);
-    if (c && node == TREE_ROOT)
+    if (c && (node == TREE_ROOT ||
+              (c->is_file && checkpoint_open(&fs->table, c) == 0 && node == checkpoint_entry_node(c))))
         reply_xattr_value(req, dir_names, sizeof dir_names, size);
     else if (tensor_of(fs, ino))
         reply_xattr_value(req, names, sizeof names, size);
@@ -487,11 +517,38 @@ void rops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name)
     uint32_t node;
     checkpoint *c = ino == FUSE_ROOT_ID ? NULL : checkpoints_find(&fs->table, ino, &node);
     /* `ckpt commit` on a checkpoint that is already committed: done. */
-    if (c && node == TREE_ROOT && strcmp(name, CKPT_XATTR_COMMIT) == 0) {
+    if (c && (node == TREE_ROOT || c->is_file) && strcmp(name, CKPT_XATTR_COMMIT) == 0) {
         fuse_reply_err(req, 0);
         return;
     }
     fuse_reply_err(req, EROFS);
+}
+
+void rops_readlink(fuse_req_t req, ckptfs *fs, fuse_ino_t ino)
+{
+    checkpoint *c;
+    uint32_t node;
+    int err = resolve(fs, ino, &c, &node);
+    if (err)
+        fuse_reply_err(req, err);
+    else if (c->tree->nodes[node].kind != TREE_LINK)
+        fuse_reply_err(req, EINVAL);
+    else
+        fuse_reply_readlink(req, c->tree->nodes[node].target);
+}
+
+int rops_is_view(ckptfs *fs, fuse_ino_t parent, const char *name)
+{
+    uint32_t node;
+    checkpoint *c = wtable_owns(parent) ? NULL : checkpoints_find(&fs->table, parent, &node);
+    if (!c || checkpoint_open(&fs->table, c) != 0 || node >= c->tree->n_nodes)
+        return 0;
+    uint32_t n = pack_tree_lookup(c->tree, node, name);
+    if (n == TREE_NONE)
+        return 0;
+    const tree_node *t = &c->tree->nodes[n];
+    return t->kind == TREE_MANIFEST || t->kind == TREE_TENSOR ||
+           (node == TREE_ROOT && t->kind == TREE_DIR && strcmp(name, "tensors") == 0);
 }
 
 void rops_remove(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, int want_dir)

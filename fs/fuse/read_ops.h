@@ -7,6 +7,10 @@
 
 #include "mount.h"
 
+/* A pack called name (a checkpoint path): replies with its entry (its
+ * directory, or its one file) and returns 1; 0 (no reply) when there is
+ * none. */
+int rops_lookup_checkpoint(fuse_req_t req, ckptfs *fs, const char *name);
 void rops_lookup(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name);
 /* No reply: forget answers once for a batch. */
 void rops_forget(ckptfs *fs, fuse_ino_t ino, uint64_t nlookup);
@@ -22,6 +26,10 @@ void rops_readdir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t
 void rops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name, size_t size);
 void rops_listxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size);
 void rops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name);
+void rops_readlink(fuse_req_t req, ckptfs *fs, fuse_ino_t ino);
+/* Is name in the pack directory parent something ckptfs shows of the
+ * files (manifest.json, tensors/), not a packed file? */
+int rops_is_view(ckptfs *fs, fuse_ino_t parent, const char *name);
 /* unlink/rmdir inside a committed checkpoint: hides the entry (the pack is
  * immutable); EROFS on a read-only mount. */
 void rops_remove(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, int want_dir);

@@ -12,7 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/backing_path.h"
 #include "common/fslog.h"
+#include "common/links.h"
 #include "ckpt_mount.h"
 #include "handles.h"
 #include "reply.h"
@@ -71,9 +73,9 @@ static void reply_entry(fuse_req_t req, ckptfs *fs, wckpt *c, uint32_t node, str
         wtable_forget(&fs->wtable, c, 1);
 }
 
-/* ------------------------------------------------------------- the root */
+/* ------------------------------------------- checkpoints by name */
 
-int wops_root_lookup(fuse_req_t req, ckptfs *fs, const char *name)
+int wops_ckpt_lookup(fuse_req_t req, ckptfs *fs, const char *name)
 {
     if (!fs->writable)
         return 0;
@@ -81,7 +83,8 @@ int wops_root_lookup(fuse_req_t req, ckptfs *fs, const char *name)
     if (!c)
         return 0;
     struct stat st;
-    int rc = wckpt_getattr(c, WTREE_ROOT, &st);
+    uint32_t node = wckpt_entry_node(c);
+    int rc = node == WTREE_NONE ? -EIO : wckpt_getattr(c, node, &st);
     if (rc) {
         wtable_forget(&fs->wtable, c, 1);
         /* Committed this instant: the pack answers. */
@@ -91,37 +94,24 @@ int wops_root_lookup(fuse_req_t req, ckptfs *fs, const char *name)
         return 1;
     }
     /* Looked up every time: the name moves to the pack at commit. */
-    reply_entry(req, fs, c, WTREE_ROOT, &st, 0.0);
+    reply_entry(req, fs, c, node, &st, 0.0);
     return 1;
 }
 
-void wops_root_mkdir(fuse_req_t req, ckptfs *fs, const char *name, mode_t mode)
+/* A pack deleted with the writable checkpoint that reopened it: the read
+ * side lets go of its file now (a lookup that misses retires it). */
+static void pack_gone(ckptfs *fs, const char *name)
 {
-    if (!fs->writable) {
-        fuse_reply_err(req, EROFS);
-        return;
-    }
-    wckpt *c;
-    int rc = wtable_mkdir(&fs->wtable, name, mode & 07777, &c);
-    if (rc == -EINVAL)
-        fslog_warn("mkdir '%s': checkpoint names cannot be empty or start with '.'", name);
-    if (rc) {
-        fuse_reply_err(req, -rc);
-        return;
-    }
-    struct stat st;
-    rc = wckpt_getattr(c, WTREE_ROOT, &st);
-    if (rc) {
-        wtable_forget(&fs->wtable, c, 1);
-        fuse_reply_err(req, -rc);
-        return;
-    }
-    reply_entry(req, fs, c, WTREE_ROOT, &st, 0.0);
+    int err;
+    checkpoint *c = checkpoints_lookup(&fs->table, name, 0, &err);
+    (void)c;
 }
 
-void wops_root_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
+void wops_ckpt_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
 {
     int rc = fs->writable ? wtable_rmdir(&fs->wtable, name) : -ENOENT;
+    if (rc == 0)
+        pack_gone(fs, name);
     if (rc != -ENOENT) {
         if (rc == -EBUSY)
             fslog_warn("rmdir '%s': the checkpoint is being packed; remove it once committed",
@@ -138,18 +128,40 @@ void wops_root_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
         fuse_reply_err(req, -err);
         return;
     }
-    rc = checkpoint_open(&fs->table, c);
+    rc = c->is_file ? -ENOTDIR : checkpoint_open(&fs->table, c);
     if (rc == 0 && !checkpoint_is_empty(c))
         rc = -ENOTEMPTY;
     if (rc == 0)
-        rc = fs->writable ? wtable_remove_pack(&fs->wtable, name) : -EROFS;
+        rc = fs->writable ? wtable_remove_pack(&fs->wtable, name, 0) : -EROFS;
     if (rc == 0)
         checkpoint_removed(&fs->table, c);
     checkpoint_forget(&fs->table, c, 1);
     fuse_reply_err(req, -rc);
 }
 
-void wops_root_rename(fuse_req_t req, ckptfs *fs, const char *name, const char *newname,
+void wops_ckpt_unlink(fuse_req_t req, ckptfs *fs, const char *name)
+{
+    int rc = fs->writable ? wtable_unlink_file(&fs->wtable, name) : -ENOENT;
+    if (rc == 0)
+        pack_gone(fs, name);
+    if (rc != -ENOENT) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    int err;
+    checkpoint *c = checkpoints_lookup(&fs->table, name, 1, &err);
+    if (!c) {
+        fuse_reply_err(req, -err);
+        return;
+    }
+    rc = !c->is_file ? -EISDIR : fs->writable ? wtable_remove_pack(&fs->wtable, name, 1) : -EROFS;
+    if (rc == 0)
+        checkpoint_removed(&fs->table, c);
+    checkpoint_forget(&fs->table, c, 1);
+    fuse_reply_err(req, -rc);
+}
+
+void wops_ckpt_rename(fuse_req_t req, ckptfs *fs, const char *name, const char *newname,
                       unsigned flags)
 {
     if (!fs->writable) {
@@ -166,22 +178,45 @@ void wops_root_rename(fuse_req_t req, ckptfs *fs, const char *name, const char *
     fuse_reply_err(req, -rc);
 }
 
-void wops_root_refuse(fuse_req_t req, const char *name, const char *what)
+void wops_ckpt_create(fuse_req_t req, ckptfs *fs, const char *name, mode_t mode,
+                      struct fuse_file_info *fi)
 {
-    fslog_warn("cannot create %s '%s' at the top of the mount: only checkpoint directories live "
-               "there (mkdir MOUNT/NAME, then write into MOUNT/NAME/)",
-               what, name);
-    fuse_reply_err(req, EPERM);
+    wckpt *c;
+    uint32_t node;
+    struct stat st;
+    int rc = wtable_create_file(&fs->wtable, name, mode & 07777, &c, &node, &st);
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    struct fuse_entry_param e;
+    memset(&e, 0, sizeof e);
+    e.ino = wckpt_ino(c, node);
+    e.entry_timeout = 0.0;
+    e.attr_timeout = WRITE_TIMEOUT;
+    e.attr = st;
+    fill_ids(fs, &e.attr, e.ino);
+    if (!fi) { /* mknod */
+        wckpt_release(c, node);
+        if (fuse_reply_entry(req, &e) != 0)
+            wtable_forget(&fs->wtable, c, 1);
+        return;
+    }
+    fi->fh = 0;
+    fi->keep_cache = 1;
+    if (fuse_reply_create(req, &e, fi) != 0) {
+        wckpt_release(c, node);
+        wtable_forget(&fs->wtable, c, 1);
+    }
 }
 
-int wops_root_listing_add(ckptfs *fs, root_listing *l)
+int wops_listing_add(ckptfs *fs, const char *ns, root_listing *l)
 {
     if (!fs->writable)
         return 0;
-    char **names;
-    uint64_t *inos;
+    wlisted *v;
     size_t n;
-    int rc = wtable_names(&fs->wtable, &names, &inos, &n);
+    int rc = wtable_list(&fs->wtable, ns, &v, &n);
     if (rc)
         return rc;
     struct root_entry *grown = realloc(l->entries, (l->n + n + 1) * sizeof *grown);
@@ -191,22 +226,21 @@ int wops_root_listing_add(ckptfs *fs, root_listing *l)
         l->entries = grown;
         for (size_t i = 0; i < n; i++) {
             size_t j = 0;
-            while (j < l->n && strcmp(l->entries[j].name, names[i]) != 0)
+            while (j < l->n && strcmp(l->entries[j].name, v[i].name) != 0)
                 j++;
-            if (j < l->n) { /* shadows a pack of the same name */
+            if (j < l->n) { /* shadows a pack (or namespace) of the same name */
                 free(l->entries[j].name);
             } else {
                 l->n++;
             }
-            l->entries[j].name = names[i];
-            l->entries[j].ino = inos[i];
-            names[i] = NULL;
+            l->entries[j].name = v[i].name;
+            l->entries[j].ino = v[i].ino;
+            l->entries[j].type = v[i].is_link ? S_IFLNK : v[i].is_file ? S_IFREG : S_IFDIR;
+            l->entries[j].is_ns = 0;
+            v[i].name = NULL;
         }
     }
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
-    free(inos);
+    wlisted_free(v, n);
     return rc;
 }
 
@@ -336,6 +370,49 @@ int wops_mknod(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, 
     return 1;
 }
 
+int wops_symlink(fuse_req_t req, ckptfs *fs, const char *target, fuse_ino_t parent,
+                 const char *name)
+{
+    uint32_t dir, node;
+    wckpt *c = find(req, fs, parent, &dir);
+    if (!c)
+        return 1;
+    struct stat st;
+    int rc = wckpt_symlink(c, dir, name, target, &node, &st);
+    if (rc)
+        return reply_error(req, c, rc);
+    wtable_count_lookup(&fs->wtable, c);
+    reply_entry(req, fs, c, node, &st, WRITE_TIMEOUT);
+    return 1;
+}
+
+int wops_readlink(fuse_req_t req, ckptfs *fs, fuse_ino_t ino)
+{
+    uint32_t node;
+    wckpt *c = find(req, fs, ino, &node);
+    if (!c)
+        return 1;
+    char target[LINK_TARGET_MAX + 1];
+    int rc = wckpt_readlink(c, node, target, sizeof target);
+    if (rc)
+        return reply_error(req, c, rc);
+    fuse_reply_readlink(req, target);
+    return 1;
+}
+
+void wops_ckpt_symlink(fuse_req_t req, ckptfs *fs, const char *target, const char *name)
+{
+    wckpt *c;
+    uint32_t node;
+    struct stat st;
+    int rc = wtable_create_link(&fs->wtable, name, target, &c, &node, &st);
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    reply_entry(req, fs, c, node, &st, 0.0);
+}
+
 int wops_mkdir(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, mode_t mode)
 {
     uint32_t dir, node;
@@ -411,6 +488,35 @@ int wops_open(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info 
     if (fuse_reply_open(req, fi) != 0)
         wckpt_release(c, node);
     return 1;
+}
+
+void wops_open_fwd(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    uint32_t node;
+    wckpt *c = find(req, fs, ino, &node);
+    if (!c)
+        return;
+    int rc = wckpt_open(c, node, fi->flags);
+    if (rc) {
+        fuse_reply_err(req, rc == -ESTALE ? EROFS : -rc);
+        return;
+    }
+    fs_handle *h = calloc(1, sizeof *h);
+    if (!h) {
+        wckpt_release(c, node);
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    h->is_fwd = 1;
+    h->u.fwd = ino;
+    /* The kernel's pages are the old generation's: not kept. */
+    fi->keep_cache = 0;
+    handle_track(fs, h);
+    fi->fh = (uintptr_t)h;
+    if (fuse_reply_open(req, fi) != 0) {
+        wckpt_release(c, node);
+        handle_drop(fs, h);
+    }
 }
 
 int wops_read(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off)
@@ -528,7 +634,7 @@ void wops_readdir(fuse_req_t req, fs_handle *h, size_t size, off_t off)
             const wdirent *e = &h->u.wlisting.entries[i - 2];
             name = e->name;
             st.st_ino = serial_bits | ((uint64_t)e->node + 1);
-            st.st_mode = e->is_dir ? S_IFDIR : S_IFREG;
+            st.st_mode = e->is_dir ? S_IFDIR : e->is_link ? S_IFLNK : S_IFREG;
         }
         size_t need = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
         if (need > size - used)
@@ -548,7 +654,7 @@ int wops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name, 
     if (committed(c))
         return 0;
     char value[1024];
-    int len = node == WTREE_ROOT ? wckpt_xattr(c, name, value, sizeof value) : -ENODATA;
+    int len = node == wckpt_entry_node(c) ? wckpt_xattr(c, name, value, sizeof value) : -ENODATA;
     if (len < 0)
         fuse_reply_err(req, -len);
     else
@@ -563,7 +669,7 @@ int wops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
     wckpt *c = find(req, fs, ino, &node);
     if (!c)
         return 1;
-    if (node == WTREE_ROOT && strcmp(name, CKPT_XATTR_COMMIT) == 0) {
+    if (node == wckpt_entry_node(c) && strcmp(name, CKPT_XATTR_COMMIT) == 0) {
         int rc = wtable_commit(&fs->wtable, c);
         if (rc == -EACCES)
             fslog_warn("checkpoint '%s': cannot commit: %s", c->name,
@@ -587,7 +693,7 @@ int wops_listxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size)
         return 1;
     if (committed(c))
         return 0;
-    reply_xattr_value(req, names, node == WTREE_ROOT ? sizeof names : 0, size);
+    reply_xattr_value(req, names, node == wckpt_entry_node(c) ? sizeof names : 0, size);
     return 1;
 }
 

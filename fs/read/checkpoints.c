@@ -10,10 +10,11 @@
 #include <unistd.h>
 
 #include "checkpoint_state.h"
+#include "common/backing_path.h"
 #include "common/fslog.h"
 #include "manifest.h"
 
-#define SUFFIX_LEN (sizeof CKPT_SUFFIX - 1)
+#define SUFFIX_LEN BACKING_SUFFIX_LEN
 /* A pack with this many distinct damaged chunks is hopeless; stop keeping
  * track (and keep logging) rather than grow without bound. */
 #define MAX_LOGGED_CHUNKS 4096
@@ -62,11 +63,16 @@ static void warn_link_once(checkpoint_table *t, const char *file_name)
                    t->backing_path, file_name);
 }
 
-/* Is file_name in the backing directory a pack? Its stat in *st. Never
- * follows a link. */
+/* Is file_name (a path below the backing directory) a pack? Its stat in
+ * *st. Never follows a link. */
 static int stat_pack(checkpoint_table *t, const char *file_name, struct stat *st)
 {
-    if (fstatat(t->backing_fd, file_name, st, AT_SYMLINK_NOFOLLOW) != 0)
+    int dir = backing_open_parent(t->backing_fd, file_name, 0);
+    if (dir < 0)
+        return 0;
+    int rc = fstatat(dir, backing_base(file_name), st, AT_SYMLINK_NOFOLLOW);
+    close(dir);
+    if (rc != 0)
         return 0;
     if (S_ISLNK(st->st_mode))
         warn_link_once(t, file_name);
@@ -168,15 +174,30 @@ static int same_file(const struct stat *a, const struct stat *b)
            a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
 }
 
-/* Shown names: not hidden, not empty, and NAME.tpack must fit in a name. */
-static int pack_file_name(const char *name, char *out, size_t out_len)
+/* Shown names: checkpoint paths (backing_path.h) whose NAME.tpack (or
+ * NAME.tfile) fits. */
+static int pack_file_name(const char *name, int is_file, char *out, size_t out_len)
 {
     size_t len = strlen(name);
-    if (len == 0 || name[0] == '.' || len + SUFFIX_LEN > NAME_MAX || len + SUFFIX_LEN >= out_len)
+    if (!backing_path_ok(name) || len + SUFFIX_LEN >= out_len)
         return -ENOENT;
     memcpy(out, name, len);
-    memcpy(out + len, CKPT_SUFFIX, SUFFIX_LEN + 1);
+    memcpy(out + len, is_file ? BACKING_FILE_SUFFIX : BACKING_PACK_SUFFIX, SUFFIX_LEN + 1);
     return 0;
+}
+
+uint32_t checkpoint_entry_node(const checkpoint *c)
+{
+    if (!c->is_file)
+        return TREE_ROOT;
+    const tree_node *root = c->tree ? &c->tree->nodes[TREE_ROOT] : NULL;
+    for (uint32_t i = 0; root && i < root->n_children; i++) {
+        tree_kind k = c->tree->nodes[root->children[i]].kind;
+        if (k == TREE_FILE || k == TREE_LINK)
+            return root->children[i];
+    }
+    /* A packed name that clashed with a view: under .packed/. */
+    return c->tree && ckpt_file_count(c->pack) > 0 ? c->tree->file_node[0] : TREE_NONE;
 }
 
 static checkpoint *checkpoint_new(checkpoint_table *t, const char *name, const char *file_name,
@@ -195,6 +216,8 @@ static checkpoint *checkpoint_new(checkpoint_table *t, const char *name, const c
         return NULL;
     }
     snprintf(c->pack_path, path_len, "%s/%s", t->backing_path, file_name);
+    size_t flen = strlen(file_name);
+    c->is_file = strcmp(file_name + flen - SUFFIX_LEN, BACKING_FILE_SUFFIX) == 0;
     c->identity = *st;
     c->current = 1;
     c->state = CHECKPOINT_UNOPENED;
@@ -209,10 +232,12 @@ static checkpoint *checkpoint_new(checkpoint_table *t, const char *name, const c
 static checkpoint *current_for(checkpoint_table *t, const char *name, const char *file_name,
                                const struct stat *st)
 {
+    size_t flen = strlen(file_name);
+    int is_file = strcmp(file_name + flen - SUFFIX_LEN, BACKING_FILE_SUFFIX) == 0;
     for (checkpoint *c = t->all; c; c = c->next) {
         if (!c->current || strcmp(c->name, name) != 0)
             continue;
-        if (same_file(&c->identity, st))
+        if (same_file(&c->identity, st) && c->is_file == is_file)
             return c;
         retire(t, c);
         break;
@@ -230,12 +255,17 @@ static checkpoint *current_for(checkpoint_table *t, const char *name, const char
 
 checkpoint *checkpoints_lookup(checkpoint_table *t, const char *name, int count_lookup, int *err)
 {
-    char file_name[NAME_MAX + 1];
+    char file_name[BACKING_PATH_MAX + SUFFIX_LEN + 1];
     struct stat st;
-    *err = pack_file_name(name, file_name, sizeof file_name);
+    *err = pack_file_name(name, 0, file_name, sizeof file_name);
     if (*err)
         return NULL;
-    if (!stat_pack(t, file_name, &st)) {
+    int found = stat_pack(t, file_name, &st);
+    if (!found) {
+        pack_file_name(name, 1, file_name, sizeof file_name);
+        found = stat_pack(t, file_name, &st);
+    }
+    if (!found) {
         *err = -ENOENT;
         pthread_mutex_lock(&t->lock);
         for (checkpoint *c = t->all; c; c = c->next) {
@@ -257,7 +287,8 @@ checkpoint *checkpoints_lookup(checkpoint_table *t, const char *name, int count_
     return c;
 }
 
-static int listing_add(root_listing *l, size_t *cap, const char *name, uint64_t ino)
+static int listing_add(root_listing *l, size_t *cap, const char *name, uint64_t ino,
+                       mode_t type, int is_ns)
 {
     if (l->n == *cap) {
         size_t grown_cap = *cap ? *cap * 2 : 16;
@@ -271,16 +302,26 @@ static int listing_add(root_listing *l, size_t *cap, const char *name, uint64_t 
     if (!l->entries[l->n].name)
         return -ENOMEM;
     l->entries[l->n].ino = ino;
+    l->entries[l->n].type = type;
+    l->entries[l->n].is_ns = is_ns;
     l->n++;
     return 0;
 }
 
-int checkpoints_list(checkpoint_table *t, root_listing *out)
+/* Is c's pack directly in the namespace ns? */
+static int in_namespace(const checkpoint *c, const char *ns)
+{
+    const char *slash = strrchr(c->name, '/');
+    size_t dir_len = slash ? (size_t)(slash - c->name) : 0;
+    return dir_len == strlen(ns) && strncmp(c->name, ns, dir_len) == 0;
+}
+
+int checkpoints_list(checkpoint_table *t, const char *ns, root_listing *out)
 {
     memset(out, 0, sizeof *out);
-    int fd = openat(t->backing_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = backing_open_dir(t->backing_fd, ns, 0);
     if (fd < 0)
-        return -errno;
+        return fd;
     DIR *dir = fdopendir(fd);
     if (!dir) {
         int rc = -errno;
@@ -297,24 +338,48 @@ int checkpoints_list(checkpoint_table *t, root_listing *out)
     struct dirent *d;
     while (rc == 0 && (d = readdir(dir))) {
         size_t len = strlen(d->d_name);
-        if (d->d_name[0] == '.' || len <= SUFFIX_LEN ||
-            strcmp(d->d_name + len - SUFFIX_LEN, CKPT_SUFFIX) != 0)
-            continue;
         struct stat st;
-        if (!stat_pack(t, d->d_name, &st))
+        if (strcmp(d->d_name, ".") == 0 || strcmp(d->d_name, "..") == 0)
             continue;
-        char name[NAME_MAX + 1];
-        memcpy(name, d->d_name, len - SUFFIX_LEN);
-        name[len - SUFFIX_LEN] = '\0';
-        pthread_mutex_lock(&t->lock);
-        checkpoint *c = current_for(t, name, d->d_name, &st);
-        if (c) {
-            c->scan_seen = generation;
-            rc = listing_add(out, &cap, name, checkpoint_ino(c, TREE_ROOT));
-        } else {
-            rc = -ENOMEM;
+        if (fstatat(dirfd(dir), d->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            /* A namespace: any directory whose name a path may have. */
+            if (backing_name_ok(d->d_name))
+                rc = listing_add(out, &cap, d->d_name, 0, S_IFDIR, 1);
+            continue;
         }
-        pthread_mutex_unlock(&t->lock);
+        int is_file = len > SUFFIX_LEN && strcmp(d->d_name + len - SUFFIX_LEN,
+                                                 BACKING_FILE_SUFFIX) == 0;
+        if (len <= SUFFIX_LEN ||
+            (!is_file && strcmp(d->d_name + len - SUFFIX_LEN, BACKING_PACK_SUFFIX) != 0))
+            continue;
+        char base[NAME_MAX + 1];
+        memcpy(base, d->d_name, len - SUFFIX_LEN);
+        base[len - SUFFIX_LEN] = '\0';
+        char *name = backing_join(ns, base);
+        char *file_name = backing_join(ns, d->d_name);
+        if (!name || !file_name) {
+            free(name);
+            free(file_name);
+            rc = -ENOMEM;
+            break;
+        }
+        if (backing_path_ok(name) && stat_pack(t, file_name, &st)) {
+            pthread_mutex_lock(&t->lock);
+            checkpoint *c = current_for(t, name, file_name, &st);
+            if (c) {
+                c->scan_seen = generation;
+                /* A single file may be a link: unknown until opened. */
+                rc = listing_add(out, &cap, base, checkpoint_ino(c, TREE_ROOT),
+                                 is_file ? 0 : S_IFDIR, 0);
+            } else {
+                rc = -ENOMEM;
+            }
+            pthread_mutex_unlock(&t->lock);
+        }
+        free(name);
+        free(file_name);
     }
     closedir(dir);
     if (rc) {
@@ -327,7 +392,8 @@ int checkpoints_list(checkpoint_table *t, root_listing *out)
     checkpoint *c = t->all;
     while (c) {
         checkpoint *next = c->next;
-        if (c->current && c->scan_seen != generation && c->serial < first_new_serial)
+        if (c->current && c->scan_seen != generation && c->serial < first_new_serial &&
+            in_namespace(c, ns))
             retire(t, c);
         c = next;
     }
@@ -403,7 +469,7 @@ static int is_lasting(int err)
 static int open_pack_nofollow(checkpoint_table *t, checkpoint *c, ckpt_pack **pack,
                               ckpt_err *err)
 {
-    const char *file_name = strrchr(c->pack_path, '/') + 1;
+    const char *file_name = c->pack_path + strlen(t->backing_path) + 1;
     int rc = ckpt_pack_open_in(t->store, file_name, mount_key_get(t->key), pack, err);
     if (rc == -ELOOP) {
         warn_link_once(t, file_name);

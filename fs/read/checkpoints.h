@@ -1,5 +1,8 @@
-/* The checkpoints of the backing directory: one per NAME.tpack, opened on
- * first use and kept open while the file stays the same (same inode, size
+/* The checkpoints of the backing directory: one per NAME.tpack (a
+ * directory) or NAME.tfile (a single file), in the backing directory or
+ * in its subdirectories, the namespaces (common/backing_path.h): NAME is
+ * the path, "run1/checkpoint-500" for BACKING/run1/checkpoint-500.tpack.
+ * Each is opened on first use and kept open while the file stays the same (same inode, size
  * and mtime). When a pack changes or disappears its checkpoint is retired:
  * it stays alive, unlisted, until the kernel forgets its inodes and the
  * last open file and job let go of it.
@@ -33,8 +36,9 @@ enum { CHECKPOINT_UNOPENED, CHECKPOINT_OPEN, CHECKPOINT_FAILED };
 typedef struct checkpoint {
     struct checkpoint *next;
     uint32_t serial;
-    char *name;               /* NAME, shown as the directory name */
-    char *pack_path;          /* absolute path of NAME.tpack */
+    char *name;               /* NAME, its path below the mount */
+    char *pack_path;          /* absolute path of NAME.tpack or NAME.tfile */
+    int is_file;              /* NAME.tfile: shown as its one file */
     struct stat identity;     /* the file as it was when found */
     int current;              /* still what NAME means */
     int file_dropped;         /* not current, unused: pack file let go */
@@ -76,12 +80,16 @@ typedef struct checkpoint_table {
     size_t n_warned_links;
 } checkpoint_table;
 
-/* One root directory listing, taken when the root is opened. */
+/* One namespace's listing (the root's, or a subdirectory's), taken when
+ * it is opened: its checkpoints, and its subdirectories (is_ns, ino 0:
+ * the caller numbers namespaces). */
 typedef struct root_listing {
     size_t n;
     struct root_entry {
         char *name;
         uint64_t ino;
+        mode_t type;          /* S_IFDIR or S_IFREG */
+        int is_ns;
     } *entries;
 } root_listing;
 
@@ -97,8 +105,12 @@ static inline uint64_t checkpoint_ino(const checkpoint *c, uint32_t node)
 /* NAME -> its current checkpoint, with one kernel reference taken when
  * count_lookup; NULL with *err = -ENOENT (or another errno). */
 checkpoint *checkpoints_lookup(checkpoint_table *t, const char *name, int count_lookup, int *err);
-/* Rescans the backing directory. */
-int checkpoints_list(checkpoint_table *t, root_listing *out);
+/* Rescans the namespace ns ("" for the backing directory itself). */
+int checkpoints_list(checkpoint_table *t, const char *ns, root_listing *out);
+/* The node the checkpoint's name shows: TREE_ROOT for a directory, the
+ * one packed file of a NAME.tfile (TREE_NONE if it holds none). Needs
+ * the checkpoint open. */
+uint32_t checkpoint_entry_node(const checkpoint *c);
 void root_listing_free(root_listing *l);
 
 /* The checkpoint of an inode and the node inside it; NULL if none. The

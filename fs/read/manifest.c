@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/links.h"
+
 /* Text from untrusted packs (cipher names, notes) that JSON must carry:
  * in the display form of ckpt_names.h when it is not UTF-8. */
 static json_t *lossy_string(const char *s)
@@ -76,6 +78,8 @@ static int add_files(json_t *list, const ckpt_pack *p, const pack_tree *t)
 {
     for (size_t i = 0; i < ckpt_file_count(p); i++) {
         const ckpt_file_info *f = ckpt_file_at(p, i);
+        if (strcmp(f->path, LINKS_FILE) == 0)
+            continue; /* shown as the links it holds */
         json_t *entry = json_object();
         if (!entry || json_array_append_new(list, entry))
             return -1;

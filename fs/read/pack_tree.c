@@ -6,6 +6,7 @@
 
 #include "ckpt_mount.h"
 #include "common/fslog.h"
+#include "common/links.h"
 #include "common/name_escape.h"
 
 #define COMPONENT_MAX 255
@@ -191,12 +192,57 @@ static int is_reserved_top(const char *path)
     return 0;
 }
 
+static int add_link(void *ud, const link_entry *e)
+{
+    builder *b = ud;
+    tree_node proto = {0};
+    proto.kind = TREE_LINK;
+    proto.mode = 0777;
+    proto.mtime_sec = e->mtime_sec;
+    proto.mtime_nsec = e->mtime_nsec;
+    proto.size = strlen(e->target);
+    proto.target = strdup(e->target);
+    if (!proto.target)
+        return -ENOMEM;
+    uint32_t node;
+    int rc = is_reserved_top(e->path) ? 1 : insert_path(b, TREE_ROOT, e->path, &proto, "link", &node);
+    if (rc)
+        free(proto.target);
+    return rc < 0 ? rc : 0;
+}
+
+/* The links the checkpoint was written with, from its LINKS_FILE. */
+static int add_links(builder *b, const ckpt_pack *p, size_t index)
+{
+    uint64_t size = ckpt_file_at(p, index)->size;
+    char *buf = size <= (64u << 20) ? malloc(size ? size : 1) : NULL;
+    if (!buf) {
+        log_skip(b, "file", LINKS_FILE, "too large");
+        return 0;
+    }
+    ckpt_err err = {0};
+    /* Reading does not change the pack: its index is what is const. */
+    ssize_t n = ckpt_file_pread((ckpt_pack *)p, index, buf, size, 0, &err);
+    int rc = n == (ssize_t)size ? links_decode(buf, size, add_link, b) : -EIO;
+    free(buf);
+    if (rc == -EIO) {
+        log_skip(b, "links of", LINKS_FILE, "the file cannot be read");
+        rc = 0;
+    }
+    return rc;
+}
+
 static int add_files(builder *b, const ckpt_pack *p)
 {
     pack_tree *t = b->t;
     uint32_t packed_dir = TREE_NONE;
+    long links = -1;
     for (size_t i = 0; i < ckpt_file_count(p); i++) {
         const ckpt_file_info *f = ckpt_file_at(p, i);
+        if (strcmp(f->path, LINKS_FILE) == 0) {
+            links = (long)i;
+            continue;
+        }
         tree_node proto = {0};
         proto.kind = TREE_FILE;
         proto.mode = f->mode & 0555;
@@ -218,7 +264,7 @@ static int add_files(builder *b, const ckpt_pack *p)
         if (rc < 0)
             return rc;
     }
-    return 0;
+    return links >= 0 ? add_links(b, p, (size_t)links) : 0;
 }
 
 static int add_tensors(builder *b, const ckpt_pack *p, uint32_t tensors_dir)
@@ -336,6 +382,7 @@ void pack_tree_free(pack_tree *t)
     for (uint32_t i = 0; i < t->n_nodes; i++) {
         free(t->nodes[i].name);
         free(t->nodes[i].children);
+        free(t->nodes[i].target);
     }
     free(t->nodes);
     free(t->slots);

@@ -23,7 +23,9 @@
 #define TREE_NONE UINT32_MAX
 #define TREE_ROOT 0u
 
-typedef enum tree_kind { TREE_DIR, TREE_FILE, TREE_TENSOR, TREE_MANIFEST } tree_kind;
+/* TREE_LINK: a symbolic link the checkpoint was written with, from its
+ * LINKS_FILE (common/links.h), which itself is not shown. */
+typedef enum tree_kind { TREE_DIR, TREE_FILE, TREE_TENSOR, TREE_MANIFEST, TREE_LINK } tree_kind;
 
 typedef struct tree_node {
     char *name;               /* one path component; "" for the root */
@@ -36,6 +38,7 @@ typedef struct tree_node {
     size_t file_index;        /* FILE, TENSOR: the packed file holding the bytes */
     uint64_t file_offset;     /* TENSOR: where its bytes start in that file */
     size_t tensor_index;      /* TENSOR */
+    char *target;             /* LINK */
     uint32_t *children;       /* DIR */
     uint32_t n_children, children_cap, n_subdirs;
 } tree_node;

@@ -11,28 +11,37 @@
 
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
+#include "common/backing_path.h"
 #include "common/fslog.h"
+#include "common/links.h"
 
-#define PACK_SUFFIX ".tpack"
 #define TMP_SUFFIX ".tpack.tmp"
 
 int packer_tmp_name(const char *name, char *out, size_t cap)
 {
-    int n = snprintf(out, cap, ".%s" TMP_SUFFIX, name);
+    const char *base = backing_base(name);
+    int n = snprintf(out, cap, "%.*s.%s" TMP_SUFFIX, (int)(base - name), name, base);
     return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
 typedef struct source {
     stage_blob *blob;
-    const int *cancel;
+    ckpt_pack *base;          /* when blob is NULL */
+    size_t base_index;
+    const int *cancel, *cancel_one;
     ckpt_err detail;          /* the blob's own message, richer than errno */
 } source;
 
 static ssize_t read_blob(void *ud, void *buf, size_t len, uint64_t off)
 {
     source *s = ud;
-    if (s->cancel && __atomic_load_n(s->cancel, __ATOMIC_RELAXED))
+    if ((s->cancel && __atomic_load_n(s->cancel, __ATOMIC_RELAXED)) ||
+        (s->cancel_one && __atomic_load_n(s->cancel_one, __ATOMIC_RELAXED)))
         return -ECANCELED;
+    if (!s->blob)
+        /* Unchanged since the pack this one replaces: decoded from it and
+         * packed again (no core call copies encoded chunks yet). */
+        return ckpt_file_pread(s->base, s->base_index, buf, len, off, &s->detail);
     return stage_blob_pread(s->blob, buf, len, off, &s->detail);
 }
 
@@ -54,7 +63,7 @@ static int read_sibling(void *ud, const char *pack_path, uint8_t **out, size_t *
     uint8_t *buf = malloc(f->size ? (size_t)f->size : 1);
     if (!buf)
         return -ENOMEM;
-    source src = {f->blob, job->cancel, {0}};
+    source src = {f->blob, f->base, f->base_index, job->cancel, job->cancel_one, {0}};
     size_t done = 0;
     while (done < f->size) {
         ssize_t r = read_blob(&src, buf + done, (size_t)f->size - done, done);
@@ -67,6 +76,24 @@ static int read_sibling(void *ud, const char *pack_path, uint8_t **out, size_t *
     *out = buf;
     *len = done;
     return 0;
+}
+
+static ssize_t read_mem(void *ud, void *buf, size_t len, uint64_t off)
+{
+    const packer_job *job = ud;
+    if (off >= job->links_len)
+        return 0;
+    size_t n = job->links_len - (size_t)off < len ? job->links_len - (size_t)off : len;
+    memcpy(buf, job->links + off, n);
+    return (ssize_t)n;
+}
+
+static int add_links(const packer_job *job, ckpt_writer *w, ckpt_err *err)
+{
+    char label[600];
+    snprintf(label, sizeof label, "%s/%s", job->name, LINKS_FILE);
+    return ckpt_writer_add_reader(w, LINKS_FILE, read_mem, (void *)job, job->links_len, 0644,
+                                  job->links_mtime_sec, job->links_mtime_nsec, label, err);
 }
 
 static void on_progress(void *ud, uint64_t done, uint64_t total)
@@ -84,12 +111,21 @@ static void on_warn(void *ud, const char *src, const char *reason)
 
 int packer_run(const packer_job *job, ckpt_err *err)
 {
-    char pack[512], tmp[512];
-    if (snprintf(pack, sizeof pack, "%s" PACK_SUFFIX, job->name) >= (int)sizeof pack ||
+    char pack[BACKING_PATH_MAX + 64], tmp[BACKING_PATH_MAX + 64];
+    if (snprintf(pack, sizeof pack, "%s%s", job->name,
+                 job->is_file ? BACKING_FILE_SUFFIX : BACKING_PACK_SUFFIX) >= (int)sizeof pack ||
         packer_tmp_name(job->name, tmp, sizeof tmp) != 0)
         return ckpt_fail(err, -ENAMETOOLONG, "checkpoint '%s': name too long", job->name);
+    /* Its namespace may have been removed by hand meanwhile; links are
+     * never followed on the way. */
+    int dir = backing_open_parent(job->backing_fd, job->name, 1);
+    if (dir < 0)
+        return ckpt_fail(err, dir, "checkpoint '%s': cannot open its directory in %s: %s",
+                         job->name, job->backing_path, strerror(-dir));
     struct stat st;
-    if (fstatat(job->backing_fd, pack, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    int exists = fstatat(dir, backing_base(pack), &st, AT_SYMLINK_NOFOLLOW) == 0;
+    close(dir);
+    if (exists && !job->replace)
         return ckpt_fail(err, -EEXIST, "checkpoint '%s': %s/%s already exists; not replacing it",
                          job->name, job->backing_path, pack);
     uint64_t total = 0;
@@ -110,9 +146,15 @@ int packer_run(const packer_job *job, ckpt_err *err)
     int rc = ckpt_writer_open_in(job->store, pack, tmp, &o, &w, err);
     if (rc == 0)
         ckpt_writer_set_sibling_reader(w, read_sibling, (void *)job);
+    int links_done = !job->links;
     for (size_t i = 0; rc == 0 && i < job->n_files; i++) {
         const packer_file *f = &job->files[i];
-        source src = {f->blob, job->cancel, {0}};
+        if (!links_done && strcmp(LINKS_FILE, f->path) < 0) {
+            links_done = 1;
+            if ((rc = add_links(job, w, err)) != 0)
+                break;
+        }
+        source src = {f->blob, f->base, f->base_index, job->cancel, job->cancel_one, {0}};
         char label[600];
         snprintf(label, sizeof label, "%s/%s", job->name, f->path);
         rc = ckpt_writer_add_reader(w, f->path, read_blob, &src, f->size, f->mode, f->mtime_sec,
@@ -122,6 +164,8 @@ int packer_run(const packer_job *job, ckpt_err *err)
         else if (rc && src.detail.code)
             ckpt_fail(err, rc, "checkpoint '%s': %s", job->name, src.detail.msg);
     }
+    if (rc == 0 && !links_done)
+        rc = add_links(job, w, err);
     if (rc == 0) {
         rc = ckpt_writer_finish(w, NULL, err);
         w = NULL;
@@ -133,14 +177,14 @@ int packer_run(const packer_job *job, ckpt_err *err)
     return rc;
 }
 
-int packer_remove_leftovers(int backing_fd)
+static int remove_leftovers_in(int fd, int depth)
 {
-    int fd = dup(backing_fd);
-    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+    int dup_fd = dup(fd);
+    DIR *dir = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
     if (!dir) {
         int e = errno;
-        if (fd >= 0)
-            close(fd);
+        if (dup_fd >= 0)
+            close(dup_fd);
         return -e;
     }
     rewinddir(dir);
@@ -149,16 +193,35 @@ int packer_remove_leftovers(int backing_fd)
     struct dirent *e;
     while ((e = readdir(dir))) {
         size_t len = strlen(e->d_name);
-        if (e->d_name[0] != '.' || len <= suffix + 1 ||
+        struct stat st;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+            (depth == 0 && strcmp(e->d_name, BACKING_RESERVED) == 0) ||
+            fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode) && depth < 64) {
+            int sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+            if (sub >= 0) {
+                int n = remove_leftovers_in(sub, depth + 1);
+                removed += n > 0 ? n : 0;
+                close(sub);
+            }
+            continue;
+        }
+        if (!S_ISREG(st.st_mode) || e->d_name[0] != '.' || len <= suffix + 1 ||
             strcmp(e->d_name + len - suffix, TMP_SUFFIX) != 0)
             continue;
-        if (unlinkat(backing_fd, e->d_name, 0) == 0)
+        if (unlinkat(fd, e->d_name, 0) == 0)
             removed++;
     }
     closedir(dir);
     if (removed)
-        fsync(backing_fd);
+        fsync(fd);
     return removed;
+}
+
+int packer_remove_leftovers(int backing_fd)
+{
+    return remove_leftovers_in(backing_fd, 0);
 }
 
 void packer_files_free(packer_file *files, size_t n)

@@ -16,7 +16,9 @@
 
 typedef struct packer_file {
     char *path;               /* path inside the pack */
-    stage_blob *blob;
+    stage_blob *blob;         /* or, when NULL: */
+    ckpt_pack *base;          /* file base_index of this pack, copied */
+    size_t base_index;
     uint64_t size;
     uint32_t mode;
     int64_t mtime_sec;
@@ -27,9 +29,18 @@ typedef struct packer_job {
     int backing_fd;           /* where the pack goes */
     const char *backing_path; /* the same, for messages */
     ckpt_store *store;        /* the same, as the store the pack is written to */
-    const char *name;         /* NAME of NAME.tpack */
+    const char *name;         /* NAME of NAME.tpack: a path, its directories
+                                 made as needed */
+    int is_file;              /* NAME.tfile: one file */
+    int replace;              /* replace NAME's pack if there is one */
     packer_file *files;
     size_t n_files;
+    /* The checkpoint's links (common/links.h), packed as LINKS_FILE in
+     * its place in path order; NULL when it has none. */
+    const char *links;
+    size_t links_len;
+    int64_t links_mtime_sec;
+    uint32_t links_mtime_nsec;
     const ckpt_key *key;      /* NULL: unencrypted pack */
     ckpt_cipher cipher;       /* with a key: NONE means the default */
     unsigned threads;         /* 0: all cores */
@@ -38,19 +49,22 @@ typedef struct packer_job {
     void *progress_ud;
     /* Polled while packing; non-zero stops it with -ECANCELED. */
     const int *cancel;
+    const int *cancel_one;    /* the same, for this checkpoint alone */
 } packer_job;
 
-/* 0 once NAME.tpack is durably in place; else a negative errno with err
- * saying what failed, and no pack and no temporary file left behind.
- * -EEXIST if NAME.tpack exists already. */
+/* 0 once NAME.tpack is durably in place (atomically replacing the one
+ * there with job->replace); else a negative errno with err saying what
+ * failed, and no new pack and no temporary file left behind. -EEXIST if
+ * NAME.tpack exists already and not job->replace. */
 int packer_run(const packer_job *job, ckpt_err *err);
 
-/* BACKING/.NAME.tpack.tmp for name, in out (cap bytes); -ENAMETOOLONG. */
+/* The temporary pack of name, .BASE.tpack.tmp in name's directory (a
+ * path relative to BACKING), in out (cap bytes); -ENAMETOOLONG. */
 int packer_tmp_name(const char *name, char *out, size_t cap);
 
 /* Removes hidden leftover temporary packs (.NAME.tpack.tmp) from the
- * backing directory: only a packer that died leaves them. Returns how many
- * were removed, or -errno. */
+ * backing directory and its namespaces: only a packer that died leaves
+ * them. Returns how many were removed, or -errno. */
 int packer_remove_leftovers(int backing_fd);
 
 void packer_files_free(packer_file *files, size_t n);

@@ -242,6 +242,12 @@ static int record_text(const char *name, stage_state state, const stage_dir *d,
         n += snprintf(t + n, cap - (size_t)n, "salt %s\ncheck %s\ncipher %s\n", salt, check,
                       stage_cipher_name(d->key->cipher));
     }
+    if (d->is_file)
+        n += snprintf(t + n, cap - (size_t)n, "file 1\n");
+    if (d->replaces)
+        n += snprintf(t + n, cap - (size_t)n, "replaces 1\n");
+    if (d->has_base)
+        n += snprintf(t + n, cap - (size_t)n, "base 1\n");
     if (error)
         snprintf(t + n, cap - (size_t)n, "error %s\n", err_hex);
     free(name_hex);
@@ -315,6 +321,12 @@ static int parse_record(char *text, stage_record *rec)
         } else if (strcmp(line, "cipher") == 0) {
             if (stage_cipher_parse(val, &rec->cipher) != 0)
                 rec->cipher = 0; /* unknown: refused when unlocking */
+        } else if (strcmp(line, "file") == 0) {
+            rec->is_file = strcmp(val, "1") == 0;
+        } else if (strcmp(line, "replaces") == 0) {
+            rec->replaces = strcmp(val, "1") == 0;
+        } else if (strcmp(line, "base") == 0) {
+            rec->has_base = strcmp(val, "1") == 0;
         } else if (strcmp(line, "error") == 0) {
             free(rec->error);
             rec->error = unhex_string(val);
@@ -355,7 +367,11 @@ void stage_dir_close(stage_dir *d)
 
 int stage_create(stage_root *r, const char *name, stage_dir *d, ckpt_err *err)
 {
+    int is_file = d->is_file, replaces = d->replaces, has_base = d->has_base;
     dir_init(d);
+    d->is_file = is_file;
+    d->replaces = replaces;
+    d->has_base = has_base;
     uint8_t sid[STAGE_SID_LEN / 2];
     randombytes_buf(sid, sizeof sid);
     stage_hex(sid, sizeof sid, d->sid);
@@ -402,6 +418,11 @@ int stage_open(stage_root *r, const char *sid, stage_dir *d, stage_record *rec, 
     if (rc == 0)
         rc = parse_record((char *)text, rec);
     free(text);
+    if (rc == 0) {
+        d->is_file = rec->is_file;
+        d->replaces = rec->replaces;
+        d->has_base = rec->has_base;
+    }
     if (rc) {
         stage_dir_close(d);
         return ckpt_fail(err, rc == -ENOENT ? -ENOENT : -EIO,

@@ -7,7 +7,8 @@
  *   BACKING/.ckptfs/stage/SID/data/  one blob per file (stage_blob.h)
  *
  * SID is 32 random hex digits, so names never reach the directory layout.
- * The record is text (the name hex-encoded); it holds nothing secret, as
+ * The record is text (the name hex-encoded; "file 1" for a single-file
+ * checkpoint, "replaces 1" when its pack is to replace one in place); it holds nothing secret, as
  * the name becomes the pack's file name anyway. When the mount has a key,
  * the meta file and every blob are sealed with a key of the checkpoint's
  * own, BLAKE2b(master staging key, SID); the master staging key comes from
@@ -54,6 +55,11 @@ typedef struct stage_dir {
     int data_fd;              /* .../data */
     stage_key *key;           /* the checkpoint's own key, or NULL (plain) */
     uint8_t salt[16];         /* the master key's salt, for the record */
+    /* Kept in the record with the name: */
+    int is_file;              /* a single-file checkpoint (NAME.tfile) */
+    int replaces;             /* its pack replaces one already there */
+    int has_base;             /* reopened: unchanged files are read from
+                                 that pack (WTREE_BASE_BLOB) */
 } stage_dir;
 
 typedef struct stage_record {
@@ -64,14 +70,16 @@ typedef struct stage_record {
     uint8_t check[16];
     stage_cipher cipher;
     char *error;              /* why it failed, or NULL */
+    int is_file, replaces, has_base; /* as in stage_dir */
 } stage_record;
 
 /* Creates BACKING/.ckptfs/stage if needed. Errors name the path. */
 int stage_root_open(stage_root *r, int backing_fd, const mount_key *key, ckpt_err *err);
 void stage_root_close(stage_root *r);
 
-/* A new staging directory for checkpoint name, recorded as writing. The
- * key (when the root has one) is ready in d->key. */
+/* A new staging directory for checkpoint name, recorded as writing, with
+ * d->is_file and d->replaces as the caller set them. The key (when the
+ * root has one) is ready in d->key. */
 int stage_create(stage_root *r, const char *name, stage_dir *d, ckpt_err *err);
 /* Opens an existing one and reads its record (which the caller frees). */
 int stage_open(stage_root *r, const char *sid, stage_dir *d, stage_record *rec, ckpt_err *err);

@@ -199,7 +199,7 @@ static int decode_meta(const uint8_t *p, size_t len, wtree *t, uint64_t *next_bl
         rc = wtree_add(t, id_of[parent], name, (wnode_kind)kind, mode, sec, nsec, blob, &id_of[i]);
         if (rc && rc != -ENOMEM)
             rc = -EIO;
-        if (rc == 0 && kind == WNODE_FILE && blob >= *next_blob_id)
+        if (rc == 0 && kind != WNODE_DIR && !(blob & WTREE_BASE_BLOB) && blob >= *next_blob_id)
             rc = -EIO;
         if (rc == 0) {
             t->nodes[id_of[i]].atime_sec = asec;

@@ -19,6 +19,7 @@
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
 #include "ckpt_mount.h"
+#include "common/backing_path.h"
 #include "common/fslog.h"
 #include "wckpt_internal.h"
 
@@ -50,16 +51,50 @@ const char *wstate_name(wstate s)
 
 int wtable_name_ok(const char *name)
 {
-    size_t len = strlen(name);
-    return len > 0 && name[0] != '.' && !strchr(name, '/') && len + SUFFIX_LEN <= NAME_MAX;
+    return backing_path_ok(name);
+}
+
+int wc_backing_kind(wtable *t, const char *name)
+{
+    int dir = backing_open_parent(t->backing_fd, name, 0);
+    if (dir < 0)
+        return 0;
+    const char *base = backing_base(name);
+    char file[NAME_MAX + 1];
+    struct stat st;
+    int kind = 0;
+    if (fstatat(dir, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+        kind = WC_NAMESPACE;
+    snprintf(file, sizeof file, "%s" PACK_SUFFIX, base);
+    if (!kind && fstatat(dir, file, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        kind = WC_PACK_DIR;
+    snprintf(file, sizeof file, "%s" BACKING_FILE_SUFFIX, base);
+    if (!kind && fstatat(dir, file, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        kind = WC_PACK_FILE;
+    close(dir);
+    return kind;
 }
 
 int wc_pack_exists(wtable *t, const char *name)
 {
-    char file[NAME_MAX + 1];
-    struct stat st;
-    snprintf(file, sizeof file, "%s" PACK_SUFFIX, name);
-    return fstatat(t->backing_fd, file, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    return wc_backing_kind(t, name) != 0;
+}
+
+uint32_t wckpt_entry_node(wckpt *c)
+{
+    if (!c->is_file)
+        return WTREE_ROOT;
+    pthread_mutex_lock(&c->lock);
+    const wnode *root = &c->tree.nodes[WTREE_ROOT];
+    uint32_t node = root->n_children ? root->children[0] : WTREE_NONE;
+    pthread_mutex_unlock(&c->lock);
+    return node;
+}
+
+uint64_t wckpt_entry_ino(wckpt *c)
+{
+    uint32_t node = wckpt_entry_node(c);
+    return node == WTREE_NONE ? 0 : wckpt_ino(c, node);
 }
 
 void wc_set_error(wckpt *c, const char *msg)
@@ -78,6 +113,56 @@ static void wfile_free(wfile *f)
     free(f);
 }
 
+uint64_t wc_file_size(const wfile *f)
+{
+    return f->blob ? stage_blob_size(f->blob) : f->base_size;
+}
+
+int wc_copy_up(wckpt *c, uint32_t node, wfile *f, int keep)
+{
+    if (f->blob)
+        return 0;
+    ckpt_err err = {0};
+    uint64_t id = c->next_blob_id;
+    stage_blob *b = NULL;
+    int rc = stage_blob_open(c->dir.data_fd, id, c->dir.key, 1, &b, &err);
+    size_t cap = 1u << 20;
+    char *buf = rc == 0 && keep && f->base_size ? malloc(cap) : NULL;
+    if (rc == 0 && keep && f->base_size && !buf)
+        rc = -ENOMEM;
+    for (uint64_t off = 0; rc == 0 && keep && off < f->base_size;) {
+        ssize_t n = ckpt_file_pread(c->base, (size_t)f->base_index, buf, cap, off, &err);
+        if (n <= 0) {
+            rc = n < 0 ? (int)n : -EIO;
+            break;
+        }
+        ssize_t w = stage_blob_pwrite(b, buf, (size_t)n, off, &err);
+        if (w != n) {
+            rc = w < 0 ? (int)w : -EIO;
+            break;
+        }
+        off += (uint64_t)n;
+    }
+    free(buf);
+    if (rc) {
+        if (b) {
+            ckpt_err ignored;
+            stage_blob_unlink(b, &ignored);
+            stage_blob_free(b);
+        }
+        fslog_err("checkpoint '%s': cannot copy a packed file for writing: %s", c->name,
+                  err.msg[0] ? err.msg : strerror(-rc));
+        wc_staging_failed(c, rc, err.msg[0] ? err.msg : "copy for writing failed", WTREE_NONE, 0);
+        return rc;
+    }
+    c->next_blob_id++;
+    f->blob = b;
+    f->base_index = -1;
+    c->tree.nodes[node].blob_id = id;
+    c->meta_gen++;
+    return 0;
+}
+
 void wc_free_blobs(wckpt *c)
 {
     for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
@@ -93,6 +178,8 @@ void wc_wckpt_free(wckpt *c)
     wc_free_blobs(c);
     wtree_free(&c->tree);
     stage_dir_close(&c->dir);
+    if (c->base)
+        ckpt_close(c->base);
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->save_lock);
     pthread_cond_destroy(&c->changed);
@@ -143,7 +230,7 @@ wckpt *wc_wckpt_new(wtable *t, const char *name)
 wfile *wc_file_of(wckpt *c, uint32_t node)
 {
     wnode *n = wtree_node(&c->tree, node);
-    return n && n->kind == WNODE_FILE ? n->data : NULL;
+    return n && n->kind != WNODE_DIR ? n->data : NULL;
 }
 
 /* Frees a removed file's data once nothing uses it. */
@@ -169,19 +256,43 @@ int wc_modifiable(wckpt *c, const char *what)
     case WST_FAILED:
         return 0;
     case WST_PACKING:
-        if (!c->busy_logged) {
-            c->busy_logged = 1;
-            fslog_warn("checkpoint '%s' is being packed: %s refused with EBUSY (it is read-only "
-                       "from the commit on; write into a new checkpoint)",
-                       c->name, what);
-        }
-        return -EBUSY;
+        return wc_unpack(c, what);
     case WST_COMMITTED:
         return -EROFS;
     case WST_DELETED:
         break;
     }
     return -ENOENT;
+}
+
+int wc_unpack(wckpt *c, const char *what)
+{
+    if (c->state != WST_PACKING)
+        return 0;
+    if (c->pack_running) {
+        __atomic_store_n(&c->cancel_pack, 1, __ATOMIC_RELAXED);
+        while (c->pack_running)
+            pthread_cond_wait(&c->changed, &c->lock);
+    }
+    if (c->state == WST_PACKING) { /* not started yet */
+        c->state = WST_WRITING;
+        c->commit_seq = 0;
+        c->record_dirty = 1;
+        c->meta_gen++;
+        c->changed_since_commit = 1;
+        c->last_change = wc_now_mono();
+        fslog_info("checkpoint '%s': %s while it waited to be packed: it is writing again and "
+                   "is packed once quiet", c->name, what);
+    }
+    switch (c->state) {
+    case WST_WRITING:
+    case WST_FAILED:
+        return c->locked ? -EACCES : 0;
+    case WST_COMMITTED:
+        return -EROFS; /* packed before it could stop */
+    default:
+        return -ENOENT;
+    }
 }
 
 /* Called with c->lock held after a change succeeded. Only data arms the
@@ -384,7 +495,7 @@ int wtable_commit(wtable *t, wckpt *c)
         for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
             const wnode *n = &c->tree.nodes[i];
             if (n->linked && n->kind == WNODE_FILE && n->data)
-                total += stage_blob_size(((wfile *)n->data)->blob);
+                total += wc_file_size(n->data);
         }
         c->pack_done = 0;
         c->pack_total = total;

@@ -1,7 +1,14 @@
-/* Writable checkpoints: `mkdir MOUNT/NAME` starts one, files are written
- * into its staging area (stage.h), and a commit packs it in the
- * background (packer.h) into BACKING/NAME.tpack, after which the pack is
- * what NAME shows.
+/* Writable checkpoints: the first file written into a namespace directory
+ * makes it one (wtable_ns_convert; `mkdir MOUNT/NAME` makes a namespace),
+ * files are written into its staging area (stage.h), and a commit packs
+ * it in the background (packer.h) into BACKING/NAME.tpack, after which
+ * the pack is what NAME shows. NAME is a path (common/backing_path.h):
+ * "run1/checkpoint-500" packs into BACKING/run1/checkpoint-500.tpack. A
+ * file written directly into a namespace is a checkpoint of its own
+ * (is_file; wtable_create_file), packed into BACKING/NAME.tfile.
+ *
+ * Namespaces are directories of the backing directory; the table makes,
+ * removes and renames them (wtable_ns_*) as it is the writer.
  *
  * States: writing -> packing -> committed, or -> failed (packing failed or
  * the staging disk filled up; the staged data stays and a commit retries).
@@ -58,7 +65,9 @@ typedef enum wstate {
 } wstate;
 
 typedef struct wfile {
-    stage_blob *blob;
+    stage_blob *blob;         /* NULL: unchanged since the base pack */
+    long base_index;          /* then: its file there (else -1) */
+    uint64_t base_size;
     unsigned open;            /* handles the kernel opened (create, open) */
     unsigned busy;            /* reads and writes running without the lock */
     double last_use;
@@ -70,8 +79,9 @@ typedef struct wckpt {
     struct wckpt *next;
     struct wtable *table;
     uint32_t serial;
-    char *name;
-    int current;              /* what its name means at the root */
+    char *name;               /* its path below the mount */
+    int is_file;              /* one file (node 1), shown as that file */
+    int current;              /* what its name means */
     uint64_t nlookup;         /* kernel references to its inodes */
     unsigned refs;            /* threads and handles using it */
 
@@ -101,6 +111,7 @@ typedef struct wckpt {
     uint64_t commit_seq;      /* packing order */
     int pack_running;
     int pack_suspended;       /* cancelled by wtable_stop, to be packed again */
+    int cancel_pack;          /* written to while packing: stop, write on */
     uint64_t pack_done, pack_total;
     double pack_started;
 
@@ -109,6 +120,11 @@ typedef struct wckpt {
     int record_dirty;         /* state changed back to writing */
     double last_save;
     pthread_mutex_t save_lock;
+
+    /* A checkpoint written to after its commit reopens its pack: files
+     * left unchanged are read from it (wfile.base_index) and packed again
+     * from it into the new generation, which replaces it atomically. */
+    ckpt_pack *base;
 
     /* Once committed: the FUSE layer's handle on the pack that replaced it,
      * released through the table's drop_successor when c is freed. */
@@ -160,7 +176,7 @@ typedef struct wtable {
 typedef struct wdirent {
     char *name;
     uint32_t node;
-    int is_dir;
+    int is_dir, is_link;
 } wdirent;
 
 /* ------------------------------------------------------------ the table */
@@ -205,32 +221,107 @@ void wtable_forget(wtable *t, wckpt *c, uint64_t n);
 void wtable_ref(wtable *t, wckpt *c);
 void wtable_unref(wtable *t, wckpt *c);
 
-/* The names (and root inodes) of the writable checkpoints, malloc'd. */
-int wtable_names(wtable *t, char ***names, uint64_t **inos, size_t *n);
+/* The writable checkpoints directly in namespace ns ("" for the root):
+ * their last components, inodes (the root, or the file of an is_file
+ * one) and kinds, malloc'd (free with wlisted_free). */
+typedef struct wlisted {
+    char *name;
+    uint64_t ino;
+    int is_file, is_link;
+} wlisted;
+int wtable_list(wtable *t, const char *ns, wlisted **out, size_t *n);
+void wlisted_free(wlisted *v, size_t n);
+/* The node a writable checkpoint's name shows: its root, or the file of
+ * a single-file one (WTREE_NONE if it has none, which cannot happen). */
+uint32_t wckpt_entry_node(wckpt *c);
+uint64_t wckpt_entry_ino(wckpt *c);
+/* Is a writable checkpoint at or below path? */
+int wtable_has_below(wtable *t, const char *path);
 
-/* Is this a name a checkpoint may have? (what NAME.tpack allows) */
+/* Is this a name a checkpoint may have? (backing_path_ok) */
 int wtable_name_ok(const char *name);
-/* mkdir at the root: 0 with *out (a kernel reference taken), -EEXIST if
- * the name is taken by a checkpoint or a pack, -EINVAL for a bad name. */
+/* A new, empty checkpoint directory: 0 with *out (a kernel reference
+ * taken), -EEXIST if the name is taken by a checkpoint, a pack or a
+ * namespace, -EINVAL for a bad name. Its namespace must exist. */
 int wtable_mkdir(wtable *t, const char *name, uint32_t mode, wckpt **out);
-/* rmdir of a writable checkpoint: -ENOENT if name is none (then it may be
- * a pack), -ENOTEMPTY, -EBUSY while packing. */
+/* A new single-file checkpoint, its file created and open (release it
+ * like an opened one): 0 with *out (a kernel reference taken), *node and
+ * *st; errors as wtable_mkdir. */
+int wtable_create_file(wtable *t, const char *name, uint32_t mode, wckpt **out, uint32_t *node,
+                       struct stat *st);
+/* The same for a symbolic link: a single-link checkpoint (not open). */
+int wtable_create_link(wtable *t, const char *name, const char *target, wckpt **out,
+                       uint32_t *node, struct stat *st);
+/* Reopens the committed checkpoint name (its pack BACKING/name.tpack or
+ * .tfile) for writing: a writable checkpoint whose files are the pack's
+ * until changed, whose commit packs a new generation over it. *out gets
+ * a kernel reference; the existing writable one if there is one. */
+int wtable_reopen(wtable *t, const char *name, wckpt **out);
+/* rmdir of a writable checkpoint directory: -ENOENT if name is none (then
+ * it may be a pack), -ENOTDIR for a single-file one, -ENOTEMPTY, -EBUSY
+ * while packing. */
 int wtable_rmdir(wtable *t, const char *name);
-/* Removes BACKING/name.tpack durably. */
-int wtable_remove_pack(wtable *t, const char *name);
-/* Renames a checkpoint, writable or packed. */
+/* unlink of a single-file checkpoint: -ENOENT if none, -EISDIR for a
+ * directory. Removes a pack it would have replaced too. */
+int wtable_unlink_file(wtable *t, const char *name);
+/* Removes BACKING/name.tpack (or .tfile, is_file) durably. */
+int wtable_remove_pack(wtable *t, const char *name, int is_file);
+/* Renames a checkpoint, writable or packed, within or across namespaces
+ * (to's namespace must exist). A single file replaces a single file, as
+ * rename(2) does, atomically: a writable one hides the pack it replaces
+ * until its own pack replaces it. */
 int wtable_rename(wtable *t, const char *from, const char *to, int noreplace);
+
+/* ------------------------------------------------------- namespaces */
+
+/* mkdir of a namespace BACKING/path (its parent must exist): -EEXIST if
+ * the name is taken. */
+int wtable_ns_mkdir(wtable *t, const char *path, uint32_t mode);
+/* rmdir of an empty namespace: -ENOTEMPTY if anything is in it. */
+int wtable_ns_rmdir(wtable *t, const char *path);
+/* Renames a namespace with everything packed in it; -EBUSY while a
+ * checkpoint below it is being written. */
+int wtable_ns_rename(wtable *t, const char *from, const char *to, int noreplace);
+/* The first file into the namespace path makes it a checkpoint: when it
+ * holds nothing but empty directories, they become the checkpoint's
+ * directories and *out (a kernel reference taken) is the checkpoint;
+ * -ENOTEMPTY when it holds a checkpoint or a file (the new file is then
+ * a checkpoint of its own). */
+int wtable_ns_convert(wtable *t, const char *path, wckpt **out);
+/* What a namespace's state attributes say: the most pressing state of
+ * the writable checkpoints below it (failed, then packing, then writing;
+ * committed when none), their staged bytes and packing progress. */
+typedef struct wns_state {
+    wstate state;
+    int rank;
+    char error[512];          /* "NAME: why" of the failed one */
+    uint64_t size, done, total;
+    double seconds;
+} wns_state;
+int wtable_ns_state(wtable *t, const char *path, wns_state *out);
+/* Commits every writable checkpoint at or below path: how many, or the
+ * first error. */
+int wtable_commit_below(wtable *t, const char *path);
 /* Starts packing (a no-op if packing or committed). -EACCES when locked. */
 int wtable_commit(wtable *t, wckpt *c);
 
 /* ------------------------------------------------- inside a checkpoint */
 
+/* The node at rel, a path inside the checkpoint ("" for its root):
+ * 0, -ENOENT, -ESTALE once committed. */
+int wckpt_find(wckpt *c, const char *rel, uint32_t *node);
 /* Attributes of a node (ino, uid and gid are the caller's). */
 int wckpt_getattr(wckpt *c, uint32_t node, struct stat *st);
 int wckpt_lookup(wckpt *c, uint32_t dir, const char *name, uint32_t *node, struct stat *st);
 /* Creates a file and opens it (release it like an opened one). */
 int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32_t *node,
                  struct stat *st);
+/* A symbolic link (its target checked: link_target_check). */
+int wckpt_symlink(wckpt *c, uint32_t dir, const char *name, const char *target, uint32_t *node,
+                  struct stat *st);
+/* A link's target into buf (cap bytes, NUL-terminated); -EINVAL for
+ * anything else. */
+int wckpt_readlink(wckpt *c, uint32_t node, char *buf, size_t cap);
 int wckpt_mkdir(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32_t *node,
                 struct stat *st);
 int wckpt_unlink(wckpt *c, uint32_t dir, const char *name);

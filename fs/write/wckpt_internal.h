@@ -14,11 +14,32 @@
 
 double wc_now_mono(void);
 struct timespec wc_now_real(void);
-/* Does BACKING/name.tpack exist? */
+/* What BACKING holds under a checkpoint path: nothing (0), a namespace
+ * directory, NAME.tpack or NAME.tfile (the first found, in that order). */
+enum { WC_NAMESPACE = 1, WC_PACK_DIR, WC_PACK_FILE };
+int wc_backing_kind(wtable *t, const char *name);
+/* Is the name taken in BACKING (any of those)? */
 int wc_pack_exists(wtable *t, const char *name);
+
 void wc_set_error(wckpt *c, const char *msg);
 
 /* Lifetimes. */
+/* A new writable checkpoint called name, writing, its staging set up,
+ * with a kernel reference; NULL with *rc (t->lock held). */
+wckpt *wc_start(wtable *t, const char *name, uint32_t mode, int is_file, int replaces,
+                int has_base, int *rc);
+/* Removes a writable checkpoint and its staging, whatever is in it
+ * (the pack it would replace stays unless c->dir.replaces). */
+void wc_abandon(wtable *t, wckpt *c);
+/* A deleted checkpoint closes its base pack unless a file of it is
+ * still open (c->lock held). */
+void wc_let_go_of_base(wckpt *c);
+/* Opens BACKING/name.tpack (or .tfile) as a reopened checkpoint's base,
+ * never through a link. */
+int wc_open_base(wtable *t, const char *name, int is_file, ckpt_pack **out, ckpt_err *err);
+/* After recovery loaded the tree: the files left as packed (c->base set).
+ * -EIO if one is not in the base. */
+int wc_base_files(wckpt *c);
 wckpt *wc_wckpt_new(wtable *t, const char *name);
 void wc_wckpt_free(wckpt *c);
 /* Frees c once nothing can reach it (t->lock held). */
@@ -28,13 +49,24 @@ void wc_free_blobs(wckpt *c);
 /* The current checkpoint called name (t->lock held). */
 wckpt *wc_by_name(wtable *t, const char *name);
 
+/* A file's size, staged or in the base pack. */
+uint64_t wc_file_size(const wfile *f);
+/* Before a file left as packed is changed: stages a copy of it (none of
+ * its bytes when !keep, as for O_TRUNC) (c->lock held). */
+int wc_copy_up(wckpt *c, uint32_t node, wfile *f, int keep);
 /* A file's state, or NULL for a directory (c->lock held). */
 wfile *wc_file_of(wckpt *c, uint32_t node);
 /* Frees a removed file's data once nothing uses it (c->lock held). */
 void wc_drop_if_detached(wckpt *c, uint32_t node);
 
 /* State changes (c->lock held). */
+/* Can the namespace or data change now? A checkpoint being packed is
+ * made writable again first (wc_unpack). */
 int wc_modifiable(wckpt *c, const char *what);
+/* Stops the packing of c, if any, and makes it writing again: waits for
+ * the packer to let go (c->lock released meanwhile). 0, -EROFS if it
+ * was committed first, -ENOENT once deleted. */
+int wc_unpack(wckpt *c, const char *what);
 void wc_touched(wckpt *c, int namespace);
 void wc_mark_mtime(wnode *n);
 /* A staging write failed: node (WTREE_NONE for the namespace) lost its
@@ -47,6 +79,11 @@ void wc_staging_repaired(wckpt *c, uint32_t node, uint64_t first, uint64_t last)
 void wc_staging_forget_failures(wckpt *c);
 /* Saves the namespace (and record) if changed; takes the locks itself. */
 int wc_save(wckpt *c, ckpt_err *err);
+
+/* Removes BACKING/path and the empty directories below it (what a
+ * namespace that became a checkpoint left when a crash cut it short);
+ * -ENOTEMPTY if anything else is in it. */
+int wc_remove_empty_namespace(wtable *t, const char *path);
 
 /* Thread bodies (wckpt_jobs.c). */
 void *wc_packer_main(void *arg);

@@ -18,6 +18,7 @@
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
 #include "common/fslog.h"
+#include "common/links.h"
 #include "wckpt_internal.h"
 
 /* How often the timer looks for quiet checkpoints and unsaved namespaces. */
@@ -60,7 +61,9 @@ static int snapshot_files(wckpt *c, packer_file **out, size_t *n)
         }
         wtree_path(&c->tree, ids[i], files[i].path, len + 1);
         files[i].blob = f->blob;
-        files[i].size = stage_blob_size(f->blob);
+        files[i].base = c->base;
+        files[i].base_index = f->blob ? 0 : (size_t)f->base_index;
+        files[i].size = wc_file_size(f);
         files[i].mode = node->mode;
         files[i].mtime_sec = node->mtime_sec;
         files[i].mtime_nsec = node->mtime_nsec;
@@ -75,17 +78,72 @@ static int snapshot_files(wckpt *c, packer_file **out, size_t *n)
     return 0;
 }
 
+/* The links of c as LINKS_FILE's bytes, or NULL (c->lock held). */
+static int snapshot_links(wckpt *c, char **out, size_t *len)
+{
+    uint32_t *ids;
+    size_t n;
+    *out = NULL;
+    *len = 0;
+    int rc = wtree_links_sorted(&c->tree, &ids, &n);
+    if (rc || n == 0) {
+        free(ids);
+        return rc;
+    }
+    link_entry *v = calloc(n, sizeof *v);
+    char **bufs = calloc(n, sizeof *bufs);
+    if (!v || !bufs)
+        rc = -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const wnode *node = &c->tree.nodes[ids[i]];
+        const wfile *f = node->data;
+        size_t plen = wtree_path_len(&c->tree, ids[i]);
+        char *path = malloc(plen + 1 + LINK_TARGET_MAX + 1);
+        if (!path || !f || !f->blob) {
+            free(path);
+            rc = path ? -EIO : -ENOMEM;
+            break;
+        }
+        bufs[i] = path;
+        wtree_path(&c->tree, ids[i], path, plen + 1);
+        char *target = path + plen + 1;
+        ckpt_err err = {0};
+        ssize_t got = stage_blob_pread(f->blob, target, LINK_TARGET_MAX, 0, &err);
+        if (got <= 0) {
+            rc = got < 0 ? (int)got : -EIO;
+            break;
+        }
+        target[got] = '\0';
+        v[i] = (link_entry){path, target, node->mtime_sec, node->mtime_nsec};
+    }
+    if (rc == 0)
+        rc = links_encode(v, n, out, len);
+    for (size_t i = 0; bufs && i < n; i++)
+        free(bufs[i]);
+    free(bufs);
+    free(v);
+    free(ids);
+    return rc;
+}
+
 static void pack_one(wtable *t, wckpt *c)
 {
     packer_file *files = NULL;
     size_t n = 0;
     pthread_mutex_lock(&c->lock);
     int rc = snapshot_files(c, &files, &n);
+    char *links = NULL;
+    size_t links_len = 0;
+    if (rc == 0)
+        rc = snapshot_links(c, &links, &links_len);
+    int64_t links_sec = c->tree.nodes[WTREE_ROOT].mtime_sec;
+    uint32_t links_nsec = c->tree.nodes[WTREE_ROOT].mtime_nsec;
     c->pack_started = wc_now_mono();
     uint64_t total = 0;
     for (size_t i = 0; rc == 0 && i < n; i++)
         total += files[i].size;
     pack_progress(c, 0, total);
+    c->cancel_pack = 0;
     char *name = strdup(c->name);
     pthread_mutex_unlock(&c->lock);
     ckpt_err err = {0};
@@ -99,14 +157,21 @@ static void pack_one(wtable *t, wckpt *c)
             .backing_path = t->backing_path,
             .store = t->store,
             .name = name,
+            .is_file = c->is_file,
+            .replace = c->dir.replaces,
             .files = files,
             .n_files = n,
+            .links = links,
+            .links_len = links_len,
+            .links_mtime_sec = links_sec,
+            .links_mtime_nsec = links_nsec,
             .key = mount_key_get(t->key),
             .cipher = t->opts.cipher,
             .threads = t->opts.pack_threads,
             .progress = pack_progress,
             .progress_ud = c,
             .cancel = &t->cancel_packing,
+            .cancel_one = &c->cancel_pack,
         };
         double start = wc_now_mono();
         rc = packer_run(&job, &err);
@@ -115,6 +180,7 @@ static void pack_one(wtable *t, wckpt *c)
                        (double)c->pack_total / 1e6, wc_now_mono() - start);
     }
     packer_files_free(files, n);
+    free(links);
 
     if (rc == 0) {
         /* From now on the name means the pack. */
@@ -130,6 +196,12 @@ static void pack_one(wtable *t, wckpt *c)
         while (c->inflight)
             pthread_cond_wait(&c->changed, &c->lock);
         wc_free_blobs(c);
+        /* The generation it replaced: let go, so its space comes back
+         * (readers of it hold the read side's descriptor). */
+        if (c->base) {
+            ckpt_close(c->base);
+            c->base = NULL;
+        }
         pthread_mutex_unlock(&c->lock);
         /* The pack is durable; a crash before this removal is finished by
          * recovery (a "packing" record with its pack in place). */
@@ -137,6 +209,9 @@ static void pack_one(wtable *t, wckpt *c)
             fslog_warn("checkpoint '%s': %s (removed at the next mount)", name, rm_err.msg);
         if (t->committed)
             t->committed(t->successor_ud, name);
+    } else if (rc == -ECANCELED && __atomic_load_n(&c->cancel_pack, __ATOMIC_RELAXED)) {
+        fslog_info("checkpoint '%s': written to while it was being packed: packing stopped; it "
+                   "is writing again and is packed once quiet", name ? name : c->name);
     } else if (rc != -ECANCELED) {
         fslog_err("checkpoint '%s': packing failed: %s", name ? name : c->name, err.msg);
         ckpt_err rec_err = {0};
@@ -152,6 +227,17 @@ static void pack_one(wtable *t, wckpt *c)
     /* Still "packing" on disk: wtable_stop says so, the next start packs
      * it again. */
     c->pack_suspended = rc == -ECANCELED;
+    if (rc == -ECANCELED && c->cancel_pack) {
+        /* Written to: back to writing, for the writer waiting on it. */
+        c->pack_suspended = 0;
+        c->cancel_pack = 0;
+        c->state = WST_WRITING;
+        c->commit_seq = 0;
+        c->record_dirty = 1;
+        c->meta_gen++;
+        c->changed_since_commit = 1;
+        c->last_change = wc_now_mono();
+    }
     if (rc != 0 && rc != -ECANCELED) {
         c->state = WST_FAILED;
         wc_set_error(c, err.msg);
@@ -195,8 +281,8 @@ void *wc_packer_main(void *arg)
 static void park_idle(wckpt *c, double now)
 {
     for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
-        wfile *f = c->tree.nodes[i].kind == WNODE_FILE ? c->tree.nodes[i].data : NULL;
-        if (f && !f->open && !f->busy && f->last_use && now - f->last_use > PARK_AFTER) {
+        wfile *f = c->tree.nodes[i].kind != WNODE_DIR ? c->tree.nodes[i].data : NULL;
+        if (f && f->blob && !f->open && !f->busy && f->last_use && now - f->last_use > PARK_AFTER) {
             ckpt_err err = {0};
             if (stage_blob_park(f->blob, &err) == 0)
                 f->last_use = 0;

@@ -17,6 +17,7 @@
 #include "ckpt_internal.h"
 #include "ckpt_mount.h"
 #include "common/fslog.h"
+#include "common/links.h"
 #include "wckpt_internal.h"
 
 /* cp and friends size their buffers by st_blksize: big writes mean fewer
@@ -41,11 +42,12 @@ static void fill_attr(wckpt *c, uint32_t node, struct stat *st)
         return;
     }
     const wfile *f = n->data;
-    st->st_mode = S_IFREG | n->mode;
+    st->st_mode = (n->kind == WNODE_LINK ? S_IFLNK : S_IFREG) | n->mode;
     st->st_nlink = n->linked ? 1 : 0;
     if (f) {
-        st->st_size = (off_t)stage_blob_size(f->blob);
-        st->st_blocks = (blkcnt_t)((stage_blob_disk_bytes(f->blob) + 511) / 512);
+        st->st_size = (off_t)wc_file_size(f);
+        st->st_blocks = (blkcnt_t)(((f->blob ? stage_blob_disk_bytes(f->blob) : f->base_size) +
+                                    511) / 512);
     }
 }
 
@@ -89,11 +91,17 @@ int wckpt_lookup(wckpt *c, uint32_t dir, const char *name, uint32_t *node, struc
     return rc;
 }
 
-int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32_t *node,
-                 struct stat *st)
+/* A new file (open, for create) or link (its target staged as its bytes). */
+static int make_node(wckpt *c, uint32_t dir, const char *name, uint32_t mode, const char *target,
+                     uint32_t *node, struct stat *st)
 {
     pthread_mutex_lock(&c->lock);
-    int rc = wc_modifiable(c, "creating a file");
+    int rc = wc_modifiable(c, target ? "making a link" : "creating a file");
+    if (rc == 0 && dir == WTREE_ROOT && !c->is_file && strcmp(name, LINKS_FILE) == 0) {
+        fslog_warn("checkpoint '%s': '%s' is reserved for the links of a checkpoint", c->name,
+                   name);
+        rc = -EPERM;
+    }
     wfile *f = NULL;
     ckpt_err err = {0};
     uint64_t id = c->next_blob_id;
@@ -102,6 +110,7 @@ int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32
     if (rc == 0 && !(f = calloc(1, sizeof *f)))
         rc = -ENOMEM;
     if (rc == 0) {
+        f->base_index = -1;
         rc = stage_blob_open(c->dir.data_fd, id, c->dir.key, 1, &f->blob, &err);
         if (rc) {
             wc_staging_failed(c, rc, err.msg, WTREE_NONE, 0);
@@ -110,8 +119,17 @@ int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32
     }
     if (rc == 0) {
         struct timespec ts = wc_now_real();
-        rc = wtree_add(&c->tree, dir, name, WNODE_FILE, mode, ts.tv_sec, (uint32_t)ts.tv_nsec, id,
-                       node);
+        rc = wtree_add(&c->tree, dir, name, target ? WNODE_LINK : WNODE_FILE,
+                       target ? 0777 : mode, ts.tv_sec, (uint32_t)ts.tv_nsec, id, node);
+        if (rc == 0 && target) {
+            ssize_t n = stage_blob_pwrite(f->blob, target, strlen(target), 0, &err);
+            rc = n == (ssize_t)strlen(target) ? stage_blob_park(f->blob, &err) : n < 0 ? (int)n : -EIO;
+            if (rc) {
+                uint32_t gone;
+                wtree_remove(&c->tree, dir, name, 0, &gone);
+                wc_staging_failed(c, rc, err.msg, WTREE_NONE, 0);
+            }
+        }
         if (rc) {
             stage_blob_unlink(f->blob, &err);
             stage_blob_free(f->blob);
@@ -120,16 +138,52 @@ int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32
     }
     if (rc == 0) {
         c->next_blob_id++;
-        f->open = 1;
+        f->open = target ? 0 : 1;
         f->last_use = wc_now_mono();
         c->tree.nodes[*node].data = f;
         f = NULL;
-        c->open_files++;
+        c->open_files += target ? 0 : 1;
         wc_mark_mtime(&c->tree.nodes[dir]);
         wc_touched(c, 1);
+        wc_touched(c, 0); /* a file or link, even empty, arms the commit */
         fill_attr(c, *node, st);
     }
     free(f);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32_t *node,
+                 struct stat *st)
+{
+    return make_node(c, dir, name, mode, NULL, node, st);
+}
+
+int wckpt_symlink(wckpt *c, uint32_t dir, const char *name, const char *target, uint32_t *node,
+                  struct stat *st)
+{
+    int rc = link_target_check(target);
+    return rc ? rc : make_node(c, dir, name, 0777, target, node, st);
+}
+
+int wckpt_readlink(wckpt *c, uint32_t node, char *buf, size_t cap)
+{
+    pthread_mutex_lock(&c->lock);
+    int rc = usable(c, node);
+    if (rc == 0 && c->locked)
+        rc = -EACCES;
+    if (rc == 0 && c->tree.nodes[node].kind != WNODE_LINK)
+        rc = -EINVAL;
+    wfile *f = rc == 0 ? wc_file_of(c, node) : NULL;
+    if (rc == 0 && (!f || !f->blob))
+        rc = -EIO;
+    if (rc == 0) {
+        ckpt_err err = {0};
+        ssize_t n = stage_blob_pread(f->blob, buf, cap - 1, 0, &err);
+        rc = n < 0 ? (int)n : 0;
+        if (n >= 0)
+            buf[n] = '\0';
+    }
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
@@ -160,7 +214,7 @@ static void removed(wckpt *c, uint32_t node)
     /* Whatever failed in it is gone with it. */
     wc_staging_repaired(c, node, 0, UINT64_MAX);
     wfile *f = wc_file_of(c, node);
-    if (f) {
+    if (f && f->blob) {
         ckpt_err err = {0};
         if (stage_blob_unlink(f->blob, &err) != 0)
             fslog_err("checkpoint '%s': %s", c->name, err.msg);
@@ -232,6 +286,8 @@ int wckpt_open(wckpt *c, uint32_t node, int flags)
     wfile *f = rc == 0 ? wc_file_of(c, node) : NULL;
     if (rc == 0 && !f)
         rc = -ESTALE;
+    if (rc == 0 && !f->blob && ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)))
+        rc = wc_copy_up(c, node, f, !(flags & O_TRUNC));
     if (rc == 0 && (flags & O_TRUNC)) {
         /* The kernel leaves O_TRUNC to the open (atomic_o_trunc). */
         ckpt_err err = {0};
@@ -261,7 +317,7 @@ void wckpt_release(wckpt *c, uint32_t node)
         f->open--;
         c->open_files--;
         f->last_use = wc_now_mono();
-        if (!f->open && !f->busy && c->tree.nodes[node].linked) {
+        if (!f->open && !f->busy && f->blob && c->tree.nodes[node].linked) {
             /* Closed: its partial last block goes to disk now rather than
              * waiting in memory, and the descriptor is given back. */
             ckpt_err err = {0};
@@ -287,6 +343,8 @@ static int begin_io(wckpt *c, uint32_t node, int write, wfile **f)
         rc = wc_modifiable(c, "writing");
     if (rc == 0 && !(*f = wc_file_of(c, node)))
         rc = -ESTALE;
+    if (rc == 0 && write && !(*f)->blob)
+        rc = wc_copy_up(c, node, *f, 1);
     if (rc == 0) {
         (*f)->busy++;
         c->inflight++;
@@ -312,7 +370,8 @@ ssize_t wckpt_read(wckpt *c, uint32_t node, void *buf, size_t len, uint64_t off)
     if (rc)
         return rc;
     ckpt_err err = {0};
-    ssize_t n = stage_blob_pread(f->blob, buf, len, off, &err);
+    ssize_t n = f->blob ? stage_blob_pread(f->blob, buf, len, off, &err)
+                        : ckpt_file_pread(c->base, (size_t)f->base_index, buf, len, off, &err);
     pthread_mutex_lock(&c->lock);
     if (n < 0)
         fslog_err("checkpoint '%s': %s", c->name, err.msg);
@@ -360,6 +419,8 @@ int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t si
         ckpt_err err = {0};
         if (!f)
             rc = n->kind == WNODE_DIR ? -EISDIR : -ESTALE;
+        else if (!f->blob && (rc = wc_copy_up(c, node, f, size > 0)) != 0)
+            ;
         else if ((rc = stage_blob_truncate(f->blob, size, &err)) != 0)
             wc_staging_failed(c, rc, err.msg, node, size);
         if (rc == 0) {
@@ -396,7 +457,7 @@ int wckpt_allocate(wckpt *c, uint32_t node, uint64_t off, uint64_t len)
     int rc = begin_io(c, node, 1, &f);
     if (rc == 0) {
         ckpt_err err = {0};
-        if (off + len > stage_blob_size(f->blob) &&
+        if (off + len > wc_file_size(f) &&
             (rc = stage_blob_truncate(f->blob, off + len, &err)) != 0)
             wc_staging_failed(c, rc, err.msg, node, off);
         if (rc == 0)
@@ -416,7 +477,8 @@ int wckpt_fsync(wckpt *c, uint32_t node)
         rc = 0; /* the pack is durable */
     else if (rc == 0 && c->locked)
         rc = -EACCES;
-    else if (rc == 0 && c->tree.nodes[node].kind == WNODE_FILE && (f = wc_file_of(c, node))) {
+    else if (rc == 0 && c->tree.nodes[node].kind == WNODE_FILE && (f = wc_file_of(c, node)) &&
+             f->blob) {
         f->busy++;
         c->inflight++;
     }
@@ -460,6 +522,7 @@ int wckpt_list(wckpt *c, uint32_t dir, wdirent **out, size_t *n, uint32_t *paren
         v[i].name = strdup(child->name);
         v[i].node = d->children[i];
         v[i].is_dir = child->kind == WNODE_DIR;
+        v[i].is_link = child->kind == WNODE_LINK;
         count++;
         if (!v[i].name)
             rc = -ENOMEM;
@@ -499,7 +562,7 @@ int wckpt_xattr(wckpt *c, const char *attr, char *buf, size_t cap)
         for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
             const wnode *n = &c->tree.nodes[i];
             if (n->linked && n->kind == WNODE_FILE && n->data)
-                size += stage_blob_size(((wfile *)n->data)->blob);
+                size += wc_file_size(n->data);
         }
         len = snprintf(buf, cap, "%" PRIu64, size);
     } else if (strcmp(attr, CKPT_XATTR_ERROR) == 0 && c->error) {
@@ -509,4 +572,30 @@ int wckpt_xattr(wckpt *c, const char *attr, char *buf, size_t cap)
     if (len >= 0 && (size_t)len >= cap)
         len = (int)cap - 1;
     return len;
+}
+
+int wckpt_find(wckpt *c, const char *rel, uint32_t *node)
+{
+    pthread_mutex_lock(&c->lock);
+    int rc = usable(c, WTREE_ROOT);
+    uint32_t n = WTREE_ROOT;
+    char part[NAME_MAX + 1];
+    for (const char *p = rel; rc == 0 && *p;) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        if (len == 0 || len > NAME_MAX) {
+            rc = -ENOENT;
+            break;
+        }
+        memcpy(part, p, len);
+        part[len] = '\0';
+        n = wtree_lookup(&c->tree, n, part);
+        if (n == WTREE_NONE)
+            rc = -ENOENT;
+        p += len + (slash != NULL);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (rc == 0)
+        *node = n;
+    return rc;
 }

@@ -37,7 +37,7 @@ static void remove_orphans(wckpt *c)
     if (!ids)
         return;
     for (uint32_t i = 0; i < c->tree.n_nodes; i++)
-        if (c->tree.nodes[i].linked && c->tree.nodes[i].kind == WNODE_FILE)
+        if (c->tree.nodes[i].linked && c->tree.nodes[i].kind != WNODE_DIR)
             ids[n++] = c->tree.nodes[i].blob_id;
     qsort(ids, n, sizeof *ids, cmp_u64);
     int fd = dup(c->dir.data_fd);
@@ -72,7 +72,7 @@ static int open_blobs(wckpt *c)
 {
     for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
         wnode *n = &c->tree.nodes[i];
-        if (!n->linked || n->kind != WNODE_FILE)
+        if (!n->linked || n->kind == WNODE_DIR || (n->blob_id & WTREE_BASE_BLOB))
             continue;
         wfile *f = calloc(1, sizeof *f);
         if (!f)
@@ -93,9 +93,10 @@ static int open_blobs(wckpt *c)
             return rc;
         }
         stage_blob_park(f->blob, &err);
+        f->base_index = -1;
         n->data = f;
     }
-    return 0;
+    return wc_base_files(c);
 }
 
 static int recover_one(void *ud, const char *sid)
@@ -120,7 +121,19 @@ static int recover_one(void *ud, const char *sid)
                    wtable_name_ok(rec.name) ? "taken by another staged checkpoint" : "not valid");
         goto skip;
     }
-    if (wc_pack_exists(t, rec.name)) {
+    int kind = wc_backing_kind(t, rec.name);
+    if (kind == WC_NAMESPACE) {
+        /* A namespace becoming this checkpoint when the crash came: its
+         * directories are in the staged namespace already. */
+        if (wc_remove_empty_namespace(t, rec.name) != 0) {
+            fslog_warn("staging %s: a directory named '%s' is in the backing directory too; the "
+                       "staged checkpoint is left alone (move the directory to reach it)", sid,
+                       rec.name);
+            goto skip;
+        }
+        kind = wc_backing_kind(t, rec.name);
+    }
+    if (kind && !rec.replaces) {
         if (rec.state == STAGE_PACKING) {
             /* Packed and renamed into place before the crash. */
             fsync(t->backing_fd);
@@ -140,6 +153,7 @@ static int recover_one(void *ud, const char *sid)
         goto skip;
     }
     c->dir = d;
+    c->is_file = rec.is_file;
     c->state = rec.state == STAGE_PACKING ? WST_PACKING
                : rec.state == STAGE_FAILED ? WST_FAILED
                                            : WST_WRITING;
@@ -149,6 +163,8 @@ static int recover_one(void *ud, const char *sid)
     rc = stage_unlock(&t->root, &c->dir, &rec, &err);
     if (rc == 0)
         rc = stage_load_meta(&c->dir, &c->tree, &next, &err);
+    if (rc == 0 && rec.has_base)
+        rc = wc_open_base(t, rec.name, rec.is_file, &c->base, &err);
     if (rc == 0) {
         c->next_blob_id = next;
         remove_orphans(c);

@@ -16,7 +16,9 @@
 
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
+#include "common/backing_path.h"
 #include "common/fslog.h"
+#include "common/links.h"
 #include "backing_lock.h"
 #include "wckpt_internal.h"
 
@@ -131,8 +133,8 @@ void wtable_stop(wtable *t)
             fslog_err("checkpoint '%s': cannot save its namespace: %s", c->name, err.msg);
         pthread_mutex_lock(&c->lock);
         for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
-            wfile *f = c->tree.nodes[i].kind == WNODE_FILE ? c->tree.nodes[i].data : NULL;
-            if (f && stage_blob_park(f->blob, &err) != 0)
+            wfile *f = c->tree.nodes[i].kind != WNODE_DIR ? c->tree.nodes[i].data : NULL;
+            if (f && f->blob && stage_blob_park(f->blob, &err) != 0)
                 fslog_err("checkpoint '%s': %s", c->name, err.msg);
         }
         pthread_mutex_unlock(&c->lock);
@@ -224,165 +226,383 @@ void wtable_unref(wtable *t, wckpt *c)
     pthread_mutex_unlock(&t->lock);
 }
 
-int wtable_names(wtable *t, char ***names, uint64_t **inos, size_t *n)
+void wlisted_free(wlisted *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i].name);
+    free(v);
+}
+
+/* Is c directly in namespace ns? */
+static int in_ns(const wckpt *c, const char *ns)
+{
+    const char *slash = strrchr(c->name, '/');
+    size_t dir_len = slash ? (size_t)(slash - c->name) : 0;
+    return dir_len == strlen(ns) && strncmp(c->name, ns, dir_len) == 0;
+}
+
+int wtable_list(wtable *t, const char *ns, wlisted **out, size_t *n)
 {
     pthread_mutex_lock(&t->lock);
     size_t count = 0;
     for (wckpt *c = t->all; c; c = c->next)
-        count += c->current;
-    char **nv = calloc(count ? count : 1, sizeof *nv);
-    uint64_t *iv = calloc(count ? count : 1, sizeof *iv);
+        count += c->current && in_ns(c, ns);
+    wlisted *v = calloc(count ? count : 1, sizeof *v);
     size_t i = 0;
-    int rc = nv && iv ? 0 : -ENOMEM;
+    int rc = v ? 0 : -ENOMEM;
     for (wckpt *c = t->all; rc == 0 && c; c = c->next) {
-        if (!c->current)
+        if (!c->current || !in_ns(c, ns))
             continue;
-        nv[i] = strdup(c->name);
-        if (!nv[i]) {
+        v[i].name = strdup(backing_base(c->name));
+        if (!v[i].name) {
             rc = -ENOMEM;
             break;
         }
-        iv[i++] = wckpt_ino(c, WTREE_ROOT);
+        v[i].ino = wckpt_entry_ino(c);
+        uint32_t e = wckpt_entry_node(c);
+        v[i].is_link = c->is_file && e != WTREE_NONE && c->tree.nodes[e].kind == WNODE_LINK;
+        v[i++].is_file = c->is_file;
     }
     pthread_mutex_unlock(&t->lock);
     if (rc) {
-        for (size_t j = 0; nv && j < i; j++)
-            free(nv[j]);
-        free(nv);
-        free(iv);
+        wlisted_free(v, i);
         return rc;
     }
-    *names = nv;
-    *inos = iv;
+    *out = v;
     *n = i;
     return 0;
 }
 
-int wtable_mkdir(wtable *t, const char *name, uint32_t mode, wckpt **out)
+int wtable_has_below(wtable *t, const char *path)
+{
+    pthread_mutex_lock(&t->lock);
+    int found = 0;
+    for (wckpt *c = t->all; c && !found; c = c->next)
+        found = c->current && backing_is_below(c->name, path);
+    pthread_mutex_unlock(&t->lock);
+    return found;
+}
+
+/* Is name free for a new checkpoint? 0, -EEXIST, -EINVAL or
+ * -ENAMETOOLONG (t->lock held). */
+static int name_free(wtable *t, const char *name)
 {
     if (!wtable_name_ok(name))
-        return strlen(name) + SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
-    pthread_mutex_lock(&t->lock);
-    if (wc_by_name(t, name) || wc_pack_exists(t, name)) {
-        pthread_mutex_unlock(&t->lock);
-        return -EEXIST;
-    }
+        return strlen(backing_base(name)) + SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
+    return wc_by_name(t, name) || wc_pack_exists(t, name) ? -EEXIST : 0;
+}
+
+/* A new writable checkpoint called name, writing, with its staging set
+ * up and a kernel reference (t->lock held). */
+wckpt *wc_start(wtable *t, const char *name, uint32_t mode, int is_file, int replaces,
+                int has_base, int *rc)
+{
     wckpt *c = wc_wckpt_new(t, name);
-    int rc = c ? 0 : -ENOMEM;
+    *rc = c ? 0 : -ENOMEM;
     ckpt_err err = {0};
     struct timespec ts = wc_now_real();
-    if (rc == 0)
-        rc = wtree_init(&c->tree, mode, ts.tv_sec, (uint32_t)ts.tv_nsec);
-    if (rc == 0) {
+    if (*rc == 0)
+        *rc = wtree_init(&c->tree, mode, ts.tv_sec, (uint32_t)ts.tv_nsec);
+    if (*rc == 0) {
         c->next_blob_id = 1;
-        rc = stage_create(&t->root, name, &c->dir, &err);
-        if (rc)
+        c->is_file = is_file;
+        c->dir.is_file = is_file;
+        c->dir.replaces = replaces;
+        c->dir.has_base = has_base;
+        *rc = stage_create(&t->root, name, &c->dir, &err);
+        if (*rc)
             fslog_err("cannot start checkpoint '%s': %s", name, err.msg);
     }
-    if (rc) {
+    if (*rc) {
         if (c)
             wc_wckpt_free(c);
-        pthread_mutex_unlock(&t->lock);
-        return rc;
+        return NULL;
     }
     c->state = WST_WRITING;
     c->meta_gen = 1; /* the root's mode and mtime */
     c->nlookup = 1;
     c->next = t->all;
     t->all = c;
+    return c;
+}
+
+int wtable_mkdir(wtable *t, const char *name, uint32_t mode, wckpt **out)
+{
+    pthread_mutex_lock(&t->lock);
+    int rc = name_free(t, name);
+    wckpt *c = rc == 0 ? wc_start(t, name, mode, 0, 0, 0, &rc) : NULL;
     pthread_mutex_unlock(&t->lock);
+    if (c)
+        *out = c;
+    return rc;
+}
+
+static int create_single(wtable *t, const char *name, uint32_t mode, const char *target,
+                         wckpt **out, uint32_t *node, struct stat *st)
+{
+    int rc = target ? link_target_check(target) : 0;
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&t->lock);
+    rc = name_free(t, name);
+    wckpt *c = rc == 0 ? wc_start(t, name, 0755, 1, 0, 0, &rc) : NULL;
+    pthread_mutex_unlock(&t->lock);
+    if (!c)
+        return rc;
+    rc = target ? wckpt_symlink(c, WTREE_ROOT, backing_base(name), target, node, st)
+                : wckpt_create(c, WTREE_ROOT, backing_base(name), mode, node, st);
+    if (rc) {
+        wtable_unlink_file(t, name);
+        wtable_forget(t, c, 1);
+        return rc;
+    }
     *out = c;
     return 0;
 }
 
-int wtable_rmdir(wtable *t, const char *name)
+int wtable_create_file(wtable *t, const char *name, uint32_t mode, wckpt **out, uint32_t *node,
+                       struct stat *st)
 {
-    pthread_mutex_lock(&t->lock);
-    wckpt *c = wc_by_name(t, name);
-    if (!c) {
-        pthread_mutex_unlock(&t->lock);
-        return -ENOENT;
-    }
+    return create_single(t, name, mode, NULL, out, node, st);
+}
+
+int wtable_create_link(wtable *t, const char *name, const char *target, wckpt **out,
+                       uint32_t *node, struct stat *st)
+{
+    return create_single(t, name, 0777, target, out, node, st);
+}
+
+/* Drops a writable checkpoint with its staging, and the pack it would
+ * have replaced (t->lock held; c->lock not). */
+static int drop(wtable *t, wckpt *c, int want_file)
+{
     pthread_mutex_lock(&c->lock);
     int rc = c->locked ? -EACCES : c->state == WST_PACKING ? -EBUSY : 0;
-    if (rc == 0 && c->tree.nodes[WTREE_ROOT].n_children)
+    if (rc == 0 && c->is_file != want_file)
+        rc = c->is_file ? -ENOTDIR : -EISDIR;
+    if (rc == 0 && !want_file && c->tree.nodes[WTREE_ROOT].n_children)
         rc = -ENOTEMPTY;
     if (rc == 0) {
         c->state = WST_DELETED;
         while (c->inflight)
             pthread_cond_wait(&c->changed, &c->lock);
+        wc_let_go_of_base(c); /* its space comes back at once */
     }
+    int replaces = c->dir.replaces;
     pthread_mutex_unlock(&c->lock);
     if (rc == 0) {
         ckpt_err err = {0};
         c->current = 0;
         if (stage_remove(&t->root, &c->dir, &err) != 0)
-            fslog_warn("checkpoint '%s' removed, but not all of its staging: %s", name, err.msg);
+            fslog_warn("checkpoint '%s' removed, but not all of its staging: %s", c->name,
+                       err.msg);
+        if (replaces && wc_pack_exists(t, c->name))
+            wtable_remove_pack(t, c->name, c->is_file);
         wc_release_if_unused(t, c);
     }
+    return rc;
+}
+
+/* A checkpoint that is removed or renamed while it is packed stops being
+ * packed first, as a write would stop it (waiting needs t->lock free:
+ * the packer takes it to finish). */
+static void unpack_name(wtable *t, const char *name, const char *what)
+{
+    pthread_mutex_lock(&t->lock);
+    wckpt *c = wc_by_name(t, name);
+    if (c)
+        c->refs++;
+    pthread_mutex_unlock(&t->lock);
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    wc_unpack(c, what);
+    pthread_mutex_unlock(&c->lock);
+    wtable_unref(t, c);
+}
+
+void wc_abandon(wtable *t, wckpt *c)
+{
+    pthread_mutex_lock(&t->lock);
+    pthread_mutex_lock(&c->lock);
+    c->state = WST_DELETED;
+    while (c->inflight)
+        pthread_cond_wait(&c->changed, &c->lock);
+    wc_let_go_of_base(c);
+    int replaces = c->dir.replaces;
+    pthread_mutex_unlock(&c->lock);
+    ckpt_err err = {0};
+    c->current = 0;
+    if (stage_remove(&t->root, &c->dir, &err) != 0)
+        fslog_warn("checkpoint '%s' removed, but not all of its staging: %s", c->name, err.msg);
+    if (replaces && wc_pack_exists(t, c->name))
+        wtable_remove_pack(t, c->name, c->is_file);
+    wc_release_if_unused(t, c);
+    pthread_mutex_unlock(&t->lock);
+}
+
+void wc_let_go_of_base(wckpt *c)
+{
+    if (!c->base)
+        return;
+    for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
+        const wfile *f = c->tree.nodes[i].kind != WNODE_DIR ? c->tree.nodes[i].data : NULL;
+        if (f && !f->blob && (f->open || f->busy))
+            return; /* still read, as on a local disk; freed with c */
+    }
+    ckpt_close(c->base);
+    c->base = NULL;
+}
+
+int wtable_rmdir(wtable *t, const char *name)
+{
+    unpack_name(t, name, "removed");
+    pthread_mutex_lock(&t->lock);
+    wckpt *c = wc_by_name(t, name);
+    int rc = c ? drop(t, c, 0) : -ENOENT;
     pthread_mutex_unlock(&t->lock);
     return rc;
 }
 
-int wtable_remove_pack(wtable *t, const char *name)
+int wtable_unlink_file(wtable *t, const char *name)
+{
+    unpack_name(t, name, "removed");
+    pthread_mutex_lock(&t->lock);
+    wckpt *c = wc_by_name(t, name);
+    int rc = c ? drop(t, c, 1) : -ENOENT;
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
+/* name.tpack (or .tfile) into out. */
+static void pack_file(const char *name, int is_file, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s%s", backing_base(name), is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
+}
+
+int wtable_remove_pack(wtable *t, const char *name, int is_file)
 {
     char file[NAME_MAX + 1];
     if (!wtable_name_ok(name))
         return -ENOENT;
-    snprintf(file, sizeof file, "%s" PACK_SUFFIX, name);
-    if (unlinkat(t->backing_fd, file, 0) != 0)
-        return -errno;
-    if (fsync(t->backing_fd) != 0)
-        return -errno;
-    fslog_info("checkpoint '%s' deleted (%s/%s removed)", name, t->backing_path, file);
-    return 0;
+    pack_file(name, is_file, file, sizeof file);
+    int dir = backing_open_parent(t->backing_fd, name, 0);
+    if (dir < 0)
+        return dir;
+    int rc = unlinkat(dir, file, 0) != 0 || fsync(dir) != 0 ? -errno : 0;
+    close(dir);
+    if (rc == 0)
+        fslog_info("checkpoint '%s' deleted (%s/%s%s removed)", name, t->backing_path, name,
+                   is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
+    return rc;
+}
+
+/* Renames BACKING/from's pack to to's, replacing a pack there when
+ * replace; both directories fsynced. */
+static int rename_pack(wtable *t, const char *from, const char *to, int is_file, int replace)
+{
+    char a[NAME_MAX + 1], b[NAME_MAX + 1];
+    pack_file(from, is_file, a, sizeof a);
+    pack_file(to, is_file, b, sizeof b);
+    int fd_a = backing_open_parent(t->backing_fd, from, 0);
+    int fd_b = fd_a < 0 ? fd_a : backing_open_parent(t->backing_fd, to, 0);
+    int rc = fd_a < 0 ? fd_a : fd_b < 0 ? fd_b : 0;
+    if (rc == 0 && renameat2(fd_a, a, fd_b, b, replace ? 0 : RENAME_NOREPLACE) != 0)
+        rc = -errno;
+    if (rc == 0 && (fsync(fd_b) != 0 || fsync(fd_a) != 0))
+        rc = -errno;
+    if (fd_a >= 0)
+        close(fd_a);
+    if (fd_b >= 0)
+        close(fd_b);
+    return rc;
+}
+
+/* Renames the writable checkpoint c to `to` (t->lock held). */
+static int rename_writable(wtable *t, wckpt *c, const char *to, int replaces)
+{
+    pthread_mutex_lock(&c->save_lock);
+    pthread_mutex_lock(&c->lock);
+    int rc = c->state == WST_PACKING ? -EBUSY : 0;
+    stage_state st = c->state == WST_FAILED ? STAGE_FAILED : STAGE_WRITING;
+    char *error = c->error ? strdup(c->error) : NULL;
+    int was_replacing = c->dir.replaces;
+    pthread_mutex_unlock(&c->lock);
+    ckpt_err err = {0};
+    if (rc == 0) {
+        c->dir.replaces = replaces;
+        rc = stage_write_record(&t->root, &c->dir, to, st, error, &err);
+        if (rc)
+            c->dir.replaces = was_replacing;
+    }
+    pthread_mutex_unlock(&c->save_lock);
+    free(error);
+    char *copy = rc == 0 ? strdup(to) : NULL;
+    if (rc == 0 && copy) {
+        pthread_mutex_lock(&c->lock);
+        free(c->name);
+        c->name = copy;
+        pthread_mutex_unlock(&c->lock);
+    } else if (rc == 0) {
+        rc = -ENOMEM;
+    } else if (rc != -EBUSY) {
+        fslog_err("cannot rename checkpoint '%s': %s", c->name, err.msg);
+    }
+    return rc;
 }
 
 int wtable_rename(wtable *t, const char *from, const char *to, int noreplace)
 {
     if (!wtable_name_ok(to))
-        return strlen(to) + SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
+        return strlen(backing_base(to)) + SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
     if (strcmp(from, to) == 0)
         return 0;
+    unpack_name(t, from, "renamed");
+    unpack_name(t, to, "replaced");
     pthread_mutex_lock(&t->lock);
-    wckpt *c = wc_by_name(t, from);
+    wckpt *c = wc_by_name(t, from), *target = wc_by_name(t, to);
+    int from_kind = c ? 0 : wtable_name_ok(from) ? wc_backing_kind(t, from) : 0;
+    int to_kind = wc_backing_kind(t, to);
+    int from_file = c ? c->is_file : from_kind == WC_PACK_FILE;
+    int to_exists = target || to_kind;
+    int to_file = target ? target->is_file : to_kind == WC_PACK_FILE;
     int rc = 0;
-    if (wc_by_name(t, to) || wc_pack_exists(t, to)) {
-        /* Only an empty directory could be replaced; a checkpoint is not. */
-        rc = noreplace ? -EEXIST : -ENOTEMPTY;
-    } else if (c) {
-        pthread_mutex_lock(&c->save_lock);
-        pthread_mutex_lock(&c->lock);
-        rc = c->state == WST_PACKING ? -EBUSY : 0;
-        stage_state st = c->state == WST_FAILED ? STAGE_FAILED : STAGE_WRITING;
-        char *error = c->error ? strdup(c->error) : NULL;
-        pthread_mutex_unlock(&c->lock);
-        ckpt_err err = {0};
-        if (rc == 0)
-            rc = stage_write_record(&t->root, &c->dir, to, st, error, &err);
-        pthread_mutex_unlock(&c->save_lock);
-        free(error);
-        char *copy = rc == 0 ? strdup(to) : NULL;
-        if (rc == 0 && copy) {
-            pthread_mutex_lock(&c->lock);
-            free(c->name);
-            c->name = copy;
-            pthread_mutex_unlock(&c->lock);
-        } else if (rc == 0) {
-            rc = -ENOMEM;
-        } else if (rc != -EBUSY) {
-            fslog_err("cannot rename checkpoint '%s': %s", from, err.msg);
-        }
-    } else if (wtable_name_ok(from) && wc_pack_exists(t, from)) {
-        char a[NAME_MAX + 1], b[NAME_MAX + 1];
-        snprintf(a, sizeof a, "%s" PACK_SUFFIX, from);
-        snprintf(b, sizeof b, "%s" PACK_SUFFIX, to);
-        if (renameat2(t->backing_fd, a, t->backing_fd, b, RENAME_NOREPLACE) != 0)
-            rc = errno == EEXIST ? (noreplace ? -EEXIST : -ENOTEMPTY) : -errno;
-        else if (fsync(t->backing_fd) != 0)
-            rc = -errno;
-    } else {
+    if (!c && from_kind != WC_PACK_DIR && from_kind != WC_PACK_FILE)
         rc = -ENOENT;
+    else if (to_exists && noreplace)
+        rc = -EEXIST;
+    else if (to_exists && !(from_file && to_file))
+        /* A directory replaces only an empty one; a checkpoint is not. */
+        rc = from_file ? -EISDIR : to_file ? -ENOTDIR : -ENOTEMPTY;
+    if (rc == 0 && target) {
+        /* rename(2) over a file: the one there goes. */
+        pthread_mutex_lock(&target->lock);
+        if (target->state == WST_PACKING)
+            rc = -EBUSY;
+        pthread_mutex_unlock(&target->lock);
+    }
+    if (rc == 0 && c && c->dir.has_base) {
+        /* Reopened: the pack it reads unchanged files from moves along. */
+        rc = rename_pack(t, from, to, from_file, to_file);
+        if (rc == 0)
+            rc = rename_writable(t, c, to, 1);
+    } else if (rc == 0 && c) {
+        rc = rename_writable(t, c, to, to_kind != 0 || c->dir.replaces);
+        if (rc == 0 && c->dir.replaces && !to_kind && wc_pack_exists(t, from))
+            wtable_remove_pack(t, from, from_file); /* what it was to replace */
+    } else if (rc == 0) {
+        rc = rename_pack(t, from, to, from_file, to_file);
+        if (rc == -EEXIST)
+            rc = noreplace ? -EEXIST : -ENOTEMPTY;
+    }
+    if (rc == 0 && target) {
+        /* Replaced: its staging goes; the pack at `to`, if any, is now the
+         * renamed one's (or is replaced when that one commits). */
+        pthread_mutex_lock(&target->lock);
+        target->dir.replaces = 0;
+        pthread_mutex_unlock(&target->lock);
+        if (drop(t, target, 1) != 0)
+            fslog_warn("checkpoint '%s': replaced, but its staging is left", to);
     }
     pthread_mutex_unlock(&t->lock);
     return rc;

@@ -243,7 +243,7 @@ int wtree_add(wtree *t, uint32_t dir, const char *name, wnode_kind kind, uint32_
         return rc;
     if (!wtree_name_ok(name))
         return strlen(name) > NAME_MAX_BYTES ? -ENAMETOOLONG : -EINVAL;
-    if (kind != WNODE_DIR && kind != WNODE_FILE)
+    if (kind != WNODE_DIR && kind != WNODE_FILE && kind != WNODE_LINK)
         return -EINVAL;
     if (wtree_lookup(t, dir, name) != WTREE_NONE)
         return -EEXIST;
@@ -332,9 +332,9 @@ int wtree_rename(wtree *t, uint32_t dir, const char *name, uint32_t newdir, cons
         const wnode *d = &t->nodes[dst];
         if (noreplace)
             return -EEXIST;
-        if (s->kind == WNODE_FILE && d->kind == WNODE_DIR)
+        if (s->kind != WNODE_DIR && d->kind == WNODE_DIR)
             return -EISDIR;
-        if (s->kind == WNODE_DIR && d->kind == WNODE_FILE)
+        if (s->kind == WNODE_DIR && d->kind != WNODE_DIR)
             return -ENOTDIR;
         if (d->kind == WNODE_DIR && d->n_children)
             return -ENOTEMPTY;
@@ -408,12 +408,13 @@ int wtree_walk(const wtree *t, wtree_visit_fn fn, void *ud)
 typedef struct collect {
     path_entry *v;
     size_t n;
+    uint8_t kind;
 } collect;
 
 static int collect_file(void *ud, const wtree *t, uint32_t id)
 {
     collect *c = ud;
-    if (t->nodes[id].kind != WNODE_FILE)
+    if (t->nodes[id].kind != c->kind)
         return 0;
     size_t len = wtree_path_len(t, id);
     char *p = malloc(len + 1);
@@ -426,9 +427,9 @@ static int collect_file(void *ud, const wtree *t, uint32_t id)
     return 0;
 }
 
-int wtree_files_sorted(const wtree *t, uint32_t **out, size_t *n)
+static int sorted_of(const wtree *t, uint8_t kind, uint32_t **out, size_t *n)
 {
-    collect c = {calloc(t->n_nodes ? t->n_nodes : 1, sizeof *c.v), 0};
+    collect c = {calloc(t->n_nodes ? t->n_nodes : 1, sizeof *c.v), 0, kind};
     *out = NULL;
     *n = 0;
     if (!c.v)
@@ -451,4 +452,14 @@ int wtree_files_sorted(const wtree *t, uint32_t **out, size_t *n)
         *n = c.n;
     }
     return rc;
+}
+
+int wtree_files_sorted(const wtree *t, uint32_t **out, size_t *n)
+{
+    return sorted_of(t, WNODE_FILE, out, n);
+}
+
+int wtree_links_sorted(const wtree *t, uint32_t **out, size_t *n)
+{
+    return sorted_of(t, WNODE_LINK, out, n);
 }

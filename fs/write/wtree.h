@@ -17,10 +17,15 @@
 #define WTREE_ROOT 0u
 /* Pack paths must fit in 4095 bytes (FORMAT.md). */
 #define WTREE_PATH_MAX 4095u
+/* A file's blob_id with this bit set names no staged blob but file
+ * (blob_id & ~WTREE_BASE_BLOB) of the pack the checkpoint reopened: a
+ * file left as it was packed. */
+#define WTREE_BASE_BLOB (1ull << 63)
 /* Node ids become the low 32 bits of inode numbers, with +1. */
 #define WTREE_MAX_NODES (UINT32_MAX - 2u)
 
-typedef enum wnode_kind { WNODE_DIR = 1, WNODE_FILE = 2 } wnode_kind;
+/* A link is staged like a file whose bytes are its target. */
+typedef enum wnode_kind { WNODE_DIR = 1, WNODE_FILE = 2, WNODE_LINK = 3 } wnode_kind;
 
 typedef struct wnode {
     char *name;               /* one component; "" for the root */
@@ -84,9 +89,11 @@ size_t wtree_path_len(const wtree *t, uint32_t node);
 /* The path into out (cap bytes); 0, or -ENAMETOOLONG. */
 int wtree_path(const wtree *t, uint32_t node, char *out, size_t cap);
 
-/* The linked files in pack order (byte order of their paths): a malloc'd
- * array of node ids in *out. 0 or -ENOMEM. */
+/* The linked files (kind WNODE_FILE, or WNODE_LINK when links) in pack
+ * order (byte order of their paths): a malloc'd array of node ids in
+ * *out. 0 or -ENOMEM. */
 int wtree_files_sorted(const wtree *t, uint32_t **out, size_t *n);
+int wtree_links_sorted(const wtree *t, uint32_t **out, size_t *n);
 
 /* Visits every linked node, parents before children (root first). */
 typedef int (*wtree_visit_fn)(void *ud, const wtree *t, uint32_t node);

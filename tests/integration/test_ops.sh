@@ -85,9 +85,9 @@ if mount_ckptfs "$BACK" "$MNT" "$LOG" -o key_file="$TMP/key"; then
     pass "-f mounts"
     has "-f: an info line on stderr says it mounted, and where" "$LOG" \
         "^ckptfs: mounted $TMP/back on $TMP/mnt \(writable; key file;"
-    mkdir mnt/.bad 2>/dev/null
+    mkdir mnt/bad.tpack 2>/dev/null
     has "-f: a refused request is logged as a warning" "$LOG" \
-        "^ckptfs: warning: mkdir '\.bad': checkpoint names"
+        "^ckptfs: warning: mkdir 'bad\.tpack': a directory above checkpoints"
     kill -HUP "${DAEMON_OF[$MNT]}"
     sleep 0.3
     if ! gone "${DAEMON_OF[$MNT]}" && ls mnt/small >/dev/null; then
@@ -106,10 +106,10 @@ fi
 LOG=$TMP/journal.log
 : >"$LOG"
 if JOURNAL_STREAM=$(stat -c %d:%i "$LOG") mount_ckptfs "$BACK" "$MNT" "$LOG" -o key_file="$TMP/key"; then
-    mkdir mnt/.bad 2>/dev/null
+    mkdir mnt/bad.tpack 2>/dev/null
     unmount_ckptfs "$MNT"
     has "journal: info lines carry <6>" "$LOG" "^<6>mounted $TMP/back on $TMP/mnt"
-    has "journal: warnings carry <4>" "$LOG" "^<4>mkdir '\.bad': checkpoint names"
+    has "journal: warnings carry <4>" "$LOG" "^<4>mkdir 'bad\.tpack': a directory above checkpoints"
 else
     fail "mount with stderr as the journal" "$(cat "$LOG")"
 fi
@@ -190,8 +190,8 @@ if mount_daemon "$BACK" "$MNT" -o key_file="$TMP/key" -o log_file=logs/ckptfs.lo
     for _ in $(seq 100); do grep -qs "reopened" logs/ckptfs.log && break; sleep 0.05; done
     has "SIGHUP: a fresh file at the path says it was reopened" logs/ckptfs.log "log file reopened \(SIGHUP\)"
     has "SIGHUP: the old file says so too" logs/ckptfs.log.1 "SIGHUP: reopening log file $TMP/logs/ckptfs.log"
-    mkdir mnt/.after-hup 2>/dev/null
-    has "SIGHUP: new lines go to the new file" logs/ckptfs.log "warning: mkdir '\.after-hup'"
+    mkdir mnt/after-hup.tpack 2>/dev/null
+    has "SIGHUP: new lines go to the new file" logs/ckptfs.log "warning: mkdir 'after-hup\.tpack'"
     if grep -q "after-hup" logs/ckptfs.log.1; then fail "SIGHUP: and not to the old one"; else pass "SIGHUP: and not to the old one"; fi
     if ! gone "$pid" && cmp -s mnt/small/notes.txt src/small/notes.txt; then
         pass "SIGHUP: the daemon keeps serving"
@@ -231,10 +231,10 @@ EOF
         # Said before daemonizing: the checkpoint -o debug's part wrote.
         has "daemon: what recovery says before daemonizing reaches syslog too" "$TMP/syslog.txt" \
             "^<30>.* ckptfs\[[0-9]+\]: checkpoint 'w' recovered: writing"
-        mkdir mnt/.bad 2>/dev/null
-        for _ in $(seq 40); do grep -q "mkdir '.bad'" "$TMP/syslog.txt" && break; sleep 0.05; done
+        mkdir mnt/bad.tpack 2>/dev/null
+        for _ in $(seq 40); do grep -q "mkdir 'bad.tpack'" "$TMP/syslog.txt" && break; sleep 0.05; done
         has "daemon: a warning is logged at daemon.warning" "$TMP/syslog.txt" \
-            "^<28>.* ckptfs\[$pid\]: mkdir '\.bad': checkpoint names"
+            "^<28>.* ckptfs\[$pid\]: mkdir 'bad\.tpack': a directory above checkpoints"
         kill -HUP "$pid"
         sleep 0.3
         if ! gone "$pid" && ls mnt/small >/dev/null; then pass "daemon: SIGHUP is harmless with syslog"

@@ -4,7 +4,8 @@
 # (torch.save whole and per tensor, np.save, safetensors), ckpt commit and
 # ckpt status, reads before commit, after it and after a remount, EROFS
 # once committed, EBUSY while packing, auto-commit, renaming and removing
-# checkpoints, and refusals at the mount root.
+# checkpoints, namespaces (a directory holding only directories) and files
+# at the mount root (checkpoints of their own).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
 SRC=$TMP/src
@@ -27,12 +28,11 @@ pass "ckptfs mounts writable"
 
 # ------------------------------------------------------------------ the root
 
-expect_fail "a file at the mount root is refused" touch "$MNT/stray"
-last_stderr_has "with EPERM" "Operation not permitted"
-if grep -q "only checkpoint directories live there" "$LOG"; then pass "and a log line says why"
-else fail "and a log line says why" "$(tail -3 "$LOG")"; fi
-expect_fail "a checkpoint name starting with '.' is refused" mkdir "$MNT/.hidden"
-expect_ok "mkdir starts a checkpoint" mkdir "$MNT/a"
+expect_ok "a file at the mount root is a checkpoint of its own" bash -c "printf stray >'$MNT/stray'"
+expect_ok "and reads back" grep -q stray "$MNT/stray"
+expect_fail "the staging directory's name is refused" mkdir "$MNT/.ckptfs"
+expect_ok "a name starting with '.' is fine" mkdir "$MNT/.hidden"
+expect_ok "mkdir makes a directory" mkdir "$MNT/a"
 [ "$(state_of "$MNT/a")" = writing ] && pass "its state is writing" || fail "its state is writing" "$(state_of "$MNT/a")"
 expect_fail "mkdir of an existing checkpoint fails" mkdir "$MNT/a"
 expect_absent "the staging area does not show" "$MNT/.ckptfs"
@@ -99,22 +99,36 @@ expect_fail "ckpt commit outside a mount fails" "$CKPT" commit "$TMP"
 last_stderr_has "and says why" "not a checkpoint directory"
 expect_ok "ckpt commit --wait" "$CKPT" commit --wait "$MNT/py"
 last_stdout_has "reports it committed" "committed"
-[ -f "$BACK/py.tpack" ] && pass "BACKING/py.tpack exists" || fail "BACKING/py.tpack exists"
+# py/ got its files in subdirectories: each is a checkpoint, py a namespace.
+[ -f "$BACK/py/safetensors.tpack" ] && [ -f "$BACK/py/dcp.tpack" ] && pass "BACKING/py/*.tpack exist" || fail "BACKING/py/*.tpack exist" "$(find "$BACK/py")"
 [ "$(state_of "$MNT/py")" = committed ] && pass "state committed" || fail "state committed" "$(state_of "$MNT/py")"
 expect_ok "byte-identical after commit, now from the pack" $PY "$WCLIENTS" same-tree "$PLAIN/py" "$MNT/py" --packed
 expect_ok "and loads back after commit" $PY "$WCLIENTS" verify "$MNT/py" mixed 5
-expect_ok "the read-only view: manifest.json" test -f "$MNT/py/manifest.json"
-n=$(find "$MNT/py/tensors" -type f | wc -l)
+expect_ok "the read-only view: manifest.json" test -f "$MNT/py/safetensors/manifest.json"
+n=$(find "$MNT"/py/*/tensors -type f | wc -l)
 [ "$n" -gt 10 ] && pass "and tensors/ ($n tensors from safetensors and npy)" || fail "and tensors/" "$n files"
-expect_ok "ckpt verify passes on the pack" "$CKPT" verify "$BACK/py.tpack"
+expect_ok "ckpt verify passes on the pack" "$CKPT" verify "$BACK/py/safetensors.tpack"
 expect_ok "ckpt commit of a committed checkpoint is a no-op" "$CKPT" commit --wait "$MNT/py"
 
-expect_errno "a committed checkpoint is immutable: write" EROFS write "$MNT/py/npy/step.npy"
-expect_errno "create" EROFS create "$MNT/py/new.bin"
-expect_errno "truncate" EROFS truncate "$MNT/py/npy/step.npy"
-expect_errno "mkdir" EROFS mkdir "$MNT/py/newdir"
+# Late writes never fail: the checkpoint is reopened, and a new
+# generation of its pack replaces the old one.
+mkdir -p "$MNT/late" "$PLAIN/late"
+head -c 3000000 /dev/urandom >"$MNT/late/kept.bin"
+printf 'first' >"$MNT/late/a.bin"
+expect_ok "a checkpoint to write into late" "$CKPT" commit --wait "$MNT/late"
+expect_errno "writing into a committed checkpoint works: create" 0 create "$MNT/late/new.bin"
+[ "$(state_of "$MNT/late")" = writing ] && pass "it is writing again" || fail "it is writing again" "$(state_of "$MNT/late")"
+expect_errno "write" 0 write "$MNT/late/a.bin"
+expect_errno "truncate" 0 truncate "$MNT/late/new.bin"
+expect_errno "mkdir" 0 mkdir "$MNT/late/newdir"
+cp -a "$MNT/late/." "$PLAIN/late/"
+expect_ok "ckpt commit --wait packs a new generation" "$CKPT" commit --wait "$MNT/late"
+expect_ok "which reads as written" $PY "$WCLIENTS" same-tree "$PLAIN/late" "$MNT/late" --packed
+expect_errno "its views are read-only" EROFS write "$MNT/late/manifest.json"
+expect_ok "rm -r of it" rm -r "$MNT/late"
+expect_absent "removes it with its pack" "$MNT/late" "$BACK/late.tpack"
 
-# EBUSY while packing: a checkpoint big enough to take a moment.
+# Writes while packing: a checkpoint big enough to take a moment.
 mkdir "$MNT/big"
 head -c $((256 << 20)) /dev/urandom >"$MNT/big/noise.bin"
 cp "$MNT/big/noise.bin" "$TMP/noise.bin"
@@ -122,27 +136,30 @@ expect_ok "ckpt commit (without --wait) starts packing" "$CKPT" commit "$MNT/big
 s=$(state_of "$MNT/big")
 if [ "$s" = packing ]; then
     pass "state packing"
-    expect_errno "writing while packing is EBUSY" EBUSY append "$MNT/big/noise.bin"
-    expect_errno "creating while packing is EBUSY" EBUSY create "$MNT/big/more.bin"
-    expect_errno "reading while packing works" 0 read "$MNT/big/noise.bin"
-    if grep -q "is being packed" "$LOG"; then pass "a log line says why"; else fail "a log line says why"; fi
     expect_ok "ckpt status while packing" "$CKPT" status "$MNT"
     # Random bytes are stored without compressing: packing can end between
     # the state check above and status.
     if grep -qE '^big +committed' "$LAST_OUT"; then
-        skip "shows progress with an ETA" "packing was over before ckpt status ran"
+        skip "writes while packing stop the packing" "packing was over before ckpt status ran"
     else
         last_stdout_matches "shows progress with an ETA" '^big +packing .*% .* of .*ETA'
+        expect_errno "reading while packing works" 0 read "$MNT/big/noise.bin"
+        expect_errno "creating a file while packing works" 0 create "$MNT/big/more.bin"
+        [ "$(state_of "$MNT/big")" = writing ] && pass "the packing stopped: writing again" ||
+            fail "the packing stopped: writing again" "$(state_of "$MNT/big")"
+        if grep -q "written to while it" "$LOG"; then pass "a log line says why"; else fail "a log line says why"; fi
     fi
 else
-    skip "EBUSY while packing" "packing was over before the check ($s)"
+    skip "writes while packing" "packing was over before the check ($s)"
 fi
 expect_ok "ckpt commit --wait follows it to the end" "$CKPT" commit --wait "$MNT/big"
 expect_same_sha256 "the big file reads back from the pack" "$TMP/noise.bin" "$MNT/big/noise.bin"
 
 expect_ok "ckpt commit --wait of the cp -r checkpoint" "$CKPT" commit --wait "$MNT/a"
+expect_ok "ckpt commit --wait of a file at the root" "$CKPT" commit --wait "$MNT/stray"
+[ -f "$BACK/stray.tfile" ] && pass "packed into BACKING/stray.tfile" || fail "packed into BACKING/stray.tfile"
 expect_ok "cp -r copy byte-identical after commit" $PY "$WCLIENTS" same-tree "$SRC" "$MNT/a" --packed
-expect_ok "mode of a copied file kept in the pack" test "$(stat -c %a "$MNT/a/optim/state/rng.bin")" = 400
+expect_ok "mode of a copied file kept in the pack" test "$(stat -c %a "$MNT/a/optim/state/rng.bin")" = 600
 expect_ok "the staging area is empty once all is committed" test -z "$(ls "$BACK/.ckptfs/stage")"
 
 # ----------------------------------------------------- remount, rename, rm
@@ -155,12 +172,67 @@ expect_ok "mv renames a committed checkpoint" mv "$MNT/big" "$MNT/big2"
 [ -f "$BACK/big2.tpack" ] && [ ! -e "$BACK/big.tpack" ] && pass "its pack is renamed" || fail "its pack is renamed"
 expect_fail "mv onto an existing checkpoint is refused" mv -T "$MNT/w2" "$MNT/py"
 
+# Renames trainers make: a whole checkpoint (tmp-checkpoint-5 ->
+# checkpoint-5, written or committed, across namespaces) and a file over a
+# file in a namespace (DeepSpeed's latest, through a temporary).
+mkdir -p "$MNT/run/tmp-checkpoint-5"
+printf 'weights' >"$MNT/run/tmp-checkpoint-5/a.bin"
+expect_ok "mv of a checkpoint being written to its final name" mv "$MNT/run/tmp-checkpoint-5" "$MNT/run/checkpoint-5"
+printf '1' >"$MNT/run/latest"
+printf '2' >"$MNT/run/latest.tmp"
+expect_ok "mv of a file over a file in a namespace" mv "$MNT/run/latest.tmp" "$MNT/run/latest"
+[ "$(cat "$MNT/run/latest")" = 2 ] && pass "replaces it" || fail "replaces it" "$(cat "$MNT/run/latest")"
+expect_ok "ckpt commit --wait of the namespace" "$CKPT" commit --wait "$MNT/run"
+[ -f "$BACK/run/checkpoint-5.tpack" ] && [ -f "$BACK/run/latest.tfile" ] && [ ! -e "$BACK/run/latest.tmp.tfile" ] &&
+    pass "packs: run/checkpoint-5.tpack, run/latest.tfile" || fail "packs: run/checkpoint-5.tpack, run/latest.tfile" "$(find "$BACK/run")"
+printf '3' >"$MNT/run/latest.tmp"
+"$CKPT" commit --wait "$MNT/run/latest.tmp" >/dev/null
+expect_ok "mv of a committed file over a committed one" mv "$MNT/run/latest.tmp" "$MNT/run/latest"
+[ "$(cat "$MNT/run/latest")" = 3 ] && pass "replaces it too" || fail "replaces it too" "$(cat "$MNT/run/latest")"
+mkdir "$MNT/kept"
+expect_ok "mv of a committed checkpoint into another namespace" mv "$MNT/run/checkpoint-5" "$MNT/kept/ck5"
+[ -f "$BACK/kept/ck5.tpack" ] && [ "$(cat "$MNT/kept/ck5/a.bin")" = weights ] && pass "its pack moved" || fail "its pack moved" "$(find "$BACK/kept")"
+expect_ok "mv of a namespace" mv "$MNT/kept" "$MNT/kept2"
+expect_ok "reads through the new name" grep -q weights "$MNT/kept2/ck5/a.bin"
+rm -r "$MNT/kept2" "$MNT/run"
+expect_absent "rm -r of namespaces removes them" "$MNT/kept2" "$MNT/run" "$BACK/kept2" "$BACK/run"
+
+# Symbolic links: a Hugging Face cache tree copied with cp -a (relative
+# links into blobs/), and a link straight in a namespace (Lightning's
+# last.ckpt), kept in the packs with their target text.
+HF=$TMP/hf/models--org--name
+mkdir -p "$HF/blobs" "$HF/refs" "$HF/snapshots/abc123"
+head -c 300000 /dev/urandom >"$HF/blobs/5f1e"
+printf '{"model_type": "gpt2"}' >"$HF/blobs/9a0b"
+printf 'abc123' >"$HF/refs/main"
+ln -s ../../blobs/5f1e "$HF/snapshots/abc123/model.safetensors"
+ln -s ../../blobs/9a0b "$HF/snapshots/abc123/config.json"
+expect_ok "cp -a of a Hugging Face cache tree" cp -a "$TMP/hf/models--org--name" "$MNT/"
+expect_ok "reads back through its links" cmp "$HF/blobs/5f1e" "$MNT/models--org--name/snapshots/abc123/model.safetensors"
+[ "$(readlink "$MNT/models--org--name/snapshots/abc123/config.json")" = ../../blobs/9a0b ] &&
+    pass "readlink gives the target text" || fail "readlink gives the target text"
+mkdir -p "$MNT/lt/checkpoints"
+printf 'e0' >"$MNT/lt/checkpoints/epoch=0-step=1.ckpt"
+printf 'e1' >"$MNT/lt/checkpoints/epoch=1-step=2.ckpt"
+expect_ok "a link in a namespace" ln -s epoch=1-step=2.ckpt "$MNT/lt/checkpoints/last.ckpt"
+expect_ok "ckpt commit --wait of both" bash -c "'$CKPT' commit --wait '$MNT/models--org--name' && '$CKPT' commit --wait '$MNT/lt'"
+expect_ok "links read back from the packs" cmp "$HF/blobs/9a0b" "$MNT/models--org--name/snapshots/abc123/config.json"
+[ "$(cat "$MNT/lt/checkpoints/last.ckpt")" = e1 ] && pass "and in a namespace" || fail "and in a namespace"
+expect_ok "a relinked last.ckpt (rm, ln -s)" bash -c "rm '$MNT/lt/checkpoints/last.ckpt' && ln -s epoch=0-step=1.ckpt '$MNT/lt/checkpoints/last.ckpt'"
+py_target=$(python3 -c "import os; print(len(os.readlink('$MNT/lt/checkpoints/last.ckpt')))")
+[ "$py_target" = 19 ] && pass "reads as the new link" || fail "reads as the new link" "$py_target"
+expect_fail "a target over 4095 bytes is refused" ln -s "$(head -c 5000 /dev/zero | tr '\0' a)" "$MNT/lt/checkpoints/long"
+if ls -a "$MNT/models--org--name/snapshots/abc123" | grep -q ckptfs-links; then fail "the links file is hidden"; else pass "the links file is hidden"; fi
+
 if unmount_ckptfs "$MNT"; then pass "unmount ends the daemon with status 0"
 else fail "unmount ends the daemon with status 0" "$(tail -3 "$LOG")"; fi
 mount_ckptfs "$BACK" "$MNT" "$LOG" -o commit_delay=0 || { fail "remount" "$(tail -5 "$LOG")"; finish; }
 expect_ok "after a remount: the cp -r checkpoint" $PY "$WCLIENTS" same-tree "$SRC" "$MNT/a" --packed
 expect_ok "the python checkpoint" $PY "$WCLIENTS" verify "$MNT/py" mixed 5
 expect_ok "the renamed one" cmp "$TMP/noise.bin" "$MNT/big2/noise.bin"
+expect_ok "links after a remount" cmp "$HF/blobs/5f1e" "$MNT/models--org--name/snapshots/abc123/model.safetensors"
+[ "$(cat "$MNT/lt/checkpoints/last.ckpt")" = e0 ] && pass "a link in a namespace after a remount" || fail "a link in a namespace after a remount"
+rm -r "$MNT/models--org--name" "$MNT/lt"
 [ "$(state_of "$MNT/w2")" = writing ] && pass "a checkpoint left writing is still writing" || fail "a checkpoint left writing is still writing" "$(state_of "$MNT/w2")"
 expect_ok "with its data" grep -q "kept while writing" "$MNT/w2/note.txt"
 expect_ok "and can be written on" bash -c "printf more >>'$MNT/w2/note.txt'"
@@ -171,7 +243,7 @@ expect_ok "rm -r of a checkpoint being written" rm -r "$MNT/w2"
 expect_absent "deletes it" "$MNT/w2"
 expect_ok "and its staged data" test -z "$(ls "$BACK/.ckptfs/stage")"
 expect_ok "ls of the root" ls "$MNT"
-[ "$(ls "$MNT" | tr '\n' ' ')" = "big2 py work " ] && pass "lists what is left" || fail "lists what is left" "$(ls "$MNT")"
+[ "$(ls "$MNT" | tr '\n' ' ')" = "big2 py stray work " ] && pass "lists what is left" || fail "lists what is left" "$(ls "$MNT")"
 expect_ok "df works on the mount" df "$MNT"
 
 unmount_ckptfs "$MNT"

@@ -138,8 +138,9 @@ rename_window() {
     tracer=$!
     for _ in $(seq 400); do mountpoint -q "$mnt" && break; sleep 0.05; done
     mountpoint -q "$mnt" || { fail "rename window: mount under strace" "$(tail -3 "$log")"; return; }
-    $PY "$WCLIENTS" save "$plain" mixed 11 >/dev/null &&
-        mkdir "$mnt/r" && $PY "$WCLIENTS" save "$mnt/r" mixed 11 >/dev/null &&
+    # One kind: its files go straight into r/, which is then the checkpoint.
+    $PY "$WCLIENTS" save "$plain" torch-per-tensor 11 >/dev/null &&
+        mkdir "$mnt/r" && $PY "$WCLIENTS" save "$mnt/r" torch-per-tensor 11 >/dev/null &&
         "$CKPT" commit "$mnt/r" >/dev/null || { fail "rename window: write and commit" "$(tail -3 "$log")"; return; }
     for _ in $(seq 400); do [ -e "$back/r.tpack" ] && break; sleep 0.05; done
     daemon=$(pgrep -P "$tracer" -x ckptfs)
@@ -155,7 +156,7 @@ rename_window() {
     [ "$(state_of "$mnt/r")" = committed ] && pass "rename window: committed after the restart" ||
         fail "rename window: committed after the restart" "state $(state_of "$mnt/r")"
     expect_ok "rename window: every file byte-identical, from the pack" $PY "$WCLIENTS" same-tree "$plain" "$mnt/r" --packed
-    expect_ok "rename window: and loads back" $PY "$WCLIENTS" verify "$mnt/r" mixed 11
+    expect_ok "rename window: and loads back" $PY "$WCLIENTS" verify "$mnt/r" torch-per-tensor 11
     expect_ok "rename window: the pack verifies" "$CKPT" verify "$back/r.tpack"
     [ -z "$(ls "$back/.ckptfs/stage")" ] && pass "rename window: its staging was removed" ||
         fail "rename window: its staging was removed" "$(ls "$back/.ckptfs/stage")"

@@ -100,8 +100,8 @@ expect_absent "deletes it" "$BACK/e2.tpack" "$MNT/e2"
 # One that still holds a file is not empty.
 mkdir "$MNT/e3"
 mkdir "$MNT/e3/d"
+echo y >"$MNT/e3/y" # the first file: e3 is the checkpoint
 echo x >"$MNT/e3/d/x"
-echo y >"$MNT/e3/y"
 expect_ok "commit e3" "$CKPT" commit --wait "$MNT/e3"
 rm "$MNT/e3/y"
 py_errno "rmdir with a packed file left is ENOTEMPTY" ENOTEMPTY "    os.rmdir('$MNT/e3')"

@@ -131,3 +131,32 @@ Test(add_reader, source_errors_fail_the_add)
     ckpt_writer_abort(w);
     free(st);
 }
+
+/* Two files with tensors of the same name: the pack never fails; the
+ * later file's are named FILE/NAME. */
+Test(add_reader, tensor_name_clash_is_qualified_by_file)
+{
+    size_t len;
+    uint8_t *st = safetensors(&len);
+    ckpt_writer *w = open_writer("clash.tpack");
+    ckpt_err err = {0};
+    mem_source a = {st, len, 0, 0}, b = {st, len, 0, 0};
+    cr_assert_eq(ckpt_writer_add_reader(w, "model-1.safetensors", mem_read, &a, len, 0644, 0, 0, NULL, &err), 0,
+                 "%s", err.msg);
+    cr_assert_eq(ckpt_writer_add_reader(w, "sub/model-2.safetensors", mem_read, &b, len, 0644, 0, 0, NULL, &err),
+                 0, "%s", err.msg);
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &err), 0, "%s", err.msg);
+    char *path = tu_join(dir, "clash.tpack");
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(path, NULL, &p, &err), 0, "%s", err.msg);
+    cr_assert_eq(ckpt_tensor_count(p), 4);
+    long first = ckpt_tensor_find(p, "a"), second = ckpt_tensor_find(p, "sub/model-2.safetensors/a");
+    cr_assert_geq(first, 0);
+    cr_assert_geq(second, 0);
+    cr_assert_eq(ckpt_tensor_at(p, (size_t)first)->file_index, 0);
+    cr_assert_eq(ckpt_tensor_at(p, (size_t)second)->file_index, 1);
+    cr_assert_geq(ckpt_tensor_find(p, "sub/model-2.safetensors/b"), 0);
+    ckpt_close(p);
+    free(path);
+    free(st);
+}

@@ -2,7 +2,9 @@
  * directory, reached with *at() calls relative to a descriptor opened once,
  * so renaming or replacing the directory's path later changes nothing.
  * Every open uses O_NOFOLLOW (a symbolic link planted at a name is refused,
- * never followed) and O_CLOEXEC. New objects are written to a temporary
+ * never followed) and O_CLOEXEC; a name with directories in it ("run1/x")
+ * is resolved with no link followed on the way and never above the
+ * store's directory. New objects are written to a temporary
  * name and published by commit: fsync, rename over the final name, fsync of
  * the directory; abort unlinks the temporary file.
  *
@@ -19,7 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 typedef struct local_store {
@@ -53,6 +57,23 @@ static const char *shown(const local_store *ls, const char *name, char buf[SHOWN
         return name;
     snprintf(buf, SHOWN_MAX, "%s/%s", ls->base.where, name);
     return buf;
+}
+
+/* openat(), except that below a store directory a link in any component
+ * of name fails with ELOOP, and ".." cannot leave the directory
+ * (openat2's RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH; kernels before 5.6
+ * fall back to O_NOFOLLOW on the last component). */
+static int open_at(const local_store *ls, const char *name, int flags, mode_t mode)
+{
+    if (ls->dirfd != AT_FDCWD && strchr(name, '/')) {
+        struct open_how how = {.flags = (uint64_t)(flags | O_NOFOLLOW),
+                               .mode = flags & O_CREAT ? mode : 0,
+                               .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH};
+        long fd = syscall(SYS_openat2, ls->dirfd, name, &how, sizeof how);
+        if (fd >= 0 || errno != ENOSYS)
+            return (int)fd;
+    }
+    return openat(ls->dirfd, name, flags | O_NOFOLLOW, mode);
 }
 
 static void id_from_stat(const struct stat *st, ckpt_object_id *id)
@@ -120,7 +141,7 @@ static int local_open_read(ckpt_store *s, const char *name, store_reader **out, 
     local_store *ls = (local_store *)s;
     char buf[SHOWN_MAX];
     const char *sn = shown(ls, name, buf);
-    int fd = openat(ls->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = open_at(ls, name, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0 && errno == ELOOP)
         return ckpt_fail(err, -ELOOP, "%s: is a symbolic link; refusing to follow it", sn);
     if (fd < 0)
@@ -169,7 +190,7 @@ static int local_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void
         return ckpt_fail(err, -ENOMEM, "%s: out of memory", ckpt_store_where(s));
     char buf[SHOWN_MAX];
     const char *sd = slash ? shown(ls, dir, buf) : ckpt_store_where(s);
-    int fd = openat(ls->dirfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = open_at(ls, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     DIR *d = fd < 0 ? NULL : fdopendir(fd);
     if (!d) {
         int rc = ckpt_fail(err, -errno, "%s: cannot list: %s", sd, strerror(errno));
@@ -262,7 +283,9 @@ static int fsync_dir_of(const local_store *ls, const char *name)
     if (strcmp(dir, ".") == 0 && ls->dirfd != AT_FDCWD) {
         rc = fsync(ls->dirfd) < 0 ? -errno : 0;
     } else {
-        int dfd = openat(ls->dirfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        /* A path given to the path API is followed, as it always was. */
+        int dfd = ls->dirfd == AT_FDCWD ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                                        : open_at(ls, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
         rc = dfd < 0 ? -errno : fsync(dfd) < 0 ? -errno : 0;
         if (dfd >= 0)
             close(dfd);
@@ -322,7 +345,7 @@ static int local_create(ckpt_store *s, const char *name, const char *tmp_name, s
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
     /* O_NOFOLLOW: a symlink planted at the temporary name must not redirect the write. */
-    u->fd = openat(ls->dirfd, u->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    u->fd = open_at(ls, u->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (u->fd < 0) {
         int rc = ckpt_fail(err, -errno, "%s: cannot create: %s", u->shown_tmp, strerror(errno));
         upload_free(u);
@@ -364,7 +387,7 @@ static int local_lock_take(ckpt_store *s, const char *name, ckpt_store_lock **ou
     local_store *ls = (local_store *)s;
     char buf[SHOWN_MAX];
     const char *sn = shown(ls, name, buf);
-    int fd = openat(ls->dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int fd = open_at(ls, name, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return ckpt_fail(err, -errno, "%s: cannot open the lock file: %s", sn, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
