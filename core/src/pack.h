@@ -66,6 +66,9 @@ int pack_stream_chunks(ckpt_pack *p, size_t first, size_t end, unsigned threads,
                        int (*cb)(void *ud, size_t id, const uint8_t *data, const ckpt_err *cerr),
                        void *ud, ckpt_err *err);
 
+/* The chunk ids [first, end) of file f; first == end when it has none. */
+void pack_file_chunk_range(const ckpt_pack *p, size_t f, size_t *first, size_t *end);
+
 /* Decodes chunk id; out holds raw_size bytes. On failure err names the pack,
  * the file, and the offset. */
 int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err);

@@ -1,12 +1,12 @@
-/* In-order delivery of consecutive chunks, decoded ahead by worker threads:
- * the basis of cat, unpack and verify. A file's chunks have consecutive
+/* Chunks decoded by worker threads: in order, decoded ahead (cat, the
+ * mount's readers), or in no order, each handed on by the worker that
+ * decoded it (unpack). A file's chunks have consecutive
  * global ids, so every stream is a range of ids. */
 #include "pack.h"
 #include "format.h"
-#include "sha256.h"
 
 #include <pthread.h>
-#include <sodium.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 typedef int (*chunk_cb)(void *ud, size_t id, const uint8_t *data, const ckpt_err *cerr);
@@ -162,100 +162,96 @@ int ckpt_file_stream(ckpt_pack *p, size_t file_index, uint64_t off, uint64_t len
     return pack_stream_chunks(p, a.id, b.id + 1, threads, range_cb, &c, err);
 }
 
-/* ------------------------------------------------------------------ verify */
+void pack_file_chunk_range(const ckpt_pack *p, size_t f, size_t *first, size_t *end)
+{
+    const file_rec *fr = &p->files[f];
+    *first = *end = 0;
+    for (size_t j = 0; j < fr->n_extents; j++) {
+        const extent *e = &p->extents[fr->first_extent + j];
+        size_t n = (size_t)(e->length / p->chunk_size + (e->length % p->chunk_size != 0));
+        if (j == 0) *first = e->first_chunk;
+        *end = e->first_chunk + n;
+    }
+}
 
-typedef struct verify_ctx {
+/* ------------------------------------------------------------ unordered */
+
+/* Each worker takes the next chunk id, decodes it into its own buffer and
+ * hands it to the sink itself: no consumer thread, no reordering, so the
+ * per-byte work after decoding (unpack's pwrite) spreads over the workers
+ * too. */
+typedef struct par {
     ckpt_pack *p;
-    ckpt_sha256 *fh, *th;
-    uint8_t *file_bad, *tensor_bad;
-    ckpt_fault_fn fault;
-    void *fault_ud;
-    ckpt_progress_fn progress;
-    void *progress_ud;
-    uint64_t done;
-    long faults;
-} verify_ctx;
+    ckpt_file_sink_fn sink;
+    void *ud;
+    atomic_size_t next;
+    size_t end;
+    atomic_int stop;          /* the first sink's non-zero return */
+} par;
 
-static int verify_cb(void *ud, size_t id, const uint8_t *data, const ckpt_err *cerr)
+static int par_run(par *s, uint8_t *buf)
 {
-    verify_ctx *v = ud;
-    const chunk *c = &v->p->chunks[id];
-    const extent *e = &v->p->extents[c->extent_index];
-    if (!data) {
-        v->faults++;
-        v->file_bad[e->file_index] = 1;
-        if (v->fault) v->fault(v->fault_ud, "chunk", v->p->files[e->file_index].info.path, chunk_file_offset(v->p, id), cerr->msg);
-    } else {
-        ckpt_sha256_update(&v->fh[e->file_index], data, c->raw_size);
+    for (;;) {
+        if (atomic_load(&s->stop)) return 0;
+        size_t id = atomic_fetch_add(&s->next, 1);
+        if (id >= s->end) return 0;
+        ckpt_err e = {0, ""};
+        int drc = pack_chunk_decode(s->p, id, buf, &e);
+        const extent *x = &s->p->extents[s->p->chunks[id].extent_index];
+        int rc = s->sink(s->ud, x->file_index, chunk_file_offset(s->p, id), drc < 0 ? NULL : buf,
+                         s->p->chunks[id].raw_size, drc < 0 ? &e : NULL);
+        if (rc) {
+            int zero = 0;
+            atomic_compare_exchange_strong(&s->stop, &zero, rc);
+            return 0;
+        }
     }
-    /* Every tensor that overlaps the chunk takes its part of it; chunks
-     * arrive in order, so each tensor's bytes are hashed in order. Tensors
-     * are sorted by start, so the scan stops at the first one past it. */
-    uint64_t a = (id - e->first_chunk) * (uint64_t)v->p->chunk_size, b = a + c->raw_size;
-    for (size_t i = 0; i < e->n_tensors; i++) {
-        size_t ti = v->p->ext_tensors[e->first_tensor + i];
-        const tensor_rec *t = &v->p->tensors[ti];
-        uint64_t ts = t->extent_offset, te = ts + t->info.nbytes;
-        if (ts >= b) break;
-        if (te <= a) continue;
-        uint64_t lo = ts > a ? ts : a, hi = te < b ? te : b;
-        if (!data) v->tensor_bad[ti] = 1;
-        else ckpt_sha256_update(&v->th[ti], data + (lo - a), (size_t)(hi - lo));
-    }
-    v->done += c->raw_size;
-    if (v->progress) v->progress(v->progress_ud, v->done, v->p->logical_bytes);
-    return 0;
 }
 
-static void verify_digest(verify_ctx *v, const char *kind, const char *name, ckpt_sha256 *st,
-                          const uint8_t want[32], int bad)
+static void *par_worker(void *arg)
 {
-    uint8_t got[32];
-    ckpt_sha256_final(st, got);
-    char msg[600];
-    if (bad) {
-        snprintf(msg, sizeof msg, "%s: %s '%s' is unreadable (corrupt chunks)", v->p->path, kind, name);
-    } else if (memcmp(got, want, 32) != 0) {
-        snprintf(msg, sizeof msg, "%s: %s '%s': sha256 mismatch", v->p->path, kind, name);
-    } else {
-        return;
+    par *s = arg;
+    pthread_setname_np(pthread_self(), "ckpt-decode");
+    uint8_t *buf = malloc(s->p->chunk_size);
+    if (!buf) {
+        int zero = 0;
+        atomic_compare_exchange_strong(&s->stop, &zero, -ENOMEM);
+        return NULL;
     }
-    v->faults++;
-    if (v->fault) v->fault(v->fault_ud, kind, name, 0, msg);
+    par_run(s, buf);
+    free(buf);
+    return NULL;
 }
 
-long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *fault_ud, ckpt_progress_fn progress,
-                 void *progress_ud, ckpt_err *err)
+int ckpt_files_decode(ckpt_pack *p, size_t first_file, size_t end_file, unsigned threads, ckpt_file_sink_fn sink,
+                      void *ud, ckpt_err *err)
 {
-    verify_ctx v;
-    memset(&v, 0, sizeof v);
-    v.p = p;
-    v.fault = fault;
-    v.fault_ud = fault_ud;
-    v.progress = progress;
-    v.progress_ud = progress_ud;
-    v.fh = calloc(p->n_files + 1, sizeof *v.fh);
-    v.th = calloc(p->n_tensors + 1, sizeof *v.th);
-    v.file_bad = calloc(p->n_files + 1, 1);
-    v.tensor_bad = calloc(p->n_tensors + 1, 1);
-    long rc = 0;
-    if (!v.fh || !v.th || !v.file_bad || !v.tensor_bad) {
-        rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
-        goto out;
+    if (end_file > p->n_files || first_file > end_file)
+        return ckpt_fail(err, -EINVAL, "%s: no files [%zu, %zu)", p->path, first_file, end_file);
+    size_t first = 0, end = 0, a, b;
+    /* Files' chunks are consecutive: the range runs from the first chunk of
+     * the first file that has any to the end of the last such file. */
+    for (size_t f = first_file; f < end_file; f++) {
+        pack_file_chunk_range(p, f, &a, &b);
+        if (a == b) continue;
+        if (first == end) first = a;
+        end = b;
     }
-    for (size_t i = 0; i < p->n_files; i++) ckpt_sha256_init(&v.fh[i]);
-    for (size_t i = 0; i < p->n_tensors; i++) ckpt_sha256_init(&v.th[i]);
-    rc = pack_stream_chunks(p, 0, p->n_chunks, threads, verify_cb, &v, err);
-    if (rc < 0) goto out;
-    for (size_t i = 0; i < p->n_files; i++)
-        verify_digest(&v, "file", p->files[i].info.path, &v.fh[i], p->files[i].info.sha256, v.file_bad[i]);
-    for (size_t i = 0; i < p->n_tensors; i++)
-        verify_digest(&v, "tensor", p->tensors[i].info.name, &v.th[i], p->tensors[i].info.sha256, v.tensor_bad[i]);
-    rc = v.faults;
-out:
-    free(v.fh);
-    free(v.th);
-    free(v.file_bad);
-    free(v.tensor_bad);
+    if (first == end) return 0;
+    if (threads == 0) threads = ckpt_default_threads();
+    if (threads > end - first) threads = (unsigned)(end - first);
+    par s = {.p = p, .sink = sink, .ud = ud, .end = end};
+    atomic_init(&s.next, first);
+    atomic_init(&s.stop, 0);
+    pthread_t *tids = calloc(threads, sizeof *tids);
+    if (!tids) return ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
+    unsigned started = 0;
+    for (; threads > 1 && started < threads; started++)
+        if (pthread_create(&tids[started], NULL, par_worker, &s) != 0) break;
+    if (started == 0) par_worker(&s); /* one thread, or none to spare: here */
+    for (unsigned i = 0; i < started; i++) pthread_join(tids[i], NULL);
+    free(tids);
+    int rc = atomic_load(&s.stop);
+    if (rc == -ENOMEM) return ckpt_fail(err, rc, "%s: out of memory", p->path);
     return rc;
 }
