@@ -275,6 +275,18 @@ typedef int (*ckpt_sink_fn)(void *ud, uint64_t file_offset, const void *data, si
 int ckpt_file_stream(ckpt_pack *p, size_t file_index, uint64_t off, uint64_t len,
                      unsigned threads, ckpt_sink_fn sink, void *ud, ckpt_err *err);
 
+/* Decodes every chunk of files [first_file, end_file) on `threads` worker
+ * threads (0 = all cores) and hands each to the sink on the thread that
+ * decoded it: in no particular order and concurrently, so the sink must be
+ * thread-safe (a pwrite at file_offset is). A corrupt chunk gets data ==
+ * NULL and chunk_err set. A non-zero return from the sink stops the workers
+ * (chunks they already hold still finish) and the first such value is
+ * returned. Memory: one chunk buffer per thread. */
+typedef int (*ckpt_file_sink_fn)(void *ud, size_t file_index, uint64_t file_offset,
+                                 const void *data, size_t len, const ckpt_err *chunk_err);
+int ckpt_files_decode(ckpt_pack *p, size_t first_file, size_t end_file, unsigned threads,
+                      ckpt_file_sink_fn sink, void *ud, ckpt_err *err);
+
 /* Decodes everything, checks every chunk and every file and tensor SHA-256.
  * fault() is called once per problem (kind is "chunk", "file" or "tensor").
  * Returns the number of faults found (0 = pack is good), or -errno if the

@@ -10,6 +10,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,79 +164,104 @@ static int open_parent(int root, const char *path, const char **leaf)
     return fd;
 }
 
-struct sink_ctx {
-    int fd;
-    progress *pg;
+/* One file being unpacked: its descriptor, and the first thing that went
+ * wrong with it (the chunk fault at the lowest offset, or a write error). */
+struct out_file {
+    int dirfd, fd;
+    const char *leaf;
+    uint64_t bad_off;         /* UINT64_MAX: no fault yet */
     int write_errno;
     ckpt_err chunk_err;
 };
 
-static int sink(void *ud, uint64_t off, const void *data, size_t len, const ckpt_err *cerr)
+/* Files are unpacked in batches, each decoded by all workers at once, so
+ * many small files keep every core busy and the descriptors held stay few. */
+#define BATCH_FILES 64
+
+struct batch {
+    struct out_file f[BATCH_FILES];
+    size_t first;
+    progress *pg;
+    pthread_mutex_t mu;       /* the faults; writes need no lock */
+};
+
+/* On the worker that decoded the chunk: its bytes go straight to their place
+ * in the file, so writing spreads over the workers with the decoding. A
+ * fault only marks its file; the other files go on. */
+static int sink(void *ud, size_t file_index, uint64_t off, const void *data, size_t len,
+                const ckpt_err *cerr)
 {
-    struct sink_ctx *s = ud;
-    if (!data) {
-        /* A damaged chunk makes the whole file useless; stop here and let
-         * the caller remove what was written. */
-        s->chunk_err = *cerr;
-        return cerr->code ? cerr->code : -EIO;
+    struct batch *b = ud;
+    struct out_file *f = &b->f[file_index - b->first];
+    ssize_t n = data ? ckpt_pwrite_full(f->fd, data, len, off) : 0;
+    if (data && n >= 0) {
+        progress_add(b->pg, (uint64_t)n);
+        return 0;
     }
-    ssize_t n = ckpt_pwrite_full(s->fd, data, len, off);
-    if (n < 0) {
-        s->write_errno = (int)-n;
-        return (int)n;
+    pthread_mutex_lock(&b->mu);
+    if (off < f->bad_off) {
+        f->bad_off = off;
+        f->write_errno = data ? (int)-n : 0;
+        if (!data)
+            f->chunk_err = *cerr;
     }
-    progress_add(s->pg, (uint64_t)n);
+    pthread_mutex_unlock(&b->mu);
     return 0;
 }
 
-static int unpack_file(ckpt_pack *p, size_t i, int root, const struct unpack_opts *o,
-                       progress *pg)
+/* Creates file i's entry; -1 (and a message) when it cannot. */
+static int open_out(ckpt_pack *p, size_t i, int root, const struct unpack_opts *o, progress *pg,
+                    struct out_file *f)
 {
     const ckpt_file_info *fi = ckpt_file_at(p, i);
-    const char *leaf = fi->path;
-    ckpt_err err = {0};
-
-    int dirfd = open_parent(root, fi->path, &leaf);
+    *f = (struct out_file){.dirfd = -1, .fd = -1, .leaf = fi->path, .bad_off = UINT64_MAX};
+    int dirfd = open_parent(root, fi->path, &f->leaf);
     if (dirfd < 0) {
         progress_clear(pg);
-        return cli_fail("%s/%s: cannot create its directory: %s", o->dir, fi->path,
-                        strerror(-dirfd));
+        cli_fail("%s/%s: cannot create its directory: %s", o->dir, fi->path, strerror(-dirfd));
+        return -1;
     }
     /* --force replaces by unlinking first: that works for read-only files
      * and replaces a symlink rather than writing through it. */
-    if (o->force && unlinkat(dirfd, leaf, 0) < 0 && errno != ENOENT) {
+    if (o->force && unlinkat(dirfd, f->leaf, 0) < 0 && errno != ENOENT) {
         int e = errno;
         close(dirfd);
         progress_clear(pg);
-        return cli_fail("%s/%s: cannot replace it: %s", o->dir, fi->path, strerror(e));
+        cli_fail("%s/%s: cannot replace it: %s", o->dir, fi->path, strerror(e));
+        return -1;
     }
-    int fd = openat(dirfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = openat(dirfd, f->leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         int e = errno;
         close(dirfd);
         progress_clear(pg);
         if (e == EEXIST)
-            return cli_fail("%s/%s: already exists (use --force to replace it)", o->dir,
-                            fi->path);
-        return cli_fail("%s/%s: %s", o->dir, fi->path, strerror(e));
+            cli_fail("%s/%s: already exists (use --force to replace it)", o->dir, fi->path);
+        else
+            cli_fail("%s/%s: %s", o->dir, fi->path, strerror(e));
+        return -1;
     }
+    f->dirfd = dirfd;
+    f->fd = fd;
+    return 0;
+}
 
-    struct sink_ctx s = {.fd = fd, .pg = pg};
-    int rc = 0;
-    if (fi->size > 0)
-        rc = ckpt_file_stream(p, i, 0, fi->size, o->threads, sink, &s, &err);
+/* Sets mode and mtime and closes; a file that failed is removed. Returns -1
+ * (with a message) when it failed. */
+static int close_out(ckpt_pack *p, size_t i, const struct unpack_opts *o, progress *pg,
+                     struct out_file *f, const char *batch_err)
+{
+    const ckpt_file_info *fi = ckpt_file_at(p, i);
     const char *failed = NULL;
     char why[600];
-    if (rc < 0) {
-        if (s.chunk_err.msg[0]) {
-            failed = s.chunk_err.msg;
-        } else if (s.write_errno) {
-            snprintf(why, sizeof why, "%s/%s: write failed: %s", o->dir, fi->path,
-                     strerror(s.write_errno));
-            failed = why;
-        } else {
-            failed = err.msg[0] ? err.msg : strerror(-rc);
-        }
+    if (batch_err) {
+        failed = batch_err;
+    } else if (f->bad_off != UINT64_MAX && !f->write_errno) {
+        failed = f->chunk_err.msg[0] ? f->chunk_err.msg : "corrupt chunk";
+    } else if (f->bad_off != UINT64_MAX) {
+        snprintf(why, sizeof why, "%s/%s: write failed: %s", o->dir, fi->path,
+                 strerror(f->write_errno));
+        failed = why;
     } else {
         /* Permissions last, so a read-only file could still be written;
          * the mtime after the final write, which would otherwise bump it.
@@ -244,25 +271,55 @@ static int unpack_file(ckpt_pack *p, size_t i, int root, const struct unpack_opt
             {.tv_nsec = UTIME_NOW},
             {.tv_sec = (time_t)fi->mtime_sec, .tv_nsec = (long)fi->mtime_nsec},
         };
-        if (fchmod(fd, (mode_t)(fi->mode & 0777)) < 0 || futimens(fd, ts) < 0) {
+        if (fchmod(f->fd, (mode_t)(fi->mode & 0777)) < 0 || futimens(f->fd, ts) < 0) {
             snprintf(why, sizeof why, "%s/%s: cannot set mode or mtime: %s", o->dir,
                      fi->path, strerror(errno));
             failed = why;
         }
     }
-    if (close(fd) < 0 && !failed) {
+    if (close(f->fd) < 0 && !failed) {
         snprintf(why, sizeof why, "%s/%s: write failed: %s", o->dir, fi->path, strerror(errno));
         failed = why;
     }
-    if (failed) {
+    if (failed)
         /* A half-written file looks like a good one to the next reader. */
-        unlinkat(dirfd, leaf, 0);
-        close(dirfd);
-        progress_clear(pg);
-        return cli_fail("%s", failed);
+        unlinkat(f->dirfd, f->leaf, 0);
+    close(f->dirfd);
+    if (!failed)
+        return 0;
+    progress_clear(pg);
+    cli_fail("%s", failed);
+    return -1;
+}
+
+/* Files [first, end): created, decoded by all workers at once, finished in
+ * order. Returns how many failed. */
+static size_t unpack_batch(ckpt_pack *p, size_t first, size_t end, int root,
+                           const struct unpack_opts *o, struct batch *b)
+{
+    size_t failed = 0;
+    b->first = first;
+    for (size_t i = first; i < end; i++)
+        if (open_out(p, i, root, o, b->pg, &b->f[i - first]) < 0)
+            failed++;
+    /* A file that could not be created takes no chunks: the whole batch is
+     * decoded only when all of it is open (rare failures cost a rerun of
+     * the rest one by one). */
+    ckpt_err err = {0};
+    if (failed) {
+        for (size_t i = first; i < end; i++) {
+            struct out_file *f = &b->f[i - first];
+            if (f->fd < 0)
+                continue;
+            int rc = ckpt_files_decode(p, i, i + 1, o->threads, sink, b, &err);
+            failed += close_out(p, i, o, b->pg, f, rc < 0 ? err.msg : NULL) < 0;
+        }
+        return failed;
     }
-    close(dirfd);
-    return EXIT_OK;
+    int rc = ckpt_files_decode(p, first, end, o->threads, sink, b, &err);
+    for (size_t i = first; i < end; i++)
+        failed += close_out(p, i, o, b->pg, &b->f[i - first], rc < 0 ? err.msg : NULL) < 0;
+    return failed;
 }
 
 /* Without --force, nothing is written when anything is in the way: a
@@ -312,9 +369,18 @@ int cmd_unpack(int argc, char **argv)
     size_t n = ckpt_file_count(p), failed = 0;
     /* A damaged file does not stop the others: whatever is intact is still
      * worth having, and every failure is reported. */
-    for (size_t i = 0; i < n; i++)
-        if (unpack_file(p, i, root, &o, &pg))
-            failed++;
+    struct batch *b = malloc(sizeof *b);
+    if (!b) {
+        close(root);
+        cli_close_pack(p, key);
+        return cli_fail("out of memory");
+    }
+    b->pg = &pg;
+    pthread_mutex_init(&b->mu, NULL);
+    for (size_t i = 0; i < n; i += BATCH_FILES)
+        failed += unpack_batch(p, i, i + BATCH_FILES < n ? i + BATCH_FILES : n, root, &o, b);
+    pthread_mutex_destroy(&b->mu);
+    free(b);
     progress_end(&pg);
     double secs = cli_now() - t0;
     close(root);
