@@ -12,7 +12,8 @@
 #   --quick           4 layers instead of 24
 #   --threads LIST    worker threads of each command (default: nproc)
 #   --tsv FILE        also append stage/cpu_s/wall_s/threads/serial_cpu_s/
-#                     serial_share/amdahl16/amdahl64/bytes lines to FILE
+#                     serial_share/amdahl16/amdahl64/bytes/pipelined16/pipelined64
+#                     lines to FILE
 #   WORKDIR           kept afterwards (default: a new directory under /tmp)
 set -euo pipefail
 BENCH_NAME=bench-threads
