@@ -13,7 +13,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define READ_BLOCK (1u << 20)
 /* What a format's sniff() is shown: the first page of the file. */
 #define SNIFF_HEAD 4096
 
@@ -168,19 +167,16 @@ static int describe_file(const source *src, const char *pack_path, uint64_t size
     return 0;
 }
 
-/* Streams [off, off+len) of the source into the writer as opaque data or tensor data. */
-static int copy_range(ckpt_writer *w, const source *src, uint8_t *buf, uint64_t off, uint64_t len, int tensor,
-                      ckpt_err *err)
+static int fill_from_source(void *ud, uint8_t *dst, size_t n, uint64_t off, ckpt_err *err)
 {
-    while (len) {
-        size_t n = len < READ_BLOCK ? (size_t)len : READ_BLOCK;
-        int rc = read_at(src, buf, n, off, err);
-        if (rc == 0) rc = tensor ? ckpt_writer_tensor_data(w, buf, n, err) : ckpt_writer_write(w, buf, n, err);
-        if (rc < 0) return rc;
-        off += n;
-        len -= n;
-    }
-    return 0;
+    return read_at(ud, dst, n, off, err);
+}
+
+/* Streams [off, off+len) of the source into the writer as opaque data or
+ * tensor data, read straight into the writer's chunks. */
+static int copy_range(ckpt_writer *w, const source *src, uint64_t off, uint64_t len, int tensor, ckpt_err *err)
+{
+    return writer_feed_from(w, tensor, fill_from_source, (void *)src, off, len, err);
 }
 
 /* ------------------------------------------------------- layout to writer */
@@ -338,30 +334,30 @@ out:
 /* Writes the file's bytes in order: opaque gaps, regions with their views
  * (declared before the region's bytes, as the writer asks), tensors. */
 static int write_pieces(ckpt_writer *w, const source *src, const ingest_layout *lay, const piece *pc, size_t n,
-                        const long *owner, uint64_t size, uint8_t *buf, ckpt_err *err)
+                        const long *owner, uint64_t size, ckpt_err *err)
 {
     uint64_t pos = 0;
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < n; i++) {
         const piece *p = &pc[i];
-        if (p->off > pos) rc = copy_range(w, src, buf, pos, p->off - pos, 0, err);
+        if (p->off > pos) rc = copy_range(w, src, pos, p->off - pos, 0, err);
         if (rc == 0 && p->region) {
             rc = ckpt_writer_begin_region(w, lay->regions[p->idx].dtype, err);
             for (size_t j = 0; rc == 0 && j < lay->n; j++)
                 if (owner[j] == (long)p->idx)
                     rc = ckpt_writer_add_view(w, lay->t[j].name, lay->t[j].dtype, lay->t[j].ndim, lay->t[j].shape,
                                               lay->t[j].offset, err);
-            if (rc == 0) rc = copy_range(w, src, buf, p->off, p->len, 1, err);
+            if (rc == 0) rc = copy_range(w, src, p->off, p->len, 1, err);
             if (rc == 0) rc = ckpt_writer_end_region(w, err);
         } else if (rc == 0) {
             const ingest_tensor *t = &lay->t[p->idx];
             rc = ckpt_writer_begin_tensor(w, t->name, t->dtype, t->ndim, t->shape, err);
-            if (rc == 0) rc = copy_range(w, src, buf, t->offset, t->nbytes, 1, err);
+            if (rc == 0) rc = copy_range(w, src, t->offset, t->nbytes, 1, err);
             if (rc == 0) rc = ckpt_writer_end_tensor(w, err);
         }
         pos = p->off + p->len;
     }
-    if (rc == 0 && size > pos) rc = copy_range(w, src, buf, pos, size - pos, 0, err);
+    if (rc == 0 && size > pos) rc = copy_range(w, src, pos, size - pos, 0, err);
     return rc;
 }
 
@@ -409,14 +405,12 @@ static int add_described(ckpt_writer *w, const char *pack_path, const source *sr
         container = "";
     }
     if (!container || ckpt_container_code(container) < 0) container = "";
-    uint8_t *buf = malloc(READ_BLOCK);
-    if (!buf) rc = ckpt_fail(err, -ENOMEM, "out of memory");
     if (rc == 0) rc = ckpt_writer_begin_file(w, pack_path, mode, mtime_sec, mtime_nsec, err);
     if (rc == 0) rc = ckpt_writer_set_container(w, container, note, err);
-    if (rc == 0 && !structured) rc = copy_range(w, src, buf, 0, size, 0, err);
-    else if (rc == 0) rc = write_pieces(w, src, lay, pc, n, owner, size, buf, err);
+    if (rc == 0 && src->read == fd_read) writer_file_rehash(w, *(const int *)src->ud, size);
+    if (rc == 0 && !structured) rc = copy_range(w, src, 0, size, 0, err);
+    else if (rc == 0) rc = write_pieces(w, src, lay, pc, n, owner, size, err);
     if (rc == 0) rc = ckpt_writer_end_file(w, err);
-    free(buf);
     free(pc);
     free(owner);
     return rc;

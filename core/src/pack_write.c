@@ -5,7 +5,9 @@
  * per-byte stage, overlapped with everything else: about 1.5 GB/s per file
  * with SHA-NI); one output thread appends finished chunks to the pack in
  * order. Slots are used round-robin, so order is kept without any
- * reordering buffer.
+ * reordering buffer. A big file read from a descriptor is hashed instead
+ * by a hash lane that reads it again (hash_lanes.h), so that several files'
+ * chains run at once rather than one after another through the ring.
  *
  * A tensor's SHA-256 is a chain too, but tensors are many: the worker that
  * encoded a chunk hashes the chunk's part of each tensor, after waiting, if
@@ -22,6 +24,7 @@
 #include "codec.h"
 #include "crypto.h"
 #include "format.h"
+#include "hash_lanes.h"
 #include "store/store.h"
 
 #include <fcntl.h>
@@ -61,7 +64,9 @@ typedef struct wslot {
     uint32_t crc;
     int state;
     int pending;              /* of output and file hash: the slot is free when both are done */
-    ckpt_sha256 *file_hash;   /* of the chunk's file */
+    ckpt_sha256 *file_hash;   /* of the chunk's file; NULL: a hash lane does it */
+    hash_job *job;            /* the lane's job of the chunk's file, or NULL */
+    uint32_t src_crc;         /* with job: CRC-32 of in, for job->fed_crc */
 } wslot;
 
 typedef struct wfile {
@@ -75,6 +80,7 @@ typedef struct wfile {
     uint8_t container;
     char *note;               /* NULL: none */
     ckpt_sha256 *hash;        /* the hash thread's; finished at finish */
+    hash_job *job;            /* or a hash lane's (hash_lanes.h); NULL: none */
 } wfile;
 
 typedef struct wextent {
@@ -140,6 +146,8 @@ struct ckpt_writer {
     unsigned n_workers;
     pthread_t out_thread, hash_thread;
     int out_started, hash_started;
+    hash_lanes *lanes;        /* started by the first file big enough */
+    unsigned n_threads;
     uint64_t write_pos;
 
     /* ckpt_writer_set_sibling_reader: siblings of files added by reader */
@@ -198,6 +206,7 @@ static void *encode_worker(void *arg)
         }
         /* Encrypted chunks are authenticated by their tag; a CRC would only cost decode time. */
         s->crc = payload ? 0 : (uint32_t)libdeflate_crc32(0, s->in, s->in_len);
+        if (s->job) s->src_crc = payload ? (uint32_t)libdeflate_crc32(0, s->in, s->in_len) : s->crc;
         s->out_len = plen;
         if (rc < 0) {
             ckpt_err e;
@@ -254,6 +263,8 @@ static void *output_worker(void *arg)
             } else {
                 w->chunks[w->n_chunks++] = (wchunk){w->write_pos, (uint32_t)s->out_len, (uint32_t)s->in_len, s->crc, s->codec, s->elem};
                 w->write_pos += s->out_len;
+                /* In chunk order, so this is the CRC of the file's bytes so far. */
+                if (s->job) s->job->fed_crc = (uint32_t)crc32_combine(s->job->fed_crc, s->src_crc, (z_off_t)s->in_len);
             }
         }
         pthread_mutex_lock(&w->mu);
@@ -279,7 +290,7 @@ static void *hash_worker(void *arg)
         wslot *s = &w->slots[w->next_hash % w->n_slots];
         int failed = w->failed;
         pthread_mutex_unlock(&w->mu);
-        if (!failed) ckpt_sha256_update(s->file_hash, s->in, s->in_len);
+        if (!failed && s->file_hash) ckpt_sha256_update(s->file_hash, s->in, s->in_len);
         pthread_mutex_lock(&w->mu);
         w->next_hash++;
         if (--s->pending == 0) s->state = SLOT_FREE;
@@ -310,7 +321,8 @@ static int acquire_slot(ckpt_writer *w, ckpt_err *err)
     s->opaque = e->kind == EXTENT_DATA;
     s->n_spans = 0;
     s->pending = 2;
-    s->file_hash = w->files[w->n_files - 1].hash;
+    s->job = w->files[w->n_files - 1].job;
+    s->file_hash = s->job ? NULL : w->files[w->n_files - 1].hash;
     w->filling = s;
     return 0;
 }
@@ -374,8 +386,12 @@ static void close_extent(ckpt_writer *w)
     w->extent_open = 0;
 }
 
-/* Appends bytes to the open extent, cutting chunks as slots fill. */
-static int feed(ckpt_writer *w, const uint8_t *data, size_t len, ckpt_err *err)
+/* Appends bytes to the open extent, cutting chunks as slots fill: len bytes
+ * of data, or when data is NULL, len bytes that fill() reads from src_off on
+ * straight into the slots (one copy fewer on the caller's thread, which is
+ * the pack's one reader). */
+static int feed(ckpt_writer *w, const uint8_t *data, writer_fill_fn fill, void *ud, uint64_t src_off, uint64_t len,
+                ckpt_err *err)
 {
     w->file_bytes += len;
     while (len) {
@@ -385,10 +401,16 @@ static int feed(ckpt_writer *w, const uint8_t *data, size_t len, ckpt_err *err)
         }
         wslot *s = w->filling;
         size_t n = w->chunk_size - s->in_len;
-        if (n > len) n = len;
-        memcpy(s->in + s->in_len, data, n);
+        if (n > len) n = (size_t)len;
+        if (data) {
+            memcpy(s->in + s->in_len, data, n);
+            data += n;
+        } else {
+            int rc = fill(ud, s->in + s->in_len, n, src_off, err);
+            if (rc < 0) return rc;
+            src_off += n;
+        }
         s->in_len += n;
-        data += n;
         len -= n;
         w->fed += n;
         if (w->in_region) w->region_bytes += n;
@@ -442,7 +464,7 @@ int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode, int6
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
     ckpt_sha256_init(fh);
-    w->files[w->n_files++] = (wfile){copy, mode & 07777, mtime_sec, mtime_nsec, 0, {0}, w->n_extents, 0, CONTAINER_NONE, NULL, fh};
+    w->files[w->n_files++] = (wfile){copy, mode & 07777, mtime_sec, mtime_nsec, 0, {0}, w->n_extents, 0, CONTAINER_NONE, NULL, fh, NULL};
     w->file_bytes = 0;
     w->in_file = 1;
     return 0;
@@ -456,7 +478,7 @@ int ckpt_writer_write(ckpt_writer *w, const void *data, size_t len, ckpt_err *er
         int rc = open_extent(w, EXTENT_DATA, 1, err);
         if (rc < 0) return rc;
     }
-    return feed(w, data, len, err);
+    return feed(w, data, NULL, NULL, 0, len, err);
 }
 
 /* Registers a tensor of the current file over [extent_offset, +nbytes) of
@@ -597,7 +619,26 @@ int ckpt_writer_tensor_data(ckpt_writer *w, const void *data, size_t len, ckpt_e
             return ckpt_fail(err, -EINVAL, "%s: tensor '%s': more data than its %llu bytes", w->final_path, t->name,
                              (unsigned long long)t->nbytes);
     }
-    return feed(w, data, len, err);
+    return feed(w, data, NULL, NULL, 0, len, err);
+}
+
+int writer_feed_from(ckpt_writer *w, int tensor, writer_fill_fn fill, void *ud, uint64_t src_off, uint64_t len,
+                     ckpt_err *err)
+{
+    if (!tensor) {
+        if (!w->in_file || w->in_region)
+            return ckpt_fail(err, -EINVAL, "%s: write outside a file or inside a tensor or region", w->final_path);
+        if (!w->extent_open) {
+            int rc = open_extent(w, EXTENT_DATA, 1, err);
+            if (rc < 0) return rc;
+        }
+    } else {
+        if (!w->in_region) return ckpt_fail(err, -EINVAL, "%s: tensor data outside a tensor or region", w->final_path);
+        if (w->in_tensor && len > w->tensors[w->cur_tensor].nbytes - w->region_bytes)
+            return ckpt_fail(err, -EINVAL, "%s: tensor '%s': more data than its %llu bytes", w->final_path,
+                             w->tensors[w->cur_tensor].name, (unsigned long long)w->tensors[w->cur_tensor].nbytes);
+    }
+    return feed(w, NULL, fill, ud, src_off, len, err);
 }
 
 int ckpt_writer_end_tensor(ckpt_writer *w, ckpt_err *err)
@@ -712,17 +753,45 @@ static void stop_threads(ckpt_writer *w)
     w->hash_started = 0;
 }
 
+/* Big files only: a small one hashes as fast from the ring, and the lanes'
+ * queue then holds few descriptors. */
+#define LANE_MIN_BYTES (16u << 20)
+#define LANE_MAX_QUEUED 16
+#define LANE_MAX 8
+
+int writer_file_rehash(ckpt_writer *w, int fd, uint64_t size)
+{
+    if (!w->in_file || w->file_bytes || size < LANE_MIN_BYTES) return 0;
+    wfile *f = &w->files[w->n_files - 1];
+    if (!w->lanes) {
+        unsigned n = w->n_threads < LANE_MAX ? w->n_threads : LANE_MAX;
+        w->lanes = hash_lanes_start(n ? n : 1, w->chunk_size);
+        if (!w->lanes) return 0;
+    }
+    if (hash_lanes_pending(w->lanes) >= LANE_MAX_QUEUED) return 0;
+    hash_job *j = calloc(1, sizeof *j);
+    if (!j) return 0;
+    j->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (j->fd < 0) { free(j); return 0; }
+    j->size = size;
+    f->job = j;
+    hash_lanes_submit(w->lanes, j);
+    return 1;
+}
+
 /* Frees everything; an unfinished pack is abandoned and its temporary file
  * removed. */
 static void writer_free(ckpt_writer *w)
 {
     stop_threads(w);
+    hash_lanes_stop(w->lanes);
     if (w->out) w->out->ops->abort(w->out);
     ckpt_store_free(w->own_store);
     for (size_t i = 0; i < w->n_files; i++) {
         free(w->files[i].path);
         free(w->files[i].note);
         free(w->files[i].hash);
+        free(w->files[i].job);
     }
     for (size_t i = 0; i < w->n_tensors; i++) {
         free(w->tensors[i].name);
@@ -795,6 +864,7 @@ static int writer_open(ckpt_store *s, const char *name, const char *tmp_name, co
     if ((rc = setup_keys(w, err)) < 0) goto fail;
 
     unsigned threads = o.threads ? o.threads : ckpt_default_threads();
+    w->n_threads = threads;
     /* Two slots per worker keep everyone busy; cap the memory they pin. */
     size_t n = 2 * (size_t)threads + 2, cap = (512u << 20) / (2 * (size_t)cs);
     w->n_slots = n < cap ? n : cap < 3 ? 3 : cap;
@@ -964,7 +1034,24 @@ int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
     }
     stop_threads(w); /* drains every submitted chunk first */
     if ((rc = writer_failed(w, err)) < 0) goto fail;
-    for (size_t i = 0; i < w->n_files; i++) ckpt_sha256_final(w->files[i].hash, w->files[i].sha256);
+    if (w->lanes) hash_lanes_wait(w->lanes);
+    for (size_t i = 0; i < w->n_files; i++) {
+        wfile *f = &w->files[i];
+        if (!f->job) {
+            ckpt_sha256_final(f->hash, f->sha256);
+            continue;
+        }
+        if (f->job->rc < 0 && f->job->rc != -EIO) {
+            rc = ckpt_fail(err, f->job->rc, "%s: reading '%s' again to hash it failed: %s", w->final_path, f->path,
+                           strerror(-f->job->rc));
+            goto fail;
+        }
+        if (f->job->rc < 0 || f->job->crc != f->job->fed_crc) {
+            rc = ckpt_fail(err, -EAGAIN, "%s: file changed while being packed", f->path);
+            goto fail;
+        }
+        memcpy(f->sha256, f->job->sha256, 32);
+    }
     bytebuf idx = {0};
     build_index(w, &idx);
     uint8_t *stored = idx.p;

@@ -14,6 +14,18 @@ struct ingest_layout;
  * file, for tests that hand it layouts no parser makes yet. */
 int ingest_add_layout(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud, uint64_t size,
                       const char *container, const char *fault, struct ingest_layout *lay, ckpt_err *err);
+/* Right after ckpt_writer_begin_file: the file's size bytes, in the order
+ * they will be fed, can be read again with pread(fd) (fd is dup'd), so its
+ * SHA-256 may be taken by a hash lane beside the pipeline (hash_lanes.h).
+ * Returns 1 if so, 0 if it is hashed from the fed bytes as usual. */
+int writer_file_rehash(ckpt_writer *w, int fd, uint64_t size);
+/* Reads exactly n bytes at off into dst, or fails with err set. */
+typedef int (*writer_fill_fn)(void *ud, uint8_t *dst, size_t n, uint64_t off, ckpt_err *err);
+/* ckpt_writer_write (tensor 0) or ckpt_writer_tensor_data (tensor 1) of
+ * the len bytes that fill() reads from src_off on, read straight into the
+ * writer's chunk buffers instead of through a buffer of the caller's. */
+int writer_feed_from(ckpt_writer *w, int tensor, writer_fill_fn fill, void *ud, uint64_t src_off, uint64_t len,
+                     ckpt_err *err);
 /* Whether a tensor of that name was already added to the pack. */
 int writer_has_tensor(const ckpt_writer *w, const char *name);
 /* Passes a warning to the caller's opts.warn, if any. */
