@@ -147,7 +147,10 @@ if [ "$s" = packing ]; then
         expect_errno "creating a file while packing works" 0 create "$MNT/big/more.bin"
         [ "$(state_of "$MNT/big")" = writing ] && pass "the packing stopped: writing again" ||
             fail "the packing stopped: writing again" "$(state_of "$MNT/big")"
-        if grep -q "written to while it" "$LOG"; then pass "a log line says why"; else fail "a log line says why"; fi
+        # Reading 256 MiB back can outlast the packing: the create then
+        # reopens the committed checkpoint instead, which the log says too.
+        if grep -qE "'big': written to (while it|after its commit)" "$LOG"; then pass "a log line says why"
+        else fail "a log line says why" "$(grep big "$LOG" | tail -3)"; fi
     fi
 else
     skip "writes while packing" "packing was over before the check ($s)"
