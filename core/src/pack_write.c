@@ -116,6 +116,7 @@ struct ckpt_writer {
     wextent *extents; size_t n_extents, cap_extents;
     wtensor *tensors; size_t n_tensors, cap_tensors;
     wchunk *chunks; size_t n_chunks, cap_chunks;      /* output thread only until finish */
+    ckpt_skipped_info *skipped; size_t n_skipped, cap_skipped; /* name and reason malloc'd */
     strmap file_map, dir_map, tensor_map;
 
     /* Producer state. A typed extent is open (in_region) after begin_region
@@ -634,6 +635,24 @@ int ckpt_writer_set_container(ckpt_writer *w, const char *container, const char 
     return 0;
 }
 
+int writer_add_skipped(ckpt_writer *w, const char *name, const char *reason, ckpt_err *err)
+{
+    if (!w->in_file) return ckpt_fail(err, -EINVAL, "%s: a skipped tensor outside a file", w->final_path);
+    size_t nl = strlen(name), rl = strlen(reason);
+    /* Parsers' names and reasons are bounded, but the index fields are u16. */
+    if (nl == 0 || nl > UINT16_MAX || rl > TPACK_NOTE_MAX || !ckpt_utf8_valid((const uint8_t *)reason, rl))
+        return ckpt_fail(err, -EINVAL, "%s: skipped tensor name or reason out of range", w->final_path);
+    if (w->n_skipped >= UINT32_MAX) return ckpt_fail(err, -EOVERFLOW, "%s: too many skipped tensors", w->final_path);
+    char *n = strdup(name), *r = strdup(reason);
+    if (!n || !r || grow_array((void **)&w->skipped, &w->cap_skipped, w->n_skipped, sizeof *w->skipped) < 0) {
+        free(n);
+        free(r);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    w->skipped[w->n_skipped++] = (ckpt_skipped_info){n, r, w->n_files - 1};
+    return 0;
+}
+
 int ckpt_writer_end_file(ckpt_writer *w, ckpt_err *err)
 {
     if (!w->in_file || w->in_region)
@@ -729,6 +748,11 @@ static void writer_free(ckpt_writer *w)
         free(w->tensors[i].shape);
         free(w->tensors[i].hash);
     }
+    for (size_t i = 0; i < w->n_skipped; i++) {
+        free((char *)w->skipped[i].name);
+        free((char *)w->skipped[i].reason);
+    }
+    free(w->skipped);
     for (size_t i = 0; i < w->dir_map.cap; i++) free((char *)w->dir_map.keys[i]);
     strmap_free(&w->file_map);
     strmap_free(&w->dir_map);
@@ -898,7 +922,7 @@ static void build_index(ckpt_writer *w, bytebuf *b)
     bb_u32(b, TPACK_INDEX_MAGIC);
     bb_u32(b, (uint32_t)w->n_files);
     bb_u32(b, (uint32_t)w->n_tensors);
-    bb_u32(b, 0);
+    bb_u32(b, (uint32_t)w->n_skipped);
     bb_u64(b, w->n_extents);
     bb_u64(b, w->n_chunks);
     for (size_t i = 0; i < w->n_files; i++) {
@@ -950,6 +974,15 @@ static void build_index(ckpt_writer *w, bytebuf *b)
         bb_u8(b, c->codec);
         bb_u8(b, c->elem);
         bb_u16(b, 0);
+    }
+    for (size_t i = 0; i < w->n_skipped; i++) {
+        const ckpt_skipped_info *k = &w->skipped[i];
+        size_t nl = strlen(k->name), rl = strlen(k->reason);
+        bb_u32(b, (uint32_t)k->file_index);
+        bb_u16(b, (uint16_t)nl);
+        bb_put(b, k->name, nl);
+        bb_u16(b, (uint16_t)rl);
+        bb_put(b, k->reason, rl);
     }
 }
 

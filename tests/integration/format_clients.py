@@ -412,14 +412,10 @@ def check(fmt, ckpt, src, seed):
         for name, why in absent.items():
             shown = name in got or os.path.exists(os.path.join(ckpt, "tensors", name))
             report(not shown, "%s: %s (%s) has no file under tensors/" % (rel, name, why))
-            skipped = m.get("skipped")
-            if skipped is None:
-                skip("%s: the manifest says why %s is not in tensors/" % (rel, name),
-                     "the manifest has no skipped list (the pack does not record skipped tensors)")
-            else:
-                hit = [x for x in skipped if x.get("name") == name and x.get("file") == rel]
-                report(bool(hit) and bool(hit[0].get("reason")), "%s: the manifest says why %s is skipped" % (rel, name),
-                       skipped[:3])
+            skipped = m.get("skipped", [])
+            hit = [x for x in skipped if x.get("name") == name and x.get("file") == rel]
+            report(bool(hit) and bool(hit[0].get("reason")), "%s: the manifest says why %s is skipped (%s)"
+                   % (rel, name, hit[0].get("reason") if hit else "-"), skipped[:3])
 
     if is_dcp:
         # tensors/FQN, assembled from the shards, and dcp.load through the mount.
