@@ -22,6 +22,7 @@
 #include "codec.h"
 #include "crypto.h"
 #include "format.h"
+#include "pack.h"
 #include "store/store.h"
 
 #include <fcntl.h>
@@ -62,6 +63,10 @@ typedef struct wslot {
     int state;
     int pending;              /* of output and file hash: the slot is free when both are done */
     ckpt_sha256 *file_hash;   /* of the chunk's file */
+    /* A chunk copied from another pack (ckpt_writer_copy_file): out holds
+     * its stored bytes, which the worker only re-seals. */
+    const ckpt_pack *copy_src;
+    uint64_t copy_src_id;
 } wslot;
 
 typedef struct wfile {
@@ -169,6 +174,30 @@ static void set_failed(ckpt_writer *w, const ckpt_err *e)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* A copied chunk's payload, for the seal that follows: in an encrypted pack
+ * its plaintext payload (opened under the source pack's key, nonce and
+ * associated data, so a damaged or moved chunk fails with -EBADMSG) in
+ * payload; unencrypted, the stored bytes as they are, already in s->out.
+ * Never decoded: the codec, its planes and the CRC stay as they were. */
+static int copied_payload(const ckpt_writer *w, const wslot *s, uint8_t *payload, size_t *plen)
+{
+    const ckpt_pack *src = s->copy_src;
+    if (!w->keys.subkey) {
+        *plen = s->out_len;
+        return 0;
+    }
+    if (!payload) return -ENOMEM;
+    const chunk *c = &src->chunks[s->copy_src_id];
+    const extent *e = &src->extents[c->extent_index];
+    uint8_t ad[CHUNK_AD_BYTES];
+    chunk_ad(ad, src->pack_id, s->copy_src_id, c->extent_index, s->copy_src_id - e->first_chunk, c->raw_size, c->codec,
+             c->elem_size);
+    if (c->stored_size < TPACK_AEAD_TAG) return -EBADMSG;
+    *plen = c->stored_size - TPACK_AEAD_TAG;
+    int rc = aead_open(&src->keys, s->copy_src_id, ad, sizeof ad, s->out, c->stored_size, payload);
+    return rc;
+}
+
 static void *encode_worker(void *arg)
 {
     ckpt_writer *w = arg;
@@ -190,15 +219,29 @@ static void *encode_worker(void *arg)
         int rc = -ENOMEM;
         uint8_t *dst = payload ? payload : s->out;
         size_t plen = 0;
-        if (dst) rc = chunk_encode(&enc, s->in, s->in_len, s->opaque ? 0 : s->elem, w->level, dst, &plen, &s->codec, &s->elem);
+        if (s->copy_src) {
+            rc = copied_payload(w, s, payload, &plen);
+            if (rc == -EBADMSG) {
+                ckpt_err e;
+                char where[512];
+                pack_chunk_where(s->copy_src, (size_t)s->copy_src_id, where, sizeof where);
+                ckpt_fail(&e, -EIO, "%s: cannot copy chunk %llu of %s (%s): it fails authentication",
+                          w->final_path, (unsigned long long)s->copy_src_id, s->copy_src->path, where);
+                set_failed(w, &e);
+                rc = 0;
+            }
+        } else if (dst) {
+            rc = chunk_encode(&enc, s->in, s->in_len, s->opaque ? 0 : s->elem, w->level, dst, &plen, &s->codec, &s->elem);
+        }
         if (rc == 0 && payload) {
             uint8_t ad[CHUNK_AD_BYTES];
             chunk_ad(ad, w->pack_id, s->id, s->extent_id, s->in_extent, (uint32_t)s->in_len, s->codec, s->elem);
             rc = aead_seal(&w->keys, s->id, ad, sizeof ad, payload, plen, s->out);
             plen += TPACK_AEAD_TAG;
         }
-        /* Encrypted chunks are authenticated by their tag; a CRC would only cost decode time. */
-        s->crc = payload ? 0 : (uint32_t)libdeflate_crc32(0, s->in, s->in_len);
+        /* Encrypted chunks are authenticated by their tag; a CRC would only cost
+         * decode time. A copied chunk keeps the CRC its source recorded. */
+        if (!s->copy_src) s->crc = payload ? 0 : (uint32_t)libdeflate_crc32(0, s->in, s->in_len);
         s->out_len = plen;
         if (rc < 0) {
             ckpt_err e;
@@ -280,7 +323,8 @@ static void *hash_worker(void *arg)
         wslot *s = &w->slots[w->next_hash % w->n_slots];
         int failed = w->failed;
         pthread_mutex_unlock(&w->mu);
-        if (!failed) ckpt_sha256_update(s->file_hash, s->in, s->in_len);
+        /* A copied file's SHA-256 comes with it (its slots hold no plaintext). */
+        if (!failed && !s->copy_src) ckpt_sha256_update(s->file_hash, s->in, s->in_len);
         pthread_mutex_lock(&w->mu);
         w->next_hash++;
         if (--s->pending == 0) s->state = SLOT_FREE;
@@ -312,6 +356,7 @@ static int acquire_slot(ckpt_writer *w, ckpt_err *err)
     s->n_spans = 0;
     s->pending = 2;
     s->file_hash = w->files[w->n_files - 1].hash;
+    s->copy_src = NULL;
     w->filling = s;
     return 0;
 }
@@ -664,6 +709,102 @@ int ckpt_writer_end_file(ckpt_writer *w, ckpt_err *err)
     return writer_failed(w, err);
 }
 
+/* ----------------------------------------------------------- copying */
+
+/* Registers src's tensor ti as a tensor of the file being copied, whose
+ * first extent in this pack is first_extent; its digest comes with it. */
+static int copy_tensor(ckpt_writer *w, const ckpt_pack *src, size_t ti, uint64_t first_extent, ckpt_err *err)
+{
+    const tensor_rec *t = &src->tensors[ti];
+    const file_rec *f = &src->files[t->info.file_index];
+    if (strmap_get(&w->tensor_map, t->info.name) >= 0) return -EXDEV; /* named again by the caller's decode path */
+    char *name = strdup(t->info.name);
+    uint64_t *shape = malloc((t->info.ndim ? t->info.ndim : 1) * sizeof *shape);
+    tensor_hash *th = calloc(1, sizeof *th);
+    if (!name || !shape || !th || grow_array((void **)&w->tensors, &w->cap_tensors, w->n_tensors, sizeof *w->tensors) < 0 ||
+        strmap_put(&w->tensor_map, name, w->n_tensors, NULL) < 0) {
+        free(name);
+        free(shape);
+        free(th);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    memcpy(shape, t->info.shape, t->info.ndim * sizeof *shape);
+    memcpy(th->digest, t->info.sha256, 32);
+    th->next_id = UINT64_MAX; /* no chunk of it will be hashed here */
+    wtensor *wt = &w->tensors[w->n_tensors++];
+    *wt = (wtensor){name, {0}, t->info.ndim, shape, t->info.nbytes, (uint32_t)(w->n_files - 1),
+                    first_extent + (t->extent_index - f->first_extent), t->extent_offset, th};
+    snprintf(wt->dtype, sizeof wt->dtype, "%s", t->dtype);
+    return 0;
+}
+
+int ckpt_writer_copy_file(ckpt_writer *w, const char *path, uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec,
+                          ckpt_pack *src, size_t file_index, ckpt_err *err)
+{
+    if (file_index >= src->n_files) return ckpt_fail(err, -EINVAL, "%s: no file %zu in %s", w->final_path, file_index, src->path);
+    const file_rec *f = &src->files[file_index];
+    /* Chunks are cut at the chunk size and sealed or checksummed by the
+     * pack's encryption: copied as they are only where both agree. The
+     * caller packs the file from its decoded bytes otherwise. */
+    if (src->chunk_size != w->chunk_size || (src->keys.subkey != NULL) != (w->keys.subkey != NULL)) return -EXDEV;
+    for (size_t i = 0; i < src->n_tensors; i++)
+        if (src->tensors[i].info.file_index == file_index && strmap_get(&w->tensor_map, src->tensors[i].info.name) >= 0)
+            return -EXDEV;
+    int rc = ckpt_writer_begin_file(w, path, mode, mtime_sec, mtime_nsec, err);
+    if (rc == 0) rc = ckpt_writer_set_container(w, f->info.container, f->info.note, err);
+    if (rc < 0) return rc;
+    wfile *wf = &w->files[w->n_files - 1];
+    free(wf->hash);
+    wf->hash = NULL;
+    memcpy(wf->sha256, f->info.sha256, 32);
+    uint64_t first_extent = w->n_extents;
+    for (size_t x = f->first_extent; rc == 0 && x < f->first_extent + f->n_extents; x++) {
+        const extent *e = &src->extents[x];
+        rc = open_extent(w, e->kind, e->elem_size, err);
+        uint64_t n_chunks = (e->length + src->chunk_size - 1) / src->chunk_size;
+        for (uint64_t k = 0; rc == 0 && k < n_chunks; k++) {
+            uint64_t id = e->first_chunk + k;
+            const chunk *c = &src->chunks[id];
+            if ((rc = acquire_slot(w, err)) < 0) break;
+            wslot *s = w->filling;
+            ckpt_err why = {0};
+            ssize_t got = src->obj->ops->read_at(src->obj, s->out, c->stored_size, c->offset, &why);
+            if (got != (ssize_t)c->stored_size) {
+                rc = ckpt_fail(err, got < 0 ? (int)got : -EIO, "%s: cannot copy chunk %llu of %s: %s", w->final_path,
+                               (unsigned long long)id, src->path, why.msg[0] ? why.msg : "short read");
+                /* The slot goes through the pipeline empty, so none waits on it. */
+                s->in_len = 0;
+                s->copy_src = NULL;
+                set_failed(w, err);
+                submit_slot(w);
+                break;
+            }
+            s->copy_src = src;
+            s->copy_src_id = id;
+            s->in_len = c->raw_size;
+            s->out_len = c->stored_size;
+            s->codec = c->codec;
+            s->elem = c->elem_size;
+            s->crc = c->crc;
+            w->file_bytes += c->raw_size;
+            w->fed += c->raw_size;
+            submit_slot(w);
+        }
+        if (rc == 0) close_extent(w);
+    }
+    for (size_t i = 0; rc == 0 && i < src->n_tensors; i++)
+        if (src->tensors[i].info.file_index == file_index) rc = copy_tensor(w, src, i, first_extent, err);
+    if (rc == -EXDEV) rc = ckpt_fail(err, -EIO, "%s: tensor names changed while copying %s", w->final_path, path);
+    for (size_t i = 0; rc == 0 && i < src->n_skipped; i++)
+        if (src->skipped[i].file_index == file_index)
+            rc = writer_add_skipped(w, src->skipped[i].name, src->skipped[i].reason, err);
+    if (rc < 0) {
+        w->in_file = 0;
+        return rc;
+    }
+    return ckpt_writer_end_file(w, err);
+}
+
 /* --------------------------------------------------------- open/finish */
 
 static void build_header(ckpt_writer *w, uint32_t kdf, const kdf_params *kp, const uint8_t check[16])
@@ -997,7 +1138,8 @@ int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
     }
     stop_threads(w); /* drains every submitted chunk first */
     if ((rc = writer_failed(w, err)) < 0) goto fail;
-    for (size_t i = 0; i < w->n_files; i++) ckpt_sha256_final(w->files[i].hash, w->files[i].sha256);
+    for (size_t i = 0; i < w->n_files; i++)
+        if (w->files[i].hash) ckpt_sha256_final(w->files[i].hash, w->files[i].sha256); /* else copied */
     bytebuf idx = {0};
     build_index(w, &idx);
     uint8_t *stored = idx.p;
