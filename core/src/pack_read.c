@@ -4,7 +4,7 @@
  * (index_counts, _files, _extents, _tensors, _chunks, _skipped), each
  * checked against the sections before it.
  *
- * One job at about 700 lines: the reader of one pack. The reads at the end
+ * One job at about 840 lines: the reader of one pack. The reads at the end
  * (chunk decode, pread, locate) are the other half of the same contract,
  * trusting exactly what the checks above proved; the streaming and verify
  * paths that build on them live in stream.c. Bytes come through a

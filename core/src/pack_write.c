@@ -10,14 +10,16 @@
  * A tensor's SHA-256 is a chain too, but tensors are many: the worker that
  * encoded a chunk hashes the chunk's part of each tensor, after waiting, if
  * need be, for the tensor's previous chunk to be hashed by another worker
- * (chunks are taken in order, so the wait always ends). The pack goes to a store_upload (store/store.h):
- * nothing is visible under its name until finish commits it.
+ * (chunks are taken in order, so the wait always ends). The pack goes to a
+ * store_upload (store/store.h): nothing is visible under its name until
+ * finish commits it.
  *
- * One job at about 740 lines: the pipeline's three stages share the slot
- * ring and its one lock, and the index written at finish is the record of
- * what they produced, so splitting them would spread one state machine over
- * files. Feeding it from disk is ingest_files.c. */
-#include "writer.h"
+ * One job at about 950 lines: the pipeline's stages share the slot ring and
+ * its one lock (writer_state.h), and the index written at finish is the
+ * record of what they produced, so splitting them would spread one state
+ * machine over files. Feeding it from disk is ingest_files.c; files copied
+ * from an earlier generation are pack_copy.c. */
+#include "writer_state.h"
 #include "sha256.h"
 #include "codec.h"
 #include "crypto.h"
@@ -35,123 +37,6 @@
 #include <libdeflate.h>
 #include <zlib.h>
 
-enum { SLOT_FREE, SLOT_FILLING, SLOT_QUEUED, SLOT_ENCODED, SLOT_WRITTEN };
-
-typedef struct tensor_hash {
-    ckpt_sha256 st;
-    uint8_t digest[32];
-    uint64_t next_id;         /* the chunk whose part is hashed next (under mu) */
-} tensor_hash;
-
-/* The part [a, b) of a chunk that belongs to one tensor; last: the tensor
- * ends in this chunk, so its digest can be finished. */
-typedef struct wspan {
-    tensor_hash *th;
-    uint32_t a, b;
-    int last;
-} wspan;
-
-typedef struct wslot {
-    uint8_t *in, *out;
-    size_t in_len, out_len;
-    uint64_t id, extent_id, in_extent;
-    wspan *spans;             /* tensors whose bytes the chunk holds */
-    size_t n_spans, cap_spans;
-    uint8_t codec, elem;      /* elem: the chunk record's (the encoder may group opaque data) */
-    int opaque;               /* of an opaque extent: the encoder picks the grouping */
-    uint32_t crc;
-    int state;
-    int pending;              /* of output and file hash: the slot is free when both are done */
-    ckpt_sha256 *file_hash;   /* of the chunk's file */
-    /* A chunk copied from another pack (ckpt_writer_copy_file): out holds
-     * its stored bytes, which the worker only re-seals. */
-    const ckpt_pack *copy_src;
-    uint64_t copy_src_id;
-} wslot;
-
-typedef struct wfile {
-    char *path;
-    uint32_t mode;
-    int64_t mtime_sec;
-    uint32_t mtime_nsec;
-    uint64_t size;
-    uint8_t sha256[32];
-    uint64_t first_extent, n_extents;
-    uint8_t container;
-    char *note;               /* NULL: none */
-    ckpt_sha256 *hash;        /* the hash thread's; finished at finish */
-} wfile;
-
-typedef struct wextent {
-    uint64_t length, first_chunk;
-    uint8_t kind, elem;
-} wextent;
-
-typedef struct wtensor {
-    char *name;
-    char dtype[16];
-    uint32_t ndim;
-    uint64_t *shape;
-    uint64_t nbytes;
-    uint32_t file_index;
-    uint64_t extent_index, extent_offset;
-    tensor_hash *hash;
-} wtensor;
-
-typedef struct wchunk {
-    uint64_t offset;
-    uint32_t stored, raw, crc;
-    uint8_t codec, elem;
-} wchunk;
-
-struct ckpt_writer {
-    store_upload *out;        /* the pack being written; NULL once committed */
-    ckpt_store *own_store;    /* the store made for a path-based open, freed with w */
-    char *final_path;         /* for messages: the path, or "<store>/<name>" */
-    dev_t dev;
-    ino_t ino;
-    uint32_t chunk_size;
-    int level;
-    ckpt_write_opts opts;
-    uint8_t header[TPACK_HEADER_SIZE];
-    uint8_t pack_id[16];
-    pack_keys keys;
-
-    wfile *files; size_t n_files, cap_files;
-    wextent *extents; size_t n_extents, cap_extents;
-    wtensor *tensors; size_t n_tensors, cap_tensors;
-    wchunk *chunks; size_t n_chunks, cap_chunks;      /* output thread only until finish */
-    ckpt_skipped_info *skipped; size_t n_skipped, cap_skipped; /* name and reason malloc'd */
-    strmap file_map, dir_map, tensor_map;
-
-    /* Producer state. A typed extent is open (in_region) after begin_region
-     * or begin_tensor (in_tensor, the tensor being cur_tensor). live holds
-     * the tensors of the open typed extent whose bytes have not all been
-     * handed to the pipeline yet. */
-    int in_file, in_region, in_tensor, extent_open;
-    size_t cur_tensor;
-    size_t *live; size_t n_live, cap_live;
-    uint64_t file_bytes, region_bytes, fed;
-    wslot *filling;
-
-    /* Pipeline. */
-    pthread_mutex_t mu;
-    pthread_cond_t to_encode, to_write, to_fill, to_hash, tensor_hashed;
-    wslot *slots;
-    size_t n_slots;
-    uint64_t submitted, next_encode, next_write, next_hash;
-    int stopping, failed;
-    ckpt_err fail_err;
-    pthread_t *workers;
-    unsigned n_workers;
-    pthread_t out_thread, hash_thread;
-    int out_started, hash_started;
-    uint64_t write_pos;
-
-    /* ckpt_writer_set_sibling_reader: siblings of files added by reader */
-    ckpt_sibling_fn sibling_fn;
-    void *sibling_ud;
-};
 
 static int writer_failed(ckpt_writer *w, ckpt_err *err)
 {
@@ -162,7 +47,7 @@ static int writer_failed(ckpt_writer *w, ckpt_err *err)
     return f ? (w->fail_err.code ? w->fail_err.code : -EIO) : 0;
 }
 
-static void set_failed(ckpt_writer *w, const ckpt_err *e)
+void writer_set_failed(ckpt_writer *w, const ckpt_err *e)
 {
     pthread_mutex_lock(&w->mu);
     if (!w->failed) {
@@ -208,7 +93,7 @@ static void *encode_worker(void *arg)
     if (w->keys.subkey && !payload) {
         ckpt_err e;
         ckpt_fail(&e, -ENOMEM, "%s: out of memory", w->final_path);
-        set_failed(w, &e);
+        writer_set_failed(w, &e);
     }
     pthread_mutex_lock(&w->mu);
     for (;;) {
@@ -227,7 +112,7 @@ static void *encode_worker(void *arg)
                 pack_chunk_where(s->copy_src, (size_t)s->copy_src_id, where, sizeof where);
                 ckpt_fail(&e, -EIO, "%s: cannot copy chunk %llu of %s (%s): it fails authentication",
                           w->final_path, (unsigned long long)s->copy_src_id, s->copy_src->path, where);
-                set_failed(w, &e);
+                writer_set_failed(w, &e);
                 rc = 0;
             }
         } else if (dst) {
@@ -246,7 +131,7 @@ static void *encode_worker(void *arg)
         if (rc < 0) {
             ckpt_err e;
             ckpt_fail(&e, rc, "%s: out of memory while compressing", w->final_path);
-            set_failed(w, &e);
+            writer_set_failed(w, &e);
         }
         /* The chunk's part of each tensor, once the tensor's previous chunk
          * is hashed. Always advanced, failed or not, so no worker waits on
@@ -294,7 +179,7 @@ static void *output_worker(void *arg)
             if (rc == 0 && grow_array((void **)&w->chunks, &w->cap_chunks, w->n_chunks, sizeof *w->chunks) < 0)
                 rc = ckpt_fail(&e, -ENOMEM, "%s: out of memory", w->final_path);
             if (rc < 0) {
-                set_failed(w, &e);
+                writer_set_failed(w, &e);
             } else {
                 w->chunks[w->n_chunks++] = (wchunk){w->write_pos, (uint32_t)s->out_len, (uint32_t)s->in_len, s->crc, s->codec, s->elem};
                 w->write_pos += s->out_len;
@@ -336,7 +221,7 @@ static void *hash_worker(void *arg)
 
 /* ------------------------------------------------------------ producer */
 
-static int acquire_slot(ckpt_writer *w, ckpt_err *err)
+int writer_acquire_slot(ckpt_writer *w, ckpt_err *err)
 {
     pthread_mutex_lock(&w->mu);
     uint64_t seq = w->submitted;
@@ -385,14 +270,14 @@ static int slot_spans(ckpt_writer *w, wslot *s)
     return 0;
 }
 
-static void submit_slot(ckpt_writer *w)
+void writer_submit_slot(ckpt_writer *w)
 {
     wslot *s = w->filling;
     w->filling = NULL;
     if (slot_spans(w, s) < 0) {
         ckpt_err e;
         ckpt_fail(&e, -ENOMEM, "%s: out of memory", w->final_path);
-        set_failed(w, &e);
+        writer_set_failed(w, &e);
     }
     w->extents[w->n_extents - 1].length += s->in_len;
     pthread_mutex_lock(&w->mu);
@@ -404,7 +289,7 @@ static void submit_slot(ckpt_writer *w)
     if (w->opts.progress) w->opts.progress(w->opts.progress_ud, w->fed, w->opts.progress_total);
 }
 
-static int open_extent(ckpt_writer *w, uint8_t kind, uint8_t elem, ckpt_err *err)
+int writer_open_extent(ckpt_writer *w, uint8_t kind, uint8_t elem, ckpt_err *err)
 {
     if (grow_array((void **)&w->extents, &w->cap_extents, w->n_extents, sizeof *w->extents) < 0)
         return ckpt_fail(err, -ENOMEM, "out of memory");
@@ -414,9 +299,9 @@ static int open_extent(ckpt_writer *w, uint8_t kind, uint8_t elem, ckpt_err *err
     return 0;
 }
 
-static void close_extent(ckpt_writer *w)
+void writer_close_extent(ckpt_writer *w)
 {
-    if (w->filling) submit_slot(w);
+    if (w->filling) writer_submit_slot(w);
     w->extent_open = 0;
 }
 
@@ -426,7 +311,7 @@ static int feed(ckpt_writer *w, const uint8_t *data, size_t len, ckpt_err *err)
     w->file_bytes += len;
     while (len) {
         if (!w->filling) {
-            int rc = acquire_slot(w, err);
+            int rc = writer_acquire_slot(w, err);
             if (rc < 0) return rc;
         }
         wslot *s = w->filling;
@@ -440,7 +325,7 @@ static int feed(ckpt_writer *w, const uint8_t *data, size_t len, ckpt_err *err)
         if (w->in_region) w->region_bytes += n;
         /* A tensor's last chunk goes out as soon as it is complete. */
         if (s->in_len == w->chunk_size || (w->in_tensor && w->region_bytes == w->tensors[w->cur_tensor].nbytes))
-            submit_slot(w);
+            writer_submit_slot(w);
     }
     return writer_failed(w, err);
 }
@@ -499,7 +384,7 @@ int ckpt_writer_write(ckpt_writer *w, const void *data, size_t len, ckpt_err *er
     if (!w->in_file || w->in_region)
         return ckpt_fail(err, -EINVAL, "%s: write outside a file or inside a tensor or region", w->final_path);
     if (!w->extent_open) {
-        int rc = open_extent(w, EXTENT_DATA, 1, err);
+        int rc = writer_open_extent(w, EXTENT_DATA, 1, err);
         if (rc < 0) return rc;
     }
     return feed(w, data, len, err);
@@ -552,8 +437,8 @@ static int open_region(ckpt_writer *w, const char *what, const char *name, const
                          name);
     unsigned es = ckpt_dtype_size(dtype);
     if (!es) return ckpt_fail(err, -EINVAL, "%s: %s '%s': unknown dtype '%s'", w->final_path, what, name, dtype ? dtype : "");
-    if (w->extent_open) close_extent(w);
-    int rc = open_extent(w, EXTENT_TYPED, (uint8_t)es, err);
+    if (w->extent_open) writer_close_extent(w);
+    int rc = writer_open_extent(w, EXTENT_TYPED, (uint8_t)es, err);
     if (rc < 0) return rc;
     w->in_region = 1;
     w->region_bytes = 0;
@@ -564,7 +449,7 @@ static int open_region(ckpt_writer *w, const char *what, const char *name, const
 /* Closes the open typed extent. Every tensor in it must end inside it. */
 static int close_region(ckpt_writer *w, ckpt_err *err)
 {
-    close_extent(w);
+    writer_close_extent(w);
     w->in_region = 0;
     w->in_tensor = 0;
     if (w->n_live) {
@@ -578,7 +463,7 @@ static int close_region(ckpt_writer *w, ckpt_err *err)
                   (unsigned long long)(start + t->extent_offset + t->nbytes), (unsigned long long)w->file_bytes);
         w->n_live = 0;
         /* Its digest can never be finished: the pack cannot be completed. */
-        set_failed(w, &e);
+        writer_set_failed(w, &e);
         if (err) *err = e;
         return e.code;
     }
@@ -702,107 +587,11 @@ int ckpt_writer_end_file(ckpt_writer *w, ckpt_err *err)
 {
     if (!w->in_file || w->in_region)
         return ckpt_fail(err, -EINVAL, "%s: end_file without a file or inside a tensor or region", w->final_path);
-    if (w->extent_open) close_extent(w);
+    if (w->extent_open) writer_close_extent(w);
     wfile *f = &w->files[w->n_files - 1];
     f->size = w->file_bytes;
     w->in_file = 0;
     return writer_failed(w, err);
-}
-
-/* ----------------------------------------------------------- copying */
-
-/* Registers src's tensor ti as a tensor of the file being copied, whose
- * first extent in this pack is first_extent; its digest comes with it. */
-static int copy_tensor(ckpt_writer *w, const ckpt_pack *src, size_t ti, uint64_t first_extent, ckpt_err *err)
-{
-    const tensor_rec *t = &src->tensors[ti];
-    const file_rec *f = &src->files[t->info.file_index];
-    if (strmap_get(&w->tensor_map, t->info.name) >= 0) return -EXDEV; /* named again by the caller's decode path */
-    char *name = strdup(t->info.name);
-    uint64_t *shape = malloc((t->info.ndim ? t->info.ndim : 1) * sizeof *shape);
-    tensor_hash *th = calloc(1, sizeof *th);
-    if (!name || !shape || !th || grow_array((void **)&w->tensors, &w->cap_tensors, w->n_tensors, sizeof *w->tensors) < 0 ||
-        strmap_put(&w->tensor_map, name, w->n_tensors, NULL) < 0) {
-        free(name);
-        free(shape);
-        free(th);
-        return ckpt_fail(err, -ENOMEM, "out of memory");
-    }
-    memcpy(shape, t->info.shape, t->info.ndim * sizeof *shape);
-    memcpy(th->digest, t->info.sha256, 32);
-    th->next_id = UINT64_MAX; /* no chunk of it will be hashed here */
-    wtensor *wt = &w->tensors[w->n_tensors++];
-    *wt = (wtensor){name, {0}, t->info.ndim, shape, t->info.nbytes, (uint32_t)(w->n_files - 1),
-                    first_extent + (t->extent_index - f->first_extent), t->extent_offset, th};
-    snprintf(wt->dtype, sizeof wt->dtype, "%s", t->dtype);
-    return 0;
-}
-
-int ckpt_writer_copy_file(ckpt_writer *w, const char *path, uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec,
-                          ckpt_pack *src, size_t file_index, ckpt_err *err)
-{
-    if (file_index >= src->n_files) return ckpt_fail(err, -EINVAL, "%s: no file %zu in %s", w->final_path, file_index, src->path);
-    const file_rec *f = &src->files[file_index];
-    /* Chunks are cut at the chunk size and sealed or checksummed by the
-     * pack's encryption: copied as they are only where both agree. The
-     * caller packs the file from its decoded bytes otherwise. */
-    if (src->chunk_size != w->chunk_size || (src->keys.subkey != NULL) != (w->keys.subkey != NULL)) return -EXDEV;
-    for (size_t i = 0; i < src->n_tensors; i++)
-        if (src->tensors[i].info.file_index == file_index && strmap_get(&w->tensor_map, src->tensors[i].info.name) >= 0)
-            return -EXDEV;
-    int rc = ckpt_writer_begin_file(w, path, mode, mtime_sec, mtime_nsec, err);
-    if (rc == 0) rc = ckpt_writer_set_container(w, f->info.container, f->info.note, err);
-    if (rc < 0) return rc;
-    wfile *wf = &w->files[w->n_files - 1];
-    free(wf->hash);
-    wf->hash = NULL;
-    memcpy(wf->sha256, f->info.sha256, 32);
-    uint64_t first_extent = w->n_extents;
-    for (size_t x = f->first_extent; rc == 0 && x < f->first_extent + f->n_extents; x++) {
-        const extent *e = &src->extents[x];
-        rc = open_extent(w, e->kind, e->elem_size, err);
-        uint64_t n_chunks = (e->length + src->chunk_size - 1) / src->chunk_size;
-        for (uint64_t k = 0; rc == 0 && k < n_chunks; k++) {
-            uint64_t id = e->first_chunk + k;
-            const chunk *c = &src->chunks[id];
-            if ((rc = acquire_slot(w, err)) < 0) break;
-            wslot *s = w->filling;
-            ckpt_err why = {0};
-            ssize_t got = src->obj->ops->read_at(src->obj, s->out, c->stored_size, c->offset, &why);
-            if (got != (ssize_t)c->stored_size) {
-                rc = ckpt_fail(err, got < 0 ? (int)got : -EIO, "%s: cannot copy chunk %llu of %s: %s", w->final_path,
-                               (unsigned long long)id, src->path, why.msg[0] ? why.msg : "short read");
-                /* The slot goes through the pipeline empty, so none waits on it. */
-                s->in_len = 0;
-                s->copy_src = NULL;
-                set_failed(w, err);
-                submit_slot(w);
-                break;
-            }
-            s->copy_src = src;
-            s->copy_src_id = id;
-            s->in_len = c->raw_size;
-            s->out_len = c->stored_size;
-            s->codec = c->codec;
-            s->elem = c->elem_size;
-            s->crc = c->crc;
-            w->file_bytes += c->raw_size;
-            w->fed += c->raw_size;
-            submit_slot(w);
-        }
-        if (rc == 0) close_extent(w);
-    }
-    for (size_t i = 0; rc == 0 && i < src->n_tensors; i++)
-        if (src->tensors[i].info.file_index == file_index) rc = copy_tensor(w, src, i, first_extent, err);
-    if (rc == -EXDEV) rc = ckpt_fail(err, -EIO, "%s: tensor names changed while copying %s", w->final_path, path);
-    for (size_t i = 0; rc == 0 && i < src->n_skipped; i++)
-        if (src->skipped[i].file_index == file_index)
-            rc = writer_add_skipped(w, src->skipped[i].name, src->skipped[i].reason, err);
-    if (rc < 0) {
-        w->in_file = 0;
-        return rc;
-    }
-    return ckpt_writer_end_file(w, err);
 }
 
 /* --------------------------------------------------------- open/finish */
