@@ -26,6 +26,9 @@ typedef int (*writer_fill_fn)(void *ud, uint8_t *dst, size_t n, uint64_t off, ck
  * writer's chunk buffers instead of through a buffer of the caller's. */
 int writer_feed_from(ckpt_writer *w, int tensor, writer_fill_fn fill, void *ud, uint64_t src_off, uint64_t len,
                      ckpt_err *err);
+/* Records a tensor of the open file that gets no tensors/ entry, with why
+ * (ckpt_skipped_info). */
+int writer_add_skipped(ckpt_writer *w, const char *name, const char *reason, ckpt_err *err);
 /* Whether a tensor of that name was already added to the pack. */
 int writer_has_tensor(const ckpt_writer *w, const char *name);
 /* Passes a warning to the caller's opts.warn, if any. */
