@@ -77,8 +77,8 @@ static void raise_fd_limit(void)
  * earlier run left there. Without it (a read-only backing directory) the
  * mount still serves the packs; but another writable daemon on the same
  * backing directory is an error (-1): its staged data is not ours. */
-static int setup_writing(ckptfs *fs, const fs_options *o, const char *backing_path,
-                         int backing_fd, const mount_key *key, const char *mount_path)
+static int setup_writing(ckptfs *fs, const fs_options *o, const char *backing_path, int backing_fd,
+                         const mount_key *key, const char *mount_path)
 {
     ckpt_err err = {0};
     wtable_opts wo = {
@@ -149,18 +149,21 @@ static int drop_libfuse_debug(struct fuse_args *args)
     return fuse_opt_parse(args, NULL, drop, NULL);
 }
 
-static void log_mounted(const ckptfs *fs, const fs_options *o, const char *backing,
-                        const char *mnt, int tracing)
+static void log_mounted(const ckptfs *fs, const fs_options *o, const char *backing, const char *mnt,
+                        int tracing)
 {
     char cache[32];
     snprintf(cache, sizeof cache, "%lluM", (unsigned long long)(o->cache_bytes >> 20));
     /* Whether there is a key, never anything about it. */
     fslog_info("mounted %s on %s (%s; %s; cache %s; %u decode workers; %s; pid %ld%s)", backing,
                mnt, fs->writable ? "writable" : "read-only",
-               o->key_file ? "key file" : o->passphrase_file ? "passphrase" : "no key", cache,
-               o->threads, !fs->writable ? "no packing"
-                           : o->finish_on_exit ? "packing finished at exit"
-                                                : "packing suspended at exit",
+               o->key_file          ? "key file"
+               : o->passphrase_file ? "passphrase"
+                                    : "no key",
+               cache, o->threads,
+               !fs->writable       ? "no packing"
+               : o->finish_on_exit ? "packing finished at exit"
+                                   : "packing suspended at exit",
                (long)getpid(), tracing ? "; tracing requests" : "");
 }
 
@@ -254,9 +257,10 @@ static void use_backing_log(const daemon_run *d)
         }
     }
     if (rc)
-        fprintf(stderr, "ckptfs: warning: no syslog (/dev/log) and cannot log to %s/.ckptfs/log "
-                "(%s): the log is lost; use -o log_file=PATH\n", d->o.backing_dir,
-                strerror(-rc));
+        fprintf(stderr,
+                "ckptfs: warning: no syslog (/dev/log) and cannot log to %s/.ckptfs/log "
+                "(%s): the log is lost; use -o log_file=PATH\n",
+                d->o.backing_dir, strerror(-rc));
     fslog_tee_stderr(1);
     free(path);
 }
@@ -343,9 +347,9 @@ static int build_mount(daemon_run *d)
 
     /* The mode bits we show are enforced; without staging, read-only in
      * the kernel too. */
-    if (fuse_opt_add_arg(&d->args, fs->writable
-                                       ? "-odefault_permissions,subtype=ckptfs,fsname=ckptfs"
-                                       : "-oro,default_permissions,subtype=ckptfs,fsname=ckptfs") != 0)
+    if (fuse_opt_add_arg(
+            &d->args, fs->writable ? "-odefault_permissions,subtype=ckptfs,fsname=ckptfs"
+                                   : "-oro,default_permissions,subtype=ckptfs,fsname=ckptfs") != 0)
         return -1;
     /* Tracing costs nothing unless asked for: another table, other I/O. */
     const struct fuse_lowlevel_ops *ops = d->cmd.debug ? trace_ops(&ckptfs_ops) : &ckptfs_ops;
@@ -398,7 +402,8 @@ static void start_threads(daemon_run *d)
     __atomic_store_n(&fs->se, d->se, __ATOMIC_RELEASE);
     if (fs->writable && wtable_start(&fs->wtable) != 0)
         fslog_err("cannot start the packer (%s); checkpoints written now stay unpacked until "
-                  "the next mount", strerror(errno));
+                  "the next mount",
+                  strerror(errno));
 }
 
 static const char *shown_mount_path(const daemon_run *d)

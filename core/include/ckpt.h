@@ -40,8 +40,8 @@ extern "C" {
 #define CKPT_KEY_BYTES 32
 
 typedef struct ckpt_err {
-    int code;       /* negative errno, 0 when no error */
-    char msg[512];  /* "<file>: <fault>" */
+    int code;      /* negative errno, 0 when no error */
+    char msg[512]; /* "<file>: <fault>" */
 } ckpt_err;
 
 /* Progress: done and total are byte counts of logical (plaintext) data. */
@@ -99,8 +99,8 @@ typedef struct ckpt_object_id {
 int ckpt_object_id_equal(const ckpt_object_id *a, const ckpt_object_id *b);
 
 typedef struct ckpt_object_info {
-    const char *name;         /* relative to the store */
-    ckpt_object_id id;        /* size and mtime are in here */
+    const char *name;  /* relative to the store */
+    ckpt_object_id id; /* size and mtime are in here */
 } ckpt_object_info;
 
 /* The directory dir as a store (opened once: renaming dir later does not
@@ -142,8 +142,7 @@ typedef struct ckpt_store_opts {
  * fail with -EIO naming the object and the HTTP status. A pack replaced
  * under an open reader fails its reads with -ESTALE, never mixing
  * versions. */
-int ckpt_store_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out,
-                    ckpt_err *err);
+int ckpt_store_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out, ckpt_err *err);
 /* Aborts the unfinished uploads (left by a crashed or interrupted writer)
  * of the object name (NULL: of every object under the store's prefix) that
  * began more than older_than_s seconds ago (0: all, which is only safe when
@@ -160,8 +159,7 @@ const char *ckpt_store_where(const ckpt_store *s);
  * names start with "b". A non-zero return from fn stops the listing and is
  * returned. */
 typedef int (*ckpt_object_fn)(void *ud, const ckpt_object_info *info);
-int ckpt_store_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *ud,
-                    ckpt_err *err);
+int ckpt_store_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *ud, ckpt_err *err);
 
 /* --------------------------------------------------------------- reading */
 
@@ -170,17 +168,17 @@ typedef struct ckpt_pack ckpt_pack;
 typedef struct ckpt_pack_info {
     uint32_t format_version;
     uint32_t chunk_size;
-    const char *cipher;       /* "none", "xchacha20poly1305", "aes256gcm" */
-    const char *kdf;          /* "none", "keyfile", "argon2id" */
+    const char *cipher; /* "none", "xchacha20poly1305", "aes256gcm" */
+    const char *kdf;    /* "none", "keyfile", "argon2id" */
     uint8_t pack_id[16];
-    uint64_t stored_bytes;    /* size of the .tpack file */
-    uint64_t logical_bytes;   /* sum of file sizes */
+    uint64_t stored_bytes;  /* size of the .tpack file */
+    uint64_t logical_bytes; /* sum of file sizes */
     size_t n_files, n_tensors, n_chunks;
 } ckpt_pack_info;
 
 typedef struct ckpt_file_info {
-    const char *path;         /* relative, '/'-separated, validated */
-    uint32_t mode;            /* permission bits only (07777) */
+    const char *path; /* relative, '/'-separated, validated */
+    uint32_t mode;    /* permission bits only (07777) */
     int64_t mtime_sec;
     uint32_t mtime_nsec;
     uint64_t size;
@@ -196,12 +194,12 @@ typedef struct ckpt_file_info {
 
 typedef struct ckpt_tensor_info {
     const char *name;
-    const char *dtype;        /* safetensors dtype name: "BF16", "F32", ... */
+    const char *dtype; /* safetensors dtype name: "BF16", "F32", ... */
     uint32_t ndim;
     const uint64_t *shape;
     uint64_t nbytes;
-    size_t file_index;        /* the file whose bytes hold the tensor */
-    uint64_t file_offset;     /* where the tensor starts inside that file (for a
+    size_t file_index;    /* the file whose bytes hold the tensor */
+    uint64_t file_offset; /* where the tensor starts inside that file (for a
                                  view: its region's start + its offset in it) */
     uint8_t sha256[32];
 } ckpt_tensor_info;
@@ -242,8 +240,8 @@ long ckpt_tensor_find(const ckpt_pack *p, const char *name);
  * why it has no file of its own. Packs before format version 4 have none. */
 typedef struct ckpt_skipped_info {
     const char *name;
-    const char *reason;       /* one line, UTF-8 */
-    size_t file_index;        /* the file it was found in */
+    const char *reason; /* one line, UTF-8 */
+    size_t file_index;  /* the file it was found in */
 } ckpt_skipped_info;
 
 size_t ckpt_skipped_count(const ckpt_pack *p);
@@ -252,22 +250,22 @@ const ckpt_skipped_info *ckpt_skipped_at(const ckpt_pack *p, size_t i);
 /* pread() on a file or a tensor: decodes only the chunks covering the range.
  * Returns the number of bytes read (short only at end of file), or -errno.
  * A corrupt chunk fails the call with -EIO; other ranges stay readable. */
-ssize_t ckpt_file_pread(ckpt_pack *p, size_t file_index, void *buf, size_t len,
-                        uint64_t off, ckpt_err *err);
-ssize_t ckpt_tensor_pread(ckpt_pack *p, size_t tensor_index, void *buf, size_t len,
-                          uint64_t off, ckpt_err *err);
+ssize_t ckpt_file_pread(ckpt_pack *p, size_t file_index, void *buf, size_t len, uint64_t off,
+                        ckpt_err *err);
+ssize_t ckpt_tensor_pread(ckpt_pack *p, size_t tensor_index, void *buf, size_t len, uint64_t off,
+                          ckpt_err *err);
 
 /* ---- chunk-level access, for callers that cache or decode in parallel ---- */
 
 typedef struct ckpt_chunk_ref {
-    size_t id;                /* global chunk number */
-    uint64_t file_offset;     /* where the chunk's bytes start in its file */
-    uint32_t size;            /* decoded size */
+    size_t id;            /* global chunk number */
+    uint64_t file_offset; /* where the chunk's bytes start in its file */
+    uint32_t size;        /* decoded size */
 } ckpt_chunk_ref;
 
 /* The chunk of file_index that holds byte off (off < file size). */
-int ckpt_chunk_locate(const ckpt_pack *p, size_t file_index, uint64_t off,
-                      ckpt_chunk_ref *out, ckpt_err *err);
+int ckpt_chunk_locate(const ckpt_pack *p, size_t file_index, uint64_t off, ckpt_chunk_ref *out,
+                      ckpt_err *err);
 /* Decodes chunk id into out, which holds at least its decoded size.
  * Thread-safe; independent chunks can be decoded in parallel. */
 int ckpt_chunk_decode(ckpt_pack *p, size_t id, void *out, ckpt_err *err);
@@ -285,8 +283,8 @@ int ckpt_fd(const ckpt_pack *p);
  * returned. */
 typedef int (*ckpt_sink_fn)(void *ud, uint64_t file_offset, const void *data, size_t len,
                             const ckpt_err *chunk_err);
-int ckpt_file_stream(ckpt_pack *p, size_t file_index, uint64_t off, uint64_t len,
-                     unsigned threads, ckpt_sink_fn sink, void *ud, ckpt_err *err);
+int ckpt_file_stream(ckpt_pack *p, size_t file_index, uint64_t off, uint64_t len, unsigned threads,
+                     ckpt_sink_fn sink, void *ud, ckpt_err *err);
 
 /* Decodes every chunk of files [first_file, end_file) on `threads` worker
  * threads (0 = all cores) and hands each to the sink on the thread that
@@ -304,8 +302,8 @@ int ckpt_files_decode(ckpt_pack *p, size_t first_file, size_t end_file, unsigned
  * fault() is called once per problem (kind is "chunk", "file" or "tensor").
  * Returns the number of faults found (0 = pack is good), or -errno if the
  * verification itself could not run. */
-typedef void (*ckpt_fault_fn)(void *ud, const char *kind, const char *name,
-                              uint64_t offset, const char *fault);
+typedef void (*ckpt_fault_fn)(void *ud, const char *kind, const char *name, uint64_t offset,
+                              const char *fault);
 long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *fault_ud,
                  ckpt_progress_fn progress, void *progress_ud, ckpt_err *err);
 
@@ -318,14 +316,14 @@ typedef enum ckpt_cipher {
 } ckpt_cipher;
 
 typedef struct ckpt_write_opts {
-    uint32_t chunk_size;      /* power of two in [CKPT_CHUNK_MIN, CKPT_CHUNK_MAX]; 0 = default */
-    int level;                /* zlib level 1..9; 0 = store everything raw; -1 = default (6) */
-    ckpt_cipher cipher;       /* key set + NONE means ckpt_cipher_default() */
-    const ckpt_key *key;      /* NULL = unencrypted */
-    unsigned threads;         /* compression/encryption workers; 0 = all cores */
-    ckpt_progress_fn progress;/* called from the writer's thread */
+    uint32_t chunk_size;       /* power of two in [CKPT_CHUNK_MIN, CKPT_CHUNK_MAX]; 0 = default */
+    int level;                 /* zlib level 1..9; 0 = store everything raw; -1 = default (6) */
+    ckpt_cipher cipher;        /* key set + NONE means ckpt_cipher_default() */
+    const ckpt_key *key;       /* NULL = unencrypted */
+    unsigned threads;          /* compression/encryption workers; 0 = all cores */
+    ckpt_progress_fn progress; /* called from the writer's thread */
     void *progress_ud;
-    uint64_t progress_total;  /* total bytes expected, for progress; may be 0 */
+    uint64_t progress_total; /* total bytes expected, for progress; may be 0 */
     /* Called (from the writer's thread) when ckpt_writer_add_path/_reader
      * stores a file opaque because its container parser rejected it: src
      * names the source, reason is the fault. The pack records the same
@@ -347,8 +345,8 @@ typedef struct ckpt_writer ckpt_writer;
 /* The pack is written to tmp_path (NULL = "<final_path>.tmp") in one
  * sequential pass; ckpt_writer_finish() writes the index, fsyncs, renames it
  * to final_path and fsyncs the directory. Until then final_path is untouched. */
-int ckpt_writer_open(const char *final_path, const char *tmp_path,
-                     const ckpt_write_opts *opts, ckpt_writer **out, ckpt_err *err);
+int ckpt_writer_open(const char *final_path, const char *tmp_path, const ckpt_write_opts *opts,
+                     ckpt_writer **out, ckpt_err *err);
 /* ckpt_writer_open for the object name in store s. tmp_name (NULL =
  * "<name>.tmp") is where a local store writes until ckpt_writer_finish();
  * a store without renames ignores it. Either way the pack appears whole at
@@ -359,11 +357,11 @@ int ckpt_writer_open_in(ckpt_store *s, const char *name, const char *tmp_name,
 /* Streaming: begin a file, append its bytes as opaque data and/or tensors in
  * order, end it. Tensor data must be exactly numel * dtype size bytes and
  * may arrive in several ckpt_writer_tensor_data() calls. */
-int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode,
-                           int64_t mtime_sec, uint32_t mtime_nsec, ckpt_err *err);
+int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode, int64_t mtime_sec,
+                           uint32_t mtime_nsec, ckpt_err *err);
 int ckpt_writer_write(ckpt_writer *w, const void *data, size_t len, ckpt_err *err);
-int ckpt_writer_begin_tensor(ckpt_writer *w, const char *name, const char *dtype,
-                             uint32_t ndim, const uint64_t *shape, ckpt_err *err);
+int ckpt_writer_begin_tensor(ckpt_writer *w, const char *name, const char *dtype, uint32_t ndim,
+                             const uint64_t *shape, ckpt_err *err);
 int ckpt_writer_tensor_data(ckpt_writer *w, const void *data, size_t len, ckpt_err *err);
 int ckpt_writer_end_tensor(ckpt_writer *w, ckpt_err *err);
 int ckpt_writer_end_file(ckpt_writer *w, ckpt_err *err);
@@ -392,7 +390,8 @@ int ckpt_writer_add_view(ckpt_writer *w, const char *name, const char *dtype, ui
  * "dcp", "tensorizer", "gguf"; NULL or "" for opaque bytes) and a note
  * (NULL or "": none; else at most 1024 bytes of UTF-8: the warning shown
  * when a file that claimed a container was stored opaque). */
-int ckpt_writer_set_container(ckpt_writer *w, const char *container, const char *note, ckpt_err *err);
+int ckpt_writer_set_container(ckpt_writer *w, const char *container, const char *note,
+                              ckpt_err *err);
 
 /* Adds one file from disk. A file that a container parser claims
  * ("*.safetensors", "*.npy", ...) has its tensors indexed and its data
@@ -434,8 +433,8 @@ void ckpt_writer_set_sibling_reader(ckpt_writer *w, ckpt_sibling_fn fn, void *ud
 int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err);
 
 typedef struct ckpt_write_stats {
-    uint64_t logical_bytes;   /* bytes in */
-    uint64_t stored_bytes;    /* size of the finished pack */
+    uint64_t logical_bytes; /* bytes in */
+    uint64_t stored_bytes;  /* size of the finished pack */
     size_t n_files, n_tensors, n_chunks;
 } ckpt_write_stats;
 

@@ -12,7 +12,7 @@ struct hash_lanes {
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     hash_job *head, *tail;
-    size_t pending;           /* queued or running */
+    size_t pending; /* queued or running */
     int stopping;
     size_t block;
     pthread_t *tids;
@@ -30,11 +30,20 @@ static void run_job(hash_lanes *h, hash_job *j, uint8_t *buf)
         pthread_mutex_lock(&h->mu);
         int stop = h->stopping;
         pthread_mutex_unlock(&h->mu);
-        if (stop) { rc = -ECANCELED; break; }
+        if (stop) {
+            rc = -ECANCELED;
+            break;
+        }
         size_t n = j->size - off < h->block ? (size_t)(j->size - off) : h->block;
         ssize_t r = ckpt_pread_full(j->fd, buf, n, off);
-        if (r < 0) { rc = (int)r; break; }
-        if ((size_t)r < n) { rc = -EIO; break; }
+        if (r < 0) {
+            rc = (int)r;
+            break;
+        }
+        if ((size_t)r < n) {
+            rc = -EIO;
+            break;
+        }
         ckpt_sha256_update(&st, buf, n);
         crc = (uint32_t)libdeflate_crc32(crc, buf, n);
         off += n;
@@ -51,14 +60,19 @@ static void *lane(void *arg)
     uint8_t *buf = malloc(h->block);
     pthread_mutex_lock(&h->mu);
     for (;;) {
-        while (!h->head && !h->stopping) pthread_cond_wait(&h->work, &h->mu);
+        while (!h->head && !h->stopping)
+            pthread_cond_wait(&h->work, &h->mu);
         hash_job *j = h->head;
-        if (!j) break;
+        if (!j)
+            break;
         h->head = j->next;
-        if (!h->head) h->tail = NULL;
+        if (!h->head)
+            h->tail = NULL;
         pthread_mutex_unlock(&h->mu);
-        if (buf) run_job(h, j, buf);
-        else j->rc = -ENOMEM;
+        if (buf)
+            run_job(h, j, buf);
+        else
+            j->rc = -ENOMEM;
         close(j->fd);
         j->fd = -1;
         pthread_mutex_lock(&h->mu);
@@ -73,15 +87,20 @@ static void *lane(void *arg)
 hash_lanes *hash_lanes_start(unsigned n, size_t block)
 {
     hash_lanes *h = calloc(1, sizeof *h);
-    if (!h) return NULL;
+    if (!h)
+        return NULL;
     h->tids = calloc(n ? n : 1, sizeof *h->tids);
-    if (!h->tids) { free(h); return NULL; }
+    if (!h->tids) {
+        free(h);
+        return NULL;
+    }
     h->block = block;
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->work, NULL);
     pthread_cond_init(&h->done, NULL);
     for (; h->n < n; h->n++)
-        if (pthread_create(&h->tids[h->n], NULL, lane, h) != 0) break;
+        if (pthread_create(&h->tids[h->n], NULL, lane, h) != 0)
+            break;
     if (h->n == 0) {
         hash_lanes_stop(h);
         return NULL;
@@ -93,8 +112,10 @@ void hash_lanes_submit(hash_lanes *h, hash_job *j)
 {
     j->next = NULL;
     pthread_mutex_lock(&h->mu);
-    if (h->tail) h->tail->next = j;
-    else h->head = j;
+    if (h->tail)
+        h->tail->next = j;
+    else
+        h->head = j;
     h->tail = j;
     h->pending++;
     pthread_cond_signal(&h->work);
@@ -112,18 +133,21 @@ size_t hash_lanes_pending(hash_lanes *h)
 void hash_lanes_wait(hash_lanes *h)
 {
     pthread_mutex_lock(&h->mu);
-    while (h->pending) pthread_cond_wait(&h->done, &h->mu);
+    while (h->pending)
+        pthread_cond_wait(&h->done, &h->mu);
     pthread_mutex_unlock(&h->mu);
 }
 
 void hash_lanes_stop(hash_lanes *h)
 {
-    if (!h) return;
+    if (!h)
+        return;
     pthread_mutex_lock(&h->mu);
     h->stopping = 1;
     pthread_cond_broadcast(&h->work);
     pthread_mutex_unlock(&h->mu);
-    for (unsigned i = 0; i < h->n; i++) pthread_join(h->tids[i], NULL);
+    for (unsigned i = 0; i < h->n; i++)
+        pthread_join(h->tids[i], NULL);
     /* Left in the queue: no lane will take them now. */
     for (hash_job *j = h->head; j; j = j->next) {
         close(j->fd);

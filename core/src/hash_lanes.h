@@ -16,12 +16,12 @@
 #include "common.h"
 
 typedef struct hash_job {
-    int fd;                   /* owned: closed when the job is done */
+    int fd; /* owned: closed when the job is done */
     uint64_t size;
-    uint8_t sha256[32];       /* results, once hash_lanes_wait() returned */
+    uint8_t sha256[32]; /* results, once hash_lanes_wait() returned */
     uint32_t crc;
-    int rc;                   /* 0, or -errno (-EIO: the file is shorter) */
-    uint32_t fed_crc;         /* the writer's: CRC-32 of the bytes it packed */
+    int rc;           /* 0, or -errno (-EIO: the file is shorter) */
+    uint32_t fed_crc; /* the writer's: CRC-32 of the bytes it packed */
     struct hash_job *next;
 } hash_job;
 

@@ -36,7 +36,8 @@ static void *stream_worker(void *arg)
     for (;;) {
         while (!s->stop && s->next_assign < s->end && s->next_assign - s->next_consume >= s->window)
             pthread_cond_wait(&s->work, &s->mu);
-        if (s->stop || s->next_assign >= s->end) break;
+        if (s->stop || s->next_assign >= s->end)
+            break;
         size_t id = s->next_assign++;
         slot *sl = &s->slots[id % s->window];
         pthread_mutex_unlock(&s->mu);
@@ -53,10 +54,12 @@ static void *stream_worker(void *arg)
     return NULL;
 }
 
-static int stream_inline(ckpt_pack *p, size_t first, size_t end, chunk_cb cb, void *ud, ckpt_err *err)
+static int stream_inline(ckpt_pack *p, size_t first, size_t end, chunk_cb cb, void *ud,
+                         ckpt_err *err)
 {
     uint8_t *buf = malloc(p->chunk_size);
-    if (!buf) return ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
+    if (!buf)
+        return ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
     int rc = 0;
     for (size_t id = first; id < end && rc == 0; id++) {
         ckpt_err e = {0, ""};
@@ -67,11 +70,15 @@ static int stream_inline(ckpt_pack *p, size_t first, size_t end, chunk_cb cb, vo
     return rc;
 }
 
-int pack_stream_chunks(ckpt_pack *p, size_t first, size_t end, unsigned threads, chunk_cb cb, void *ud, ckpt_err *err)
+int pack_stream_chunks(ckpt_pack *p, size_t first, size_t end, unsigned threads, chunk_cb cb,
+                       void *ud, ckpt_err *err)
 {
-    if (threads == 0) threads = ckpt_default_threads();
-    if (end - first < 2 || threads == 1) return stream_inline(p, first, end, cb, ud, err);
-    if (threads > end - first) threads = (unsigned)(end - first);
+    if (threads == 0)
+        threads = ckpt_default_threads();
+    if (end - first < 2 || threads == 1)
+        return stream_inline(p, first, end, cb, ud, err);
+    if (threads > end - first)
+        threads = (unsigned)(end - first);
     stream s;
     memset(&s, 0, sizeof s);
     s.p = p;
@@ -80,27 +87,33 @@ int pack_stream_chunks(ckpt_pack *p, size_t first, size_t end, unsigned threads,
     /* Two chunks in flight per worker, but never more than 256 MiB of them. */
     size_t cap = (256u << 20) / p->chunk_size;
     s.window = 2 * (size_t)threads + 2 < cap ? 2 * (size_t)threads + 2 : cap;
-    if (threads > s.window - 1) threads = (unsigned)(s.window - 1);
+    if (threads > s.window - 1)
+        threads = (unsigned)(s.window - 1);
     s.slots = calloc(s.window, sizeof *s.slots);
     pthread_t *tids = calloc(threads, sizeof *tids);
     int rc = 0;
-    if (!s.slots || !tids) rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
+    if (!s.slots || !tids)
+        rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
     for (size_t i = 0; rc == 0 && i < s.window; i++)
-        if (!(s.slots[i].buf = malloc(p->chunk_size))) rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
-    if (rc < 0) goto out;
+        if (!(s.slots[i].buf = malloc(p->chunk_size)))
+            rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
+    if (rc < 0)
+        goto out;
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.work, NULL);
     pthread_cond_init(&s.ready, NULL);
     unsigned started = 0;
     for (; started < threads; started++)
-        if (pthread_create(&tids[started], NULL, stream_worker, &s) != 0) break;
+        if (pthread_create(&tids[started], NULL, stream_worker, &s) != 0)
+            break;
     if (started == 0) {
         rc = stream_inline(p, first, end, cb, ud, err);
     } else {
         for (size_t id = first; id < end && rc == 0; id++) {
             slot *sl = &s.slots[id % s.window];
             pthread_mutex_lock(&s.mu);
-            while (!(sl->done && sl->id == id)) pthread_cond_wait(&s.ready, &s.mu);
+            while (!(sl->done && sl->id == id))
+                pthread_cond_wait(&s.ready, &s.mu);
             pthread_mutex_unlock(&s.mu);
             rc = cb(ud, id, sl->rc < 0 ? NULL : sl->buf, sl->rc < 0 ? &sl->err : NULL);
             pthread_mutex_lock(&s.mu);
@@ -114,13 +127,15 @@ int pack_stream_chunks(ckpt_pack *p, size_t first, size_t end, unsigned threads,
     s.stop = 1;
     pthread_cond_broadcast(&s.work);
     pthread_mutex_unlock(&s.mu);
-    for (unsigned i = 0; i < started; i++) pthread_join(tids[i], NULL);
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(tids[i], NULL);
     pthread_mutex_destroy(&s.mu);
     pthread_cond_destroy(&s.work);
     pthread_cond_destroy(&s.ready);
 out:
     if (s.slots)
-        for (size_t i = 0; i < s.window; i++) free(s.slots[i].buf);
+        for (size_t i = 0; i < s.window; i++)
+            free(s.slots[i].buf);
     free(s.slots);
     free(tids);
     return rc;
@@ -150,14 +165,19 @@ static int range_cb(void *ud, size_t id, const uint8_t *data, const ckpt_err *ce
 int ckpt_file_stream(ckpt_pack *p, size_t file_index, uint64_t off, uint64_t len, unsigned threads,
                      ckpt_sink_fn sink, void *ud, ckpt_err *err)
 {
-    if (file_index >= p->n_files) return ckpt_fail(err, -ENOENT, "%s: no file %zu", p->path, file_index);
+    if (file_index >= p->n_files)
+        return ckpt_fail(err, -ENOENT, "%s: no file %zu", p->path, file_index);
     uint64_t size = p->files[file_index].info.size;
-    if (off >= size || len == 0) return 0;
-    if (len > size - off) len = size - off;
+    if (off >= size || len == 0)
+        return 0;
+    if (len > size - off)
+        len = size - off;
     ckpt_chunk_ref a, b;
     int rc = ckpt_chunk_locate(p, file_index, off, &a, err);
-    if (rc == 0) rc = ckpt_chunk_locate(p, file_index, off + len - 1, &b, err);
-    if (rc < 0) return rc;
+    if (rc == 0)
+        rc = ckpt_chunk_locate(p, file_index, off + len - 1, &b, err);
+    if (rc < 0)
+        return rc;
     range_ctx c = {p, off, off + len, sink, ud};
     return pack_stream_chunks(p, a.id, b.id + 1, threads, range_cb, &c, err);
 }
@@ -169,7 +189,8 @@ void pack_file_chunk_range(const ckpt_pack *p, size_t f, size_t *first, size_t *
     for (size_t j = 0; j < fr->n_extents; j++) {
         const extent *e = &p->extents[fr->first_extent + j];
         size_t n = (size_t)(e->length / p->chunk_size + (e->length % p->chunk_size != 0));
-        if (j == 0) *first = e->first_chunk;
+        if (j == 0)
+            *first = e->first_chunk;
         *end = e->first_chunk + n;
     }
 }
@@ -186,15 +207,17 @@ typedef struct par {
     void *ud;
     atomic_size_t next;
     size_t end;
-    atomic_int stop;          /* the first sink's non-zero return */
+    atomic_int stop; /* the first sink's non-zero return */
 } par;
 
 static int par_run(par *s, uint8_t *buf)
 {
     for (;;) {
-        if (atomic_load(&s->stop)) return 0;
+        if (atomic_load(&s->stop))
+            return 0;
         size_t id = atomic_fetch_add(&s->next, 1);
-        if (id >= s->end) return 0;
+        if (id >= s->end)
+            return 0;
         ckpt_err e = {0, ""};
         int drc = pack_chunk_decode(s->p, id, buf, &e);
         const extent *x = &s->p->extents[s->p->chunks[id].extent_index];
@@ -223,8 +246,8 @@ static void *par_worker(void *arg)
     return NULL;
 }
 
-int ckpt_files_decode(ckpt_pack *p, size_t first_file, size_t end_file, unsigned threads, ckpt_file_sink_fn sink,
-                      void *ud, ckpt_err *err)
+int ckpt_files_decode(ckpt_pack *p, size_t first_file, size_t end_file, unsigned threads,
+                      ckpt_file_sink_fn sink, void *ud, ckpt_err *err)
 {
     if (end_file > p->n_files || first_file > end_file)
         return ckpt_fail(err, -EINVAL, "%s: no files [%zu, %zu)", p->path, first_file, end_file);
@@ -233,25 +256,35 @@ int ckpt_files_decode(ckpt_pack *p, size_t first_file, size_t end_file, unsigned
      * the first file that has any to the end of the last such file. */
     for (size_t f = first_file; f < end_file; f++) {
         pack_file_chunk_range(p, f, &a, &b);
-        if (a == b) continue;
-        if (first == end) first = a;
+        if (a == b)
+            continue;
+        if (first == end)
+            first = a;
         end = b;
     }
-    if (first == end) return 0;
-    if (threads == 0) threads = ckpt_default_threads();
-    if (threads > end - first) threads = (unsigned)(end - first);
+    if (first == end)
+        return 0;
+    if (threads == 0)
+        threads = ckpt_default_threads();
+    if (threads > end - first)
+        threads = (unsigned)(end - first);
     par s = {.p = p, .sink = sink, .ud = ud, .end = end};
     atomic_init(&s.next, first);
     atomic_init(&s.stop, 0);
     pthread_t *tids = calloc(threads, sizeof *tids);
-    if (!tids) return ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
+    if (!tids)
+        return ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
     unsigned started = 0;
     for (; threads > 1 && started < threads; started++)
-        if (pthread_create(&tids[started], NULL, par_worker, &s) != 0) break;
-    if (started == 0) par_worker(&s); /* one thread, or none to spare: here */
-    for (unsigned i = 0; i < started; i++) pthread_join(tids[i], NULL);
+        if (pthread_create(&tids[started], NULL, par_worker, &s) != 0)
+            break;
+    if (started == 0)
+        par_worker(&s); /* one thread, or none to spare: here */
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(tids[i], NULL);
     free(tids);
     int rc = atomic_load(&s.stop);
-    if (rc == -ENOMEM) return ckpt_fail(err, rc, "%s: out of memory", p->path);
+    if (rc == -ENOMEM)
+        return ckpt_fail(err, rc, "%s: out of memory", p->path);
     return rc;
 }

@@ -33,8 +33,8 @@ typedef struct vslot {
 
 typedef struct lane {
     struct verify *v;
-    size_t file;              /* the file it verifies; n_files when none */
-    size_t next_assign, next_hash, end;   /* chunk ids of the file */
+    size_t file;                        /* the file it verifies; n_files when none */
+    size_t next_assign, next_hash, end; /* chunk ids of the file */
     vslot *slots;
     size_t window;
     ckpt_sha256 st;
@@ -44,17 +44,17 @@ typedef struct lane {
 
 typedef struct verify {
     ckpt_pack *p;
-    pthread_mutex_t mu;       /* all scheduling state below */
+    pthread_mutex_t mu; /* all scheduling state below */
     pthread_cond_t work, ready, tensor_hashed;
     lane *lanes;
-    size_t n_lanes, rr;       /* rr: the lane the next worker looks at first */
+    size_t n_lanes, rr; /* rr: the lane the next worker looks at first */
     size_t next_file;
-    size_t lanes_done;        /* lanes that found no more files */
-    size_t *tensor_next;      /* per tensor: the chunk whose part is hashed next */
+    size_t lanes_done;   /* lanes that found no more files */
+    size_t *tensor_next; /* per tensor: the chunk whose part is hashed next */
     ckpt_sha256 *th;
     uint8_t *file_bad, *tensor_bad, (*file_got)[32];
 
-    pthread_mutex_t report_mu;    /* the callbacks are not thread-safe */
+    pthread_mutex_t report_mu; /* the callbacks are not thread-safe */
     ckpt_fault_fn fault;
     void *fault_ud;
     ckpt_progress_fn progress;
@@ -73,7 +73,8 @@ static void report(verify *v, const char *kind, const char *name, uint64_t off, 
 {
     pthread_mutex_lock(&v->report_mu);
     v->faults++;
-    if (v->fault) v->fault(v->fault_ud, kind, name, off, msg);
+    if (v->fault)
+        v->fault(v->fault_ud, kind, name, off, msg);
     pthread_mutex_unlock(&v->report_mu);
 }
 
@@ -116,14 +117,19 @@ static void hash_tensor_parts(verify *v, size_t id, const uint8_t *data)
         size_t ti = p->ext_tensors[e->first_tensor + i];
         const tensor_rec *t = &p->tensors[ti];
         uint64_t ts = t->extent_offset, te = ts + t->info.nbytes;
-        if (ts >= b) break;
-        if (te <= a) continue;
+        if (ts >= b)
+            break;
+        if (te <= a)
+            continue;
         pthread_mutex_lock(&v->mu);
-        while (v->tensor_next[ti] != id) pthread_cond_wait(&v->tensor_hashed, &v->mu);
+        while (v->tensor_next[ti] != id)
+            pthread_cond_wait(&v->tensor_hashed, &v->mu);
         pthread_mutex_unlock(&v->mu);
         uint64_t lo = ts > a ? ts : a, hi = te < b ? te : b;
-        if (!data) v->tensor_bad[ti] = 1;
-        else ckpt_sha256_update(&v->th[ti], data + (lo - a), (size_t)(hi - lo));
+        if (!data)
+            v->tensor_bad[ti] = 1;
+        else
+            ckpt_sha256_update(&v->th[ti], data + (lo - a), (size_t)(hi - lo));
         pthread_mutex_lock(&v->mu);
         v->tensor_next[ti] = id + 1;
         pthread_cond_broadcast(&v->tensor_hashed);
@@ -145,7 +151,8 @@ static int take_chunk(verify *v, lane **out, size_t *id)
                 return 1;
             }
         }
-        if (v->lanes_done == v->n_lanes) return 0;
+        if (v->lanes_done == v->n_lanes)
+            return 0;
         pthread_cond_wait(&v->work, &v->mu);
     }
 }
@@ -186,12 +193,14 @@ static void *lane_hasher(void *arg)
         while (l->next_hash < l->end) {
             size_t id = l->next_hash;
             vslot *s = &l->slots[id % l->window];
-            while (!(s->done && s->id == id)) pthread_cond_wait(&v->ready, &v->mu);
+            while (!(s->done && s->id == id))
+                pthread_cond_wait(&v->ready, &v->mu);
             pthread_mutex_unlock(&v->mu);
             const chunk *c = &p->chunks[id];
             if (s->rc < 0) {
                 v->file_bad[l->file] = 1;
-                report(v, "chunk", p->files[l->file].info.path, chunk_offset_in_file(p, id), s->err.msg);
+                report(v, "chunk", p->files[l->file].info.path, chunk_offset_in_file(p, id),
+                       s->err.msg);
             } else {
                 ckpt_sha256_update(&l->st, s->buf, c->raw_size);
             }
@@ -216,9 +225,13 @@ static void check_digest(verify *v, const char *kind, const char *name, const ui
                          const uint8_t want[32], int bad)
 {
     char msg[600];
-    if (bad) snprintf(msg, sizeof msg, "%s: %s '%s' is unreadable (corrupt chunks)", v->p->path, kind, name);
-    else if (memcmp(got, want, 32) != 0) snprintf(msg, sizeof msg, "%s: %s '%s': sha256 mismatch", v->p->path, kind, name);
-    else return;
+    if (bad)
+        snprintf(msg, sizeof msg, "%s: %s '%s' is unreadable (corrupt chunks)", v->p->path, kind,
+                 name);
+    else if (memcmp(got, want, 32) != 0)
+        snprintf(msg, sizeof msg, "%s: %s '%s': sha256 mismatch", v->p->path, kind, name);
+    else
+        return;
     report(v, kind, name, 0, msg);
 }
 
@@ -229,18 +242,21 @@ static void check_digest(verify *v, const char *kind, const char *name, const ui
 static void plan(const ckpt_pack *p, unsigned threads, size_t *lanes, size_t *window)
 {
     size_t l = p->n_files < threads ? p->n_files : threads;
-    if (l == 0) l = 1;
+    if (l == 0)
+        l = 1;
     size_t per = 2 * ((threads + l - 1) / l) + 2;
     size_t cap = (256u << 20) / p->chunk_size / l;
-    if (cap < 2) cap = 2;
+    if (cap < 2)
+        cap = 2;
     *lanes = l;
     *window = per < cap ? per : cap;
 }
 
-long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *fault_ud, ckpt_progress_fn progress,
-                 void *progress_ud, ckpt_err *err)
+long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *fault_ud,
+                 ckpt_progress_fn progress, void *progress_ud, ckpt_err *err)
 {
-    if (threads == 0) threads = ckpt_default_threads();
+    if (threads == 0)
+        threads = ckpt_default_threads();
     verify v;
     memset(&v, 0, sizeof v);
     v.p = p;
@@ -265,14 +281,18 @@ long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *faul
         l->v = &v;
         l->window = window;
         l->slots = calloc(window, sizeof *l->slots);
-        if (!l->slots) rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
+        if (!l->slots)
+            rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
         for (size_t j = 0; rc == 0 && j < window; j++)
-            if (!(l->slots[j].buf = malloc(p->chunk_size))) rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
+            if (!(l->slots[j].buf = malloc(p->chunk_size)))
+                rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
     }
-    if (rc < 0) goto out;
+    if (rc < 0)
+        goto out;
     for (size_t i = 0; i < p->n_tensors; i++) {
         const tensor_rec *t = &p->tensors[i];
-        v.tensor_next[i] = p->extents[t->extent_index].first_chunk + t->extent_offset / p->chunk_size;
+        v.tensor_next[i] =
+            p->extents[t->extent_index].first_chunk + t->extent_offset / p->chunk_size;
         ckpt_sha256_init(&v.th[i]);
     }
     pthread_mutex_init(&v.mu, NULL);
@@ -297,11 +317,15 @@ long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *faul
         }
     }
     for (; lanes_started && started < threads; started++)
-        if (pthread_create(&tids[started], NULL, decode_worker, &v) != 0) break;
-    if (lanes_started && started == 0) decode_worker(&v); /* no thread to spare: decode here */
-    for (unsigned i = 0; i < started; i++) pthread_join(tids[i], NULL);
+        if (pthread_create(&tids[started], NULL, decode_worker, &v) != 0)
+            break;
+    if (lanes_started && started == 0)
+        decode_worker(&v); /* no thread to spare: decode here */
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(tids[i], NULL);
     for (size_t i = 0; i < v.n_lanes; i++)
-        if (v.lanes[i].started) pthread_join(v.lanes[i].tid, NULL);
+        if (v.lanes[i].started)
+            pthread_join(v.lanes[i].tid, NULL);
     pthread_mutex_destroy(&v.mu);
     pthread_mutex_destroy(&v.report_mu);
     pthread_cond_destroy(&v.work);
@@ -313,16 +337,19 @@ long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *faul
     }
     /* Digests in index order, after every chunk fault, as before. */
     for (size_t i = 0; i < p->n_files; i++)
-        check_digest(&v, "file", p->files[i].info.path, v.file_got[i], p->files[i].info.sha256, v.file_bad[i]);
+        check_digest(&v, "file", p->files[i].info.path, v.file_got[i], p->files[i].info.sha256,
+                     v.file_bad[i]);
     for (size_t i = 0; i < p->n_tensors; i++) {
         uint8_t got[32];
         ckpt_sha256_final(&v.th[i], got);
-        check_digest(&v, "tensor", p->tensors[i].info.name, got, p->tensors[i].info.sha256, v.tensor_bad[i]);
+        check_digest(&v, "tensor", p->tensors[i].info.name, got, p->tensors[i].info.sha256,
+                     v.tensor_bad[i]);
     }
     rc = v.faults;
 out:
     for (size_t i = 0; v.lanes && i < v.n_lanes; i++) {
-        for (size_t j = 0; v.lanes[i].slots && j < v.lanes[i].window; j++) free(v.lanes[i].slots[j].buf);
+        for (size_t j = 0; v.lanes[i].slots && j < v.lanes[i].window; j++)
+            free(v.lanes[i].slots[j].buf);
         free(v.lanes[i].slots);
     }
     free(v.lanes);

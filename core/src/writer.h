@@ -12,8 +12,9 @@ struct ingest_layout;
  * whose parser returned lay (NULL: opaque) or, when fault is non-empty,
  * rejected the file: what ckpt_writer_add_reader does after describing the
  * file, for tests that hand it layouts no parser makes yet. */
-int ingest_add_layout(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud, uint64_t size,
-                      const char *container, const char *fault, struct ingest_layout *lay, ckpt_err *err);
+int ingest_add_layout(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud,
+                      uint64_t size, const char *container, const char *fault,
+                      struct ingest_layout *lay, ckpt_err *err);
 /* Right after ckpt_writer_begin_file: the file's size bytes, in the order
  * they will be fed, can be read again with pread(fd) (fd is dup'd), so its
  * SHA-256 may be taken by a hash lane beside the pipeline (hash_lanes.h).
@@ -24,8 +25,8 @@ typedef int (*writer_fill_fn)(void *ud, uint8_t *dst, size_t n, uint64_t off, ck
 /* ckpt_writer_write (tensor 0) or ckpt_writer_tensor_data (tensor 1) of
  * the len bytes that fill() reads from src_off on, read straight into the
  * writer's chunk buffers instead of through a buffer of the caller's. */
-int writer_feed_from(ckpt_writer *w, int tensor, writer_fill_fn fill, void *ud, uint64_t src_off, uint64_t len,
-                     ckpt_err *err);
+int writer_feed_from(ckpt_writer *w, int tensor, writer_fill_fn fill, void *ud, uint64_t src_off,
+                     uint64_t len, ckpt_err *err);
 /* Records a tensor of the open file that gets no tensors/ entry, with why
  * (ckpt_skipped_info). */
 int writer_add_skipped(ckpt_writer *w, const char *name, const char *reason, ckpt_err *err);

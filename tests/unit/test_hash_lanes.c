@@ -10,8 +10,15 @@
 #include <unistd.h>
 
 static char *dir;
-static void setup(void) { dir = tu_mkdtemp(); }
-static void teardown(void) { tu_rm_rf(dir); free(dir); }
+static void setup(void)
+{
+    dir = tu_mkdtemp();
+}
+static void teardown(void)
+{
+    tu_rm_rf(dir);
+    free(dir);
+}
 TestSuite(hash_lanes, .init = setup, .fini = teardown);
 
 #define BIG (20u << 20) /* above the writer's lane threshold */
@@ -46,7 +53,11 @@ Test(hash_lanes, several_big_files_get_their_own_digests)
     cr_assert_arr_eq(ckpt_file_at(p, (size_t)ckpt_file_find(p, "b.bin"))->sha256, want, 32);
     cr_assert_eq(ckpt_verify(p, 2, NULL, NULL, NULL, NULL, &e), 0, "%s", e.msg);
     ckpt_close(p);
-    free(a); free(b); free(pa); free(pb); free(pack);
+    free(a);
+    free(b);
+    free(pa);
+    free(pb);
+    free(pack);
 }
 
 /* The lane is pointed at another file of the same size: what it reads is
@@ -69,5 +80,10 @@ Test(hash_lanes, a_second_read_that_differs_fails_the_pack)
     cr_assert_eq(ckpt_writer_finish(w, NULL, &e), -EAGAIN, "%s", e.msg);
     tu_assert_contains(e.msg, "changed while being packed");
     cr_assert_eq(access(pack, F_OK), -1, "no pack is left");
-    free(a); free(b); free(buf); free(pa); free(pb); free(pack);
+    free(a);
+    free(b);
+    free(buf);
+    free(pa);
+    free(pb);
+    free(pack);
 }

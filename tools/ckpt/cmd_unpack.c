@@ -31,8 +31,7 @@ static const char unpack_help[] =
     "  --key-file FILE           key of an encrypted pack\n"
     "  --passphrase-file FILE    passphrase of an encrypted pack\n"
     "  --threads N               decoding threads (default: all cores)\n"
-    "  -f, --force               replace existing files\n"
-    CLI_S3_HELP
+    "  -f, --force               replace existing files\n" CLI_S3_HELP
     "  -h, --help                show this help\n";
 
 struct unpack_opts {
@@ -169,7 +168,7 @@ static int open_parent(int root, const char *path, const char **leaf)
 struct out_file {
     int dirfd, fd;
     const char *leaf;
-    uint64_t bad_off;         /* UINT64_MAX: no fault yet */
+    uint64_t bad_off; /* UINT64_MAX: no fault yet */
     int write_errno;
     ckpt_err chunk_err;
 };
@@ -182,7 +181,7 @@ struct batch {
     struct out_file f[BATCH_FILES];
     size_t first;
     progress *pg;
-    pthread_mutex_t mu;       /* the faults; writes need no lock */
+    pthread_mutex_t mu; /* the faults; writes need no lock */
 };
 
 /* On the worker that decoded the chunk: its bytes go straight to their place
@@ -272,8 +271,8 @@ static int close_out(ckpt_pack *p, size_t i, const struct unpack_opts *o, progre
             {.tv_sec = (time_t)fi->mtime_sec, .tv_nsec = (long)fi->mtime_nsec},
         };
         if (fchmod(f->fd, (mode_t)(fi->mode & 0777)) < 0 || futimens(f->fd, ts) < 0) {
-            snprintf(why, sizeof why, "%s/%s: cannot set mode or mtime: %s", o->dir,
-                     fi->path, strerror(errno));
+            snprintf(why, sizeof why, "%s/%s: cannot set mode or mtime: %s", o->dir, fi->path,
+                     strerror(errno));
             failed = why;
         }
     }

@@ -55,8 +55,7 @@ typedef struct s3_reader {
     char *key;
 } s3_reader;
 
-static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off,
-                              ckpt_err *err)
+static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off, ckpt_err *err)
 {
     s3_reader *sr = (s3_reader *)r;
     uint64_t size = r->id.size;
@@ -70,8 +69,12 @@ static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t o
              (unsigned long long)last);
     snprintf(match, sizeof match, "If-Match: %s", r->id.etag);
     const char *hdrs[] = {range, r->id.etag[0] ? match : NULL, NULL};
-    s3_req rq = {.method = "GET", .bucket = sr->s->url.bucket, .key = sr->key,
-                 .headers = hdrs, .dst = buf, .dst_len = len};
+    s3_req rq = {.method = "GET",
+                 .bucket = sr->s->url.bucket,
+                 .key = sr->key,
+                 .headers = hdrs,
+                 .dst = buf,
+                 .dst_len = len};
     s3_resp rs;
     int rc = s3_request(sr->s->http, &rq, &rs);
     char what[64];
@@ -83,12 +86,15 @@ static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t o
                  (unsigned long long)last, (unsigned long long)size);
         int whole = rs.status == 200 && off == 0 && len == size;
         if (rs.etag[0] && r->id.etag[0] && strcmp(rs.etag, r->id.etag) != 0)
-            rc = ckpt_fail(err, -ESTALE, "%s: %s failed: the object was replaced since it was "
-                           "opened (ETag %s, was %s)", r->name, what, rs.etag, r->id.etag);
+            rc = ckpt_fail(err, -ESTALE,
+                           "%s: %s failed: the object was replaced since it was "
+                           "opened (ETag %s, was %s)",
+                           r->name, what, rs.etag, r->id.etag);
         else if (rs.overflow || rs.dst_got != len || (!whole && strcmp(rs.content_range, want)))
-            rc = ckpt_fail(err, -EIO, "%s: %s failed: the answer (HTTP %ld, %zu bytes, "
-                           "Content-Range '%s') is not the range asked for", r->name, what,
-                           rs.status, rs.dst_got, rs.content_range);
+            rc = ckpt_fail(err, -EIO,
+                           "%s: %s failed: the answer (HTTP %ld, %zu bytes, "
+                           "Content-Range '%s') is not the range asked for",
+                           r->name, what, rs.status, rs.dst_got, rs.content_range);
         else
             rc = 0;
     } else {
@@ -98,7 +104,10 @@ static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t o
     return rc < 0 ? rc : (ssize_t)len;
 }
 
-static int reader_fd(const store_reader *r) { return -1; }
+static int reader_fd(const store_reader *r)
+{
+    return -1;
+}
 
 static void reader_close(store_reader *r)
 {
@@ -236,8 +245,8 @@ static int s3_remove(ckpt_store *base, const char *name, ckpt_err *err)
     if (rc == 0 && (simple(s, "HEAD", key, NULL, &rs) < 0 || rs.status != 200))
         rc = s3_fail(err, s->http, shown, "remove", &rs);
     s3_resp_free(&rs);
-    if (rc == 0 && (simple(s, "DELETE", key, NULL, &rs) < 0 ||
-                    (rs.status != 204 && rs.status != 200)))
+    if (rc == 0 &&
+        (simple(s, "DELETE", key, NULL, &rs) < 0 || (rs.status != 204 && rs.status != 200)))
         rc = s3_fail(err, s->http, shown, "remove", &rs);
     s3_resp_free(&rs);
     free(key);
@@ -263,8 +272,10 @@ static int s3_rename(ckpt_store *base, const char *from, const char *to, ckpt_er
         goto out;
     }
     if (rs.content_length > (5ull << 30)) {
-        rc = ckpt_fail(err, -EFBIG, "%s: rename failed: objects over 5 GiB cannot be copied in "
-                       "one request, and renaming them is not supported on S3", sf);
+        rc = ckpt_fail(err, -EFBIG,
+                       "%s: rename failed: objects over 5 GiB cannot be copied in "
+                       "one request, and renaming them is not supported on S3",
+                       sf);
         goto out;
     }
     s3_resp_free(&rs);
@@ -323,8 +334,12 @@ static long lock_put(s3_lock *l, const char *cond, ckpt_err *err)
     char body[512];
     lock_body(l, body, sizeof body);
     const char *hdrs[] = {cond, NULL};
-    s3_req rq = {.method = "PUT", .bucket = l->s->url.bucket, .key = l->key, .headers = hdrs,
-                 .body = body, .body_len = strlen(body)};
+    s3_req rq = {.method = "PUT",
+                 .bucket = l->s->url.bucket,
+                 .key = l->key,
+                 .headers = hdrs,
+                 .body = body,
+                 .body_len = strlen(body)};
     s3_resp rs;
     long status = -1;
     if (s3_request(l->s->http, &rq, &rs) == 0)
@@ -405,7 +420,10 @@ static int s3_lock_take(ckpt_store *base, const char *name, ckpt_store_lock **ou
     if (st == 412) {
         /* Held, or left behind: read the lease. */
         char lease[512] = "";
-        s3_req rq = {.method = "GET", .bucket = s->url.bucket, .key = l->key, .dst = lease,
+        s3_req rq = {.method = "GET",
+                     .bucket = s->url.bucket,
+                     .key = l->key,
+                     .dst = lease,
                      .dst_len = sizeof lease - 1};
         s3_resp rs;
         char holder[300] = "another writer", etag[80] = "";
@@ -422,13 +440,17 @@ static int s3_lock_take(ckpt_store *base, const char *name, ckpt_store_lock **ou
         s3_resp_free(&rs);
         long long now = (long long)time(NULL);
         if (expires > now || !etag[0]) {
-            rc = ckpt_fail(err, -EBUSY, "%s: locked by %s (lease ends in %lld s; one writer per "
-                           "prefix)", l->shown, holder, expires > now ? expires - now : 0);
+            rc = ckpt_fail(err, -EBUSY,
+                           "%s: locked by %s (lease ends in %lld s; one writer per "
+                           "prefix)",
+                           l->shown, holder, expires > now ? expires - now : 0);
         } else {
             st = lock_put_if_match(l, etag, err);
             if (st == 412)
-                rc = ckpt_fail(err, -EBUSY, "%s: locked by another writer (it took over the "
-                               "expired lease of %s just now)", l->shown, holder);
+                rc = ckpt_fail(err, -EBUSY,
+                               "%s: locked by another writer (it took over the "
+                               "expired lease of %s just now)",
+                               l->shown, holder);
             else if (st != 200)
                 rc = err && err->code ? err->code : -EIO;
         }
@@ -460,7 +482,10 @@ static void s3_unlock(ckpt_store_lock *base)
     if (!l->lost) {
         /* Only our own lease: a DELETE cannot be conditional, so check first. */
         char lease[512] = "";
-        s3_req rq = {.method = "GET", .bucket = l->s->url.bucket, .key = l->key, .dst = lease,
+        s3_req rq = {.method = "GET",
+                     .bucket = l->s->url.bucket,
+                     .key = l->key,
+                     .dst = lease,
                      .dst_len = sizeof lease - 1};
         s3_resp rs;
         int ours = s3_request(l->s->http, &rq, &rs) == 0 && rs.status == 200 && !rs.overflow &&
@@ -511,10 +536,10 @@ long s3_abort_stale(ckpt_store *base, const char *name, uint64_t older_than_s, c
     long n = 0;
     int rc = pe ? 0 : ckpt_fail(err, -ENOMEM, "out of memory");
     while (rc == 0) {
-        char *q = NULL, *kme = km ? s3_uri_encode(km, 0) : NULL, *ume = um ? s3_uri_encode(um, 0) : NULL;
-        if (asprintf(&q, "%s%s%sprefix=%s%s%s%suploads=", kme ? "key-marker=" : "",
-                     kme ? kme : "", kme ? "&" : "", pe, ume ? "&upload-id-marker=" : "",
-                     ume ? ume : "", "&") < 0)
+        char *q = NULL, *kme = km ? s3_uri_encode(km, 0) : NULL,
+             *ume = um ? s3_uri_encode(um, 0) : NULL;
+        if (asprintf(&q, "%s%s%sprefix=%s%s%s%suploads=", kme ? "key-marker=" : "", kme ? kme : "",
+                     kme ? "&" : "", pe, ume ? "&upload-id-marker=" : "", ume ? ume : "", "&") < 0)
             q = NULL;
         free(kme);
         free(ume);
@@ -578,8 +603,8 @@ static void s3_free(ckpt_store *base)
 }
 
 static const store_ops s3_ops = {
-    s3_list_objects, s3_open_read, s3_create,   s3_remove,         s3_rename,
-    s3_lock_take,    s3_unlock,    s3_free,     s3_abort_stale,
+    s3_list_objects, s3_open_read, s3_create, s3_remove,      s3_rename,
+    s3_lock_take,    s3_unlock,    s3_free,   s3_abort_stale,
 };
 
 int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out, ckpt_err *err)

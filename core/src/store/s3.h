@@ -35,7 +35,7 @@ int s3_url_parse(const char *url, s3_url *out, ckpt_err *err);
 void s3_url_free(s3_url *u);
 
 typedef struct s3_config {
-    char *endpoint;      /* "http[s]://host[:port][/path]", no trailing '/' */
+    char *endpoint; /* "http[s]://host[:port][/path]", no trailing '/' */
     char *region;
     char *access_key;
     char *secret_key;    /* secret: wiped on free */
@@ -163,24 +163,24 @@ const s3_config *s3_client_config(const s3_client *c);
 void s3_client_set_retry(s3_client *c, const s3_retry_policy *p);
 
 typedef struct s3_req {
-    const char *method;          /* GET HEAD PUT POST DELETE */
+    const char *method; /* GET HEAD PUT POST DELETE */
     const char *bucket;
-    const char *key;             /* unencoded; NULL: the bucket itself */
-    const char *query;           /* canonical: sorted, encoded, "k=v&..." */
-    const char *const *headers;  /* "Name: value", NULL-terminated, or NULL */
-    const void *body;            /* request body (PUT, POST) */
+    const char *key;            /* unencoded; NULL: the bucket itself */
+    const char *query;          /* canonical: sorted, encoded, "k=v&..." */
+    const char *const *headers; /* "Name: value", NULL-terminated, or NULL */
+    const void *body;           /* request body (PUT, POST) */
     size_t body_len;
-    void *dst;                   /* 2xx body into dst[0..dst_len) (ranged reads) */
+    void *dst; /* 2xx body into dst[0..dst_len) (ranged reads) */
     size_t dst_len;
-    const s3_retry_policy *retry;/* NULL: the client's */
+    const s3_retry_policy *retry; /* NULL: the client's */
 } s3_req;
 
 typedef struct s3_resp {
-    long status;          /* 0: no HTTP answer (transport failure) */
-    char *body;           /* captured body (non-2xx, or 2xx without dst), NUL-ended */
+    long status; /* 0: no HTTP answer (transport failure) */
+    char *body;  /* captured body (non-2xx, or 2xx without dst), NUL-ended */
     size_t body_len;
-    size_t dst_got;       /* bytes written to dst */
-    int overflow;         /* the body did not fit dst or S3_XML_MAX */
+    size_t dst_got; /* bytes written to dst */
+    int overflow;   /* the body did not fit dst or S3_XML_MAX */
     char etag[80];
     uint64_t content_length;
     int has_length;
@@ -214,7 +214,7 @@ typedef struct s3_store {
     ckpt_store base;
     s3_client *http;
     s3_url url;
-    unsigned part_size;   /* first part size for multipart uploads */
+    unsigned part_size; /* first part size for multipart uploads */
     unsigned parts_in_flight;
 } s3_store;
 
