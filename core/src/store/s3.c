@@ -49,7 +49,11 @@ typedef struct s3_reader {
     store_reader base;
     s3_store *s;
     char *key;
+    int cached;                    /* has a tag: reads go through the cache */
+    char tag[S3_CACHE_TAG_LEN];
 } s3_reader;
+
+static ssize_t get_range(s3_reader *sr, void *buf, size_t len, uint64_t off, ckpt_err *err);
 
 static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off,
                               ckpt_err *err)
@@ -60,6 +64,21 @@ static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t o
         return 0;
     if (len > size - off)
         len = (size_t)(size - off);
+    if (!sr->cached)
+        return get_range(sr, buf, len, off, err);
+    if (s3_cache_get(sr->s->cache, sr->tag, off, buf, len))
+        return (ssize_t)len;
+    ssize_t got = get_range(sr, buf, len, off, err);
+    if (got == (ssize_t)len)
+        s3_cache_put(sr->s->cache, sr->tag, off, buf, len);
+    return got;
+}
+
+/* One ranged GET of exactly len bytes (within the object) at off. */
+static ssize_t get_range(s3_reader *sr, void *buf, size_t len, uint64_t off, ckpt_err *err)
+{
+    store_reader *r = &sr->base;
+    uint64_t size = r->id.size;
     uint64_t last = off + len - 1;
     char range[64], match[100];
     snprintf(range, sizeof range, "Range: bytes=%llu-%llu", (unsigned long long)off,
@@ -125,6 +144,7 @@ static int s3_open_read(ckpt_store *base, const char *name, store_reader **out, 
         r->base.id.size = rs.content_length;
         r->base.id.mtime_sec = rs.last_modified;
         snprintf(r->base.id.etag, sizeof r->base.id.etag, "%s", rs.etag);
+        r->cached = s->cache && s3_cache_tag(s->url.bucket, r->key, rs.etag, r->tag) == 0;
     } else if (rc == 0 && rs.status == 200) {
         rc = ckpt_fail(err, -EIO, "%s: the server gave no Content-Length", r->base.name);
     } else {
@@ -173,8 +193,8 @@ static int list_page(s3_store *s, const char *key_prefix, const char *token, uns
     return rc;
 }
 
-static int s3_list_objects(ckpt_store *base, const char *prefix, ckpt_object_fn fn, void *ud,
-                           ckpt_err *err)
+static int s3_list_objects(ckpt_store *base, const char *prefix, int dirs, ckpt_object_fn fn,
+                           void *ud, ckpt_err *err)
 {
     s3_store *s = (s3_store *)base;
     size_t skip = s->url.prefix[0] ? strlen(s->url.prefix) + 1 : 0;
@@ -191,13 +211,16 @@ static int s3_list_objects(ckpt_store *base, const char *prefix, ckpt_object_fn 
         if (rc < 0)
             break;
         for (size_t i = 0; rc == 0 && i < page.n; i++) {
-            const s3_entry *e = &page.v[i];
-            if (strlen(e->key) <= skip || strncmp(e->key, kp, strlen(kp)) != 0)
+            s3_entry *e = &page.v[i];
+            if (strlen(e->key) <= skip || strncmp(e->key, kp, strlen(kp)) != 0 ||
+                (e->is_prefix && !dirs))
                 continue;
+            if (e->is_prefix)
+                e->key[strlen(e->key) - 1] = '\0'; /* parse_prefix: ends in '/' */
             const char *name = e->key + skip;
-            if (!ckpt_path_is_safe(name))
+            if (!*name || !ckpt_path_is_safe(name))
                 continue; /* a key no local name could have ("a//b") */
-            ckpt_object_info info = {.name = name};
+            ckpt_object_info info = {.name = name, .is_dir = e->is_prefix};
             info.id.size = e->size;
             info.id.mtime_sec = e->mtime;
             snprintf(info.id.etag, sizeof info.id.etag, "%s", e->etag);
@@ -568,14 +591,20 @@ static void s3_free(ckpt_store *base)
 {
     s3_store *s = (s3_store *)base;
     s3_client_free(s->http);
+    s3_cache_free(s->cache);
     s3_url_free(&s->url);
     free(s->base.where);
     free(s);
 }
 
+static void s3_stats(ckpt_store *base, ckpt_store_cache_stats *out)
+{
+    s3_cache_stats(((s3_store *)base)->cache, out);
+}
+
 static const store_ops s3_ops = {
     s3_list_objects, s3_open_read, s3_create,   s3_remove,         s3_rename,
-    s3_lock_take,    s3_unlock,    s3_free,     s3_abort_stale,
+    s3_lock_take,    s3_unlock,    s3_free,     s3_abort_stale,    s3_stats,
 };
 
 int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out, ckpt_err *err)
@@ -615,6 +644,8 @@ int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out
         p.deadline_ms = opts->retry_seconds * 1000u;
         s3_client_set_retry(s->http, &p);
     }
+    if (rc == 0 && opts->cache_dir)
+        rc = s3_cache_open(opts->cache_dir, opts->cache_bytes, &s->cache, err);
     if (rc == 0) {
         /* One listing proves the endpoint, the keys and the bucket. */
         char *kp = s3_key(s, "");

@@ -62,7 +62,22 @@ int ckpt_store_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *
 {
     if (!fn)
         return ckpt_fail(err, -EINVAL, "%s: list without a callback", ckpt_store_where(s));
-    return s->ops->list(s, prefix ? prefix : "", fn, ud, err);
+    return s->ops->list(s, prefix ? prefix : "", 0, fn, ud, err);
+}
+
+int ckpt_store_list_dirs(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *ud,
+                         ckpt_err *err)
+{
+    if (!fn)
+        return ckpt_fail(err, -EINVAL, "%s: list without a callback", ckpt_store_where(s));
+    return s->ops->list(s, prefix ? prefix : "", 1, fn, ud, err);
+}
+
+void ckpt_store_cache_stats_get(ckpt_store *s, ckpt_store_cache_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (s && s->ops->cache_stats)
+        s->ops->cache_stats(s, out);
 }
 
 int ckpt_store_remove(ckpt_store *s, const char *name, ckpt_err *err)
