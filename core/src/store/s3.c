@@ -328,6 +328,7 @@ typedef struct s3_lock {
     pthread_cond_t cv;
     pthread_t renewer;
     int stop, lost;
+    int running;    /* renewer started (not in a child of a fork until restarted) */
 } s3_lock;
 
 static void lock_body(const s3_lock *l, char *buf, size_t cap)
@@ -456,6 +457,7 @@ static int s3_lock_take(ckpt_store *base, const char *name, ckpt_store_lock **ou
     }
     if (rc == 0 && pthread_create(&l->renewer, NULL, lock_renewer, l) != 0)
         rc = ckpt_fail(err, -EAGAIN, "%s: cannot start the lease renewer", l->shown);
+    l->running = rc == 0;
     if (rc < 0) {
         pthread_mutex_destroy(&l->mu);
         pthread_cond_destroy(&l->cv);
@@ -475,7 +477,8 @@ static void s3_unlock(ckpt_store_lock *base)
     l->stop = 1;
     pthread_cond_signal(&l->cv);
     pthread_mutex_unlock(&l->mu);
-    pthread_join(l->renewer, NULL);
+    if (l->running)
+        pthread_join(l->renewer, NULL);
     if (!l->lost) {
         /* Only our own lease: a DELETE cannot be conditional, so check first. */
         char lease[512] = "";
@@ -495,6 +498,37 @@ static void s3_unlock(ckpt_store_lock *base)
     free(l->key);
     free(l->shown);
     free(l);
+}
+
+/* The parent's renewer thread and any state of its mutex stay behind in
+ * the parent; only this thread runs here, so they are made anew. */
+static int s3_lock_after_fork(ckpt_store_lock *base, ckpt_err *err)
+{
+    s3_lock *l = (s3_lock *)base;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    l->stop = 0;
+    l->running = 0;
+    char host[256] = "unknown";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    snprintf(l->holder, sizeof l->holder, "%s:%ld", host, (long)getpid());
+    char etag[80];
+    snprintf(etag, sizeof etag, "%s", l->etag);
+    long st = lock_put_if_match(l, etag, err);
+    if (st != 200) {
+        l->lost = 1;
+        if (st == 412)
+            return ckpt_fail(err, -EBUSY, "%s: the lease was taken over while starting",
+                             l->shown);
+        return err && err->code ? err->code : -EIO;
+    }
+    if (pthread_create(&l->renewer, NULL, lock_renewer, l) != 0) {
+        l->lost = 1;
+        return ckpt_fail(err, -EAGAIN, "%s: cannot start the lease renewer", l->shown);
+    }
+    l->running = 1;
+    return 0;
 }
 
 /* ----------------------------------------------------------- stale uploads */
@@ -604,7 +638,7 @@ static void s3_stats(ckpt_store *base, ckpt_store_cache_stats *out)
 
 static const store_ops s3_ops = {
     s3_list_objects, s3_open_read, s3_create,   s3_remove,         s3_rename,
-    s3_lock_take,    s3_unlock,    s3_free,     s3_abort_stale,    s3_stats,
+    s3_lock_take,    s3_unlock,    s3_lock_after_fork, s3_free,     s3_abort_stale,    s3_stats,
 };
 
 int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out, ckpt_err *err)

@@ -107,6 +107,13 @@ void ckpt_store_lock_release(ckpt_store_lock *l)
         l->store->ops->unlock(l);
 }
 
+int ckpt_store_lock_after_fork(ckpt_store_lock *l, ckpt_err *err)
+{
+    if (!l || !l->store->ops->lock_after_fork)
+        return 0;
+    return l->store->ops->lock_after_fork(l, err);
+}
+
 long ckpt_store_abort_stale_uploads(ckpt_store *s, const char *name, uint64_t older_than_s,
                                     ckpt_err *err)
 {

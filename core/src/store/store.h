@@ -48,6 +48,8 @@ struct store_ops {
     int (*rename)(ckpt_store *s, const char *from, const char *to, ckpt_err *err);
     int (*lock)(ckpt_store *s, const char *name, ckpt_store_lock **out, ckpt_err *err);
     void (*unlock)(ckpt_store_lock *l);
+    /* NULL when a lock survives fork as it is. */
+    int (*lock_after_fork)(ckpt_store_lock *l, ckpt_err *err);
     void (*free)(ckpt_store *s);
     /* Aborts unfinished uploads; NULL when a store leaves none behind. */
     long (*abort_stale)(ckpt_store *s, const char *name, uint64_t older_than_s, ckpt_err *err);
