@@ -26,6 +26,7 @@
 #include "s3.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -397,6 +398,23 @@ static void *lock_renewer(void *arg)
     return NULL;
 }
 
+/* "HOST:PID" naming this host and a process that no longer exists. Only
+ * this host can tell; a PID namespace shared under one host name (two
+ * containers with the same hostname) would mistake another's writer. */
+static int holder_is_dead(const char *holder)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    size_t n = strlen(host);
+    if (!n || strncmp(holder, host, n) != 0 || holder[n] != ':')
+        return 0;
+    char *end;
+    long pid = strtol(holder + n + 1, &end, 10);
+    if (*end || pid <= 0 || pid == (long)getpid())
+        return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
 static int s3_lock_take(ckpt_store *base, const char *name, ckpt_store_lock **out, ckpt_err *err)
 {
     s3_store *s = (s3_store *)base;
@@ -441,6 +459,8 @@ static int s3_lock_take(ckpt_store *base, const char *name, ckpt_store_lock **ou
         }
         s3_resp_free(&rs);
         long long now = (long long)time(NULL);
+        if (expires > now && holder_is_dead(holder))
+            expires = 0; /* a crashed writer of this host: no need to wait out its lease */
         if (expires > now || !etag[0]) {
             rc = ckpt_fail(err, -EBUSY, "%s: locked by %s (lease ends in %lld s; one writer per "
                            "prefix)", l->shown, holder, expires > now ? expires - now : 0);
