@@ -10,7 +10,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=${B:-build}
 BIN=$ROOT/$B/bin
 W=${1:-$(mktemp -d /tmp/ckpt-bench-s3m.XXXXXX)}
-cd "$W" || exit 1
+mkdir -p "$W" && cd "$W" || exit 1
 RGW_SH=$ROOT/../shared/services/ceph-rgw.sh
 RGW_PORT=$(shuf -i 20000-29999 -n 1); MON_PORT=$(shuf -i 20000-29999 -n 1)
 stop() { for m in m-ro m-w m-local m-s3fs; do fusermount3 -u -z "$W/$m" 2>/dev/null; done; RGW_PORT=$RGW_PORT MON_PORT=$MON_PORT bash "$RGW_SH" stop "$W/rgw" >/dev/null 2>&1; }
