@@ -31,7 +31,7 @@ use_workdir /tmp/ckpt-bench-s3.XXXXXX "${1:-}"
 need_root "the Ceph gateway's daemons and dropping caches"
 need_bins "$bin/ckpt" "$bin/ckpt-gen"
 command -v /usr/bin/time >/dev/null || bench_die "needs /usr/bin/time (scripts/deps.sh bench)"
-RGW_SH=$BENCH_ROOT/../shared/services/ceph-rgw.sh
+RGW_SH=$("$BENCH_ROOT/scripts/shared-dir.sh")/services/ceph-rgw.sh
 [ -f "$RGW_SH" ] || bench_die "$RGW_SH is missing"
 
 free_port() {

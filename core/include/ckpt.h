@@ -32,7 +32,7 @@ extern "C" {
 
 #define CKPT_VERSION_STRING "0.1.0"
 /* The version this build writes; it reads this one and every earlier one. */
-#define CKPT_FORMAT_VERSION 3
+#define CKPT_FORMAT_VERSION 4
 
 #define CKPT_CHUNK_MIN (64u * 1024u)
 #define CKPT_CHUNK_MAX (16u * 1024u * 1024u)
@@ -262,6 +262,19 @@ long ckpt_file_find(const ckpt_pack *p, const char *path);
 size_t ckpt_tensor_count(const ckpt_pack *p);
 const ckpt_tensor_info *ckpt_tensor_at(const ckpt_pack *p, size_t i);
 long ckpt_tensor_find(const ckpt_pack *p, const char *name);
+
+/* A tensor a container parser found but does not show under tensors/ (a
+ * non-contiguous view, a quantized GGUF block type, a DCP chunk whose item
+ * it cannot read, ...): its bytes are in its file as always; reason says
+ * why it has no file of its own. Packs before format version 4 have none. */
+typedef struct ckpt_skipped_info {
+    const char *name;
+    const char *reason;       /* one line, UTF-8 */
+    size_t file_index;        /* the file it was found in */
+} ckpt_skipped_info;
+
+size_t ckpt_skipped_count(const ckpt_pack *p);
+const ckpt_skipped_info *ckpt_skipped_at(const ckpt_pack *p, size_t i);
 
 /* pread() on a file or a tensor: decodes only the chunks covering the range.
  * Returns the number of bytes read (short only at end of file), or -errno.

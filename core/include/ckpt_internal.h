@@ -134,6 +134,21 @@ void ckpt_store_lock_release(ckpt_store_lock *l);
  * could not be renewed (then it is no longer held). */
 int ckpt_store_lock_after_fork(ckpt_store_lock *l, ckpt_err *err);
 
+/* ---------------------------------------------------- pack generations */
+
+/* Adds file file_index of src to w as path (with this mode and mtime: a
+ * file renamed, chmod-ed or touched since is still the same bytes), as it is
+ * stored in src: its chunks' stored bytes are reused, never decoded or encoded again (in an encrypted
+ * pack each chunk is opened under src's key and sealed under w's, which
+ * authenticates it on the way), and its tensors, digests, container, note
+ * and skipped tensors come along. For a new generation of a pack whose
+ * unchanged files need no work. src stays open until w is finished.
+ * Returns -EXDEV, having added nothing, where the chunks cannot be reused
+ * (another chunk size, one pack encrypted and the other not, or a tensor
+ * name already in w): add the file from its decoded bytes instead. */
+int ckpt_writer_copy_file(ckpt_writer *w, const char *path, uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec,
+                          ckpt_pack *src, size_t file_index, ckpt_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -41,6 +41,8 @@ enum tpack_container {
 
 #define TPACK_EXTENT_RECORD 24
 #define TPACK_CHUNK_RECORD 24
+/* u32 file, u16 name_len, a name of at least 1 byte, u16 reason_len. */
+#define TPACK_SKIPPED_RECORD_MIN 9
 #define TPACK_AEAD_TAG 16
 #define TPACK_INDEX_NONCE_ID UINT64_MAX
 /* The most a chunk can grow over its raw size: plane table plus AEAD tag. */

@@ -365,12 +365,11 @@ static int write_pieces(ckpt_writer *w, const source *src, const ingest_layout *
     return rc;
 }
 
-/* "<pack path>: stored opaque: <fault>" as a note: UTF-8 (other bytes of a
- * hostile name become '?') and at most TPACK_NOTE_MAX bytes, cut between
- * characters. */
-static void make_note(char *note, size_t cap, const char *pack_path, const char *fault)
+/* Makes note a valid note in place: bytes that are not part of valid UTF-8
+ * become '?' (a hostile name may be quoted in it), and it is cut between
+ * characters to at most TPACK_NOTE_MAX bytes. */
+static void clean_note(char *note)
 {
-    snprintf(note, cap, "%s: stored opaque: %s", pack_path, fault);
     size_t len = strlen(note);
     for (size_t i = 0; i < len;) {
         size_t k = 1;
@@ -383,6 +382,31 @@ static void make_note(char *note, size_t cap, const char *pack_path, const char 
         while (len && ((uint8_t)note[len] & 0xC0) == 0x80) len--;
         note[len] = 0;
     }
+}
+
+/* "<pack path>: stored opaque: <fault>" as a note (clean_note). */
+static void make_note(char *note, size_t cap, const char *pack_path, const char *fault)
+{
+    snprintf(note, cap, "%s: stored opaque: %s", pack_path, fault);
+    clean_note(note);
+}
+
+/* The parser's skipped tensors, recorded with the file so the manifest says
+ * why they have no tensors/ entry. One the index cannot hold (a name over
+ * 64 KiB) is left out rather than failing the file. */
+static int add_skipped(ckpt_writer *w, const ingest_layout *lay, ckpt_err *err)
+{
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < lay->n_skipped; i++) {
+        const ingest_skipped *k = &lay->skipped[i];
+        size_t nl = k->name ? strlen(k->name) : 0;
+        if (nl == 0 || nl > UINT16_MAX) continue;
+        char reason[sizeof k->reason + 1];
+        snprintf(reason, sizeof reason, "%s", k->reason);
+        clean_note(reason);
+        rc = writer_add_skipped(w, k->name, reason, err);
+    }
+    return rc;
 }
 
 /* The second half of adding a file: writes it from its layout (when
@@ -415,6 +439,7 @@ static int add_described(ckpt_writer *w, const char *pack_path, const source *sr
     if (rc == 0) rc = ckpt_writer_set_container(w, container, note, err);
     if (rc == 0 && !structured) rc = copy_range(w, src, buf, 0, size, 0, err);
     else if (rc == 0) rc = write_pieces(w, src, lay, pc, n, owner, size, buf, err);
+    if (rc == 0 && structured) rc = add_skipped(w, lay, err);
     if (rc == 0) rc = ckpt_writer_end_file(w, err);
     free(buf);
     free(pc);

@@ -49,10 +49,11 @@ struct ckpt_pack {
     uint32_t chunk_size;
     uint64_t file_size;
     uint32_t kdf;
-    uint32_t version;         /* 1 or 2: some index records differ */
+    uint32_t version;         /* 1 to 4: some index records differ */
     pack_keys keys;           /* subkey NULL when not encrypted */
-    size_t n_files, n_tensors, n_extents, n_chunks;
+    size_t n_files, n_tensors, n_extents, n_chunks, n_skipped;
     file_rec *files;
+    ckpt_skipped_info *skipped;
     tensor_rec *tensors;
     extent *extents;
     chunk *chunks;

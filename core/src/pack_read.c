@@ -1,10 +1,10 @@
 /* Opening a pack: every header, footer and index field is checked before
  * any of it is used, so later reads can trust the in-memory index. The
  * index is parsed one section per function, in its on-disk order
- * (index_counts, _files, _extents, _tensors, _chunks), each checked against
- * the sections before it.
+ * (index_counts, _files, _extents, _tensors, _chunks, _skipped), each
+ * checked against the sections before it.
  *
- * One job at about 700 lines: the reader of one pack. The reads at the end
+ * One job at about 840 lines: the reader of one pack. The reads at the end
  * (chunk decode, pread, locate) are the other half of the same contract,
  * trusting exactly what the checks above proved; the streaming and verify
  * paths that build on them live in stream.c. Bytes come through a
@@ -129,12 +129,16 @@ static int index_counts(ckpt_pack *p, rd *r, size_t len, ckpt_err *err)
 {
     if (rd_u32(r) != TPACK_INDEX_MAGIC) return ckpt_fail(err, -EIO, "index: bad magic");
     uint64_t nf = rd_u32(r), nt = rd_u32(r);
-    rd_u32(r);
+    uint64_t ns = rd_u32(r); /* reserved (0) before version 4 */
+    if (p->version < 4) ns = 0;
     uint64_t ne = rd_u64(r), nc = rd_u64(r);
     /* Each record has a minimum size, so counts larger than the index allows are lies. */
-    if (r->bad || nf > len / 70 || nt > len / 48 || ne > len / TPACK_EXTENT_RECORD || nc > len / TPACK_CHUNK_RECORD)
+    if (r->bad || nf > len / 70 || nt > len / 48 || ne > len / TPACK_EXTENT_RECORD || nc > len / TPACK_CHUNK_RECORD ||
+        ns > len / TPACK_SKIPPED_RECORD_MIN)
         return ckpt_fail(err, -EIO, "index: record counts do not fit the index size");
-    p->n_files = nf; p->n_tensors = nt; p->n_extents = ne; p->n_chunks = nc;
+    p->n_files = nf; p->n_tensors = nt; p->n_extents = ne; p->n_chunks = nc; p->n_skipped = ns;
+    p->skipped = calloc(ns ? ns : 1, sizeof *p->skipped);
+    if (!p->skipped) return ckpt_fail(err, -ENOMEM, "out of memory for the index");
     p->files = calloc(nf ? nf : 1, sizeof *p->files);
     p->tensors = calloc(nt ? nt : 1, sizeof *p->tensors);
     p->extents = calloc(ne ? ne : 1, sizeof *p->extents);
@@ -372,8 +376,34 @@ static int index_check_dirs(ckpt_pack *p, ckpt_err *err)
     return rc;
 }
 
+/* Skipped-tensor records (version 4): a name, the file it is in and why it
+ * is not under tensors/. Names need not be unique (two files may skip the
+ * same name); reasons are UTF-8 notes. */
+static int index_skipped(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
+{
+    int rc = 0;
+    for (size_t i = 0; i < p->n_skipped; i++) {
+        ckpt_skipped_info *s = &p->skipped[i];
+        uint32_t file = rd_u32(r);
+        uint16_t nlen = rd_u16(r);
+        if (!r->bad && nlen == 0) BAD("index: skipped tensor %zu has an empty name", i);
+        s->name = rd_str(r, nlen, arena);
+        uint16_t rlen = rd_u16(r);
+        if (!r->bad && rlen > TPACK_NOTE_MAX) BAD("index: skipped tensor %zu has a reason of %u bytes (at most %u)", i,
+                                                  rlen, TPACK_NOTE_MAX);
+        if (!r->bad && !ckpt_utf8_valid(r->p + r->pos, rlen < r->len - r->pos ? rlen : r->len - r->pos))
+            BAD("index: skipped tensor %zu has a reason that is not UTF-8", i);
+        s->reason = rd_str(r, rlen, arena);
+        if (r->bad) BAD("index: skipped tensor record %zu is truncated", i);
+        if (file >= p->n_files) BAD("index: skipped tensor '%s' names file %u of %zu", s->name, file, p->n_files);
+        s->file_index = file;
+    }
+fail:
+    return rc;
+}
+
 /* The plaintext index, section by section in its on-disk order (FORMAT.md):
- * counts, files, extents, tensors, chunks. Each section is checked against
+ * counts, files, extents, tensors, chunks, skipped tensors. Each section is checked against
  * those before it, so nothing read later can point outside what exists. */
 static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t index_offset, ckpt_err *err)
 {
@@ -384,6 +414,7 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
     if (rc == 0) rc = index_extents(p, &r, err);
     if (rc == 0) rc = index_tensors(p, &r, &arena, err);
     if (rc == 0) rc = index_chunks(p, &r, index_offset, err);
+    if (rc == 0) rc = index_skipped(p, &r, &arena, err);
     if (rc == 0 && r.pos != r.len) rc = ckpt_fail(err, -EIO, "index: %zu unexpected bytes at its end", r.len - r.pos);
     if (rc == 0) rc = index_check_dirs(p, err);
     return rc;
@@ -607,6 +638,7 @@ void ckpt_close(ckpt_pack *p)
     if (p->tensors)
         for (size_t i = 0; i < p->n_tensors; i++) free(p->tensors[i].shape);
     free(p->files);
+    free(p->skipped);
     free(p->tensors);
     free(p->extents);
     free(p->chunks);
@@ -631,6 +663,11 @@ const char *ckpt_path(const ckpt_pack *p) { return p->path; }
 int ckpt_fd(const ckpt_pack *p) { return p->fd; }
 size_t ckpt_file_count(const ckpt_pack *p) { return p->n_files; }
 size_t ckpt_tensor_count(const ckpt_pack *p) { return p->n_tensors; }
+size_t ckpt_skipped_count(const ckpt_pack *p) { return p->n_skipped; }
+const ckpt_skipped_info *ckpt_skipped_at(const ckpt_pack *p, size_t i)
+{
+    return i < p->n_skipped ? &p->skipped[i] : NULL;
+}
 
 const ckpt_file_info *ckpt_file_at(const ckpt_pack *p, size_t i)
 {

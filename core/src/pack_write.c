@@ -10,18 +10,21 @@
  * A tensor's SHA-256 is a chain too, but tensors are many: the worker that
  * encoded a chunk hashes the chunk's part of each tensor, after waiting, if
  * need be, for the tensor's previous chunk to be hashed by another worker
- * (chunks are taken in order, so the wait always ends). The pack goes to a store_upload (store/store.h):
- * nothing is visible under its name until finish commits it.
+ * (chunks are taken in order, so the wait always ends). The pack goes to a
+ * store_upload (store/store.h): nothing is visible under its name until
+ * finish commits it.
  *
- * One job at about 740 lines: the pipeline's three stages share the slot
- * ring and its one lock, and the index written at finish is the record of
- * what they produced, so splitting them would spread one state machine over
- * files. Feeding it from disk is ingest_files.c. */
-#include "writer.h"
+ * One job at about 950 lines: the pipeline's stages share the slot ring and
+ * its one lock (writer_state.h), and the index written at finish is the
+ * record of what they produced, so splitting them would spread one state
+ * machine over files. Feeding it from disk is ingest_files.c; files copied
+ * from an earlier generation are pack_copy.c. */
+#include "writer_state.h"
 #include "sha256.h"
 #include "codec.h"
 #include "crypto.h"
 #include "format.h"
+#include "pack.h"
 #include "store/store.h"
 
 #include <fcntl.h>
@@ -34,118 +37,6 @@
 #include <libdeflate.h>
 #include <zlib.h>
 
-enum { SLOT_FREE, SLOT_FILLING, SLOT_QUEUED, SLOT_ENCODED, SLOT_WRITTEN };
-
-typedef struct tensor_hash {
-    ckpt_sha256 st;
-    uint8_t digest[32];
-    uint64_t next_id;         /* the chunk whose part is hashed next (under mu) */
-} tensor_hash;
-
-/* The part [a, b) of a chunk that belongs to one tensor; last: the tensor
- * ends in this chunk, so its digest can be finished. */
-typedef struct wspan {
-    tensor_hash *th;
-    uint32_t a, b;
-    int last;
-} wspan;
-
-typedef struct wslot {
-    uint8_t *in, *out;
-    size_t in_len, out_len;
-    uint64_t id, extent_id, in_extent;
-    wspan *spans;             /* tensors whose bytes the chunk holds */
-    size_t n_spans, cap_spans;
-    uint8_t codec, elem;      /* elem: the chunk record's (the encoder may group opaque data) */
-    int opaque;               /* of an opaque extent: the encoder picks the grouping */
-    uint32_t crc;
-    int state;
-    int pending;              /* of output and file hash: the slot is free when both are done */
-    ckpt_sha256 *file_hash;   /* of the chunk's file */
-} wslot;
-
-typedef struct wfile {
-    char *path;
-    uint32_t mode;
-    int64_t mtime_sec;
-    uint32_t mtime_nsec;
-    uint64_t size;
-    uint8_t sha256[32];
-    uint64_t first_extent, n_extents;
-    uint8_t container;
-    char *note;               /* NULL: none */
-    ckpt_sha256 *hash;        /* the hash thread's; finished at finish */
-} wfile;
-
-typedef struct wextent {
-    uint64_t length, first_chunk;
-    uint8_t kind, elem;
-} wextent;
-
-typedef struct wtensor {
-    char *name;
-    char dtype[16];
-    uint32_t ndim;
-    uint64_t *shape;
-    uint64_t nbytes;
-    uint32_t file_index;
-    uint64_t extent_index, extent_offset;
-    tensor_hash *hash;
-} wtensor;
-
-typedef struct wchunk {
-    uint64_t offset;
-    uint32_t stored, raw, crc;
-    uint8_t codec, elem;
-} wchunk;
-
-struct ckpt_writer {
-    store_upload *out;        /* the pack being written; NULL once committed */
-    ckpt_store *own_store;    /* the store made for a path-based open, freed with w */
-    char *final_path;         /* for messages: the path, or "<store>/<name>" */
-    dev_t dev;
-    ino_t ino;
-    uint32_t chunk_size;
-    int level;
-    ckpt_write_opts opts;
-    uint8_t header[TPACK_HEADER_SIZE];
-    uint8_t pack_id[16];
-    pack_keys keys;
-
-    wfile *files; size_t n_files, cap_files;
-    wextent *extents; size_t n_extents, cap_extents;
-    wtensor *tensors; size_t n_tensors, cap_tensors;
-    wchunk *chunks; size_t n_chunks, cap_chunks;      /* output thread only until finish */
-    strmap file_map, dir_map, tensor_map;
-
-    /* Producer state. A typed extent is open (in_region) after begin_region
-     * or begin_tensor (in_tensor, the tensor being cur_tensor). live holds
-     * the tensors of the open typed extent whose bytes have not all been
-     * handed to the pipeline yet. */
-    int in_file, in_region, in_tensor, extent_open;
-    size_t cur_tensor;
-    size_t *live; size_t n_live, cap_live;
-    uint64_t file_bytes, region_bytes, fed;
-    wslot *filling;
-
-    /* Pipeline. */
-    pthread_mutex_t mu;
-    pthread_cond_t to_encode, to_write, to_fill, to_hash, tensor_hashed;
-    wslot *slots;
-    size_t n_slots;
-    uint64_t submitted, next_encode, next_write, next_hash;
-    int stopping, failed;
-    ckpt_err fail_err;
-    pthread_t *workers;
-    unsigned n_workers;
-    pthread_t out_thread, hash_thread;
-    int out_started, hash_started;
-    uint64_t write_pos;
-
-    /* ckpt_writer_set_sibling_reader: siblings of files added by reader */
-    ckpt_sibling_fn sibling_fn;
-    void *sibling_ud;
-};
 
 static int writer_failed(ckpt_writer *w, ckpt_err *err)
 {
@@ -156,7 +47,7 @@ static int writer_failed(ckpt_writer *w, ckpt_err *err)
     return f ? (w->fail_err.code ? w->fail_err.code : -EIO) : 0;
 }
 
-static void set_failed(ckpt_writer *w, const ckpt_err *e)
+void writer_set_failed(ckpt_writer *w, const ckpt_err *e)
 {
     pthread_mutex_lock(&w->mu);
     if (!w->failed) {
@@ -166,6 +57,30 @@ static void set_failed(ckpt_writer *w, const ckpt_err *e)
     pthread_cond_broadcast(&w->to_fill);
     pthread_cond_broadcast(&w->to_write);
     pthread_mutex_unlock(&w->mu);
+}
+
+/* A copied chunk's payload, for the seal that follows: in an encrypted pack
+ * its plaintext payload (opened under the source pack's key, nonce and
+ * associated data, so a damaged or moved chunk fails with -EBADMSG) in
+ * payload; unencrypted, the stored bytes as they are, already in s->out.
+ * Never decoded: the codec, its planes and the CRC stay as they were. */
+static int copied_payload(const ckpt_writer *w, const wslot *s, uint8_t *payload, size_t *plen)
+{
+    const ckpt_pack *src = s->copy_src;
+    if (!w->keys.subkey) {
+        *plen = s->out_len;
+        return 0;
+    }
+    if (!payload) return -ENOMEM;
+    const chunk *c = &src->chunks[s->copy_src_id];
+    const extent *e = &src->extents[c->extent_index];
+    uint8_t ad[CHUNK_AD_BYTES];
+    chunk_ad(ad, src->pack_id, s->copy_src_id, c->extent_index, s->copy_src_id - e->first_chunk, c->raw_size, c->codec,
+             c->elem_size);
+    if (c->stored_size < TPACK_AEAD_TAG) return -EBADMSG;
+    *plen = c->stored_size - TPACK_AEAD_TAG;
+    int rc = aead_open(&src->keys, s->copy_src_id, ad, sizeof ad, s->out, c->stored_size, payload);
+    return rc;
 }
 
 static void *encode_worker(void *arg)
@@ -178,7 +93,7 @@ static void *encode_worker(void *arg)
     if (w->keys.subkey && !payload) {
         ckpt_err e;
         ckpt_fail(&e, -ENOMEM, "%s: out of memory", w->final_path);
-        set_failed(w, &e);
+        writer_set_failed(w, &e);
     }
     pthread_mutex_lock(&w->mu);
     for (;;) {
@@ -189,20 +104,34 @@ static void *encode_worker(void *arg)
         int rc = -ENOMEM;
         uint8_t *dst = payload ? payload : s->out;
         size_t plen = 0;
-        if (dst) rc = chunk_encode(&enc, s->in, s->in_len, s->opaque ? 0 : s->elem, w->level, dst, &plen, &s->codec, &s->elem);
+        if (s->copy_src) {
+            rc = copied_payload(w, s, payload, &plen);
+            if (rc == -EBADMSG) {
+                ckpt_err e;
+                char where[512];
+                pack_chunk_where(s->copy_src, (size_t)s->copy_src_id, where, sizeof where);
+                ckpt_fail(&e, -EIO, "%s: cannot copy chunk %llu of %s (%s): it fails authentication",
+                          w->final_path, (unsigned long long)s->copy_src_id, s->copy_src->path, where);
+                writer_set_failed(w, &e);
+                rc = 0;
+            }
+        } else if (dst) {
+            rc = chunk_encode(&enc, s->in, s->in_len, s->opaque ? 0 : s->elem, w->level, dst, &plen, &s->codec, &s->elem);
+        }
         if (rc == 0 && payload) {
             uint8_t ad[CHUNK_AD_BYTES];
             chunk_ad(ad, w->pack_id, s->id, s->extent_id, s->in_extent, (uint32_t)s->in_len, s->codec, s->elem);
             rc = aead_seal(&w->keys, s->id, ad, sizeof ad, payload, plen, s->out);
             plen += TPACK_AEAD_TAG;
         }
-        /* Encrypted chunks are authenticated by their tag; a CRC would only cost decode time. */
-        s->crc = payload ? 0 : (uint32_t)libdeflate_crc32(0, s->in, s->in_len);
+        /* Encrypted chunks are authenticated by their tag; a CRC would only cost
+         * decode time. A copied chunk keeps the CRC its source recorded. */
+        if (!s->copy_src) s->crc = payload ? 0 : (uint32_t)libdeflate_crc32(0, s->in, s->in_len);
         s->out_len = plen;
         if (rc < 0) {
             ckpt_err e;
             ckpt_fail(&e, rc, "%s: out of memory while compressing", w->final_path);
-            set_failed(w, &e);
+            writer_set_failed(w, &e);
         }
         /* The chunk's part of each tensor, once the tensor's previous chunk
          * is hashed. Always advanced, failed or not, so no worker waits on
@@ -250,7 +179,7 @@ static void *output_worker(void *arg)
             if (rc == 0 && grow_array((void **)&w->chunks, &w->cap_chunks, w->n_chunks, sizeof *w->chunks) < 0)
                 rc = ckpt_fail(&e, -ENOMEM, "%s: out of memory", w->final_path);
             if (rc < 0) {
-                set_failed(w, &e);
+                writer_set_failed(w, &e);
             } else {
                 w->chunks[w->n_chunks++] = (wchunk){w->write_pos, (uint32_t)s->out_len, (uint32_t)s->in_len, s->crc, s->codec, s->elem};
                 w->write_pos += s->out_len;
@@ -279,7 +208,8 @@ static void *hash_worker(void *arg)
         wslot *s = &w->slots[w->next_hash % w->n_slots];
         int failed = w->failed;
         pthread_mutex_unlock(&w->mu);
-        if (!failed) ckpt_sha256_update(s->file_hash, s->in, s->in_len);
+        /* A copied file's SHA-256 comes with it (its slots hold no plaintext). */
+        if (!failed && !s->copy_src) ckpt_sha256_update(s->file_hash, s->in, s->in_len);
         pthread_mutex_lock(&w->mu);
         w->next_hash++;
         if (--s->pending == 0) s->state = SLOT_FREE;
@@ -291,7 +221,7 @@ static void *hash_worker(void *arg)
 
 /* ------------------------------------------------------------ producer */
 
-static int acquire_slot(ckpt_writer *w, ckpt_err *err)
+int writer_acquire_slot(ckpt_writer *w, ckpt_err *err)
 {
     pthread_mutex_lock(&w->mu);
     uint64_t seq = w->submitted;
@@ -311,6 +241,7 @@ static int acquire_slot(ckpt_writer *w, ckpt_err *err)
     s->n_spans = 0;
     s->pending = 2;
     s->file_hash = w->files[w->n_files - 1].hash;
+    s->copy_src = NULL;
     w->filling = s;
     return 0;
 }
@@ -339,14 +270,14 @@ static int slot_spans(ckpt_writer *w, wslot *s)
     return 0;
 }
 
-static void submit_slot(ckpt_writer *w)
+void writer_submit_slot(ckpt_writer *w)
 {
     wslot *s = w->filling;
     w->filling = NULL;
     if (slot_spans(w, s) < 0) {
         ckpt_err e;
         ckpt_fail(&e, -ENOMEM, "%s: out of memory", w->final_path);
-        set_failed(w, &e);
+        writer_set_failed(w, &e);
     }
     w->extents[w->n_extents - 1].length += s->in_len;
     pthread_mutex_lock(&w->mu);
@@ -358,7 +289,7 @@ static void submit_slot(ckpt_writer *w)
     if (w->opts.progress) w->opts.progress(w->opts.progress_ud, w->fed, w->opts.progress_total);
 }
 
-static int open_extent(ckpt_writer *w, uint8_t kind, uint8_t elem, ckpt_err *err)
+int writer_open_extent(ckpt_writer *w, uint8_t kind, uint8_t elem, ckpt_err *err)
 {
     if (grow_array((void **)&w->extents, &w->cap_extents, w->n_extents, sizeof *w->extents) < 0)
         return ckpt_fail(err, -ENOMEM, "out of memory");
@@ -368,9 +299,9 @@ static int open_extent(ckpt_writer *w, uint8_t kind, uint8_t elem, ckpt_err *err
     return 0;
 }
 
-static void close_extent(ckpt_writer *w)
+void writer_close_extent(ckpt_writer *w)
 {
-    if (w->filling) submit_slot(w);
+    if (w->filling) writer_submit_slot(w);
     w->extent_open = 0;
 }
 
@@ -380,7 +311,7 @@ static int feed(ckpt_writer *w, const uint8_t *data, size_t len, ckpt_err *err)
     w->file_bytes += len;
     while (len) {
         if (!w->filling) {
-            int rc = acquire_slot(w, err);
+            int rc = writer_acquire_slot(w, err);
             if (rc < 0) return rc;
         }
         wslot *s = w->filling;
@@ -394,7 +325,7 @@ static int feed(ckpt_writer *w, const uint8_t *data, size_t len, ckpt_err *err)
         if (w->in_region) w->region_bytes += n;
         /* A tensor's last chunk goes out as soon as it is complete. */
         if (s->in_len == w->chunk_size || (w->in_tensor && w->region_bytes == w->tensors[w->cur_tensor].nbytes))
-            submit_slot(w);
+            writer_submit_slot(w);
     }
     return writer_failed(w, err);
 }
@@ -453,7 +384,7 @@ int ckpt_writer_write(ckpt_writer *w, const void *data, size_t len, ckpt_err *er
     if (!w->in_file || w->in_region)
         return ckpt_fail(err, -EINVAL, "%s: write outside a file or inside a tensor or region", w->final_path);
     if (!w->extent_open) {
-        int rc = open_extent(w, EXTENT_DATA, 1, err);
+        int rc = writer_open_extent(w, EXTENT_DATA, 1, err);
         if (rc < 0) return rc;
     }
     return feed(w, data, len, err);
@@ -506,8 +437,8 @@ static int open_region(ckpt_writer *w, const char *what, const char *name, const
                          name);
     unsigned es = ckpt_dtype_size(dtype);
     if (!es) return ckpt_fail(err, -EINVAL, "%s: %s '%s': unknown dtype '%s'", w->final_path, what, name, dtype ? dtype : "");
-    if (w->extent_open) close_extent(w);
-    int rc = open_extent(w, EXTENT_TYPED, (uint8_t)es, err);
+    if (w->extent_open) writer_close_extent(w);
+    int rc = writer_open_extent(w, EXTENT_TYPED, (uint8_t)es, err);
     if (rc < 0) return rc;
     w->in_region = 1;
     w->region_bytes = 0;
@@ -518,7 +449,7 @@ static int open_region(ckpt_writer *w, const char *what, const char *name, const
 /* Closes the open typed extent. Every tensor in it must end inside it. */
 static int close_region(ckpt_writer *w, ckpt_err *err)
 {
-    close_extent(w);
+    writer_close_extent(w);
     w->in_region = 0;
     w->in_tensor = 0;
     if (w->n_live) {
@@ -532,7 +463,7 @@ static int close_region(ckpt_writer *w, ckpt_err *err)
                   (unsigned long long)(start + t->extent_offset + t->nbytes), (unsigned long long)w->file_bytes);
         w->n_live = 0;
         /* Its digest can never be finished: the pack cannot be completed. */
-        set_failed(w, &e);
+        writer_set_failed(w, &e);
         if (err) *err = e;
         return e.code;
     }
@@ -634,11 +565,29 @@ int ckpt_writer_set_container(ckpt_writer *w, const char *container, const char 
     return 0;
 }
 
+int writer_add_skipped(ckpt_writer *w, const char *name, const char *reason, ckpt_err *err)
+{
+    if (!w->in_file) return ckpt_fail(err, -EINVAL, "%s: a skipped tensor outside a file", w->final_path);
+    size_t nl = strlen(name), rl = strlen(reason);
+    /* Parsers' names and reasons are bounded, but the index fields are u16. */
+    if (nl == 0 || nl > UINT16_MAX || rl > TPACK_NOTE_MAX || !ckpt_utf8_valid((const uint8_t *)reason, rl))
+        return ckpt_fail(err, -EINVAL, "%s: skipped tensor name or reason out of range", w->final_path);
+    if (w->n_skipped >= UINT32_MAX) return ckpt_fail(err, -EOVERFLOW, "%s: too many skipped tensors", w->final_path);
+    char *n = strdup(name), *r = strdup(reason);
+    if (!n || !r || grow_array((void **)&w->skipped, &w->cap_skipped, w->n_skipped, sizeof *w->skipped) < 0) {
+        free(n);
+        free(r);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    w->skipped[w->n_skipped++] = (ckpt_skipped_info){n, r, w->n_files - 1};
+    return 0;
+}
+
 int ckpt_writer_end_file(ckpt_writer *w, ckpt_err *err)
 {
     if (!w->in_file || w->in_region)
         return ckpt_fail(err, -EINVAL, "%s: end_file without a file or inside a tensor or region", w->final_path);
-    if (w->extent_open) close_extent(w);
+    if (w->extent_open) writer_close_extent(w);
     wfile *f = &w->files[w->n_files - 1];
     f->size = w->file_bytes;
     w->in_file = 0;
@@ -729,6 +678,11 @@ static void writer_free(ckpt_writer *w)
         free(w->tensors[i].shape);
         free(w->tensors[i].hash);
     }
+    for (size_t i = 0; i < w->n_skipped; i++) {
+        free((char *)w->skipped[i].name);
+        free((char *)w->skipped[i].reason);
+    }
+    free(w->skipped);
     for (size_t i = 0; i < w->dir_map.cap; i++) free((char *)w->dir_map.keys[i]);
     strmap_free(&w->file_map);
     strmap_free(&w->dir_map);
@@ -898,7 +852,7 @@ static void build_index(ckpt_writer *w, bytebuf *b)
     bb_u32(b, TPACK_INDEX_MAGIC);
     bb_u32(b, (uint32_t)w->n_files);
     bb_u32(b, (uint32_t)w->n_tensors);
-    bb_u32(b, 0);
+    bb_u32(b, (uint32_t)w->n_skipped);
     bb_u64(b, w->n_extents);
     bb_u64(b, w->n_chunks);
     for (size_t i = 0; i < w->n_files; i++) {
@@ -951,6 +905,15 @@ static void build_index(ckpt_writer *w, bytebuf *b)
         bb_u8(b, c->elem);
         bb_u16(b, 0);
     }
+    for (size_t i = 0; i < w->n_skipped; i++) {
+        const ckpt_skipped_info *k = &w->skipped[i];
+        size_t nl = strlen(k->name), rl = strlen(k->reason);
+        bb_u32(b, (uint32_t)k->file_index);
+        bb_u16(b, (uint16_t)nl);
+        bb_put(b, k->name, nl);
+        bb_u16(b, (uint16_t)rl);
+        bb_put(b, k->reason, rl);
+    }
 }
 
 int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
@@ -964,7 +927,8 @@ int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
     }
     stop_threads(w); /* drains every submitted chunk first */
     if ((rc = writer_failed(w, err)) < 0) goto fail;
-    for (size_t i = 0; i < w->n_files; i++) ckpt_sha256_final(w->files[i].hash, w->files[i].sha256);
+    for (size_t i = 0; i < w->n_files; i++)
+        if (w->files[i].hash) ckpt_sha256_final(w->files[i].hash, w->files[i].sha256); /* else copied */
     bytebuf idx = {0};
     build_index(w, &idx);
     uint8_t *stored = idx.p;

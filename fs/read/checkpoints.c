@@ -1,3 +1,7 @@
+/* The table of checkpoints.h: scanning the backing directory and its
+ * namespaces, opening packs on first use, retiring replaced ones. One job
+ * at about 650 lines: the scan, the open and the retirement share the
+ * table's lock and each checkpoint's identity check. */
 #include "checkpoints.h"
 
 #include <dirent.h>

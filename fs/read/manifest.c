@@ -137,6 +137,24 @@ static int add_tensors(json_t *list, const ckpt_pack *p, const pack_tree *t)
     return 0;
 }
 
+/* Tensors found but not under tensors/, each with its file and why. */
+static int add_skipped(json_t *root, const ckpt_pack *p)
+{
+    json_t *list = json_array();
+    if (put(root, "skipped", list))
+        return -1;
+    for (size_t i = 0; i < ckpt_skipped_count(p); i++) {
+        const ckpt_skipped_info *k = ckpt_skipped_at(p, i);
+        json_t *entry = json_object();
+        if (!entry || json_array_append_new(list, entry))
+            return -1;
+        if (put_name(entry, "name", k->name) || put_name(entry, "file", ckpt_file_at(p, k->file_index)->path) ||
+            put(entry, "reason", lossy_string(k->reason)))
+            return -1;
+    }
+    return 0;
+}
+
 int manifest_build(const ckpt_pack *p, const char *checkpoint, const pack_tree *t, char **text,
                    size_t *len)
 {
@@ -166,7 +184,8 @@ int manifest_build(const ckpt_pack *p, const char *checkpoint, const pack_tree *
         json_decref(tensors);
         goto done;
     }
-    if (put(root, "tensors", tensors) || add_files(files, p, t) || add_tensors(tensors, p, t))
+    if (put(root, "tensors", tensors) || add_files(files, p, t) || add_tensors(tensors, p, t) ||
+        add_skipped(root, p))
         goto done;
     char *dumped = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (!dumped)

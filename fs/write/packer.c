@@ -39,8 +39,9 @@ static ssize_t read_blob(void *ud, void *buf, size_t len, uint64_t off)
         (s->cancel_one && __atomic_load_n(s->cancel_one, __ATOMIC_RELAXED)))
         return -ECANCELED;
     if (!s->blob)
-        /* Unchanged since the pack this one replaces: decoded from it and
-         * packed again (no core call copies encoded chunks yet). */
+        /* Unchanged since the pack this one replaces, but its chunks could
+         * not be reused as stored (ckpt_writer_copy_file said -EXDEV: a
+         * tensor name now taken, say): decoded and packed again. */
         return ckpt_file_pread(s->base, s->base_index, buf, len, off, &s->detail);
     return stage_blob_pread(s->blob, buf, len, off, &s->detail);
 }
@@ -191,11 +192,26 @@ static int write_pack(const packer_job *job, const char *pack, const char *tmp, 
     if (rc == 0)
         ckpt_writer_set_sibling_reader(w, read_sibling, (void *)job);
     int links_done = !job->links;
+    size_t reused = 0;
+    uint64_t reused_bytes = 0;
     for (size_t i = 0; rc == 0 && i < job->n_files; i++) {
         const packer_file *f = &job->files[i];
         if (!links_done && strcmp(LINKS_FILE, f->path) < 0) {
             links_done = 1;
             if ((rc = add_links(job, w, err)) != 0)
+                break;
+        }
+        if (!f->blob) {
+            /* Unchanged since the previous generation: its stored chunks are
+             * reused, not decoded and packed again. */
+            rc = ckpt_writer_copy_file(w, f->path, f->mode, f->mtime_sec, f->mtime_nsec, f->base,
+                                       f->base_index, err);
+            if (rc == 0) {
+                reused++;
+                reused_bytes += f->size;
+                continue;
+            }
+            if (rc != -EXDEV)
                 break;
         }
         source src = {f->blob, f->base, f->base_index, job->cancel, job->cancel_one, {0}};
@@ -218,6 +234,10 @@ static int write_pack(const packer_job *job, const char *pack, const char *tmp, 
         ckpt_writer_abort(w);
     if (rc == 0 && job->progress)
         job->progress(job->progress_ud, total, total);
+    if (rc == 0 && reused)
+        fslog_info("checkpoint '%s': %zu unchanged %s (%llu bytes) reused from the previous generation "
+                   "without decoding", job->name, reused, reused == 1 ? "file" : "files",
+                   (unsigned long long)reused_bytes);
     return rc;
 }
 

@@ -309,7 +309,9 @@ int wc_unpack(wckpt *c, const char *what)
     case WST_FAILED:
         return c->locked ? -EACCES : 0;
     case WST_COMMITTED:
-        return -EROFS; /* packed before it could stop */
+        /* Packed before it could stop: -ESTALE sends the caller to the pack,
+         * whose change reopens it (late writes never fail). */
+        return -ESTALE;
     default:
         return -ENOENT;
     }

@@ -1,5 +1,6 @@
 /* File operations inside a writable checkpoint: the namespace under the
- * checkpoint's lock, data I/O on the staged blobs without it. */
+ * checkpoint's lock, data I/O on the staged blobs without it. One job at
+ * about 600 lines, one FUSE operation a function. */
 #include "wckpt.h"
 
 #include <dirent.h>

@@ -1,6 +1,7 @@
 /* The table of writable checkpoints: setting it up and down, finding a
  * checkpoint by name or inode, reference counts, and the root's mkdir,
- * rmdir and rename. */
+ * rmdir and rename. One job at about 610 lines: each of these takes the
+ * table's lock and keeps its list and the backing names in step. */
 #include "wckpt.h"
 
 #include <dirent.h>

@@ -226,7 +226,8 @@ def write_hostile(d, seed):
     # The rest of the checkpoint: good files that must still be tensors.
     save_file({"good.a": torch.randn(32, 32)}, os.path.join(d, "good.safetensors"))
     torch.save({"good.b": torch.randn(16, 16).to(torch.bfloat16)}, os.path.join(d, "good.pt"))
-    # The same tensor names as good.pt's, in another file.
+    # The same tensor name as good.pt's, in another file: not a fault, its
+    # tensor is named same_names.pt/good.b.
     torch.save({"good.b": torch.randn(4)}, os.path.join(d, "same_names.pt"))
     report(True, "hostile files written into " + os.path.basename(d.rstrip("/")))
 
@@ -411,14 +412,10 @@ def check(fmt, ckpt, src, seed):
         for name, why in absent.items():
             shown = name in got or os.path.exists(os.path.join(ckpt, "tensors", name))
             report(not shown, "%s: %s (%s) has no file under tensors/" % (rel, name, why))
-            skipped = m.get("skipped")
-            if skipped is None:
-                skip("%s: the manifest says why %s is not in tensors/" % (rel, name),
-                     "the manifest has no skipped list (the pack does not record skipped tensors)")
-            else:
-                hit = [x for x in skipped if x.get("name") == name and x.get("file") == rel]
-                report(bool(hit) and bool(hit[0].get("reason")), "%s: the manifest says why %s is skipped" % (rel, name),
-                       skipped[:3])
+            skipped = m.get("skipped", [])
+            hit = [x for x in skipped if x.get("name") == name and x.get("file") == rel]
+            report(bool(hit) and bool(hit[0].get("reason")), "%s: the manifest says why %s is skipped (%s)"
+                   % (rel, name, hit[0].get("reason") if hit else "-"), skipped[:3])
 
     if is_dcp:
         # tensors/FQN, assembled from the shards, and dcp.load through the mount.
@@ -516,8 +513,7 @@ CLIENTS = {"torch": client_torch, "tensorizer": client_tensorizer, "gguf": clien
 def check_hostile(ckpt, src):
     m = load_manifest(ckpt)
     files = {f["path"]: f for f in m["files"]}
-    faults = {"evil.pt": "posix.system", "truncated.pt": "zip", "absurd.gguf": "tensor count",
-              "same_names.pt": "good.b"}
+    faults = {"evil.pt": "posix.system", "truncated.pt": "zip", "absurd.gguf": "tensor count"}
     for rel, fault in faults.items():
         f = files.get(rel, {})
         w = f.get("warning", "")
@@ -527,12 +523,14 @@ def check_hostile(ckpt, src):
     bad = [r for r in walk(src) if file_sha(os.path.join(src, r)) != file_sha(os.path.join(ckpt, r))]
     report(not bad, "every hostile and good file reads back byte-identical", bad)
     names = {t["name"]: t for t in m["tensors"]}
-    report(set(names) == {"good.a", "good.b"} and names["good.b"]["file"] == "good.pt",
-           "the rest of the checkpoint still packs: good.safetensors and good.pt are tensors", sorted(names))
-    for rel, name in (("good.safetensors", "good.a"), ("good.pt", "good.b")):
+    report(set(names) == {"good.a", "good.b", "same_names.pt/good.b"} and names["good.b"]["file"] == "good.pt"
+           and names["same_names.pt/good.b"]["file"] == "same_names.pt",
+           "the rest of the checkpoint still packs: good.safetensors and good.pt are tensors, "
+           "and same_names.pt's good.b is same_names.pt/good.b", sorted(names))
+    for rel, name in (("good.safetensors", "good.a"), ("good.pt", "good.b"), ("same_names.pt", "same_names.pt/good.b")):
         if name in names:
             if rel.endswith(".pt"):
-                t = torch.load(os.path.join(src, rel), weights_only=True)[name]
+                t = torch.load(os.path.join(src, rel), weights_only=True)[name.split("/")[-1]]
             else:
                 from safetensors.torch import load_file
                 t = load_file(os.path.join(src, rel))[name]

@@ -111,7 +111,6 @@ declare -A FAULT=(
     [evil.pt]="posix.system"
     [truncated.pt]="end of central directory"
     [absurd.gguf]="tensor count"
-    [same_names.pt]="good.b"
 )
 expect_ok "ckpt pack of a checkpoint with hostile files succeeds" "$CKPT" pack "$H" -o "$TMP/packs/hostile.tpack"
 for f in "${!FAULT[@]}"; do

@@ -78,6 +78,7 @@ expected=(
     usr/bin/ckptfs
     usr/include/ckpt.h
     usr/include/ckpt_mount.h
+    usr/include/ckpt_names.h
     usr/lib/libckpt.a
     usr/lib/libckpt.so
     usr/lib/libckpt.so.0
@@ -331,7 +332,7 @@ check_deb_lists "${debs[0]}" usr/bin/ckpt usr/bin/ckptfs sbin/mount.ckptfs sbin/
     lib/systemd/system/ckptfs@.service etc/ckptfs/example.conf usr/share/man/man1/ckpt.1.gz \
     usr/share/man/man5/tpack.5.gz usr/share/man/man8/ckptfs.8.gz
 check_deb_lists "${debs[1]}" "usr/lib/$ma/libckpt.so.$VERSION" "usr/lib/$ma/libckpt.so.0"
-check_deb_lists "${debs[2]}" usr/include/ckpt.h usr/include/ckpt_mount.h "usr/lib/$ma/libckpt.a" "usr/lib/$ma/libckpt.so" \
+check_deb_lists "${debs[2]}" usr/include/ckpt.h usr/include/ckpt_mount.h usr/include/ckpt_names.h "usr/lib/$ma/libckpt.a" "usr/lib/$ma/libckpt.so" \
     "usr/lib/$ma/pkgconfig/libckpt.pc"
 check_deb_lists "${debs[3]}" usr/lib/python3/dist-packages/ckptfs/__init__.py \
     usr/lib/python3/dist-packages/ckptfs/_checkpoint.py

@@ -18,7 +18,7 @@
 # script installs on first use; when that fails, the test fails.
 . "$(dirname "$0")/lib.sh"
 
-RGW_SH=$ROOT/../shared/services/ceph-rgw.sh
+RGW_SH=$("$ROOT/scripts/shared-dir.sh")/services/ceph-rgw.sh
 if [ ! -x "$CKPT" ] || [ ! -x "$CKPT_GEN" ]; then
     fail "binaries built" "$CKPT or $CKPT_GEN is missing; run make first"
     finish

@@ -269,7 +269,7 @@ Test(codec, corrupt_frame_in_a_pack_names_the_chunk)
     cr_assert_eq(ckpt_open(path, NULL, &p, &e), 0, "%s", e.msg);
     ckpt_pack_info info;
     ckpt_info(p, &info);
-    cr_assert_eq(info.format_version, 3);
+    cr_assert_eq(info.format_version, CKPT_FORMAT_VERSION);
     cr_assert_eq(info.n_chunks, 3);
     ckpt_close(p);
     /* Chunk 1 starts after chunk 0; its plane table says where plane 1 is. */

@@ -389,6 +389,53 @@ Test(views, ingest_writes_regions_views_and_gaps)
     free(m.bytes);
 }
 
+static void add_skip(ingest_layout *l, const char *name, const char *reason)
+{
+    l->skipped = realloc(l->skipped, (l->n_skipped + 1) * sizeof *l->skipped);
+    ingest_skipped *k = &l->skipped[l->n_skipped++];
+    k->name = strdup(name);
+    snprintf(k->reason, sizeof k->reason, "%s", reason);
+}
+
+/* What the parser found but does not show is kept with its file and why
+ * (format version 4); a reason that is not UTF-8 is made valid, never a
+ * failure; a file stored opaque keeps no skipped list. */
+Test(views, skipped_tensors_are_recorded_with_their_reason)
+{
+    model m = make_model();
+    char *path = tu_join(dir, "s.tpack");
+    ckpt_writer *w = open_writer(path, NULL);
+    mem src = {m.bytes, m.len};
+    ingest_layout l = torch_like(&m);
+    add_skip(&l, "w.T", "it is a non-contiguous view of its storage");
+    add_skip(&l, "odd", "bad \xff byte");
+    OK(ingest_add_layout(w, "m.pt", mem_read, &src, m.len, "torch", NULL, &l, &e_));
+    ingest_layout_free(&l);
+    /* A layout the writer refuses makes the file opaque: no skipped list. */
+    ingest_layout l2 = torch_like(&m);
+    add_tensor(&l2, "x", "F16", 100, m.reg);
+    add_skip(&l2, "gone", "never recorded: the file is opaque");
+    OK(ingest_add_layout(w, "n.pt", mem_read, &src, m.len, "torch", NULL, &l2, &e_));
+    ingest_layout_free(&l2);
+    OK(ckpt_writer_finish(w, NULL, &e_));
+    ckpt_err e = {0};
+    ckpt_pack *p;
+    OKE(ckpt_open(path, NULL, &p, &e));
+    ckpt_pack_info in;
+    ckpt_info(p, &in);
+    cr_assert_eq(in.format_version, 4);
+    cr_assert_eq(ckpt_skipped_count(p), 2);
+    cr_assert_str_eq(ckpt_skipped_at(p, 0)->name, "w.T");
+    cr_assert_str_eq(ckpt_skipped_at(p, 0)->reason, "it is a non-contiguous view of its storage");
+    cr_assert_eq(ckpt_skipped_at(p, 0)->file_index, 0);
+    cr_assert_str_eq(ckpt_skipped_at(p, 1)->reason, "bad ? byte");
+    cr_assert_null(ckpt_skipped_at(p, 2));
+    cr_assert_eq(ckpt_verify(p, 1, NULL, NULL, NULL, NULL, &e), 0, "%s", e.msg);
+    ckpt_close(p);
+    free(path);
+    free(m.bytes);
+}
+
 typedef struct warned { int n; char reason[512]; } warned;
 static void on_warn(void *ud, const char *src, const char *reason)
 {

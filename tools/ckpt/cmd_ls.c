@@ -322,10 +322,21 @@ static json_t *build_json(ckpt_pack *p, int *bad)
         json_object_set_new(o, "sha256", json_hex32(t->sha256));
         json_array_append_new(tensors, o);
     }
+    /* Tensors a parser found but does not show, with why (as manifest.json). */
+    json_t *skipped = json_array();
+    for (size_t i = 0; i < ckpt_skipped_count(p); i++) {
+        const ckpt_skipped_info *k = ckpt_skipped_at(p, i);
+        json_t *o = json_object();
+        set_name(o, "name", k->name, bad);
+        set_name(o, "file", ckpt_file_at(p, k->file_index)->path, bad);
+        json_object_set_new(o, "reason", json_str(k->reason, bad));
+        json_array_append_new(skipped, o);
+    }
     json_t *root = json_object();
     json_object_set_new(root, "pack", pack);
     json_object_set_new(root, "files", files);
     json_object_set_new(root, "tensors", tensors);
+    json_object_set_new(root, "skipped", skipped);
     return root;
 }
 

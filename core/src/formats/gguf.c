@@ -341,7 +341,8 @@ static bool emit(gguf_parse *p, gguf_ti *ti, uint64_t n, uint64_t data_start, ui
     }
     out->t = calloc(n_plain ? n_plain : 1, sizeof *out->t);
     out->regions = calloc(n_quant ? n_quant : 1, sizeof *out->regions);
-    if (!out->t || !out->regions) {
+    out->skipped = calloc(n_quant ? n_quant : 1, sizeof *out->skipped);
+    if (!out->t || !out->regions || !out->skipped) {
         p->rc = -ENOMEM;
         binread_msg(p->msg, p->msg_len, "gguf: out of memory");
         return false;
@@ -363,6 +364,13 @@ static bool emit(gguf_parse *p, gguf_ti *ti, uint64_t n, uint64_t data_start, ui
             g->offset = ti[i].offset;
             g->length = ti[i].nbytes;
             snprintf(g->dtype, sizeof g->dtype, "GGML_%s", ty->name);
+            /* Its blocks mix scales and packed integers: no raw element
+             * file a loader could use, so it is named with the reason. */
+            ingest_skipped *k = &out->skipped[out->n_skipped++];
+            k->name = ti[i].name;
+            ti[i].name = NULL;
+            snprintf(k->reason, sizeof k->reason,
+                     "quantized type %s has no element dtype: its blocks stay in the file as they are", ty->name);
         }
     }
     return true;

@@ -22,7 +22,11 @@
  *            taken over with If-Match on its ETag. A gateway that ignores
  *            the conditions (older ones) makes the lock best effort.
  *   abort_stale  ListMultipartUploads under the prefix, AbortMultipartUpload
- *            for each upload older than the age given */
+ *            for each upload older than the age given
+ *
+ * One job at about 630 lines: the store operations above, each a short
+ * request sequence; HTTP, XML, configuration and uploads are s3_http.c,
+ * s3_xml.c, s3_config.c and s3_upload.c. */
 #include "s3.h"
 
 #include <errno.h>
