@@ -60,27 +60,42 @@ int main(int argc, char **argv)
     unsigned elem = 2, mib = 64, reps = 3, chunk_kib = 1024;
     int level = 6;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--elem") && i + 1 < argc) elem = (unsigned)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = (unsigned)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = (unsigned)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk_kib = (unsigned)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--level") && i + 1 < argc) level = atoi(argv[++i]);
-        else path = argv[i];
+        if (!strcmp(argv[i], "--elem") && i + 1 < argc)
+            elem = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mib") && i + 1 < argc)
+            mib = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
+            chunk_kib = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--level") && i + 1 < argc)
+            level = atoi(argv[++i]);
+        else
+            path = argv[i];
     }
-    if (!path || (elem != 0 && elem != 1 && elem != 2 && elem != 4 && elem != 8) || !mib || !reps || chunk_kib < 64) {
-        fprintf(stderr, "usage: codec_speed FILE [--elem 0|1|2|4|8] [--mib N] [--chunk KIB] [--reps R] [--level L]\n");
+    if (!path || (elem != 0 && elem != 1 && elem != 2 && elem != 4 && elem != 8) || !mib || !reps ||
+        chunk_kib < 64) {
+        fprintf(
+            stderr,
+            "usage: codec_speed FILE [--elem 0|1|2|4|8] [--mib N] [--chunk KIB] [--reps R] [--level L]\n");
         return 2;
     }
-    if (sodium_init() < 0) return 1;
+    if (sodium_init() < 0)
+        return 1;
     size_t cs = (size_t)chunk_kib << 10;
     FILE *f = fopen(path, "rb");
-    if (!f) { perror(path); return 1; }
+    if (!f) {
+        perror(path);
+        return 1;
+    }
     uint8_t hdr[8];
     uint64_t skip = 0;
     if (fread(hdr, 1, 8, f) == 8) {
         uint64_t hl = 0;
-        for (int i = 7; i >= 0; i--) hl = hl << 8 | hdr[i];
-        if (fgetc(f) == '{' && hl < (100u << 20)) skip = 8 + hl;
+        for (int i = 7; i >= 0; i--)
+            hl = hl << 8 | hdr[i];
+        if (fgetc(f) == '{' && hl < (100u << 20))
+            skip = 8 + hl;
     }
     fseek(f, (long)skip, SEEK_SET);
     size_t total = (size_t)mib << 20;
@@ -89,7 +104,10 @@ int main(int argc, char **argv)
     fclose(f);
     got -= got % cs;
     size_t n = got / cs;
-    if (!n) { fprintf(stderr, "%s: less than one chunk of data\n", path); return 1; }
+    if (!n) {
+        fprintf(stderr, "%s: less than one chunk of data\n", path);
+        return 1;
+    }
 
     chunkbuf *c = calloc(n, sizeof *c);
     for (size_t i = 0; i < n; i++) {
@@ -103,13 +121,18 @@ int main(int argc, char **argv)
     chunk_encoder enc;
     chunk_encoder_init(&enc);
 
-    static const struct { const char *name; ckpt_cipher c; } ciphers[] = {
+    static const struct {
+        const char *name;
+        ckpt_cipher c;
+    } ciphers[] = {
         {"xchacha20poly1305", CKPT_CIPHER_XCHACHA20POLY1305},
         {"aes256gcm", CKPT_CIPHER_AES256GCM},
     };
     double *t = calloc(reps, sizeof *t);
-    printf("%s: %zu chunks of %u KiB, element size %u, level %d; GB/s of raw bytes per CPU-second of one thread, "
-           "median of %u\n\n", path, n, chunk_kib, elem, level, reps);
+    printf(
+        "%s: %zu chunks of %u KiB, element size %u, level %d; GB/s of raw bytes per CPU-second of one thread, "
+        "median of %u\n\n",
+        path, n, chunk_kib, elem, level, reps);
 
     /* encode (plain): what a worker does for an unencrypted pack. */
     size_t stored = 0;
@@ -117,7 +140,8 @@ int main(int argc, char **argv)
         double t0 = cpu_now();
         stored = 0;
         for (size_t i = 0; i < n; i++) {
-            if (chunk_encode(&enc, raw + i * cs, cs, elem, level, c[i].payload, &c[i].len, &c[i].codec, &c[i].group) < 0)
+            if (chunk_encode(&enc, raw + i * cs, cs, elem, level, c[i].payload, &c[i].len,
+                             &c[i].codec, &c[i].group) < 0)
                 return 1;
             c[i].crc = (uint32_t)libdeflate_crc32(0, raw + i * cs, cs);
             stored += c[i].len;
@@ -133,9 +157,11 @@ int main(int argc, char **argv)
         double t0 = cpu_now();
         for (size_t i = 0; i < n; i++) {
             const char *why = NULL;
-            if (chunk_decode(c[i].payload, c[i].len, c[i].codec, c[i].group, CKPT_FORMAT_VERSION, out, cs, scratch,
-                             &why) < 0 || (uint32_t)libdeflate_crc32(0, out, cs) != c[i].crc) {
-                fprintf(stderr, "chunk %zu does not decode: %s\n", i, why ? why : "checksum mismatch");
+            if (chunk_decode(c[i].payload, c[i].len, c[i].codec, c[i].group, CKPT_FORMAT_VERSION,
+                             out, cs, scratch, &why) < 0 ||
+                (uint32_t)libdeflate_crc32(0, out, cs) != c[i].crc) {
+                fprintf(stderr, "chunk %zu does not decode: %s\n", i,
+                        why ? why : "checksum mismatch");
                 return 1;
             }
         }
@@ -149,12 +175,15 @@ int main(int argc, char **argv)
             continue;
         }
         pack_keys pk = {0};
-        if (pack_keys_derive(&pk, ciphers[ci].c, master, pack_id) < 0) return 1;
+        if (pack_keys_derive(&pk, ciphers[ci].c, master, pack_id) < 0)
+            return 1;
         for (unsigned r = 0; r < reps; r++) {
             double t0 = cpu_now();
             for (size_t i = 0; i < n; i++) {
                 size_t len;
-                if (chunk_encode(&enc, raw + i * cs, cs, elem, level, plain, &len, &c[i].codec, &c[i].group) < 0) return 1;
+                if (chunk_encode(&enc, raw + i * cs, cs, elem, level, plain, &len, &c[i].codec,
+                                 &c[i].group) < 0)
+                    return 1;
                 uint8_t ad[CHUNK_AD_BYTES];
                 chunk_ad(ad, pack_id, i, 0, i, (uint32_t)cs, c[i].codec, c[i].group);
                 aead_seal(&pk, i, ad, sizeof ad, plain, len, c[i].sealed);
@@ -162,7 +191,8 @@ int main(int argc, char **argv)
             }
             t[r] = cpu_now() - t0;
         }
-        printf("| encode+seal | %s | %.3f |\n", ciphers[ci].name, (double)got / median(t, reps) / 1e9);
+        printf("| encode+seal | %s | %.3f |\n", ciphers[ci].name,
+               (double)got / median(t, reps) / 1e9);
         for (unsigned r = 0; r < reps; r++) {
             double t0 = cpu_now();
             for (size_t i = 0; i < n; i++) {
@@ -170,16 +200,21 @@ int main(int argc, char **argv)
                 chunk_ad(ad, pack_id, i, 0, i, (uint32_t)cs, c[i].codec, c[i].group);
                 const char *why = NULL;
                 if (aead_open(&pk, i, ad, sizeof ad, c[i].sealed, c[i].len, plain) < 0 ||
-                    chunk_decode(plain, c[i].len - TPACK_AEAD_TAG, c[i].codec, c[i].group, CKPT_FORMAT_VERSION, out, cs,
-                                 scratch, &why) < 0) {
-                    fprintf(stderr, "chunk %zu does not open: %s\n", i, why ? why : "authentication failed");
+                    chunk_decode(plain, c[i].len - TPACK_AEAD_TAG, c[i].codec, c[i].group,
+                                 CKPT_FORMAT_VERSION, out, cs, scratch, &why) < 0) {
+                    fprintf(stderr, "chunk %zu does not open: %s\n", i,
+                            why ? why : "authentication failed");
                     return 1;
                 }
             }
             t[r] = cpu_now() - t0;
         }
-        printf("| open+decode | %s | %.3f |\n", ciphers[ci].name, (double)got / median(t, reps) / 1e9);
-        if (memcmp(out, raw + (n - 1) * cs, cs)) { fprintf(stderr, "last chunk differs\n"); return 1; }
+        printf("| open+decode | %s | %.3f |\n", ciphers[ci].name,
+               (double)got / median(t, reps) / 1e9);
+        if (memcmp(out, raw + (n - 1) * cs, cs)) {
+            fprintf(stderr, "last chunk differs\n");
+            return 1;
+        }
         pack_keys_free(&pk);
     }
     chunk_encoder_free(&enc);

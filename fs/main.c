@@ -78,9 +78,8 @@ static void raise_fd_limit(void)
  * earlier run left there. Without it (a read-only backing directory) the
  * mount still serves the packs; but another writable daemon on the same
  * backing directory is an error (-1): its staged data is not ours. */
-static int setup_writing(ckptfs *fs, const fs_options *o, const char *backing_path,
-                         int backing_fd, ckpt_store *store, const mount_key *key,
-                         const char *mount_path)
+static int setup_writing(ckptfs *fs, const fs_options *o, const char *backing_path, int backing_fd,
+                         ckpt_store *store, const mount_key *key, const char *mount_path)
 {
     ckpt_err err = {0};
     wtable_opts wo = {
@@ -153,18 +152,21 @@ static int drop_libfuse_debug(struct fuse_args *args)
     return fuse_opt_parse(args, NULL, drop, NULL);
 }
 
-static void log_mounted(const ckptfs *fs, const fs_options *o, const char *backing,
-                        const char *mnt, int tracing)
+static void log_mounted(const ckptfs *fs, const fs_options *o, const char *backing, const char *mnt,
+                        int tracing)
 {
     char cache[32];
     snprintf(cache, sizeof cache, "%lluM", (unsigned long long)(o->cache_bytes >> 20));
     /* Whether there is a key, never anything about it. */
     fslog_info("mounted %s on %s (%s; %s; cache %s; %u decode workers; %s; pid %ld%s)", backing,
                mnt, fs->writable ? "writable" : "read-only",
-               o->key_file ? "key file" : o->passphrase_file ? "passphrase" : "no key", cache,
-               o->threads, !fs->writable ? "no packing"
-                           : o->finish_on_exit ? "packing finished at exit"
-                                                : "packing suspended at exit",
+               o->key_file          ? "key file"
+               : o->passphrase_file ? "passphrase"
+                                    : "no key",
+               cache, o->threads,
+               !fs->writable       ? "no packing"
+               : o->finish_on_exit ? "packing finished at exit"
+                                   : "packing suspended at exit",
                (long)getpid(), tracing ? "; tracing requests" : "");
 }
 
@@ -209,9 +211,9 @@ typedef struct daemon_run {
     mount_key key; /* the key's one owner (mount_key.h) */
     struct fuse_session *se;
     int backing_fd, table_ready, mounted, have_mount_path;
-    ckpt_store *store;        /* packs in an object store: the table's and
+    ckpt_store *store; /* packs in an object store: the table's and
                                * the writer's, freed after both */
-    char *stage_dir;          /* with a store: the local staging directory */
+    char *stage_dir;   /* with a store: the local staging directory */
     char backing_path[PATH_MAX], mount_path[PATH_MAX];
     sigset_t unblocked;
 } daemon_run;
@@ -243,7 +245,7 @@ static int parse_command_line(daemon_run *d, const char *prog)
                                       : backing_default_stage_dir(d->o.backing_dir, d->o.endpoint);
         if (!d->stage_dir) {
             fprintf(stderr, "ckptfs: no HOME or XDG_CACHE_HOME for the staging directory; "
-                    "give -o stage_dir=DIR\n");
+                            "give -o stage_dir=DIR\n");
             return -1;
         }
     }
@@ -275,9 +277,10 @@ static void use_backing_log(const daemon_run *d)
         }
     }
     if (rc)
-        fprintf(stderr, "ckptfs: warning: no syslog (/dev/log) and cannot log to %s/.ckptfs/log "
-                "(%s): the log is lost; use -o log_file=PATH\n", local,
-                strerror(-rc));
+        fprintf(stderr,
+                "ckptfs: warning: no syslog (/dev/log) and cannot log to %s/.ckptfs/log "
+                "(%s): the log is lost; use -o log_file=PATH\n",
+                local, strerror(-rc));
     fslog_tee_stderr(1);
     free(path);
 }
@@ -346,7 +349,7 @@ static int open_backing_and_key(daemon_run *d)
         if (open_store(d) != 0)
             return -1;
     } else if (!realpath(d->o.backing_dir, d->backing_path) ||
-        (d->backing_fd = open(d->backing_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+               (d->backing_fd = open(d->backing_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
         fprintf(stderr, "ckptfs: cannot use backing directory '%s': %s\n", d->o.backing_dir,
                 strerror(errno));
         return -1;
@@ -400,16 +403,15 @@ static int build_mount(daemon_run *d)
     }
     d->table_ready = 1;
     reader_init(&fs->reader, &fs->table, fs->cache, NULL, d->o.cache_bytes, d->o.threads);
-    if (!d->o.read_only &&
-        setup_writing(fs, &d->o, d->store ? d->stage_dir : d->backing_path, d->backing_fd,
-                      d->store, &d->key, d->cmd.mountpoint) != 0)
+    if (!d->o.read_only && setup_writing(fs, &d->o, d->store ? d->stage_dir : d->backing_path,
+                                         d->backing_fd, d->store, &d->key, d->cmd.mountpoint) != 0)
         return -1;
 
     /* The mode bits we show are enforced; without staging, read-only in
      * the kernel too. */
-    if (fuse_opt_add_arg(&d->args, fs->writable
-                                       ? "-odefault_permissions,subtype=ckptfs,fsname=ckptfs"
-                                       : "-oro,default_permissions,subtype=ckptfs,fsname=ckptfs") != 0)
+    if (fuse_opt_add_arg(
+            &d->args, fs->writable ? "-odefault_permissions,subtype=ckptfs,fsname=ckptfs"
+                                   : "-oro,default_permissions,subtype=ckptfs,fsname=ckptfs") != 0)
         return -1;
     /* Tracing costs nothing unless asked for: another table, other I/O. */
     const struct fuse_lowlevel_ops *ops = d->cmd.debug ? trace_ops(&ckptfs_ops) : &ckptfs_ops;
@@ -462,7 +464,8 @@ static void start_threads(daemon_run *d)
     __atomic_store_n(&fs->se, d->se, __ATOMIC_RELEASE);
     if (fs->writable && wtable_start(&fs->wtable) != 0)
         fslog_err("cannot start the packer (%s); checkpoints written now stay unpacked until "
-                  "the next mount", strerror(errno));
+                  "the next mount",
+                  strerror(errno));
 }
 
 static const char *shown_mount_path(const daemon_run *d)

@@ -109,9 +109,8 @@ static void fz_free(ingest_layout *l)
     ingest_layout_free(l);
 }
 
-static int fz_run(const container_format *f, const uint8_t *data, size_t size,
-                  size_t max_read, uint32_t max_ndim, const char *region_prefix,
-                  const char *msg_prefix)
+static int fz_run(const container_format *f, const uint8_t *data, size_t size, size_t max_read,
+                  uint32_t max_ndim, const char *region_prefix, const char *msg_prefix)
 {
     fz_mem m = {data, size, max_read};
     ingest_source src = {.read = fz_read, .ud = &m, .size = size, .name = "fuzz"};

@@ -58,10 +58,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         bool ok;
         uint64_t got = 0, want_pos = pos;
         switch (op & 7) {
-        case 0: { uint8_t v; ok = binread_u8(&r, &v); got = v; width = 1; break; }
-        case 1: { uint16_t v; ok = binread_u16(&r, &v); got = v; width = 2; break; }
-        case 2: { uint32_t v; ok = binread_u32(&r, &v); got = v; width = 4; break; }
-        case 3: { uint64_t v; ok = binread_u64(&r, &v); got = v; width = 8; break; }
+        case 0: {
+            uint8_t v;
+            ok = binread_u8(&r, &v);
+            got = v;
+            width = 1;
+            break;
+        }
+        case 1: {
+            uint16_t v;
+            ok = binread_u16(&r, &v);
+            got = v;
+            width = 2;
+            break;
+        }
+        case 2: {
+            uint32_t v;
+            ok = binread_u32(&r, &v);
+            got = v;
+            width = 4;
+            break;
+        }
+        case 3: {
+            uint64_t v;
+            ok = binread_u64(&r, &v);
+            got = v;
+            width = 8;
+            break;
+        }
         case 4:
             ok = binread_bytes(&r, buf, n);
             if ((pos + n <= m.n) != ok || (ok && n && memcmp(buf, m.p + pos, n) != 0))

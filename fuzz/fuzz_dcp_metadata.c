@@ -145,8 +145,7 @@ static void run_describe(const uint8_t *file, size_t len, const uint8_t *meta, s
     int rc = ckpt_format_dcp.describe(&src, "ckpt/__0_0.distcp", &l, msg, sizeof msg);
     if (rc < 0) {
         if ((rc != -EINVAL && rc != -ENOMEM) || strncmp(msg, "dcp: ", 5) != 0 ||
-            strchr(msg, '\n') || l.n || l.t || l.n_regions || l.regions || l.n_skipped ||
-            l.skipped)
+            strchr(msg, '\n') || l.n || l.t || l.n_regions || l.regions || l.n_skipped || l.skipped)
             abort();
         return;
     }

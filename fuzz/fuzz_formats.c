@@ -18,7 +18,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char *const names[] = {
-    "model.safetensors", "x.npy", "__0_0.distcp", "model.pt", "model.gguf", "model.tensors", "blob.bin",
+    "model.safetensors", "x.npy",         "__0_0.distcp", "model.pt",
+    "model.gguf",        "model.tensors", "blob.bin",
 };
 #define N_NAMES (sizeof names / sizeof names[0])
 
@@ -46,7 +47,8 @@ static void check_round_trip(const char *pack, const uint8_t *want, size_t size)
     if (ckpt_open(pack, NULL, &p, &e) != 0 || ckpt_file_count(p) != 1)
         abort();
     uint8_t *got = malloc(size ? size : 1);
-    if (!got || ckpt_file_pread(p, 0, got, size, 0, &e) != (ssize_t)size || memcmp(got, want, size) != 0)
+    if (!got || ckpt_file_pread(p, 0, got, size, 0, &e) != (ssize_t)size ||
+        memcmp(got, want, size) != 0)
         abort();
     for (size_t i = 0; i < ckpt_tensor_count(p); i++) {
         const ckpt_tensor_info *t = ckpt_tensor_at(p, i);

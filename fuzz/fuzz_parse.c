@@ -30,8 +30,9 @@ static ssize_t mem_read(void *ud, void *buf, size_t len, uint64_t off)
 
 /* The head's first 8 bytes say how long the head is: more is asked for
  * until the parser has it all; the last head byte must then be readable. */
-static int toy_parse(const uint8_t *head, size_t head_len, uint64_t file_size, const char *tensor_name,
-                     ingest_layout *out, uint64_t *need, char *msg, size_t msg_len)
+static int toy_parse(const uint8_t *head, size_t head_len, uint64_t file_size,
+                     const char *tensor_name, ingest_layout *out, uint64_t *need, char *msg,
+                     size_t msg_len)
 {
     (void)tensor_name;
     (void)out;
@@ -68,7 +69,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ingest_source src = {.read = mem_read, .ud = &m, .size = size, .name = "fuzz"};
     ingest_layout out;
     char msg[256];
-    int rc = ingest_describe_head(&src, toy_parse, NULL, 1u << 20, "toy file", &out, msg, sizeof msg);
+    int rc =
+        ingest_describe_head(&src, toy_parse, NULL, 1u << 20, "toy file", &out, msg, sizeof msg);
     if (rc != 0 && rc != 1 && rc != -EINVAL)
         abort();
     if (rc != 0)

@@ -69,8 +69,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pickle_doc *d = NULL;
     char msg[512];
     /* Small limits, so that the fuzzer reaches them. */
-    pickle_limits lim = {.max_stack = 4096, .max_memo = 4096, .max_depth = 64,
-                         .max_nodes = 1 << 16, .max_bytes = 16 << 20};
+    pickle_limits lim = {.max_stack = 4096,
+                         .max_memo = 4096,
+                         .max_depth = 64,
+                         .max_nodes = 1 << 16,
+                         .max_bytes = 16 << 20};
     int rc = pickle_parse(data, size, &lim, &d, msg, sizeof msg);
     if (rc < 0) {
         if (rc != -EINVAL || !msg[0] || strchr(msg, '\n') || d)

@@ -85,8 +85,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char msg[512];
     int rc = ckpt_format_torch.describe(&src, "fuzz.pt", &l, msg, sizeof msg);
     if (rc < 0) {
-        if (rc != -EINVAL || strncmp(msg, "torch archive: ", 15) != 0 || strchr(msg, '\n') ||
-            l.n || l.t || l.n_regions || l.regions || l.n_skipped || l.skipped)
+        if (rc != -EINVAL || strncmp(msg, "torch archive: ", 15) != 0 || strchr(msg, '\n') || l.n ||
+            l.t || l.n_regions || l.regions || l.n_skipped || l.skipped)
             abort();
         return 0;
     }

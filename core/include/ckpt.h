@@ -40,8 +40,8 @@ extern "C" {
 #define CKPT_KEY_BYTES 32
 
 typedef struct ckpt_err {
-    int code;       /* negative errno, 0 when no error */
-    char msg[512];  /* "<file>: <fault>" */
+    int code;      /* negative errno, 0 when no error */
+    char msg[512]; /* "<file>: <fault>" */
 } ckpt_err;
 
 /* Progress: done and total are byte counts of logical (plaintext) data. */
@@ -99,8 +99,8 @@ typedef struct ckpt_object_id {
 int ckpt_object_id_equal(const ckpt_object_id *a, const ckpt_object_id *b);
 
 typedef struct ckpt_object_info {
-    const char *name;         /* relative to the store */
-    ckpt_object_id id;        /* size and mtime are in here */
+    const char *name;  /* relative to the store */
+    ckpt_object_id id; /* size and mtime are in here */
     /* Only from ckpt_store_list_dirs: a directory (a local subdirectory,
      * an S3 common prefix), named without a trailing '/'; id is zero. */
     int is_dir;
@@ -135,7 +135,7 @@ typedef struct ckpt_store_opts {
      * under cache_bytes by evicting the least recently used files. NULL:
      * no cache. The directory may be shared by several processes. */
     const char *cache_dir;
-    uint64_t cache_bytes;     /* 0 = 10 GiB */
+    uint64_t cache_bytes; /* 0 = 10 GiB */
 } ckpt_store_opts;
 
 /* A store named by a URL: "s3://BUCKET/PREFIX" is an S3 bucket (any S3 API:
@@ -154,8 +154,7 @@ typedef struct ckpt_store_opts {
  * fail with -EIO naming the object and the HTTP status. A pack replaced
  * under an open reader fails its reads with -ESTALE, never mixing
  * versions. */
-int ckpt_store_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out,
-                    ckpt_err *err);
+int ckpt_store_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out, ckpt_err *err);
 /* Aborts the unfinished uploads (left by a crashed or interrupted writer)
  * of the object name (NULL: of every object under the store's prefix) that
  * began more than older_than_s seconds ago (0: all, which is only safe when
@@ -172,8 +171,7 @@ const char *ckpt_store_where(const ckpt_store *s);
  * names start with "b". A non-zero return from fn stops the listing and is
  * returned. */
 typedef int (*ckpt_object_fn)(void *ud, const ckpt_object_info *info);
-int ckpt_store_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *ud,
-                    ckpt_err *err);
+int ckpt_store_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *ud, ckpt_err *err);
 /* ckpt_store_list, and also fn once per directory directly inside the
  * listed one whose name starts with prefix (info->is_dir set): what a
  * browser of the store needs to descend. Objects and directories come in
@@ -184,9 +182,9 @@ int ckpt_store_list_dirs(ckpt_store *s, const char *prefix, ckpt_object_fn fn, v
 /* Reads of a store's local cache (ckpt_store_opts.cache_dir) since it was
  * opened; all 0 without one. */
 typedef struct ckpt_store_cache_stats {
-    uint64_t hits, misses;    /* ranges read from the cache, from the store */
+    uint64_t hits, misses; /* ranges read from the cache, from the store */
     uint64_t hit_bytes, miss_bytes;
-    uint64_t stored_bytes;    /* what the cache directory holds, as counted */
+    uint64_t stored_bytes; /* what the cache directory holds, as counted */
 } ckpt_store_cache_stats;
 void ckpt_store_cache_stats_get(ckpt_store *s, ckpt_store_cache_stats *out);
 
@@ -197,17 +195,17 @@ typedef struct ckpt_pack ckpt_pack;
 typedef struct ckpt_pack_info {
     uint32_t format_version;
     uint32_t chunk_size;
-    const char *cipher;       /* "none", "xchacha20poly1305", "aes256gcm" */
-    const char *kdf;          /* "none", "keyfile", "argon2id" */
+    const char *cipher; /* "none", "xchacha20poly1305", "aes256gcm" */
+    const char *kdf;    /* "none", "keyfile", "argon2id" */
     uint8_t pack_id[16];
-    uint64_t stored_bytes;    /* size of the .tpack file */
-    uint64_t logical_bytes;   /* sum of file sizes */
+    uint64_t stored_bytes;  /* size of the .tpack file */
+    uint64_t logical_bytes; /* sum of file sizes */
     size_t n_files, n_tensors, n_chunks;
 } ckpt_pack_info;
 
 typedef struct ckpt_file_info {
-    const char *path;         /* relative, '/'-separated, validated */
-    uint32_t mode;            /* permission bits only (07777) */
+    const char *path; /* relative, '/'-separated, validated */
+    uint32_t mode;    /* permission bits only (07777) */
     int64_t mtime_sec;
     uint32_t mtime_nsec;
     uint64_t size;
@@ -223,12 +221,12 @@ typedef struct ckpt_file_info {
 
 typedef struct ckpt_tensor_info {
     const char *name;
-    const char *dtype;        /* safetensors dtype name: "BF16", "F32", ... */
+    const char *dtype; /* safetensors dtype name: "BF16", "F32", ... */
     uint32_t ndim;
     const uint64_t *shape;
     uint64_t nbytes;
-    size_t file_index;        /* the file whose bytes hold the tensor */
-    uint64_t file_offset;     /* where the tensor starts inside that file (for a
+    size_t file_index;    /* the file whose bytes hold the tensor */
+    uint64_t file_offset; /* where the tensor starts inside that file (for a
                                  view: its region's start + its offset in it) */
     uint8_t sha256[32];
 } ckpt_tensor_info;
@@ -269,8 +267,8 @@ long ckpt_tensor_find(const ckpt_pack *p, const char *name);
  * why it has no file of its own. Packs before format version 4 have none. */
 typedef struct ckpt_skipped_info {
     const char *name;
-    const char *reason;       /* one line, UTF-8 */
-    size_t file_index;        /* the file it was found in */
+    const char *reason; /* one line, UTF-8 */
+    size_t file_index;  /* the file it was found in */
 } ckpt_skipped_info;
 
 size_t ckpt_skipped_count(const ckpt_pack *p);
@@ -279,22 +277,22 @@ const ckpt_skipped_info *ckpt_skipped_at(const ckpt_pack *p, size_t i);
 /* pread() on a file or a tensor: decodes only the chunks covering the range.
  * Returns the number of bytes read (short only at end of file), or -errno.
  * A corrupt chunk fails the call with -EIO; other ranges stay readable. */
-ssize_t ckpt_file_pread(ckpt_pack *p, size_t file_index, void *buf, size_t len,
-                        uint64_t off, ckpt_err *err);
-ssize_t ckpt_tensor_pread(ckpt_pack *p, size_t tensor_index, void *buf, size_t len,
-                          uint64_t off, ckpt_err *err);
+ssize_t ckpt_file_pread(ckpt_pack *p, size_t file_index, void *buf, size_t len, uint64_t off,
+                        ckpt_err *err);
+ssize_t ckpt_tensor_pread(ckpt_pack *p, size_t tensor_index, void *buf, size_t len, uint64_t off,
+                          ckpt_err *err);
 
 /* ---- chunk-level access, for callers that cache or decode in parallel ---- */
 
 typedef struct ckpt_chunk_ref {
-    size_t id;                /* global chunk number */
-    uint64_t file_offset;     /* where the chunk's bytes start in its file */
-    uint32_t size;            /* decoded size */
+    size_t id;            /* global chunk number */
+    uint64_t file_offset; /* where the chunk's bytes start in its file */
+    uint32_t size;        /* decoded size */
 } ckpt_chunk_ref;
 
 /* The chunk of file_index that holds byte off (off < file size). */
-int ckpt_chunk_locate(const ckpt_pack *p, size_t file_index, uint64_t off,
-                      ckpt_chunk_ref *out, ckpt_err *err);
+int ckpt_chunk_locate(const ckpt_pack *p, size_t file_index, uint64_t off, ckpt_chunk_ref *out,
+                      ckpt_err *err);
 /* Decodes chunk id into out, which holds at least its decoded size.
  * Thread-safe; independent chunks can be decoded in parallel. */
 int ckpt_chunk_decode(ckpt_pack *p, size_t id, void *out, ckpt_err *err);
@@ -312,15 +310,15 @@ int ckpt_fd(const ckpt_pack *p);
  * returned. */
 typedef int (*ckpt_sink_fn)(void *ud, uint64_t file_offset, const void *data, size_t len,
                             const ckpt_err *chunk_err);
-int ckpt_file_stream(ckpt_pack *p, size_t file_index, uint64_t off, uint64_t len,
-                     unsigned threads, ckpt_sink_fn sink, void *ud, ckpt_err *err);
+int ckpt_file_stream(ckpt_pack *p, size_t file_index, uint64_t off, uint64_t len, unsigned threads,
+                     ckpt_sink_fn sink, void *ud, ckpt_err *err);
 
 /* Decodes everything, checks every chunk and every file and tensor SHA-256.
  * fault() is called once per problem (kind is "chunk", "file" or "tensor").
  * Returns the number of faults found (0 = pack is good), or -errno if the
  * verification itself could not run. */
-typedef void (*ckpt_fault_fn)(void *ud, const char *kind, const char *name,
-                              uint64_t offset, const char *fault);
+typedef void (*ckpt_fault_fn)(void *ud, const char *kind, const char *name, uint64_t offset,
+                              const char *fault);
 long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *fault_ud,
                  ckpt_progress_fn progress, void *progress_ud, ckpt_err *err);
 
@@ -333,14 +331,14 @@ typedef enum ckpt_cipher {
 } ckpt_cipher;
 
 typedef struct ckpt_write_opts {
-    uint32_t chunk_size;      /* power of two in [CKPT_CHUNK_MIN, CKPT_CHUNK_MAX]; 0 = default */
-    int level;                /* zlib level 1..9; 0 = store everything raw; -1 = default (6) */
-    ckpt_cipher cipher;       /* key set + NONE means ckpt_cipher_default() */
-    const ckpt_key *key;      /* NULL = unencrypted */
-    unsigned threads;         /* compression/encryption workers; 0 = all cores */
-    ckpt_progress_fn progress;/* called from the writer's thread */
+    uint32_t chunk_size;       /* power of two in [CKPT_CHUNK_MIN, CKPT_CHUNK_MAX]; 0 = default */
+    int level;                 /* zlib level 1..9; 0 = store everything raw; -1 = default (6) */
+    ckpt_cipher cipher;        /* key set + NONE means ckpt_cipher_default() */
+    const ckpt_key *key;       /* NULL = unencrypted */
+    unsigned threads;          /* compression/encryption workers; 0 = all cores */
+    ckpt_progress_fn progress; /* called from the writer's thread */
     void *progress_ud;
-    uint64_t progress_total;  /* total bytes expected, for progress; may be 0 */
+    uint64_t progress_total; /* total bytes expected, for progress; may be 0 */
     /* Called (from the writer's thread) when ckpt_writer_add_path/_reader
      * stores a file opaque because its container parser rejected it: src
      * names the source, reason is the fault. The pack records the same
@@ -362,8 +360,8 @@ typedef struct ckpt_writer ckpt_writer;
 /* The pack is written to tmp_path (NULL = "<final_path>.tmp") in one
  * sequential pass; ckpt_writer_finish() writes the index, fsyncs, renames it
  * to final_path and fsyncs the directory. Until then final_path is untouched. */
-int ckpt_writer_open(const char *final_path, const char *tmp_path,
-                     const ckpt_write_opts *opts, ckpt_writer **out, ckpt_err *err);
+int ckpt_writer_open(const char *final_path, const char *tmp_path, const ckpt_write_opts *opts,
+                     ckpt_writer **out, ckpt_err *err);
 /* ckpt_writer_open for the object name in store s. tmp_name (NULL =
  * "<name>.tmp") is where a local store writes until ckpt_writer_finish();
  * a store without renames ignores it. Either way the pack appears whole at
@@ -374,11 +372,11 @@ int ckpt_writer_open_in(ckpt_store *s, const char *name, const char *tmp_name,
 /* Streaming: begin a file, append its bytes as opaque data and/or tensors in
  * order, end it. Tensor data must be exactly numel * dtype size bytes and
  * may arrive in several ckpt_writer_tensor_data() calls. */
-int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode,
-                           int64_t mtime_sec, uint32_t mtime_nsec, ckpt_err *err);
+int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode, int64_t mtime_sec,
+                           uint32_t mtime_nsec, ckpt_err *err);
 int ckpt_writer_write(ckpt_writer *w, const void *data, size_t len, ckpt_err *err);
-int ckpt_writer_begin_tensor(ckpt_writer *w, const char *name, const char *dtype,
-                             uint32_t ndim, const uint64_t *shape, ckpt_err *err);
+int ckpt_writer_begin_tensor(ckpt_writer *w, const char *name, const char *dtype, uint32_t ndim,
+                             const uint64_t *shape, ckpt_err *err);
 int ckpt_writer_tensor_data(ckpt_writer *w, const void *data, size_t len, ckpt_err *err);
 int ckpt_writer_end_tensor(ckpt_writer *w, ckpt_err *err);
 int ckpt_writer_end_file(ckpt_writer *w, ckpt_err *err);
@@ -407,7 +405,8 @@ int ckpt_writer_add_view(ckpt_writer *w, const char *name, const char *dtype, ui
  * "dcp", "tensorizer", "gguf"; NULL or "" for opaque bytes) and a note
  * (NULL or "": none; else at most 1024 bytes of UTF-8: the warning shown
  * when a file that claimed a container was stored opaque). */
-int ckpt_writer_set_container(ckpt_writer *w, const char *container, const char *note, ckpt_err *err);
+int ckpt_writer_set_container(ckpt_writer *w, const char *container, const char *note,
+                              ckpt_err *err);
 
 /* Adds one file from disk. A file that a container parser claims
  * ("*.safetensors", "*.npy", ...) has its tensors indexed and its data
@@ -449,8 +448,8 @@ void ckpt_writer_set_sibling_reader(ckpt_writer *w, ckpt_sibling_fn fn, void *ud
 int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err);
 
 typedef struct ckpt_write_stats {
-    uint64_t logical_bytes;   /* bytes in */
-    uint64_t stored_bytes;    /* size of the finished pack */
+    uint64_t logical_bytes; /* bytes in */
+    uint64_t stored_bytes;  /* size of the finished pack */
     size_t n_files, n_tensors, n_chunks;
 } ckpt_write_stats;
 

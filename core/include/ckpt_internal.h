@@ -16,7 +16,8 @@
 #define CKPT_INTERNAL_H
 
 #ifndef CKPT_INTERNAL_API
-#error "ckpt_internal.h is libckpt's unstable, uninstalled API: #define CKPT_INTERNAL_API before including it (ckptfs's own code only)"
+#error                                                                                             \
+    "ckpt_internal.h is libckpt's unstable, uninstalled API: #define CKPT_INTERNAL_API before including it (ckptfs's own code only)"
 #endif
 
 #include <stddef.h>
@@ -58,11 +59,13 @@ static inline void put_u64(uint8_t *p, uint64_t v)
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
-static inline uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint16_t get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
 static inline uint32_t get_u32(const uint8_t *p)
 {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 static inline uint64_t get_u64(const uint8_t *p)
 {
@@ -146,8 +149,8 @@ int ckpt_store_lock_after_fork(ckpt_store_lock *l, ckpt_err *err);
  * Returns -EXDEV, having added nothing, where the chunks cannot be reused
  * (another chunk size, one pack encrypted and the other not, or a tensor
  * name already in w): add the file from its decoded bytes instead. */
-int ckpt_writer_copy_file(ckpt_writer *w, const char *path, uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec,
-                          ckpt_pack *src, size_t file_index, ckpt_err *err);
+int ckpt_writer_copy_file(ckpt_writer *w, const char *path, uint32_t mode, int64_t mtime_sec,
+                          uint32_t mtime_nsec, ckpt_pack *src, size_t file_index, ckpt_err *err);
 
 #ifdef __cplusplus
 }

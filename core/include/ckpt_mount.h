@@ -40,7 +40,8 @@
 #define CKPT_XATTR_STATE "user.ckptfs.state"       /* one of the CKPT_STATE_* below */
 #define CKPT_XATTR_PROGRESS "user.ckptfs.progress" /* "DONE TOTAL SECONDS": packing */
 #define CKPT_XATTR_SIZE "user.ckptfs.size"         /* staged bytes, in decimal */
-#define CKPT_XATTR_ERROR "user.ckptfs.error"       /* the last error: why packing failed
+#define CKPT_XATTR_ERROR                                                                           \
+    "user.ckptfs.error" /* the last error: why packing failed
                                                     * (failed), why the pack cannot be
                                                     * read (key mismatch, damaged), or
                                                     * the last read fault of a pack */

@@ -39,15 +39,23 @@
 #include <zstd.h>
 
 /* A plane or chunk is compressed only if that saves at least 1/50 of it. */
-static int worth_it(size_t packed, size_t raw) { return packed + raw / 50 < raw; }
+static int worth_it(size_t packed, size_t raw)
+{
+    return packed + raw / 50 < raw;
+}
 
-void chunk_encoder_init(chunk_encoder *e) { memset(e, 0, sizeof *e); }
+void chunk_encoder_init(chunk_encoder *e)
+{
+    memset(e, 0, sizeof *e);
+}
 
 void chunk_encoder_free(chunk_encoder *e)
 {
-    if (e->z_ready) deflateEnd(&e->z);
+    if (e->z_ready)
+        deflateEnd(&e->z);
     ZSTD_freeCCtx(e->zc);
-    if (e->trial) libdeflate_free_compressor(e->trial);
+    if (e->trial)
+        libdeflate_free_compressor(e->trial);
     free(e->sample);
     free(e->trial_out);
     free(e->planes);
@@ -56,11 +64,14 @@ void chunk_encoder_free(chunk_encoder *e)
 
 static int deflater(chunk_encoder *e, int level, int strategy)
 {
-    if (e->z_ready && e->z_level == level && e->z_strategy == strategy) return deflateReset(&e->z) == Z_OK ? 0 : -ENOMEM;
-    if (e->z_ready) deflateEnd(&e->z);
+    if (e->z_ready && e->z_level == level && e->z_strategy == strategy)
+        return deflateReset(&e->z) == Z_OK ? 0 : -ENOMEM;
+    if (e->z_ready)
+        deflateEnd(&e->z);
     e->z_ready = 0;
     memset(&e->z, 0, sizeof e->z);
-    if (deflateInit2(&e->z, level, Z_DEFLATED, -15, 8, strategy) != Z_OK) return -ENOMEM;
+    if (deflateInit2(&e->z, level, Z_DEFLATED, -15, 8, strategy) != Z_OK)
+        return -ENOMEM;
     e->z_ready = 1;
     e->z_level = level;
     e->z_strategy = strategy;
@@ -69,16 +80,19 @@ static int deflater(chunk_encoder *e, int level, int strategy)
 
 /* Deflates into out, giving up once the result is not worth keeping.
  * Returns the compressed size, or 0 if it did not pay. */
-static size_t deflate_bounded(chunk_encoder *e, const uint8_t *in, size_t n, int level, int strategy, uint8_t *out)
+static size_t deflate_bounded(chunk_encoder *e, const uint8_t *in, size_t n, int level,
+                              int strategy, uint8_t *out)
 {
-    if (n < 64 || deflater(e, level, strategy) < 0) return 0;
+    if (n < 64 || deflater(e, level, strategy) < 0)
+        return 0;
     size_t limit = n - n / 50 - 1;
     e->z.next_in = (Bytef *)in;
     e->z.avail_in = (uInt)n;
     e->z.next_out = out;
     e->z.avail_out = (uInt)limit;
     int rc = deflate(&e->z, Z_FINISH);
-    if (rc != Z_STREAM_END) return 0;
+    if (rc != Z_STREAM_END)
+        return 0;
     size_t got = limit - e->z.avail_out;
     return worth_it(got, n) ? got : 0;
 }
@@ -87,12 +101,17 @@ static size_t deflate_bounded(chunk_encoder *e, const uint8_t *in, size_t n, int
  * encoder, kept across frames. */
 static ZSTD_CCtx *plane_cctx(chunk_encoder *e)
 {
-    if (e->zc) return e->zc;
+    if (e->zc)
+        return e->zc;
     ZSTD_CCtx *z = ZSTD_createCCtx();
-    if (!z) return NULL;
-    static const struct { ZSTD_cParameter p; int v; } set[] = {
+    if (!z)
+        return NULL;
+    static const struct {
+        ZSTD_cParameter p;
+        int v;
+    } set[] = {
         {ZSTD_c_compressionLevel, 1}, {ZSTD_c_strategy, ZSTD_fast}, {ZSTD_c_minMatch, 7},
-        {ZSTD_c_hashLog, 6}, {ZSTD_c_targetLength, 4096}, {ZSTD_c_checksumFlag, 0},
+        {ZSTD_c_hashLog, 6},          {ZSTD_c_targetLength, 4096},  {ZSTD_c_checksumFlag, 0},
         {ZSTD_c_contentSizeFlag, 1},
     };
     for (size_t i = 0; i < sizeof set / sizeof *set; i++)
@@ -113,7 +132,8 @@ static ZSTD_CCtx *plane_cctx(chunk_encoder *e)
 static size_t zstd_plane(chunk_encoder *e, const uint8_t *in, size_t n, uint8_t *out, size_t cap)
 {
     ZSTD_CCtx *z = plane_cctx(e);
-    if (!z) return 0;
+    if (!z)
+        return 0;
     size_t r = ZSTD_compress2(z, out, cap, in, n);
     return ZSTD_isError(r) ? 0 : r;
 }
@@ -132,8 +152,10 @@ static void histogram(const uint8_t *p, size_t n, uint32_t out[256])
         h[2][p[i + 2]]++;
         h[3][p[i + 3]]++;
     }
-    for (; i < n; i++) h[0][p[i]]++;
-    for (int s = 0; s < 256; s++) out[s] = h[0][s] + h[1][s] + h[2][s] + h[3][s];
+    for (; i < n; i++)
+        h[0][p[i]]++;
+    for (int s = 0; s < 256; s++)
+        out[s] = h[0][s] + h[1][s] + h[2][s] + h[3][s];
 }
 
 /* Order-0 entropy in bits per byte of a plane with histogram h: a plane
@@ -155,18 +177,25 @@ static void split_planes(const uint8_t *raw, size_t n, unsigned k, uint8_t *plan
     size_t m = n / k;
     if (k == 2) {
         uint8_t *a = planes, *b = planes + m;
-        for (size_t i = 0; i < m; i++) { a[i] = raw[2 * i]; b[i] = raw[2 * i + 1]; }
+        for (size_t i = 0; i < m; i++) {
+            a[i] = raw[2 * i];
+            b[i] = raw[2 * i + 1];
+        }
         return;
     }
     if (k == 4) {
         uint8_t *a = planes, *b = planes + m, *c = planes + 2 * m, *d = planes + 3 * m;
         for (size_t i = 0; i < m; i++) {
-            a[i] = raw[4 * i]; b[i] = raw[4 * i + 1]; c[i] = raw[4 * i + 2]; d[i] = raw[4 * i + 3];
+            a[i] = raw[4 * i];
+            b[i] = raw[4 * i + 1];
+            c[i] = raw[4 * i + 2];
+            d[i] = raw[4 * i + 3];
         }
         return;
     }
     for (unsigned j = 0; j < k; j++)
-        for (size_t i = 0; i < m; i++) planes[j * m + i] = raw[i * k + j];
+        for (size_t i = 0; i < m; i++)
+            planes[j * m + i] = raw[i * k + j];
 }
 
 #ifdef __SSE2__
@@ -182,20 +211,26 @@ static void join_planes(const uint8_t *const *pl, size_t m, unsigned k, uint8_t 
         const uint8_t *a = pl[0], *b = pl[1];
 #ifdef __SSE2__
         for (; i + 16 <= m; i += 16) {
-            __m128i va = _mm_loadu_si128((const __m128i *)(a + i)), vb = _mm_loadu_si128((const __m128i *)(b + i));
+            __m128i va = _mm_loadu_si128((const __m128i *)(a + i)),
+                    vb = _mm_loadu_si128((const __m128i *)(b + i));
             _mm_storeu_si128((__m128i *)(out + 2 * i), _mm_unpacklo_epi8(va, vb));
             _mm_storeu_si128((__m128i *)(out + 2 * i + 16), _mm_unpackhi_epi8(va, vb));
         }
 #endif
-        for (; i < m; i++) { out[2 * i] = a[i]; out[2 * i + 1] = b[i]; }
+        for (; i < m; i++) {
+            out[2 * i] = a[i];
+            out[2 * i + 1] = b[i];
+        }
         return;
     }
     if (k == 4) {
         const uint8_t *a = pl[0], *b = pl[1], *c = pl[2], *d = pl[3];
 #ifdef __SSE2__
         for (; i + 16 <= m; i += 16) {
-            __m128i va = _mm_loadu_si128((const __m128i *)(a + i)), vb = _mm_loadu_si128((const __m128i *)(b + i));
-            __m128i vc = _mm_loadu_si128((const __m128i *)(c + i)), vd = _mm_loadu_si128((const __m128i *)(d + i));
+            __m128i va = _mm_loadu_si128((const __m128i *)(a + i)),
+                    vb = _mm_loadu_si128((const __m128i *)(b + i));
+            __m128i vc = _mm_loadu_si128((const __m128i *)(c + i)),
+                    vd = _mm_loadu_si128((const __m128i *)(d + i));
             __m128i ab_lo = _mm_unpacklo_epi8(va, vb), ab_hi = _mm_unpackhi_epi8(va, vb);
             __m128i cd_lo = _mm_unpacklo_epi8(vc, vd), cd_hi = _mm_unpackhi_epi8(vc, vd);
             _mm_storeu_si128((__m128i *)(out + 4 * i), _mm_unpacklo_epi16(ab_lo, cd_lo));
@@ -205,12 +240,16 @@ static void join_planes(const uint8_t *const *pl, size_t m, unsigned k, uint8_t 
         }
 #endif
         for (; i < m; i++) {
-            out[4 * i] = a[i]; out[4 * i + 1] = b[i]; out[4 * i + 2] = c[i]; out[4 * i + 3] = d[i];
+            out[4 * i] = a[i];
+            out[4 * i + 1] = b[i];
+            out[4 * i + 2] = c[i];
+            out[4 * i + 3] = d[i];
         }
         return;
     }
     for (unsigned j = 0; j < k; j++)
-        for (i = 0; i < m; i++) out[i * k + j] = pl[j][i];
+        for (i = 0; i < m; i++)
+            out[i * k + j] = pl[j][i];
 }
 
 static int encode_bytegroup(chunk_encoder *e, const uint8_t *raw, size_t n, unsigned k, int level,
@@ -219,7 +258,8 @@ static int encode_bytegroup(chunk_encoder *e, const uint8_t *raw, size_t n, unsi
     /* planes holds the transposed chunk plus room for level 9's second trial. */
     if (e->planes_cap < 2 * n) {
         uint8_t *p = realloc(e->planes, 2 * n);
-        if (!p) return -ENOMEM;
+        if (!p)
+            return -ENOMEM;
         e->planes = p;
         e->planes_cap = 2 * n;
     }
@@ -235,8 +275,10 @@ static int encode_bytegroup(chunk_encoder *e, const uint8_t *raw, size_t n, unsi
         if (m >= 64 && entropy(hist, m) < 7.84) {
             /* In effect Huffman-only: see the top of the file. */
             got = zstd_plane(e, plane, m, dst, m - m / 50 - 1);
-            if (got && worth_it(got, m)) method = PLANE_ZSTD;
-            else got = 0;
+            if (got && worth_it(got, m))
+                method = PLANE_ZSTD;
+            else
+                got = 0;
             if (level >= 9) {
                 /* Highest level: also try LZ77, which helps integer and sparse data. */
                 uint8_t *alt = e->planes + n;
@@ -248,7 +290,8 @@ static int encode_bytegroup(chunk_encoder *e, const uint8_t *raw, size_t n, unsi
                 }
             }
         }
-        if (!got) memcpy(dst, plane, m);
+        if (!got)
+            memcpy(dst, plane, m);
         out[5 * j] = method;
         put_u32(out + 5 * j + 1, (uint32_t)(got ? got : m));
         pos += got ? got : m;
@@ -301,10 +344,13 @@ static int encode_bytegroup(chunk_encoder *e, const uint8_t *raw, size_t n, unsi
 /* Estimated bytes of a plane of m bytes with histogram h under the plane coder. */
 static double plane_estimate(const uint32_t h[256], size_t m)
 {
-    if (m == 0) return 0;
+    if (m == 0)
+        return 0;
     double bits = entropy(h, m);
-    if (bits >= 7.84) return (double)m;
-    if (bits < 1) bits = 1;
+    if (bits >= 7.84)
+        return (double)m;
+    if (bits < 1)
+        bits = 1;
     return (double)m * bits / 8;
 }
 
@@ -313,47 +359,65 @@ unsigned chunk_choose_grouping(chunk_encoder *e, const uint8_t *raw, size_t n, d
     const uint8_t *smp = raw;
     size_t len = n;
     if (n > SAMPLE_MAX) {
-        if (!e->sample && !(e->sample = malloc(SAMPLE_MAX))) return 1;
+        if (!e->sample && !(e->sample = malloc(SAMPLE_MAX)))
+            return 1;
         size_t step = (n / 4) & ~(size_t)7;
-        for (unsigned i = 0; i < 4; i++) memcpy(e->sample + i * SAMPLE_SLICE, raw + i * step, SAMPLE_SLICE);
+        for (unsigned i = 0; i < 4; i++)
+            memcpy(e->sample + i * SAMPLE_SLICE, raw + i * step, SAMPLE_SLICE);
         smp = e->sample;
         len = SAMPLE_MAX;
     }
     size_t len8 = len & ~(size_t)7;
-    if (len8 < 64) { if (ratio) *ratio = 1; return 1; }
+    if (len8 < 64) {
+        if (ratio)
+            *ratio = 1;
+        return 1;
+    }
 
     /* Lane j of 8 holds bytes i with i % 8 == j. */
     uint32_t lane[8][256];
     memset(lane, 0, sizeof lane);
     for (size_t i = 0; i < len8; i += 8)
-        for (unsigned j = 0; j < 8; j++) lane[j][smp[i + j]]++;
+        for (unsigned j = 0; j < 8; j++)
+            lane[j][smp[i + j]]++;
     double best = (double)len8;
     unsigned pick = 0;
     for (unsigned k = 2; k <= 8; k *= 2) {
-        if (n % k) continue;
+        if (n % k)
+            continue;
         double est = 5.0 * k;
         for (unsigned j = 0; j < k; j++) {
             uint32_t h[256];
             for (int b = 0; b < 256; b++) {
                 uint32_t c = 0;
-                for (unsigned l = j; l < 8; l += k) c += lane[l][b];
+                for (unsigned l = j; l < 8; l += k)
+                    c += lane[l][b];
                 h[b] = c;
             }
             est += plane_estimate(h, len8 / k);
         }
-        if (est < best) { best = est; pick = k; }
+        if (est < best) {
+            best = est;
+            pick = k;
+        }
     }
 
-    if (!e->trial) e->trial = libdeflate_alloc_compressor(1);
-    if (!e->trial_out) e->trial_out = malloc(LZ_TRIAL);
+    if (!e->trial)
+        e->trial = libdeflate_alloc_compressor(1);
+    if (!e->trial_out)
+        e->trial_out = malloc(LZ_TRIAL);
     size_t tn = len < LZ_TRIAL ? len : LZ_TRIAL;
     if (e->trial && e->trial_out) {
         /* 0 when it does not fit in tn bytes: no gain. */
         size_t got = libdeflate_deflate_compress(e->trial, smp, tn, e->trial_out, tn);
         double est = got ? (double)got * (double)len8 / (double)tn : (double)len8;
-        if (est < best) { best = est; pick = 1; }
+        if (est < best) {
+            best = est;
+            pick = 1;
+        }
     }
-    if (ratio) *ratio = best / (double)len8;
+    if (ratio)
+        *ratio = best / (double)len8;
     return worth_it((size_t)best, len8) ? pick : 0;
 }
 
@@ -365,19 +429,36 @@ int chunk_encode(chunk_encoder *e, const uint8_t *raw, size_t n, unsigned elem, 
         unsigned k = chunk_choose_grouping(e, raw, n, NULL);
         if (k >= 2) {
             int rc = encode_bytegroup(e, raw, n, k, level, out, out_len);
-            if (rc < 0) return rc;
-            if (worth_it(*out_len, n)) { *codec = CODEC_BYTEGROUP; *group = (uint8_t)k; return 0; }
+            if (rc < 0)
+                return rc;
+            if (worth_it(*out_len, n)) {
+                *codec = CODEC_BYTEGROUP;
+                *group = (uint8_t)k;
+                return 0;
+            }
         } else if (k == 1) {
             size_t got = deflate_bounded(e, raw, n, level, Z_DEFAULT_STRATEGY, out);
-            if (got) { *out_len = got; *codec = CODEC_DEFLATE; return 0; }
+            if (got) {
+                *out_len = got;
+                *codec = CODEC_DEFLATE;
+                return 0;
+            }
         }
     } else if (level > 0 && (elem == 2 || elem == 4 || elem == 8) && n % elem == 0 && n >= 64) {
         int rc = encode_bytegroup(e, raw, n, elem, level, out, out_len);
-        if (rc < 0) return rc;
-        if (worth_it(*out_len, n)) { *codec = CODEC_BYTEGROUP; return 0; }
+        if (rc < 0)
+            return rc;
+        if (worth_it(*out_len, n)) {
+            *codec = CODEC_BYTEGROUP;
+            return 0;
+        }
     } else if (level > 0) {
         size_t got = deflate_bounded(e, raw, n, level, Z_DEFAULT_STRATEGY, out);
-        if (got) { *out_len = got; *codec = CODEC_DEFLATE; return 0; }
+        if (got) {
+            *out_len = got;
+            *codec = CODEC_DEFLATE;
+            return 0;
+        }
     }
     memcpy(out, raw, n);
     *out_len = n;
@@ -403,21 +484,28 @@ static _Thread_local decoder_state *dec_tls;
 static void decoder_state_free(void *arg)
 {
     decoder_state *d = arg;
-    if (!d) return;
+    if (!d)
+        return;
     ZSTD_freeDCtx(d->zd);
-    if (d->ld) libdeflate_free_decompressor(d->ld);
+    if (d->ld)
+        libdeflate_free_decompressor(d->ld);
     free(d);
     dec_tls = NULL;
 }
 
-static void dec_key_make(void) { dec_key_ok = pthread_key_create(&dec_key, decoder_state_free) == 0; }
+static void dec_key_make(void)
+{
+    dec_key_ok = pthread_key_create(&dec_key, decoder_state_free) == 0;
+}
 
 static decoder_state *decoder(void)
 {
-    if (dec_tls) return dec_tls;
+    if (dec_tls)
+        return dec_tls;
     pthread_once(&dec_once, dec_key_make);
     decoder_state *d = calloc(1, sizeof *d);
-    if (!d) return NULL;
+    if (!d)
+        return NULL;
     d->zd = ZSTD_createDCtx();
     d->ld = libdeflate_alloc_decompressor();
     /* Plane frames never need a window over 16 MiB (the largest chunk). */
@@ -432,8 +520,10 @@ static decoder_state *decoder(void)
 void chunk_decoder_release(void)
 {
     decoder_state *d = dec_tls;
-    if (!d) return;
-    if (dec_key_ok) pthread_setspecific(dec_key, NULL);
+    if (!d)
+        return;
+    if (dec_key_ok)
+        pthread_setspecific(dec_key, NULL);
     decoder_state_free(d);
 }
 
@@ -444,9 +534,11 @@ void chunk_decoder_release(void)
 static int inflate_exact(const uint8_t *in, size_t len, uint8_t *out, size_t want)
 {
     decoder_state *d = decoder();
-    if (!d) return -ENOMEM;
+    if (!d)
+        return -ENOMEM;
     size_t in_used = 0, got = 0;
-    enum libdeflate_result r = libdeflate_deflate_decompress_ex(d->ld, in, len, out, want, &in_used, &got);
+    enum libdeflate_result r =
+        libdeflate_deflate_decompress_ex(d->ld, in, len, out, want, &in_used, &got);
     return r == LIBDEFLATE_SUCCESS && got == want && in_used == len ? 0 : -EIO;
 }
 
@@ -454,8 +546,10 @@ static int inflate_exact(const uint8_t *in, size_t len, uint8_t *out, size_t wan
 static int unzstd_exact(const uint8_t *in, size_t len, uint8_t *out, size_t want)
 {
     decoder_state *d = decoder();
-    if (!d) return -ENOMEM;
-    if (ZSTD_findFrameCompressedSize(in, len) != len) return -EIO;
+    if (!d)
+        return -ENOMEM;
+    if (ZSTD_findFrameCompressedSize(in, len) != len)
+        return -EIO;
     size_t r = ZSTD_decompressDCtx(d->zd, out, want, in, len);
     return !ZSTD_isError(r) && r == want ? 0 : -EIO;
 }
@@ -463,8 +557,10 @@ static int unzstd_exact(const uint8_t *in, size_t len, uint8_t *out, size_t want
 int chunk_shape_valid(uint8_t codec, unsigned elem, uint32_t raw_size, uint32_t payload_size)
 {
     switch (codec) {
-    case CODEC_STORED: return payload_size == raw_size;
-    case CODEC_DEFLATE: return payload_size > 0 && payload_size < raw_size;
+    case CODEC_STORED:
+        return payload_size == raw_size;
+    case CODEC_DEFLATE:
+        return payload_size > 0 && payload_size < raw_size;
     case CODEC_BYTEGROUP:
         return (elem == 2 || elem == 4 || elem == 8) && raw_size % elem == 0 &&
                payload_size >= 5 * elem && payload_size <= raw_size + 5 * elem;
@@ -476,16 +572,24 @@ int chunk_decode(const uint8_t *payload, size_t len, uint8_t codec, unsigned ele
                  uint8_t *out, size_t raw_size, uint8_t *scratch, const char **why)
 {
     if (codec == CODEC_STORED) {
-        if (len != raw_size) { *why = "stored chunk has the wrong length"; return -EIO; }
-        if (out != payload) memcpy(out, payload, len);
+        if (len != raw_size) {
+            *why = "stored chunk has the wrong length";
+            return -EIO;
+        }
+        if (out != payload)
+            memcpy(out, payload, len);
         return 0;
     }
     if (codec == CODEC_DEFLATE) {
         int rc = inflate_exact(payload, len, out, raw_size);
-        if (rc < 0) { *why = rc == -ENOMEM ? "out of memory for the decoder" : "deflate stream is corrupt"; return rc; }
+        if (rc < 0) {
+            *why = rc == -ENOMEM ? "out of memory for the decoder" : "deflate stream is corrupt";
+            return rc;
+        }
         return 0;
     }
-    if (codec != CODEC_BYTEGROUP || !chunk_shape_valid(codec, elem, (uint32_t)raw_size, (uint32_t)len)) {
+    if (codec != CODEC_BYTEGROUP ||
+        !chunk_shape_valid(codec, elem, (uint32_t)raw_size, (uint32_t)len)) {
         *why = "unknown codec";
         return -EIO;
     }
@@ -494,21 +598,29 @@ int chunk_decode(const uint8_t *payload, size_t len, uint8_t codec, unsigned ele
     for (unsigned j = 0; j < elem; j++) {
         uint8_t method = payload[5 * j];
         uint32_t plen = get_u32(payload + 5 * j + 1);
-        if (plen > len - pos) { *why = "plane runs past the chunk"; return -EIO; }
+        if (plen > len - pos) {
+            *why = "plane runs past the chunk";
+            return -EIO;
+        }
         if (method == PLANE_STORED) {
-            if (plen != m) { *why = "stored plane has the wrong length"; return -EIO; }
+            if (plen != m) {
+                *why = "stored plane has the wrong length";
+                return -EIO;
+            }
             planes[j] = payload + pos;
         } else if (method == PLANE_DEFLATE) {
             int rc = inflate_exact(payload + pos, plen, scratch + j * m, m);
             if (rc < 0) {
-                *why = rc == -ENOMEM ? "out of memory for the decoder" : "deflate stream of a plane is corrupt";
+                *why = rc == -ENOMEM ? "out of memory for the decoder"
+                                     : "deflate stream of a plane is corrupt";
                 return rc;
             }
             planes[j] = scratch + j * m;
         } else if (method == PLANE_ZSTD && version >= 3) {
             int rc = unzstd_exact(payload + pos, plen, scratch + j * m, m);
             if (rc < 0) {
-                *why = rc == -ENOMEM ? "out of memory for the decoder" : "zstd frame of a plane is corrupt";
+                *why = rc == -ENOMEM ? "out of memory for the decoder"
+                                     : "zstd frame of a plane is corrupt";
                 return rc;
             }
             planes[j] = scratch + j * m;
@@ -518,7 +630,10 @@ int chunk_decode(const uint8_t *payload, size_t len, uint8_t codec, unsigned ele
         }
         pos += plen;
     }
-    if (pos != len) { *why = "trailing bytes after the planes"; return -EIO; }
+    if (pos != len) {
+        *why = "trailing bytes after the planes";
+        return -EIO;
+    }
     join_planes(planes, m, elem, out);
     return 0;
 }

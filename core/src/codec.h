@@ -14,9 +14,9 @@ struct ZSTD_CCtx_s;
 typedef struct chunk_encoder {
     z_stream z;
     int z_level, z_strategy, z_ready;
-    uint8_t *planes;        /* transposed copy of the chunk */
+    uint8_t *planes; /* transposed copy of the chunk */
     size_t planes_cap;
-    uint8_t *sample;        /* opaque chunks: the bytes the grouping is chosen on */
+    uint8_t *sample; /* opaque chunks: the bytes the grouping is chosen on */
     struct libdeflate_compressor *trial;
     uint8_t *trial_out;     /* what the deflate trial writes */
     struct ZSTD_CCtx_s *zc; /* the plane coder, made on first use */

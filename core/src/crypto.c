@@ -41,11 +41,13 @@ static int keys_init(pack_keys *pk, ckpt_cipher cipher, int use_openssl)
 {
     pk->evp = NULL;
     pk->subkey = sodium_malloc(CKPT_KEY_BYTES);
-    if (!pk->subkey) return -ENOMEM;
+    if (!pk->subkey)
+        return -ENOMEM;
     pk->cipher = cipher;
 #ifdef CKPT_USE_OPENSSL
     /* No contexts: libsodium seals (same bytes, slower). */
-    if (use_openssl) pk->evp = evp_new();
+    if (use_openssl)
+        pk->evp = evp_new();
 #endif
     return 0;
 }
@@ -54,18 +56,21 @@ int pack_keys_derive_impl(pack_keys *pk, ckpt_cipher cipher, const uint8_t *mast
                           const uint8_t pack_id[16], int use_openssl)
 {
     int rc = keys_init(pk, cipher, use_openssl);
-    if (rc == 0) derive(pk->subkey, CKPT_KEY_BYTES, SUBKEY_CONTEXT, master, pack_id);
+    if (rc == 0)
+        derive(pk->subkey, CKPT_KEY_BYTES, SUBKEY_CONTEXT, master, pack_id);
     return rc;
 }
 
 int pack_keys_from_key(pack_keys *pk, ckpt_cipher cipher, const uint8_t key[32], int use_openssl)
 {
     int rc = keys_init(pk, cipher, use_openssl);
-    if (rc == 0) memcpy(pk->subkey, key, CKPT_KEY_BYTES);
+    if (rc == 0)
+        memcpy(pk->subkey, key, CKPT_KEY_BYTES);
     return rc;
 }
 
-int pack_keys_derive(pack_keys *pk, ckpt_cipher cipher, const uint8_t *master, const uint8_t pack_id[16])
+int pack_keys_derive(pack_keys *pk, ckpt_cipher cipher, const uint8_t *master,
+                     const uint8_t pack_id[16])
 {
     return pack_keys_derive_impl(pk, cipher, master, pack_id, 1);
 }
@@ -147,7 +152,8 @@ static void slot_free(evp_slot *s)
 
 static void evp_free(struct aead_evp *e)
 {
-    if (!e) return;
+    if (!e)
+        return;
     while (e->idle) {
         evp_slot *s = e->idle;
         e->idle = s->next;
@@ -163,15 +169,18 @@ static evp_slot *slot_get(const pack_keys *pk)
     struct aead_evp *e = pk->evp;
     pthread_mutex_lock(&e->mu);
     evp_slot *s = e->idle;
-    if (s) e->idle = s->next;
+    if (s)
+        e->idle = s->next;
     pthread_mutex_unlock(&e->mu);
-    if (s) return s;
+    if (s)
+        return s;
     s = malloc(sizeof *s);
-    if (!s) return NULL;
+    if (!s)
+        return NULL;
     s->ctx = EVP_CIPHER_CTX_new();
     int aes = pk->cipher == CKPT_CIPHER_AES256GCM;
-    if (!s->ctx || EVP_CipherInit_ex(s->ctx, aes ? EVP_aes_256_gcm() : EVP_chacha20_poly1305(), NULL,
-                                     aes ? pk->subkey : NULL, NULL, 1) != 1) {
+    if (!s->ctx || EVP_CipherInit_ex(s->ctx, aes ? EVP_aes_256_gcm() : EVP_chacha20_poly1305(),
+                                     NULL, aes ? pk->subkey : NULL, NULL, 1) != 1) {
         slot_free(s);
         return NULL;
     }
@@ -192,9 +201,11 @@ static int evp_update(EVP_CIPHER_CTX *ctx, uint8_t *out, const uint8_t *in, size
 {
     while (len > 0) {
         int n = len > (size_t)INT_MAX / 2 ? INT_MAX / 2 : (int)len, outl;
-        if (EVP_CipherUpdate(ctx, out, &outl, in, n) != 1 || (out && outl != n)) return -1;
+        if (EVP_CipherUpdate(ctx, out, &outl, in, n) != 1 || (out && outl != n))
+            return -1;
         in += n;
-        if (out) out += n;
+        if (out)
+            out += n;
         len -= (size_t)n;
     }
     return 0;
@@ -210,13 +221,20 @@ static int evp_run(EVP_CIPHER_CTX *ctx, int enc, const uint8_t *key, const uint8
 {
     uint8_t fin[EVP_MAX_BLOCK_LENGTH];
     int finl = 0;
-    if (EVP_CipherInit_ex(ctx, NULL, NULL, key, iv, enc) != 1) return -EAGAIN;
-    if (!enc && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, TPACK_AEAD_TAG, tag) != 1) return -EAGAIN;
-    if (evp_update(ctx, NULL, ad, ad_len) < 0) return -EAGAIN;
-    if (evp_update(ctx, out, in, len) < 0) return -EIO;
-    if (EVP_CipherFinal_ex(ctx, fin, &finl) != 1) return enc ? -EIO : -EBADMSG;
-    if (finl != 0) return -EIO;
-    if (enc && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, TPACK_AEAD_TAG, tag) != 1) return -EIO;
+    if (EVP_CipherInit_ex(ctx, NULL, NULL, key, iv, enc) != 1)
+        return -EAGAIN;
+    if (!enc && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, TPACK_AEAD_TAG, tag) != 1)
+        return -EAGAIN;
+    if (evp_update(ctx, NULL, ad, ad_len) < 0)
+        return -EAGAIN;
+    if (evp_update(ctx, out, in, len) < 0)
+        return -EIO;
+    if (EVP_CipherFinal_ex(ctx, fin, &finl) != 1)
+        return enc ? -EIO : -EBADMSG;
+    if (finl != 0)
+        return -EIO;
+    if (enc && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, TPACK_AEAD_TAG, tag) != 1)
+        return -EIO;
     return 0;
 }
 
@@ -225,7 +243,8 @@ static int evp_aead(const pack_keys *pk, int enc, const uint8_t nonce[24], const
                     size_t ad_len, const uint8_t *in, size_t len, uint8_t *out, uint8_t *tag)
 {
     evp_slot *s = slot_get(pk);
-    if (!s) return -EAGAIN;
+    if (!s)
+        return -EAGAIN;
     int rc;
     if (pk->cipher == CKPT_CIPHER_AES256GCM) {
         rc = evp_run(s->ctx, enc, NULL, nonce, ad, ad_len, in, len, out, tag);
@@ -238,8 +257,10 @@ static int evp_aead(const pack_keys *pk, int enc, const uint8_t nonce[24], const
         sodium_memzero(k2, sizeof k2);
     }
     /* A context OpenSSL failed on is not trusted again. */
-    if (rc == -EAGAIN || rc == -EIO) slot_free(s);
-    else slot_put(pk, s);
+    if (rc == -EAGAIN || rc == -EIO)
+        slot_free(s);
+    else
+        slot_put(pk, s);
     return rc;
 }
 #endif
@@ -250,16 +271,19 @@ int aead_seal_nonce(const pack_keys *pk, const uint8_t nonce[24], const uint8_t 
 #ifdef CKPT_USE_OPENSSL
     if (pk->evp) {
         int rc = evp_aead(pk, 1, nonce, ad, ad_len, in, len, out, out + len);
-        if (rc != -EAGAIN) return rc;
+        if (rc != -EAGAIN)
+            return rc;
     }
 #endif
     unsigned long long clen;
     if (pk->cipher == CKPT_CIPHER_AES256GCM) {
         /* OpenSSL failed where it alone can run AES-GCM (no AES-NI). */
-        if (!crypto_aead_aes256gcm_is_available()) return -ENOMEM;
+        if (!crypto_aead_aes256gcm_is_available())
+            return -ENOMEM;
         crypto_aead_aes256gcm_encrypt(out, &clen, in, len, ad, ad_len, NULL, nonce, pk->subkey);
     } else
-        crypto_aead_xchacha20poly1305_ietf_encrypt(out, &clen, in, len, ad, ad_len, NULL, nonce, pk->subkey);
+        crypto_aead_xchacha20poly1305_ietf_encrypt(out, &clen, in, len, ad, ad_len, NULL, nonce,
+                                                   pk->subkey);
     return 0;
 }
 
@@ -267,7 +291,8 @@ int aead_open_nonce(const pack_keys *pk, const uint8_t nonce[24], const uint8_t 
                     const uint8_t *in, size_t len, uint8_t *out)
 {
     unsigned long long mlen;
-    if (len < TPACK_AEAD_TAG) return -EBADMSG;
+    if (len < TPACK_AEAD_TAG)
+        return -EBADMSG;
     int rc = -EAGAIN;
 #ifdef CKPT_USE_OPENSSL
     if (pk->evp) {
@@ -277,14 +302,19 @@ int aead_open_nonce(const pack_keys *pk, const uint8_t nonce[24], const uint8_t 
         rc = evp_aead(pk, 0, nonce, ad, ad_len, in, len - TPACK_AEAD_TAG, out, tag);
     }
 #endif
-    if (rc == -EAGAIN && pk->cipher == CKPT_CIPHER_AES256GCM && !crypto_aead_aes256gcm_is_available())
+    if (rc == -EAGAIN && pk->cipher == CKPT_CIPHER_AES256GCM &&
+        !crypto_aead_aes256gcm_is_available())
         return -ENOMEM; /* OpenSSL failed where it alone can run AES-GCM */
     if (rc == -EAGAIN)
         rc = (pk->cipher == CKPT_CIPHER_AES256GCM
-              ? crypto_aead_aes256gcm_decrypt(out, &mlen, NULL, in, len, ad, ad_len, nonce, pk->subkey)
-              : crypto_aead_xchacha20poly1305_ietf_decrypt(out, &mlen, NULL, in, len, ad, ad_len, nonce,
-                                                           pk->subkey)) == 0 ? 0 : -EBADMSG;
-    if (rc == 0) return 0;
+                  ? crypto_aead_aes256gcm_decrypt(out, &mlen, NULL, in, len, ad, ad_len, nonce,
+                                                  pk->subkey)
+                  : crypto_aead_xchacha20poly1305_ietf_decrypt(out, &mlen, NULL, in, len, ad,
+                                                               ad_len, nonce, pk->subkey)) == 0
+                 ? 0
+                 : -EBADMSG;
+    if (rc == 0)
+        return 0;
     /* Nothing unauthenticated leaves: OpenSSL decrypts before it checks. */
     sodium_memzero(out, len - TPACK_AEAD_TAG);
     return rc;
@@ -308,21 +338,28 @@ int aead_open(const pack_keys *pk, uint64_t nonce_id, const uint8_t *ad, size_t 
 
 int ckpt_cipher_parse(const char *name, ckpt_cipher *out)
 {
-    if (!name) return -EINVAL;
-    if (!strcmp(name, "none")) *out = CKPT_CIPHER_NONE;
+    if (!name)
+        return -EINVAL;
+    if (!strcmp(name, "none"))
+        *out = CKPT_CIPHER_NONE;
     else if (!strcmp(name, "xchacha20poly1305") || !strcmp(name, "xchacha20-poly1305"))
         *out = CKPT_CIPHER_XCHACHA20POLY1305;
-    else if (!strcmp(name, "aes256gcm") || !strcmp(name, "aes-256-gcm")) *out = CKPT_CIPHER_AES256GCM;
-    else return -EINVAL;
+    else if (!strcmp(name, "aes256gcm") || !strcmp(name, "aes-256-gcm"))
+        *out = CKPT_CIPHER_AES256GCM;
+    else
+        return -EINVAL;
     return 0;
 }
 
 const char *ckpt_cipher_name(ckpt_cipher c)
 {
     switch (c) {
-    case CKPT_CIPHER_NONE: return "none";
-    case CKPT_CIPHER_XCHACHA20POLY1305: return "xchacha20poly1305";
-    case CKPT_CIPHER_AES256GCM: return "aes256gcm";
+    case CKPT_CIPHER_NONE:
+        return "none";
+    case CKPT_CIPHER_XCHACHA20POLY1305:
+        return "xchacha20poly1305";
+    case CKPT_CIPHER_AES256GCM:
+        return "aes256gcm";
     }
     return "unknown";
 }
@@ -332,9 +369,11 @@ const char *ckpt_cipher_name(ckpt_cipher c)
 int ckpt_cipher_available(ckpt_cipher c)
 {
 #ifdef CKPT_USE_OPENSSL
-    if (c == CKPT_CIPHER_AES256GCM) return 1;
+    if (c == CKPT_CIPHER_AES256GCM)
+        return 1;
 #else
-    if (c == CKPT_CIPHER_AES256GCM) return ckpt_sodium_init() == 0 && crypto_aead_aes256gcm_is_available();
+    if (c == CKPT_CIPHER_AES256GCM)
+        return ckpt_sodium_init() == 0 && crypto_aead_aes256gcm_is_available();
 #endif
     return c == CKPT_CIPHER_NONE || c == CKPT_CIPHER_XCHACHA20POLY1305;
 }
@@ -343,6 +382,7 @@ int ckpt_cipher_available(ckpt_cipher c)
  * hardware (fastest, and constant-time); XChaCha20-Poly1305 elsewhere. */
 ckpt_cipher ckpt_cipher_default(void)
 {
-    if (ckpt_sodium_init() == 0 && crypto_aead_aes256gcm_is_available()) return CKPT_CIPHER_AES256GCM;
+    if (ckpt_sodium_init() == 0 && crypto_aead_aes256gcm_is_available())
+        return CKPT_CIPHER_AES256GCM;
     return CKPT_CIPHER_XCHACHA20POLY1305;
 }

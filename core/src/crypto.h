@@ -10,13 +10,13 @@
  * Argon2id over a passphrase) and the pack's subkey derived from it. */
 struct aead_evp;
 typedef struct pack_keys {
-    uint8_t *subkey;     /* sodium_malloc'd, 32 bytes; NULL when unencrypted */
+    uint8_t *subkey; /* sodium_malloc'd, 32 bytes; NULL when unencrypted */
     ckpt_cipher cipher;
-    struct aead_evp *evp;/* reusable OpenSSL contexts; NULL = libsodium seals */
+    struct aead_evp *evp; /* reusable OpenSSL contexts; NULL = libsodium seals */
 } pack_keys;
 
 typedef struct kdf_params {
-    uint32_t kdf;        /* enum tpack_kdf */
+    uint32_t kdf; /* enum tpack_kdf */
     uint64_t ops, mem;
     uint8_t salt[16];
 } kdf_params;

@@ -12,11 +12,28 @@
 
 /* Header field offsets. */
 enum {
-    HDR_MAGIC = 0, HDR_VERSION = 8, HDR_SIZE = 12, HDR_PACK_ID = 16, HDR_FLAGS = 32,
-    HDR_CIPHER = 36, HDR_KDF = 40, HDR_CHUNK_SIZE = 44, HDR_KDF_OPS = 48, HDR_KDF_MEM = 56,
-    HDR_KDF_SALT = 64, HDR_KEY_CHECK = 80, HDR_RESERVED = 96, HDR_CRC = 124,
+    HDR_MAGIC = 0,
+    HDR_VERSION = 8,
+    HDR_SIZE = 12,
+    HDR_PACK_ID = 16,
+    HDR_FLAGS = 32,
+    HDR_CIPHER = 36,
+    HDR_KDF = 40,
+    HDR_CHUNK_SIZE = 44,
+    HDR_KDF_OPS = 48,
+    HDR_KDF_MEM = 56,
+    HDR_KDF_SALT = 64,
+    HDR_KEY_CHECK = 80,
+    HDR_RESERVED = 96,
+    HDR_CRC = 124,
 };
-enum { FTR_INDEX_OFFSET = 0, FTR_INDEX_STORED = 8, FTR_INDEX_RAW = 16, FTR_DIGEST = 24, FTR_MAGIC = 56 };
+enum {
+    FTR_INDEX_OFFSET = 0,
+    FTR_INDEX_STORED = 8,
+    FTR_INDEX_RAW = 16,
+    FTR_DIGEST = 24,
+    FTR_MAGIC = 56
+};
 
 #define TPACK_FLAG_ENCRYPTED 1u
 
@@ -33,8 +50,14 @@ enum tpack_extent_kind { EXTENT_DATA = 0, EXTENT_TYPED = 1 };
 
 /* A file record's container byte (version 2); ckpt_container_name() spells them. */
 enum tpack_container {
-    CONTAINER_NONE = 0, CONTAINER_SAFETENSORS = 1, CONTAINER_NPY = 2, CONTAINER_TORCH = 3,
-    CONTAINER_DCP = 4, CONTAINER_TENSORIZER = 5, CONTAINER_GGUF = 6, CONTAINER_MAX = CONTAINER_GGUF,
+    CONTAINER_NONE = 0,
+    CONTAINER_SAFETENSORS = 1,
+    CONTAINER_NPY = 2,
+    CONTAINER_TORCH = 3,
+    CONTAINER_DCP = 4,
+    CONTAINER_TENSORIZER = 5,
+    CONTAINER_GGUF = 6,
+    CONTAINER_MAX = CONTAINER_GGUF,
 };
 /* The longest note a file record may carry (bytes of UTF-8). */
 #define TPACK_NOTE_MAX 1024

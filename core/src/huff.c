@@ -6,14 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LIT_SYMS 257             /* literals 0..255 and end-of-block */
+#define LIT_SYMS 257 /* literals 0..255 and end-of-block */
 #define END_OF_BLOCK 256
 #define MAX_BITS 15
 #define CL_SYMS 19
 #define CL_MAX_BITS 7
 
 /* The order code-length code lengths are sent in (RFC 1951, 3.2.7). */
-static const uint8_t cl_order[CL_SYMS] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
+static const uint8_t cl_order[CL_SYMS] = {16, 17, 18, 0, 8,  7, 9,  6, 10, 5,
+                                          11, 4,  12, 3, 13, 2, 14, 1, 15};
 
 typedef struct item {
     uint32_t freq;
@@ -23,7 +24,8 @@ typedef struct item {
 static int cmp_item(const void *a, const void *b)
 {
     const item *x = a, *y = b;
-    if (x->freq != y->freq) return x->freq < y->freq ? -1 : 1;
+    if (x->freq != y->freq)
+        return x->freq < y->freq ? -1 : 1;
     return x->sym < y->sym ? -1 : x->sym > y->sym;
 }
 
@@ -53,7 +55,8 @@ static void min_redundancy(uint32_t *a, int n)
     }
     /* Internal nodes hold parent indices: turn them into depths. */
     a[n - 2] = 0;
-    for (next = n - 3; next >= 0; next--) a[next] = a[a[next]] + 1;
+    for (next = n - 3; next >= 0; next--)
+        a[next] = a[a[next]] + 1;
     /* Leaf depths from the number of internal nodes at each depth. */
     int avail = 1, used = 0, depth = 0;
     root = n - 2;
@@ -82,20 +85,24 @@ static void build_lengths(const uint32_t *freq, int nsym, int max_bits, uint8_t 
     int n = 0;
     memset(len, 0, (size_t)nsym);
     for (int s = 0; s < nsym; s++)
-        if (freq[s]) items[n++] = (item){freq[s], (uint16_t)s};
-    if (n == 0) return;
+        if (freq[s])
+            items[n++] = (item){freq[s], (uint16_t)s};
+    if (n == 0)
+        return;
     if (n == 1) {
         len[items[0].sym] = 1;
         return;
     }
     qsort(items, (size_t)n, sizeof *items, cmp_item);
-    for (int i = 0; i < n; i++) a[i] = items[i].freq;
+    for (int i = 0; i < n; i++)
+        a[i] = items[i].freq;
     min_redundancy(a, n);
     unsigned count[LIT_SYMS + 1] = {0};
     int longest = 0;
     for (int i = 0; i < n; i++) {
         count[a[i]]++;
-        if ((int)a[i] > longest) longest = (int)a[i];
+        if ((int)a[i] > longest)
+            longest = (int)a[i];
     }
     /* Too long: two leaves at the deepest level become one leaf a level up,
      * and a shallower leaf splits into two, which keeps the Kraft sum (the
@@ -103,7 +110,8 @@ static void build_lengths(const uint32_t *freq, int nsym, int max_bits, uint8_t 
     for (int i = longest; i > max_bits; i--) {
         while (count[i] > 0) {
             int j = i - 2;
-            while (count[j] == 0) j--;
+            while (count[j] == 0)
+                j--;
             count[i] -= 2;
             count[i - 1]++;
             count[j + 1] += 2;
@@ -113,7 +121,8 @@ static void build_lengths(const uint32_t *freq, int nsym, int max_bits, uint8_t 
     /* The most frequent symbols take the shortest codes. */
     int idx = n - 1;
     for (int l = 1; l <= max_bits; l++)
-        for (unsigned c = 0; c < count[l]; c++) len[items[idx--].sym] = (uint8_t)l;
+        for (unsigned c = 0; c < count[l]; c++)
+            len[items[idx--].sym] = (uint8_t)l;
 }
 
 /* Canonical codes for the lengths (RFC 1951, 3.2.2), bit-reversed because
@@ -121,7 +130,8 @@ static void build_lengths(const uint32_t *freq, int nsym, int max_bits, uint8_t 
 static void build_codes(const uint8_t *len, int nsym, uint16_t *code)
 {
     unsigned count[MAX_BITS + 1] = {0}, next[MAX_BITS + 1] = {0};
-    for (int s = 0; s < nsym; s++) count[len[s]]++;
+    for (int s = 0; s < nsym; s++)
+        count[len[s]]++;
     count[0] = 0;
     unsigned c = 0;
     for (int bits = 1; bits <= MAX_BITS; bits++) {
@@ -130,9 +140,11 @@ static void build_codes(const uint8_t *len, int nsym, uint16_t *code)
     }
     for (int s = 0; s < nsym; s++) {
         code[s] = 0;
-        if (!len[s]) continue;
+        if (!len[s])
+            continue;
         unsigned v = next[len[s]]++, r = 0;
-        for (int b = 0; b < len[s]; b++) r |= ((v >> b) & 1u) << (len[s] - 1 - b);
+        for (int b = 0; b < len[s]; b++)
+            r |= ((v >> b) & 1u) << (len[s] - 1 - b);
         code[s] = (uint16_t)r;
     }
 }
@@ -164,7 +176,8 @@ static inline void store64(uint8_t *p, uint64_t v)
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     memcpy(p, &v, 8);
 #else
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 #endif
 }
 
@@ -177,7 +190,8 @@ static size_t encode_fast(bits *w, const uint8_t *in, size_t n, const uint16_t *
                           const uint8_t *len, const uint8_t *end)
 {
     uint32_t table[256];
-    for (int s = 0; s < 256; s++) table[s] = code[s] | (uint32_t)len[s] << 16;
+    for (int s = 0; s < 256; s++)
+        table[s] = code[s] | (uint32_t)len[s] << 16;
     uint8_t *p = w->p;
     uint64_t buf = w->buf;
     unsigned nb = w->n;
@@ -209,7 +223,7 @@ static size_t encode_fast(bits *w, const uint8_t *in, size_t n, const uint16_t *
 size_t huff_deflate(const uint8_t *in, size_t n, const uint32_t hist[256], uint8_t *out, size_t cap)
 {
     uint32_t freq[LIT_SYMS];
-    uint8_t len[LIT_SYMS + 1];   /* the 257 literal/length lengths, then the one distance length */
+    uint8_t len[LIT_SYMS + 1]; /* the 257 literal/length lengths, then the one distance length */
     uint16_t code[LIT_SYMS];
     memcpy(freq, hist, 256 * sizeof *freq);
     freq[END_OF_BLOCK] = 1;
@@ -221,17 +235,22 @@ size_t huff_deflate(const uint8_t *in, size_t n, const uint32_t hist[256], uint8
     uint32_t cl_freq[CL_SYMS] = {0};
     uint8_t cl_len[CL_SYMS];
     uint16_t cl_code[CL_SYMS];
-    for (int s = 0; s <= LIT_SYMS; s++) cl_freq[len[s]]++;
+    for (int s = 0; s <= LIT_SYMS; s++)
+        cl_freq[len[s]]++;
     build_lengths(cl_freq, CL_SYMS, CL_MAX_BITS, cl_len);
     build_codes(cl_len, CL_SYMS, cl_code);
     int ncl = CL_SYMS;
-    while (ncl > 4 && cl_len[cl_order[ncl - 1]] == 0) ncl--;
+    while (ncl > 4 && cl_len[cl_order[ncl - 1]] == 0)
+        ncl--;
 
     /* The exact size first: most planes that do not pay stop here. */
     uint64_t total = 3 + 5 + 5 + 4 + 3 * (uint64_t)ncl + len[END_OF_BLOCK];
-    for (int s = 0; s <= LIT_SYMS; s++) total += cl_len[len[s]];
-    for (int s = 0; s < 256; s++) total += (uint64_t)hist[s] * len[s];
-    if ((total + 7) / 8 > cap) return 0;
+    for (int s = 0; s <= LIT_SYMS; s++)
+        total += cl_len[len[s]];
+    for (int s = 0; s < 256; s++)
+        total += (uint64_t)hist[s] * len[s];
+    if ((total + 7) / 8 > cap)
+        return 0;
 
     bits w = {out, 0, 0};
     put(&w, 1, 1);                 /* BFINAL */
@@ -239,10 +258,13 @@ size_t huff_deflate(const uint8_t *in, size_t n, const uint32_t hist[256], uint8
     put(&w, LIT_SYMS - 257, 5);    /* HLIT */
     put(&w, 0, 5);                 /* HDIST: one distance code */
     put(&w, (uint32_t)ncl - 4, 4); /* HCLEN */
-    for (int i = 0; i < ncl; i++) put(&w, cl_len[cl_order[i]], 3);
-    for (int s = 0; s <= LIT_SYMS; s++) put(&w, cl_code[len[s]], cl_len[len[s]]);
+    for (int i = 0; i < ncl; i++)
+        put(&w, cl_len[cl_order[i]], 3);
+    for (int s = 0; s <= LIT_SYMS; s++)
+        put(&w, cl_code[len[s]], cl_len[len[s]]);
     size_t i = encode_fast(&w, in, n, code, len, out + cap);
-    for (; i < n; i++) put(&w, code[in[i]], len[in[i]]);
+    for (; i < n; i++)
+        put(&w, code[in[i]], len[in[i]]);
     put(&w, code[END_OF_BLOCK], len[END_OF_BLOCK]);
     /* The last partial word, padded with zero bits to a byte. */
     while (w.n > 0) {

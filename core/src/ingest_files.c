@@ -22,7 +22,7 @@
 typedef struct source {
     ckpt_read_fn read;
     void *ud;
-    const char *name;         /* for error messages */
+    const char *name; /* for error messages */
     /* Where sibling files (DCP's .metadata beside a *.distcp) come from:
      * beside disk_path (add_path), or the writer's sibling reader by pack
      * path (add_reader); neither: none. */
@@ -49,17 +49,26 @@ static int read_disk_sibling(const char *path, const char *name, uint8_t **out, 
     struct stat st;
     int rc = 0;
     uint8_t *buf = NULL;
-    if (fstat(fd, &st) < 0) rc = -errno;
-    else if (!S_ISREG(st.st_mode)) rc = -EINVAL;
-    else if ((uint64_t)st.st_size > max) rc = -EFBIG;
-    else if (!(buf = malloc(st.st_size ? (size_t)st.st_size : 1))) rc = -ENOMEM;
+    if (fstat(fd, &st) < 0)
+        rc = -errno;
+    else if (!S_ISREG(st.st_mode))
+        rc = -EINVAL;
+    else if ((uint64_t)st.st_size > max)
+        rc = -EFBIG;
+    else if (!(buf = malloc(st.st_size ? (size_t)st.st_size : 1)))
+        rc = -ENOMEM;
     if (rc == 0) {
         ssize_t r = ckpt_pread_full(fd, buf, (size_t)st.st_size, 0);
-        if (r < 0) rc = (int)r;
-        else if ((size_t)r != (size_t)st.st_size) rc = -EIO;
+        if (r < 0)
+            rc = (int)r;
+        else if ((size_t)r != (size_t)st.st_size)
+            rc = -EIO;
     }
     close(fd);
-    if (rc) { free(buf); return rc; }
+    if (rc) {
+        free(buf);
+        return rc;
+    }
     *out = buf;
     *len = (size_t)st.st_size;
     return 0;
@@ -72,17 +81,24 @@ static int source_read_sibling(void *ud, const char *name, uint8_t **out, size_t
     *len = 0;
     if (!name || !name[0] || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
         return -EINVAL;
-    if (src->disk_path) return read_disk_sibling(src->disk_path, name, out, len, max);
+    if (src->disk_path)
+        return read_disk_sibling(src->disk_path, name, out, len, max);
     ckpt_sibling_fn fn;
     void *fn_ud;
     writer_sibling_reader(src->w, &fn, &fn_ud);
     const char *slash = strrchr(src->pack_path, '/');
     char *full;
-    if (asprintf(&full, "%.*s%s", slash ? (int)(slash - src->pack_path + 1) : 0, src->pack_path, name) < 0)
+    if (asprintf(&full, "%.*s%s", slash ? (int)(slash - src->pack_path + 1) : 0, src->pack_path,
+                 name) < 0)
         return -ENOMEM;
     int rc = fn(fn_ud, full, out, len, max);
     free(full);
-    if (rc == 0 && *len > max) { free(*out); *out = NULL; *len = 0; rc = -EFBIG; }
+    if (rc == 0 && *len > max) {
+        free(*out);
+        *out = NULL;
+        *len = 0;
+        rc = -EFBIG;
+    }
     return rc > 0 ? -EIO : rc;
 }
 
@@ -90,8 +106,10 @@ static int source_has_siblings(const source *src)
 {
     ckpt_sibling_fn fn = NULL;
     void *fn_ud;
-    if (src->disk_path) return 1;
-    if (src->w && src->pack_path) writer_sibling_reader(src->w, &fn, &fn_ud);
+    if (src->disk_path)
+        return 1;
+    if (src->w && src->pack_path)
+        writer_sibling_reader(src->w, &fn, &fn_ud);
     return fn != NULL;
 }
 
@@ -105,8 +123,10 @@ static int read_at(const source *src, uint8_t *buf, size_t len, uint64_t off, ck
     size_t done = 0;
     while (done < len) {
         ssize_t r = src->read(src->ud, buf + done, len - done, off + done);
-        if (r < 0) return ckpt_fail(err, (int)r, "%s: read failed: %s", src->name, strerror((int)-r));
-        if (r == 0) return ckpt_fail(err, -EIO, "%s: file shrank while being packed", src->name);
+        if (r < 0)
+            return ckpt_fail(err, (int)r, "%s: read failed: %s", src->name, strerror((int)-r));
+        if (r == 0)
+            return ckpt_fail(err, -EIO, "%s: file shrank while being packed", src->name);
         done += (size_t)r;
     }
     return 0;
@@ -125,31 +145,35 @@ static ssize_t watched_read(void *ud, void *buf, size_t len, uint64_t off)
 {
     watched *wt = ud;
     ssize_t r = wt->src->read(wt->src->ud, buf, len, off);
-    if (r < 0) wt->read_err = (int)r;
-    else if (r == 0 && len && off < wt->size) wt->read_err = -EIO;
+    if (r < 0)
+        wt->read_err = (int)r;
+    else if (r == 0 && len && off < wt->size)
+        wt->read_err = -EIO;
     return r;
 }
 
 /* What describe_file() found. */
 typedef struct described {
-    const container_format *fmt;  /* NULL: no format claims the file */
-    int structured;               /* lay holds tensors and regions to index */
-    char fault[400];              /* non-empty: the format rejected the file */
+    const container_format *fmt; /* NULL: no format claims the file */
+    int structured;              /* lay holds tensors and regions to index */
+    char fault[400];             /* non-empty: the format rejected the file */
 } described;
 
 /* Asks the container format that claims the file for its layout. A fault
  * in the file's contents is not an error: d->fault says why it is to be
  * stored opaque. Only a failure to read the source is (-errno). */
-static int describe_file(const source *src, const char *pack_path, uint64_t size, ingest_layout *lay,
-                         described *d, ckpt_err *err)
+static int describe_file(const source *src, const char *pack_path, uint64_t size,
+                         ingest_layout *lay, described *d, ckpt_err *err)
 {
     memset(d, 0, sizeof *d);
     uint8_t head[SNIFF_HEAD];
     size_t have = size < sizeof head ? (size_t)size : sizeof head;
     int rc = read_at(src, head, have, 0, err);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     d->fmt = ckpt_container_sniff(pack_path, head, have, size);
-    if (!d->fmt) return 0;
+    if (!d->fmt)
+        return 0;
     watched wt = {src, size, 0};
     ingest_source isrc = {.read = watched_read, .ud = &wt, .size = size, .name = src->name};
     if (source_has_siblings(src)) {
@@ -159,7 +183,8 @@ static int describe_file(const source *src, const char *pack_path, uint64_t size
     char msg[sizeof d->fault] = "";
     rc = d->fmt->describe(&isrc, pack_path, lay, msg, sizeof msg);
     if (rc < 0 && wt.read_err < 0)
-        return ckpt_fail(err, wt.read_err, "%s: %s", src->name, msg[0] ? msg : strerror(-wt.read_err));
+        return ckpt_fail(err, wt.read_err, "%s: %s", src->name,
+                         msg[0] ? msg : strerror(-wt.read_err));
     if (rc < 0) {
         ingest_layout_free(lay);
         snprintf(d->fault, sizeof d->fault, "%s", msg[0] ? msg : strerror(-rc));
@@ -169,14 +194,17 @@ static int describe_file(const source *src, const char *pack_path, uint64_t size
 }
 
 /* Streams [off, off+len) of the source into the writer as opaque data or tensor data. */
-static int copy_range(ckpt_writer *w, const source *src, uint8_t *buf, uint64_t off, uint64_t len, int tensor,
-                      ckpt_err *err)
+static int copy_range(ckpt_writer *w, const source *src, uint8_t *buf, uint64_t off, uint64_t len,
+                      int tensor, ckpt_err *err)
 {
     while (len) {
         size_t n = len < READ_BLOCK ? (size_t)len : READ_BLOCK;
         int rc = read_at(src, buf, n, off, err);
-        if (rc == 0) rc = tensor ? ckpt_writer_tensor_data(w, buf, n, err) : ckpt_writer_write(w, buf, n, err);
-        if (rc < 0) return rc;
+        if (rc == 0)
+            rc = tensor ? ckpt_writer_tensor_data(w, buf, n, err)
+                        : ckpt_writer_write(w, buf, n, err);
+        if (rc < 0)
+            return rc;
         off += n;
         len -= n;
     }
@@ -189,15 +217,17 @@ static int copy_range(ckpt_writer *w, const source *src, uint8_t *buf, uint64_t 
  * region (with the tensors inside it as views) or a tensor on its own. */
 typedef struct piece {
     uint64_t off, len;
-    int region;               /* 1: lay->regions[idx], 0: lay->t[idx] */
+    int region; /* 1: lay->regions[idx], 0: lay->t[idx] */
     size_t idx;
 } piece;
 
 static int cmp_piece(const void *x, const void *y)
 {
     const piece *a = x, *b = y;
-    if (a->off != b->off) return a->off < b->off ? -1 : 1;
-    if (a->len != b->len) return a->len < b->len ? -1 : 1;  /* empty tensors first */
+    if (a->off != b->off)
+        return a->off < b->off ? -1 : 1;
+    if (a->len != b->len)
+        return a->len < b->len ? -1 : 1; /* empty tensors first */
     return a->region - b->region;
 }
 
@@ -206,14 +236,19 @@ static int cmp_piece(const void *x, const void *y)
 static long region_of(const ingest_layout *lay, const ingest_tensor *t)
 {
     size_t lo = 0, hi = lay->n_regions;
-    while (lo < hi) {                       /* first region starting after t */
+    while (lo < hi) { /* first region starting after t */
         size_t mid = lo + (hi - lo) / 2;
-        if (lay->regions[mid].offset <= t->offset) lo = mid + 1;
-        else hi = mid;
+        if (lay->regions[mid].offset <= t->offset)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    if (lo == 0) return -1;
+    if (lo == 0)
+        return -1;
     const ingest_region *r = &lay->regions[lo - 1];
-    return t->offset - r->offset <= r->length && t->nbytes <= r->length - (t->offset - r->offset) ? (long)lo - 1 : -1;
+    return t->offset - r->offset <= r->length && t->nbytes <= r->length - (t->offset - r->offset)
+               ? (long)lo - 1
+               : -1;
 }
 
 /* Tensor names are unique in a pack. Two files may hold tensors of the
@@ -223,19 +258,22 @@ static long region_of(const ingest_layout *lay, const ingest_tensor *t)
  * tensors/ shows it under tensors/PATH/NAME. When that name is taken too,
  * the file is stored opaque (-EINVAL with why) rather than failing the
  * checkpoint. *renamed is the new name (malloc'd) or NULL. */
-static int qualify_name(const ckpt_writer *w, const char *pack_path, const strmap *in_file, const ingest_tensor *t,
-                        char **renamed, char *why, size_t why_len)
+static int qualify_name(const ckpt_writer *w, const char *pack_path, const strmap *in_file,
+                        const ingest_tensor *t, char **renamed, char *why, size_t why_len)
 {
     *renamed = NULL;
-    if (!writer_has_tensor(w, t->name)) return 0;
+    if (!writer_has_tensor(w, t->name))
+        return 0;
     size_t len = strlen(pack_path) + 1 + strlen(t->name) + 1;
     char *qualified = malloc(len);
-    if (!qualified) return -ENOMEM;
+    if (!qualified)
+        return -ENOMEM;
     snprintf(qualified, len, "%s/%s", pack_path, t->name);
     if (writer_has_tensor(w, qualified) || strmap_get(in_file, qualified) >= 0) {
         /* Cut when long: the message is for reading. */
-        if (snprintf(why, why_len, "tensor '%.120s' is also in an earlier file, and '%.200s' is taken too", t->name,
-                     qualified) >= (int)why_len)
+        if (snprintf(why, why_len,
+                     "tensor '%.120s' is also in an earlier file, and '%.200s' is taken too",
+                     t->name, qualified) >= (int)why_len)
             why[why_len - 1] = '\0';
         free(qualified);
         return -EINVAL;
@@ -249,8 +287,9 @@ static int qualify_name(const ckpt_writer *w, const char *pack_path, const strma
  * disjoint, tensors either inside one region of their element size or clear
  * of all regions, names unique within the file. *owner[i] is the region of
  * tensor i or -1. On a fault, why says what is wrong and -EINVAL returns. */
-static int plan_pieces(const ckpt_writer *w, const char *pack_path, ingest_layout *lay, uint64_t size, piece **out,
-                       size_t *n_out, long **owner_out, char *why, size_t why_len)
+static int plan_pieces(const ckpt_writer *w, const char *pack_path, ingest_layout *lay,
+                       uint64_t size, piece **out, size_t *n_out, long **owner_out, char *why,
+                       size_t why_len)
 {
     size_t n = 0, cap = lay->n_regions + lay->n;
     piece *pc = malloc((cap ? cap : 1) * sizeof *pc);
@@ -260,7 +299,8 @@ static int plan_pieces(const ckpt_writer *w, const char *pack_path, ingest_layou
     char **renamed = calloc(lay->n ? lay->n : 1, sizeof *renamed);
     strmap names = {0};
     int rc = -ENOMEM;
-    if (!pc || !owner || !renamed || strmap_init(&names, lay->n) < 0) goto out;
+    if (!pc || !owner || !renamed || strmap_init(&names, lay->n) < 0)
+        goto out;
     for (size_t i = 0; i < lay->n; i++)
         if (strmap_put(&names, lay->t[i].name, i, NULL) == 1) {
             snprintf(why, why_len, "layout: tensor name '%.200s' appears twice", lay->t[i].name);
@@ -271,12 +311,14 @@ static int plan_pieces(const ckpt_writer *w, const char *pack_path, ingest_layou
     for (size_t i = 0; i < lay->n_regions; i++) {
         const ingest_region *r = &lay->regions[i];
         if (r->offset > size || r->length > size - r->offset) {
-            snprintf(why, why_len, "layout: region %zu (%s at %llu, %llu bytes) lies outside the file", i, r->dtype,
-                     (unsigned long long)r->offset, (unsigned long long)r->length);
+            snprintf(why, why_len,
+                     "layout: region %zu (%s at %llu, %llu bytes) lies outside the file", i,
+                     r->dtype, (unsigned long long)r->offset, (unsigned long long)r->length);
             goto out;
         }
         if (i && r->offset < lay->regions[i - 1].offset + lay->regions[i - 1].length) {
-            snprintf(why, why_len, "layout: region %zu at %llu overlaps the one before it", i, (unsigned long long)r->offset);
+            snprintf(why, why_len, "layout: region %zu at %llu overlaps the one before it", i,
+                     (unsigned long long)r->offset);
             goto out;
         }
         /* A type the pack cannot name (a quantized GGUF block run): its bytes
@@ -287,18 +329,21 @@ static int plan_pieces(const ckpt_writer *w, const char *pack_path, ingest_layou
     for (size_t i = 0; i < lay->n; i++) {
         const ingest_tensor *t = &lay->t[i];
         uint64_t nbytes;
-        if (ckpt_tensor_bytes(t->dtype, t->ndim, t->shape, &nbytes) < 0 || nbytes != t->nbytes || t->offset > size ||
-            t->nbytes > size - t->offset) {
-            snprintf(why, why_len, "layout: tensor '%.200s' lies outside the file or does not match its shape", t->name);
+        if (ckpt_tensor_bytes(t->dtype, t->ndim, t->shape, &nbytes) < 0 || nbytes != t->nbytes ||
+            t->offset > size || t->nbytes > size - t->offset) {
+            snprintf(why, why_len,
+                     "layout: tensor '%.200s' lies outside the file or does not match its shape",
+                     t->name);
             goto out;
         }
-        if ((rc = qualify_name(w, pack_path, &names, t, &renamed[i], why, why_len)) < 0) goto out;
+        if ((rc = qualify_name(w, pack_path, &names, t, &renamed[i], why, why_len)) < 0)
+            goto out;
         rc = -EINVAL;
         owner[i] = region_of(lay, t);
         if (owner[i] >= 0) {
             if (ckpt_dtype_size(lay->regions[owner[i]].dtype) != ckpt_dtype_size(t->dtype)) {
-                snprintf(why, why_len, "layout: tensor '%.200s' (%s) lies in a region of %s", t->name, t->dtype,
-                         lay->regions[owner[i]].dtype);
+                snprintf(why, why_len, "layout: tensor '%.200s' (%s) lies in a region of %s",
+                         t->name, t->dtype, lay->regions[owner[i]].dtype);
                 goto out;
             }
             continue;
@@ -337,31 +382,38 @@ out:
 
 /* Writes the file's bytes in order: opaque gaps, regions with their views
  * (declared before the region's bytes, as the writer asks), tensors. */
-static int write_pieces(ckpt_writer *w, const source *src, const ingest_layout *lay, const piece *pc, size_t n,
-                        const long *owner, uint64_t size, uint8_t *buf, ckpt_err *err)
+static int write_pieces(ckpt_writer *w, const source *src, const ingest_layout *lay,
+                        const piece *pc, size_t n, const long *owner, uint64_t size, uint8_t *buf,
+                        ckpt_err *err)
 {
     uint64_t pos = 0;
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < n; i++) {
         const piece *p = &pc[i];
-        if (p->off > pos) rc = copy_range(w, src, buf, pos, p->off - pos, 0, err);
+        if (p->off > pos)
+            rc = copy_range(w, src, buf, pos, p->off - pos, 0, err);
         if (rc == 0 && p->region) {
             rc = ckpt_writer_begin_region(w, lay->regions[p->idx].dtype, err);
             for (size_t j = 0; rc == 0 && j < lay->n; j++)
                 if (owner[j] == (long)p->idx)
-                    rc = ckpt_writer_add_view(w, lay->t[j].name, lay->t[j].dtype, lay->t[j].ndim, lay->t[j].shape,
-                                              lay->t[j].offset, err);
-            if (rc == 0) rc = copy_range(w, src, buf, p->off, p->len, 1, err);
-            if (rc == 0) rc = ckpt_writer_end_region(w, err);
+                    rc = ckpt_writer_add_view(w, lay->t[j].name, lay->t[j].dtype, lay->t[j].ndim,
+                                              lay->t[j].shape, lay->t[j].offset, err);
+            if (rc == 0)
+                rc = copy_range(w, src, buf, p->off, p->len, 1, err);
+            if (rc == 0)
+                rc = ckpt_writer_end_region(w, err);
         } else if (rc == 0) {
             const ingest_tensor *t = &lay->t[p->idx];
             rc = ckpt_writer_begin_tensor(w, t->name, t->dtype, t->ndim, t->shape, err);
-            if (rc == 0) rc = copy_range(w, src, buf, t->offset, t->nbytes, 1, err);
-            if (rc == 0) rc = ckpt_writer_end_tensor(w, err);
+            if (rc == 0)
+                rc = copy_range(w, src, buf, t->offset, t->nbytes, 1, err);
+            if (rc == 0)
+                rc = ckpt_writer_end_tensor(w, err);
         }
         pos = p->off + p->len;
     }
-    if (rc == 0 && size > pos) rc = copy_range(w, src, buf, pos, size - pos, 0, err);
+    if (rc == 0 && size > pos)
+        rc = copy_range(w, src, buf, pos, size - pos, 0, err);
     return rc;
 }
 
@@ -373,13 +425,18 @@ static void clean_note(char *note)
     size_t len = strlen(note);
     for (size_t i = 0; i < len;) {
         size_t k = 1;
-        while (k <= 4 && i + k <= len && !ckpt_utf8_valid((const uint8_t *)note + i, k)) k++;
-        if (k > 4 || i + k > len) { note[i++] = '?'; continue; }
+        while (k <= 4 && i + k <= len && !ckpt_utf8_valid((const uint8_t *)note + i, k))
+            k++;
+        if (k > 4 || i + k > len) {
+            note[i++] = '?';
+            continue;
+        }
         i += k;
     }
     if (len > TPACK_NOTE_MAX) {
         len = TPACK_NOTE_MAX;
-        while (len && ((uint8_t)note[len] & 0xC0) == 0x80) len--;
+        while (len && ((uint8_t)note[len] & 0xC0) == 0x80)
+            len--;
         note[len] = 0;
     }
 }
@@ -400,7 +457,8 @@ static int add_skipped(ckpt_writer *w, const ingest_layout *lay, ckpt_err *err)
     for (size_t i = 0; rc == 0 && i < lay->n_skipped; i++) {
         const ingest_skipped *k = &lay->skipped[i];
         size_t nl = k->name ? strlen(k->name) : 0;
-        if (nl == 0 || nl > UINT16_MAX) continue;
+        if (nl == 0 || nl > UINT16_MAX)
+            continue;
         char reason[sizeof k->reason + 1];
         snprintf(reason, sizeof reason, "%s", k->reason);
         clean_note(reason);
@@ -411,9 +469,10 @@ static int add_skipped(ckpt_writer *w, const ingest_layout *lay, ckpt_err *err)
 
 /* The second half of adding a file: writes it from its layout (when
  * structured) or as opaque bytes, with the container name or the fault. */
-static int add_described(ckpt_writer *w, const char *pack_path, const source *src, uint64_t size, uint32_t mode,
-                         int64_t mtime_sec, uint32_t mtime_nsec, const char *container, int structured,
-                         ingest_layout *lay, char *fault, size_t fault_len, ckpt_err *err)
+static int add_described(ckpt_writer *w, const char *pack_path, const source *src, uint64_t size,
+                         uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec,
+                         const char *container, int structured, ingest_layout *lay, char *fault,
+                         size_t fault_len, ckpt_err *err)
 {
     piece *pc = NULL;
     long *owner = NULL;
@@ -421,8 +480,10 @@ static int add_described(ckpt_writer *w, const char *pack_path, const source *sr
     int rc = 0;
     if (structured) {
         rc = plan_pieces(w, pack_path, lay, size, &pc, &n, &owner, fault, fault_len);
-        if (rc == -ENOMEM) return ckpt_fail(err, rc, "out of memory");
-        if (rc < 0) structured = 0;
+        if (rc == -ENOMEM)
+            return ckpt_fail(err, rc, "out of memory");
+        if (rc < 0)
+            structured = 0;
         rc = 0;
     }
     char note[TPACK_NOTE_MAX + 512] = "";
@@ -432,64 +493,77 @@ static int add_described(ckpt_writer *w, const char *pack_path, const source *sr
         /* A file its parser rejected is opaque bytes, whatever it claimed to be. */
         container = "";
     }
-    if (!container || ckpt_container_code(container) < 0) container = "";
+    if (!container || ckpt_container_code(container) < 0)
+        container = "";
     uint8_t *buf = malloc(READ_BLOCK);
-    if (!buf) rc = ckpt_fail(err, -ENOMEM, "out of memory");
-    if (rc == 0) rc = ckpt_writer_begin_file(w, pack_path, mode, mtime_sec, mtime_nsec, err);
-    if (rc == 0) rc = ckpt_writer_set_container(w, container, note, err);
-    if (rc == 0 && !structured) rc = copy_range(w, src, buf, 0, size, 0, err);
-    else if (rc == 0) rc = write_pieces(w, src, lay, pc, n, owner, size, buf, err);
-    if (rc == 0 && structured) rc = add_skipped(w, lay, err);
-    if (rc == 0) rc = ckpt_writer_end_file(w, err);
+    if (!buf)
+        rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = ckpt_writer_begin_file(w, pack_path, mode, mtime_sec, mtime_nsec, err);
+    if (rc == 0)
+        rc = ckpt_writer_set_container(w, container, note, err);
+    if (rc == 0 && !structured)
+        rc = copy_range(w, src, buf, 0, size, 0, err);
+    else if (rc == 0)
+        rc = write_pieces(w, src, lay, pc, n, owner, size, buf, err);
+    if (rc == 0 && structured)
+        rc = add_skipped(w, lay, err);
+    if (rc == 0)
+        rc = ckpt_writer_end_file(w, err);
     free(buf);
     free(pc);
     free(owner);
     return rc;
 }
 
-int ingest_add_layout(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud, uint64_t size,
-                      const char *container, const char *fault, struct ingest_layout *lay, ckpt_err *err)
+int ingest_add_layout(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud,
+                      uint64_t size, const char *container, const char *fault,
+                      struct ingest_layout *lay, ckpt_err *err)
 {
     source src = {.read = read, .ud = ud, .name = pack_path};
     char f[400];
     snprintf(f, sizeof f, "%s", fault ? fault : "");
-    return add_described(w, pack_path, &src, size, 0644, 0, 0, container, lay != NULL, lay, f, sizeof f, err);
+    return add_described(w, pack_path, &src, size, 0644, 0, 0, container, lay != NULL, lay, f,
+                         sizeof f, err);
 }
 
-static int add_source(ckpt_writer *w, const char *pack_path, const source *src, uint64_t size, uint32_t mode,
-                      int64_t mtime_sec, uint32_t mtime_nsec, ckpt_err *err)
+static int add_source(ckpt_writer *w, const char *pack_path, const source *src, uint64_t size,
+                      uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec, ckpt_err *err)
 {
     ingest_layout lay;
     memset(&lay, 0, sizeof lay);
     described d;
     int rc = describe_file(src, pack_path, size, &lay, &d, err);
-    if (rc < 0) return rc;
-    rc = add_described(w, pack_path, src, size, mode, mtime_sec, mtime_nsec, d.fmt ? d.fmt->name : "", d.structured,
-                       &lay, d.fault, sizeof d.fault, err);
+    if (rc < 0)
+        return rc;
+    rc = add_described(w, pack_path, src, size, mode, mtime_sec, mtime_nsec,
+                       d.fmt ? d.fmt->name : "", d.structured, &lay, d.fault, sizeof d.fault, err);
     ingest_layout_free(&lay);
     return rc;
 }
 
-static int add_fd(ckpt_writer *w, const char *pack_path, int fd, const char *src_path, const struct stat *st,
-                  ckpt_err *err)
+static int add_fd(ckpt_writer *w, const char *pack_path, int fd, const char *src_path,
+                  const struct stat *st, ckpt_err *err)
 {
     source src = {fd_read, &fd, src_path, .disk_path = src_path};
-    int rc = add_source(w, pack_path, &src, (uint64_t)st->st_size, (uint32_t)st->st_mode, (int64_t)st->st_mtim.tv_sec,
-                        (uint32_t)st->st_mtim.tv_nsec, err);
+    int rc = add_source(w, pack_path, &src, (uint64_t)st->st_size, (uint32_t)st->st_mode,
+                        (int64_t)st->st_mtim.tv_sec, (uint32_t)st->st_mtim.tv_nsec, err);
     if (rc == 0) {
         struct stat now;
-        if (fstat(fd, &now) == 0 && (now.st_size != st->st_size || now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
-                                     now.st_mtim.tv_nsec != st->st_mtim.tv_nsec))
+        if (fstat(fd, &now) == 0 &&
+            (now.st_size != st->st_size || now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+             now.st_mtim.tv_nsec != st->st_mtim.tv_nsec))
             rc = ckpt_fail(err, -EAGAIN, "%s: file changed while being packed", src_path);
     }
     return rc;
 }
 
-int ckpt_writer_add_reader(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud, uint64_t size,
-                           uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec, const char *src_name,
-                           ckpt_err *err)
+int ckpt_writer_add_reader(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud,
+                           uint64_t size, uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec,
+                           const char *src_name, ckpt_err *err)
 {
-    if (!read) return ckpt_fail(err, -EINVAL, "%s: no read callback", pack_path ? pack_path : "(null)");
+    if (!read)
+        return ckpt_fail(err, -EINVAL, "%s: no read callback", pack_path ? pack_path : "(null)");
     source src = {read, ud, src_name ? src_name : pack_path, .w = w, .pack_path = pack_path};
     return add_source(w, pack_path, &src, size, mode, mtime_sec, mtime_nsec, err);
 }
@@ -498,14 +572,19 @@ int ckpt_writer_add_path(ckpt_writer *w, const char *pack_path, const char *src_
 {
     int fd = open(src_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
-        if (errno == ELOOP) return ckpt_fail(err, -ELOOP, "%s: is a symbolic link; refusing to follow it", src_path);
+        if (errno == ELOOP)
+            return ckpt_fail(err, -ELOOP, "%s: is a symbolic link; refusing to follow it",
+                             src_path);
         return ckpt_fail(err, -errno, "%s: cannot open: %s", src_path, strerror(errno));
     }
     struct stat st;
     int rc;
-    if (fstat(fd, &st) < 0) rc = ckpt_fail(err, -errno, "%s: stat failed: %s", src_path, strerror(errno));
-    else if (!S_ISREG(st.st_mode)) rc = ckpt_fail(err, -EINVAL, "%s: not a regular file", src_path);
-    else rc = add_fd(w, pack_path, fd, src_path, &st, err);
+    if (fstat(fd, &st) < 0)
+        rc = ckpt_fail(err, -errno, "%s: stat failed: %s", src_path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = ckpt_fail(err, -EINVAL, "%s: not a regular file", src_path);
+    else
+        rc = add_fd(w, pack_path, fd, src_path, &st, err);
     close(fd);
     return rc;
 }
@@ -519,20 +598,26 @@ typedef struct pathlist {
 
 static void pathlist_free(pathlist *l)
 {
-    for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
     free(l->v);
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 /* Collects regular files below root/rel; anything else is an error, so
  * nothing is silently left out of a checkpoint. */
-static int walk(const char *root, const char *rel, pathlist *out, dev_t skip_dev, ino_t skip_ino, uint64_t *bytes,
-                int depth, ckpt_err *err)
+static int walk(const char *root, const char *rel, pathlist *out, dev_t skip_dev, ino_t skip_ino,
+                uint64_t *bytes, int depth, ckpt_err *err)
 {
-    if (depth > 64) return ckpt_fail(err, -ELOOP, "%s/%s: directories nested too deeply", root, rel);
+    if (depth > 64)
+        return ckpt_fail(err, -ELOOP, "%s/%s: directories nested too deeply", root, rel);
     char *dirpath;
-    if (asprintf(&dirpath, "%s%s%s", root, *rel ? "/" : "", rel) < 0) return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (asprintf(&dirpath, "%s%s%s", root, *rel ? "/" : "", rel) < 0)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
     DIR *d = opendir(dirpath);
     if (!d) {
         int rc = ckpt_fail(err, -errno, "%s: cannot open directory: %s", dirpath, strerror(errno));
@@ -542,30 +627,46 @@ static int walk(const char *root, const char *rel, pathlist *out, dev_t skip_dev
     int rc = 0;
     struct dirent *de;
     while (rc == 0 && (de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
         char *child, *full;
-        if (asprintf(&child, "%s%s%s", rel, *rel ? "/" : "", de->d_name) < 0) { rc = -ENOMEM; break; }
-        if (asprintf(&full, "%s/%s", dirpath, de->d_name) < 0) { free(child); rc = -ENOMEM; break; }
+        if (asprintf(&child, "%s%s%s", rel, *rel ? "/" : "", de->d_name) < 0) {
+            rc = -ENOMEM;
+            break;
+        }
+        if (asprintf(&full, "%s/%s", dirpath, de->d_name) < 0) {
+            free(child);
+            rc = -ENOMEM;
+            break;
+        }
         struct stat st;
         if (lstat(full, &st) < 0) {
             rc = ckpt_fail(err, -errno, "%s: stat failed: %s", full, strerror(errno));
         } else if (S_ISDIR(st.st_mode)) {
             rc = walk(root, child, out, skip_dev, skip_ino, bytes, depth + 1, err);
         } else if (S_ISLNK(st.st_mode)) {
-            rc = ckpt_fail(err, -ELOOP, "%s: is a symbolic link; refusing to follow it (copy the target in instead)", full);
+            rc = ckpt_fail(
+                err, -ELOOP,
+                "%s: is a symbolic link; refusing to follow it (copy the target in instead)", full);
         } else if (!S_ISREG(st.st_mode)) {
             rc = ckpt_fail(err, -EINVAL, "%s: not a regular file or directory", full);
         } else if (!(st.st_dev == skip_dev && st.st_ino == skip_ino)) {
-            if (bytes) *bytes += (uint64_t)st.st_size;
+            if (bytes)
+                *bytes += (uint64_t)st.st_size;
             if (out) {
-                if (grow_array((void **)&out->v, &out->cap, out->n, sizeof *out->v) < 0) rc = -ENOMEM;
-                else { out->v[out->n++] = child; child = NULL; }
+                if (grow_array((void **)&out->v, &out->cap, out->n, sizeof *out->v) < 0)
+                    rc = -ENOMEM;
+                else {
+                    out->v[out->n++] = child;
+                    child = NULL;
+                }
             }
         }
         free(child);
         free(full);
     }
-    if (rc == -ENOMEM) ckpt_fail(err, rc, "out of memory");
+    if (rc == -ENOMEM)
+        ckpt_fail(err, rc, "out of memory");
     closedir(d);
     free(dirpath);
     return rc;
@@ -578,10 +679,14 @@ int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err)
     ino_t ino;
     writer_output_id(w, &dev, &ino);
     int rc = walk(src_dir, "", &l, dev, ino, NULL, 0, err);
-    if (rc == 0) qsort(l.v, l.n, sizeof *l.v, cmp_str);
+    if (rc == 0)
+        qsort(l.v, l.n, sizeof *l.v, cmp_str);
     for (size_t i = 0; rc == 0 && i < l.n; i++) {
         char *full;
-        if (asprintf(&full, "%s/%s", src_dir, l.v[i]) < 0) { rc = ckpt_fail(err, -ENOMEM, "out of memory"); break; }
+        if (asprintf(&full, "%s/%s", src_dir, l.v[i]) < 0) {
+            rc = ckpt_fail(err, -ENOMEM, "out of memory");
+            break;
+        }
         rc = ckpt_writer_add_path(w, l.v[i], full, err);
         free(full);
     }
@@ -592,7 +697,8 @@ int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err)
 int ckpt_tree_size(const char *path, uint64_t *out, ckpt_err *err)
 {
     struct stat st;
-    if (stat(path, &st) < 0) return ckpt_fail(err, -errno, "%s: %s", path, strerror(errno));
+    if (stat(path, &st) < 0)
+        return ckpt_fail(err, -errno, "%s: %s", path, strerror(errno));
     *out = 0;
     if (S_ISREG(st.st_mode)) {
         *out = (uint64_t)st.st_size;

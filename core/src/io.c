@@ -12,9 +12,12 @@ ssize_t ckpt_pread_full(int fd, void *buf, size_t len, uint64_t off)
     size_t done = 0;
     while (done < len) {
         ssize_t r = pread(fd, p + done, len - done, (off_t)(off + done));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return -errno;
-        if (r == 0) break; /* end of file */
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -errno;
+        if (r == 0)
+            break; /* end of file */
         done += (size_t)r;
     }
     return (ssize_t)done;
@@ -26,9 +29,12 @@ ssize_t ckpt_read_full(int fd, void *buf, size_t len)
     size_t done = 0;
     while (done < len) {
         ssize_t r = read(fd, p + done, len - done);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return -errno;
-        if (r == 0) break; /* end of file */
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -errno;
+        if (r == 0)
+            break; /* end of file */
         done += (size_t)r;
     }
     return (ssize_t)done;
@@ -40,9 +46,12 @@ ssize_t ckpt_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
     size_t done = 0;
     while (done < len) {
         ssize_t w = pwrite(fd, p + done, len - done, (off_t)(off + done));
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return -errno;
-        if (w == 0) return -EIO;
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -errno;
+        if (w == 0)
+            return -EIO;
         done += (size_t)w;
     }
     return (ssize_t)done;
@@ -54,9 +63,12 @@ ssize_t ckpt_write_full(int fd, const void *buf, size_t len)
     size_t done = 0;
     while (done < len) {
         ssize_t w = write(fd, p + done, len - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return -errno;
-        if (w == 0) return -EIO;
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -errno;
+        if (w == 0)
+            return -EIO;
         done += (size_t)w;
     }
     return (ssize_t)done;

@@ -12,18 +12,21 @@
 struct ckpt_key {
     int is_passphrase;
     size_t len;
-    uint8_t *bytes;            /* sodium_malloc: guarded, locked, not dumped */
-    pthread_mutex_t lock;      /* guards the derivation cache */
+    uint8_t *bytes;       /* sodium_malloc: guarded, locked, not dumped */
+    pthread_mutex_t lock; /* guards the derivation cache */
     int cached;
     kdf_params cached_params;
-    uint8_t *cached_master;    /* sodium_malloc'd, 32 bytes */
+    uint8_t *cached_master; /* sodium_malloc'd, 32 bytes */
 };
 
-static int key_new(const uint8_t *bytes, size_t len, int is_passphrase, ckpt_key **out, ckpt_err *err)
+static int key_new(const uint8_t *bytes, size_t len, int is_passphrase, ckpt_key **out,
+                   ckpt_err *err)
 {
-    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
+    if (ckpt_sodium_init() < 0)
+        return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
     ckpt_key *k = calloc(1, sizeof *k);
-    if (!k) return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (!k)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
     k->bytes = sodium_malloc(len ? len : 1);
     k->cached_master = sodium_malloc(CKPT_KEY_BYTES);
     if (!k->bytes || !k->cached_master) {
@@ -42,14 +45,18 @@ static int key_new(const uint8_t *bytes, size_t len, int is_passphrase, ckpt_key
 
 void ckpt_key_free(ckpt_key *k)
 {
-    if (!k) return;
+    if (!k)
+        return;
     sodium_free(k->bytes);
     sodium_free(k->cached_master);
     pthread_mutex_destroy(&k->lock);
     free(k);
 }
 
-int ckpt_key_is_passphrase(const ckpt_key *k) { return k && k->is_passphrase; }
+int ckpt_key_is_passphrase(const ckpt_key *k)
+{
+    return k && k->is_passphrase;
+}
 
 int ckpt_key_from_bytes(const uint8_t key[CKPT_KEY_BYTES], ckpt_key **out, ckpt_err *err)
 {
@@ -59,9 +66,11 @@ int ckpt_key_from_bytes(const uint8_t key[CKPT_KEY_BYTES], ckpt_key **out, ckpt_
 /* Reads a small secret file into locked memory, refusing files others can read. */
 static int read_secret_file(const char *path, uint8_t **buf, size_t *len, size_t max, ckpt_err *err)
 {
-    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
+    if (ckpt_sodium_init() < 0)
+        return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ckpt_fail(err, -errno, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0)
+        return ckpt_fail(err, -errno, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         close(fd);
@@ -69,15 +78,20 @@ static int read_secret_file(const char *path, uint8_t **buf, size_t *len, size_t
     }
     if (st.st_mode & 077) {
         close(fd);
-        return ckpt_fail(err, -EACCES, "%s: key file is accessible by group or others (mode %04o); run chmod 600",
+        return ckpt_fail(err, -EACCES,
+                         "%s: key file is accessible by group or others (mode %04o); run chmod 600",
                          path, (unsigned)(st.st_mode & 07777));
     }
     if ((uint64_t)st.st_size > max) {
         close(fd);
-        return ckpt_fail(err, -EINVAL, "%s: too large for a key (%lld bytes)", path, (long long)st.st_size);
+        return ckpt_fail(err, -EINVAL, "%s: too large for a key (%lld bytes)", path,
+                         (long long)st.st_size);
     }
     uint8_t *b = sodium_malloc(max + 1);
-    if (!b) { close(fd); return ckpt_fail(err, -ENOMEM, "cannot allocate locked memory for the key"); }
+    if (!b) {
+        close(fd);
+        return ckpt_fail(err, -ENOMEM, "cannot allocate locked memory for the key");
+    }
     /* One byte more than a key may hold tells a too-large file apart. */
     ssize_t r = ckpt_read_full(fd, b, max + 1);
     close(fd);
@@ -86,7 +100,10 @@ static int read_secret_file(const char *path, uint8_t **buf, size_t *len, size_t
         return ckpt_fail(err, (int)r, "%s: read failed: %s", path, strerror((int)-r));
     }
     size_t n = (size_t)r;
-    if (n > max) { sodium_free(b); return ckpt_fail(err, -EINVAL, "%s: too large for a key", path); }
+    if (n > max) {
+        sodium_free(b);
+        return ckpt_fail(err, -EINVAL, "%s: too large for a key", path);
+    }
     *buf = b;
     *len = n;
     return 0;
@@ -97,25 +114,33 @@ int ckpt_key_load_file(const char *path, ckpt_key **out, ckpt_err *err)
     uint8_t *b;
     size_t n;
     int rc = read_secret_file(path, &b, &n, 128, err);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     uint8_t *raw = sodium_malloc(CKPT_KEY_BYTES);
-    if (!raw) { sodium_free(b); return ckpt_fail(err, -ENOMEM, "out of locked memory"); }
+    if (!raw) {
+        sodium_free(b);
+        return ckpt_fail(err, -ENOMEM, "out of locked memory");
+    }
     size_t hexlen = n;
-    while (hexlen && (b[hexlen - 1] == '\n' || b[hexlen - 1] == '\r')) hexlen--;
+    while (hexlen && (b[hexlen - 1] == '\n' || b[hexlen - 1] == '\r'))
+        hexlen--;
     size_t binlen = 0;
     if (n == CKPT_KEY_BYTES) {
         memcpy(raw, b, CKPT_KEY_BYTES);
         rc = 0;
     } else if (hexlen == 2 * CKPT_KEY_BYTES &&
-               sodium_hex2bin(raw, CKPT_KEY_BYTES, (const char *)b, hexlen, NULL, &binlen, NULL) == 0 &&
+               sodium_hex2bin(raw, CKPT_KEY_BYTES, (const char *)b, hexlen, NULL, &binlen, NULL) ==
+                   0 &&
                binlen == CKPT_KEY_BYTES) {
         rc = 0;
     } else {
-        rc = ckpt_fail(err, -EINVAL, "%s: a key file holds 32 raw bytes or 64 hex digits, this one has %zu bytes",
+        rc = ckpt_fail(err, -EINVAL,
+                       "%s: a key file holds 32 raw bytes or 64 hex digits, this one has %zu bytes",
                        path, n);
     }
     sodium_free(b);
-    if (rc == 0) rc = key_new(raw, CKPT_KEY_BYTES, 0, out, err);
+    if (rc == 0)
+        rc = key_new(raw, CKPT_KEY_BYTES, 0, out, err);
     sodium_free(raw);
     return rc;
 }
@@ -125,11 +150,16 @@ int ckpt_key_load_passphrase_file(const char *path, ckpt_key **out, ckpt_err *er
     uint8_t *b;
     size_t n;
     int rc = read_secret_file(path, &b, &n, 4096, err);
-    if (rc < 0) return rc;
-    if (n && b[n - 1] == '\n') n--;
-    if (n && b[n - 1] == '\r') n--;
-    if (n == 0) rc = ckpt_fail(err, -EINVAL, "%s: passphrase is empty", path);
-    else rc = key_new(b, n, 1, out, err);
+    if (rc < 0)
+        return rc;
+    if (n && b[n - 1] == '\n')
+        n--;
+    if (n && b[n - 1] == '\r')
+        n--;
+    if (n == 0)
+        rc = ckpt_fail(err, -EINVAL, "%s: passphrase is empty", path);
+    else
+        rc = key_new(b, n, 1, out, err);
     sodium_free(b);
     return rc;
 }
@@ -159,15 +189,18 @@ int key_master(const ckpt_key *key, const kdf_params *kp, uint8_t *master, ckpt_
         k->cached = 1;
     }
     pthread_mutex_unlock(&k->lock);
-    if (rc != 0) return ckpt_fail(err, -ENOMEM, "Argon2id key derivation failed (out of memory?)");
+    if (rc != 0)
+        return ckpt_fail(err, -ENOMEM, "Argon2id key derivation failed (out of memory?)");
     return 0;
 }
 
-int ckpt_key_derive(const ckpt_key *key, const char *context, const uint8_t salt[16], uint8_t out[CKPT_KEY_BYTES],
-                    ckpt_err *err)
+int ckpt_key_derive(const ckpt_key *key, const char *context, const uint8_t salt[16],
+                    uint8_t out[CKPT_KEY_BYTES], ckpt_err *err)
 {
-    if (!key || !context || !salt || !out) return ckpt_fail(err, -EINVAL, "key derivation: missing argument");
-    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
+    if (!key || !context || !salt || !out)
+        return ckpt_fail(err, -EINVAL, "key derivation: missing argument");
+    if (ckpt_sodium_init() < 0)
+        return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
     kdf_params kp;
     memset(&kp, 0, sizeof kp);
     kp.kdf = key->is_passphrase ? TPACK_KDF_ARGON2ID : TPACK_KDF_KEYFILE;
@@ -177,7 +210,8 @@ int ckpt_key_derive(const ckpt_key *key, const char *context, const uint8_t salt
         memcpy(kp.salt, salt, 16);
     }
     uint8_t *master = sodium_malloc(CKPT_KEY_BYTES);
-    if (!master) return ckpt_fail(err, -ENOMEM, "out of locked memory");
+    if (!master)
+        return ckpt_fail(err, -ENOMEM, "out of locked memory");
     int rc = key_master(key, &kp, master, err);
     if (rc == 0) {
         /* The context's NUL keeps "ab"+salt apart from "a"+"b"||salt. */
@@ -194,20 +228,27 @@ int ckpt_key_derive(const ckpt_key *key, const char *context, const uint8_t salt
 
 int ckpt_keygen(const char *path, ckpt_err *err)
 {
-    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
+    if (ckpt_sodium_init() < 0)
+        return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
-        if (errno == EEXIST) return ckpt_fail(err, -EEXIST, "%s: already exists; not overwriting a key", path);
+        if (errno == EEXIST)
+            return ckpt_fail(err, -EEXIST, "%s: already exists; not overwriting a key", path);
         return ckpt_fail(err, -errno, "%s: cannot create: %s", path, strerror(errno));
     }
     uint8_t *k = sodium_malloc(CKPT_KEY_BYTES);
-    if (!k) { close(fd); unlink(path); return ckpt_fail(err, -ENOMEM, "out of locked memory"); }
+    if (!k) {
+        close(fd);
+        unlink(path);
+        return ckpt_fail(err, -ENOMEM, "out of locked memory");
+    }
     randombytes_buf(k, CKPT_KEY_BYTES);
     ssize_t w = write(fd, k, CKPT_KEY_BYTES);
     int e = errno;
     sodium_free(k);
     if (w != CKPT_KEY_BYTES || fsync(fd) < 0) {
-        if (w == CKPT_KEY_BYTES) e = errno;
+        if (w == CKPT_KEY_BYTES)
+            e = errno;
         close(fd);
         unlink(path);
         return ckpt_fail(err, -e, "%s: write failed: %s", path, strerror(e));

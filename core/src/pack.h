@@ -10,8 +10,8 @@
 typedef struct extent {
     uint64_t length;
     uint64_t first_chunk;
-    uint64_t file_offset;     /* derived: where it starts inside its file */
-    size_t file_index;        /* derived */
+    uint64_t file_offset; /* derived: where it starts inside its file */
+    size_t file_index;    /* derived */
     /* derived: the tensors inside it, p->ext_tensors[first_tensor ..
      * first_tensor + n_tensors), ordered by where they start */
     size_t first_tensor, n_tensors;
@@ -19,12 +19,12 @@ typedef struct extent {
 } extent;
 
 typedef struct chunk {
-    uint64_t offset;          /* in the pack file */
+    uint64_t offset; /* in the pack file */
     uint32_t stored_size;
     uint32_t raw_size;
     uint32_t crc;
     uint8_t codec, elem_size;
-    size_t extent_index;      /* derived */
+    size_t extent_index; /* derived */
 } chunk;
 
 typedef struct file_rec {
@@ -35,30 +35,30 @@ typedef struct file_rec {
 typedef struct tensor_rec {
     ckpt_tensor_info info;
     size_t extent_index;
-    uint64_t extent_offset;   /* where its bytes start inside the extent */
+    uint64_t extent_offset; /* where its bytes start inside the extent */
     uint64_t *shape;
     char dtype[16];
 } tensor_rec;
 
 struct ckpt_pack {
-    store_reader *obj;        /* where the pack's bytes come from */
-    int fd;                   /* obj's descriptor, or -1 */
-    char *path;               /* for messages: the path, or "<store>/<name>" */
+    store_reader *obj; /* where the pack's bytes come from */
+    int fd;            /* obj's descriptor, or -1 */
+    char *path;        /* for messages: the path, or "<store>/<name>" */
     uint8_t header[128];
     uint8_t pack_id[16];
     uint32_t chunk_size;
     uint64_t file_size;
     uint32_t kdf;
-    uint32_t version;         /* 1 to 4: some index records differ */
-    pack_keys keys;           /* subkey NULL when not encrypted */
+    uint32_t version; /* 1 to 4: some index records differ */
+    pack_keys keys;   /* subkey NULL when not encrypted */
     size_t n_files, n_tensors, n_extents, n_chunks, n_skipped;
     file_rec *files;
     ckpt_skipped_info *skipped;
     tensor_rec *tensors;
     extent *extents;
     chunk *chunks;
-    size_t *ext_tensors;      /* tensor indices grouped by extent (see extent) */
-    uint8_t *index;           /* plaintext index; names point into it */
+    size_t *ext_tensors; /* tensor indices grouped by extent (see extent) */
+    uint8_t *index;      /* plaintext index; names point into it */
     strmap file_map, tensor_map;
     uint64_t logical_bytes;
 };

@@ -58,21 +58,43 @@ typedef struct rd {
 
 static const uint8_t *rd_take(rd *r, size_t n)
 {
-    if (r->bad || n > r->len - r->pos) { r->bad = 1; return NULL; }
+    if (r->bad || n > r->len - r->pos) {
+        r->bad = 1;
+        return NULL;
+    }
     const uint8_t *q = r->p + r->pos;
     r->pos += n;
     return q;
 }
-static uint8_t rd_u8(rd *r) { const uint8_t *q = rd_take(r, 1); return q ? q[0] : 0; }
-static uint16_t rd_u16(rd *r) { const uint8_t *q = rd_take(r, 2); return q ? get_u16(q) : 0; }
-static uint32_t rd_u32(rd *r) { const uint8_t *q = rd_take(r, 4); return q ? get_u32(q) : 0; }
-static uint64_t rd_u64(rd *r) { const uint8_t *q = rd_take(r, 8); return q ? get_u64(q) : 0; }
+static uint8_t rd_u8(rd *r)
+{
+    const uint8_t *q = rd_take(r, 1);
+    return q ? q[0] : 0;
+}
+static uint16_t rd_u16(rd *r)
+{
+    const uint8_t *q = rd_take(r, 2);
+    return q ? get_u16(q) : 0;
+}
+static uint32_t rd_u32(rd *r)
+{
+    const uint8_t *q = rd_take(r, 4);
+    return q ? get_u32(q) : 0;
+}
+static uint64_t rd_u64(rd *r)
+{
+    const uint8_t *q = rd_take(r, 8);
+    return q ? get_u64(q) : 0;
+}
 
 /* Copies a length-prefixed string into the arena as a C string. */
 static char *rd_str(rd *r, size_t n, char **arena)
 {
     const uint8_t *q = rd_take(r, n);
-    if (!q || memchr(q, 0, n)) { r->bad = 1; return NULL; }
+    if (!q || memchr(q, 0, n)) {
+        r->bad = 1;
+        return NULL;
+    }
     char *s = *arena;
     memcpy(s, q, n);
     s[n] = 0;
@@ -84,8 +106,10 @@ static char *rd_str(rd *r, size_t n, char **arena)
  * "a/..." comes straight after "a", before "a-b" or "a.b". */
 static int cmp_path_slash_first(const void *x, const void *y)
 {
-    const unsigned char *a = *(const unsigned char *const *)x, *b = *(const unsigned char *const *)y;
-    while (*a && *a == *b) a++, b++;
+    const unsigned char *a = *(const unsigned char *const *)x,
+                        *b = *(const unsigned char *const *)y;
+    while (*a && *a == *b)
+        a++, b++;
     int ra = *a == '/' ? 1 : *a ? *a + 1 : 0, rb = *b == '/' ? 1 : *b ? *b + 1 : 0;
     return ra - rb;
 }
@@ -98,8 +122,10 @@ typedef struct ext_key {
 static int cmp_ext_key(const void *x, const void *y)
 {
     const ext_key *a = x, *b = y;
-    if (a->extent != b->extent) return a->extent < b->extent ? -1 : 1;
-    if (a->offset != b->offset) return a->offset < b->offset ? -1 : 1;
+    if (a->extent != b->extent)
+        return a->extent < b->extent ? -1 : 1;
+    if (a->offset != b->offset)
+        return a->offset < b->offset ? -1 : 1;
     return a->tensor < b->tensor ? -1 : a->tensor > b->tensor;
 }
 
@@ -109,36 +135,53 @@ static int group_tensors_by_extent(ckpt_pack *p)
 {
     ext_key *k = malloc((p->n_tensors ? p->n_tensors : 1) * sizeof *k);
     p->ext_tensors = malloc((p->n_tensors ? p->n_tensors : 1) * sizeof *p->ext_tensors);
-    if (!k || !p->ext_tensors) { free(k); return -ENOMEM; }
-    for (size_t i = 0; i < p->n_tensors; i++) k[i] = (ext_key){p->tensors[i].extent_index, p->tensors[i].extent_offset, i};
+    if (!k || !p->ext_tensors) {
+        free(k);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < p->n_tensors; i++)
+        k[i] = (ext_key){p->tensors[i].extent_index, p->tensors[i].extent_offset, i};
     qsort(k, p->n_tensors, sizeof *k, cmp_ext_key);
-    for (size_t i = 0; i < p->n_extents; i++) p->extents[i].n_tensors = 0;
+    for (size_t i = 0; i < p->n_extents; i++)
+        p->extents[i].n_tensors = 0;
     for (size_t i = 0; i < p->n_tensors; i++) {
         extent *e = &p->extents[k[i].extent];
-        if (e->n_tensors++ == 0) e->first_tensor = i;
+        if (e->n_tensors++ == 0)
+            e->first_tensor = i;
         p->ext_tensors[i] = k[i].tensor;
     }
     free(k);
     return 0;
 }
 
-#define BAD(...) do { rc = ckpt_fail(err, -EIO, __VA_ARGS__); goto fail; } while (0)
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        rc = ckpt_fail(err, -EIO, __VA_ARGS__);                                                    \
+        goto fail;                                                                                 \
+    } while (0)
 
 /* The counts at the head of the index, and the arrays they size. */
 static int index_counts(ckpt_pack *p, rd *r, size_t len, ckpt_err *err)
 {
-    if (rd_u32(r) != TPACK_INDEX_MAGIC) return ckpt_fail(err, -EIO, "index: bad magic");
+    if (rd_u32(r) != TPACK_INDEX_MAGIC)
+        return ckpt_fail(err, -EIO, "index: bad magic");
     uint64_t nf = rd_u32(r), nt = rd_u32(r);
     uint64_t ns = rd_u32(r); /* reserved (0) before version 4 */
-    if (p->version < 4) ns = 0;
+    if (p->version < 4)
+        ns = 0;
     uint64_t ne = rd_u64(r), nc = rd_u64(r);
     /* Each record has a minimum size, so counts larger than the index allows are lies. */
-    if (r->bad || nf > len / 70 || nt > len / 48 || ne > len / TPACK_EXTENT_RECORD || nc > len / TPACK_CHUNK_RECORD ||
-        ns > len / TPACK_SKIPPED_RECORD_MIN)
+    if (r->bad || nf > len / 70 || nt > len / 48 || ne > len / TPACK_EXTENT_RECORD ||
+        nc > len / TPACK_CHUNK_RECORD || ns > len / TPACK_SKIPPED_RECORD_MIN)
         return ckpt_fail(err, -EIO, "index: record counts do not fit the index size");
-    p->n_files = nf; p->n_tensors = nt; p->n_extents = ne; p->n_chunks = nc; p->n_skipped = ns;
+    p->n_files = nf;
+    p->n_tensors = nt;
+    p->n_extents = ne;
+    p->n_chunks = nc;
+    p->n_skipped = ns;
     p->skipped = calloc(ns ? ns : 1, sizeof *p->skipped);
-    if (!p->skipped) return ckpt_fail(err, -ENOMEM, "out of memory for the index");
+    if (!p->skipped)
+        return ckpt_fail(err, -ENOMEM, "out of memory for the index");
     p->files = calloc(nf ? nf : 1, sizeof *p->files);
     p->tensors = calloc(nt ? nt : 1, sizeof *p->tensors);
     p->extents = calloc(ne ? ne : 1, sizeof *p->extents);
@@ -173,29 +216,42 @@ static int index_files(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
         if (p->version >= 2) {
             container = rd_u8(r);
             uint16_t nlen = rd_u16(r);
-            if (!r->bad && nlen > TPACK_NOTE_MAX) BAD("index: file '%s' has a note of %u bytes (at most %u)", f->info.path,
-                                                      nlen, TPACK_NOTE_MAX);
-            if (!r->bad && nlen && !ckpt_utf8_valid(r->p + r->pos, nlen < r->len - r->pos ? nlen : r->len - r->pos))
+            if (!r->bad && nlen > TPACK_NOTE_MAX)
+                BAD("index: file '%s' has a note of %u bytes (at most %u)", f->info.path, nlen,
+                    TPACK_NOTE_MAX);
+            if (!r->bad && nlen &&
+                !ckpt_utf8_valid(r->p + r->pos, nlen < r->len - r->pos ? nlen : r->len - r->pos))
                 BAD("index: file '%s' has a note that is not UTF-8", f->info.path);
-            if (nlen) f->info.note = rd_str(r, nlen, arena);
+            if (nlen)
+                f->info.note = rd_str(r, nlen, arena);
         }
-        if (r->bad) BAD("index: file record %zu is truncated", i);
+        if (r->bad)
+            BAD("index: file record %zu is truncated", i);
         f->info.container = ckpt_container_name(container);
-        if (!f->info.container) BAD("index: file '%s' has unknown container %u", f->info.path, container);
+        if (!f->info.container)
+            BAD("index: file '%s' has unknown container %u", f->info.path, container);
         memcpy(f->info.sha256, sha, 32);
-        if (!ckpt_path_is_safe(f->info.path)) BAD("index: file %zu has an unsafe path '%s'", i, f->info.path);
-        if (f->info.mode & ~07777u) BAD("index: file '%s' has invalid mode %o", f->info.path, f->info.mode);
-        if (f->info.mtime_nsec >= 1000000000u) BAD("index: file '%s' has invalid mtime", f->info.path);
-        if (first != next_extent || n > ne - next_extent) BAD("index: file '%s' has extents out of range", f->info.path);
+        if (!ckpt_path_is_safe(f->info.path))
+            BAD("index: file %zu has an unsafe path '%s'", i, f->info.path);
+        if (f->info.mode & ~07777u)
+            BAD("index: file '%s' has invalid mode %o", f->info.path, f->info.mode);
+        if (f->info.mtime_nsec >= 1000000000u)
+            BAD("index: file '%s' has invalid mtime", f->info.path);
+        if (first != next_extent || n > ne - next_extent)
+            BAD("index: file '%s' has extents out of range", f->info.path);
         f->first_extent = first;
         f->n_extents = n;
         next_extent += n;
         size_t dup;
         int put = strmap_put(&p->file_map, f->info.path, i, &dup);
-        if (put < 0) return ckpt_fail(err, -ENOMEM, "out of memory");
-        if (put == 1) BAD("index: duplicate file path '%s'", f->info.path);
+        if (put < 0)
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        if (put == 1)
+            BAD("index: duplicate file path '%s'", f->info.path);
     }
-    if (next_extent != ne) BAD("index: files cover %llu of %llu extents", (unsigned long long)next_extent, (unsigned long long)ne);
+    if (next_extent != ne)
+        BAD("index: files cover %llu of %llu extents", (unsigned long long)next_extent,
+            (unsigned long long)ne);
 fail:
     return rc;
 }
@@ -215,15 +271,20 @@ static int index_extents(ckpt_pack *p, rd *r, ckpt_err *err)
         e->elem_size = rd_u8(r);
         rd_u16(r);
         rd_u32(r);
-        if (r->bad) BAD("index: extent record %zu is truncated", i);
-        if (e->kind > EXTENT_TYPED || !(e->elem_size == 1 || e->elem_size == 2 || e->elem_size == 4 || e->elem_size == 8) ||
+        if (r->bad)
+            BAD("index: extent record %zu is truncated", i);
+        if (e->kind > EXTENT_TYPED ||
+            !(e->elem_size == 1 || e->elem_size == 2 || e->elem_size == 4 || e->elem_size == 8) ||
             (e->kind == EXTENT_DATA && e->elem_size != 1))
             BAD("index: extent %zu has an invalid kind or element size", i);
         uint64_t n = e->length / p->chunk_size + (e->length % p->chunk_size != 0);
-        if (e->first_chunk != next_chunk || n > nc - next_chunk) BAD("index: extent %zu has chunks out of range", i);
+        if (e->first_chunk != next_chunk || n > nc - next_chunk)
+            BAD("index: extent %zu has chunks out of range", i);
         next_chunk += n;
     }
-    if (next_chunk != nc) BAD("index: extents cover %llu of %llu chunks", (unsigned long long)next_chunk, (unsigned long long)nc);
+    if (next_chunk != nc)
+        BAD("index: extents cover %llu of %llu chunks", (unsigned long long)next_chunk,
+            (unsigned long long)nc);
 
     for (size_t i = 0; i < p->n_files; i++) {
         file_rec *f = &p->files[i];
@@ -232,12 +293,15 @@ static int index_extents(ckpt_pack *p, rd *r, ckpt_err *err)
             extent *e = &p->extents[f->first_extent + j];
             e->file_index = i;
             e->file_offset = off;
-            if (e->length > UINT64_MAX - off) BAD("index: file '%s' extents overflow", f->info.path);
+            if (e->length > UINT64_MAX - off)
+                BAD("index: file '%s' extents overflow", f->info.path);
             off += e->length;
         }
-        if (off != f->info.size) BAD("index: file '%s' extents hold %llu bytes, not its size %llu", f->info.path,
-                                     (unsigned long long)off, (unsigned long long)f->info.size);
-        if (f->info.size > UINT64_MAX - p->logical_bytes) BAD("index: total size overflows");
+        if (off != f->info.size)
+            BAD("index: file '%s' extents hold %llu bytes, not its size %llu", f->info.path,
+                (unsigned long long)off, (unsigned long long)f->info.size);
+        if (f->info.size > UINT64_MAX - p->logical_bytes)
+            BAD("index: total size overflows");
         p->logical_bytes += f->info.size;
     }
 fail:
@@ -257,36 +321,46 @@ static int index_tensors(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
         uint8_t dlen = rd_u8(r);
         const uint8_t *d = rd_take(r, dlen);
         uint8_t ndim = rd_u8(r);
-        if (r->bad) BAD("index: tensor record %zu is truncated", i);
-        if (nlen == 0) BAD("index: tensor %zu has an empty name", i);
+        if (r->bad)
+            BAD("index: tensor record %zu is truncated", i);
+        if (nlen == 0)
+            BAD("index: tensor %zu has an empty name", i);
         if (dlen >= sizeof t->dtype || memchr(d, 0, dlen) || ndim > 64)
             BAD("index: tensor '%s' has an invalid dtype or rank", t->info.name);
         memcpy(t->dtype, d, dlen);
         t->dtype[dlen] = 0;
         t->shape = calloc(ndim ? ndim : 1, sizeof *t->shape);
-        if (!t->shape) return ckpt_fail(err, -ENOMEM, "out of memory");
-        for (unsigned j = 0; j < ndim; j++) t->shape[j] = rd_u64(r);
+        if (!t->shape)
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        for (unsigned j = 0; j < ndim; j++)
+            t->shape[j] = rd_u64(r);
         uint32_t fi = rd_u32(r);
         uint64_t ei = rd_u64(r);
         uint64_t eoff = p->version >= 2 ? rd_u64(r) : 0;
         const uint8_t *sha = rd_take(r, 32);
-        if (r->bad) BAD("index: tensor record '%s' is truncated", t->info.name);
+        if (r->bad)
+            BAD("index: tensor record '%s' is truncated", t->info.name);
         uint64_t nbytes;
-        if (!ckpt_dtype_valid(t->dtype)) BAD("index: tensor '%s' has unknown dtype '%s'", t->info.name, t->dtype);
-        if (ckpt_tensor_bytes(t->dtype, ndim, t->shape, &nbytes) < 0) BAD("index: tensor '%s' shape overflows", t->info.name);
-        if (fi >= nf || ei >= ne) BAD("index: tensor '%s' points outside the index", t->info.name);
+        if (!ckpt_dtype_valid(t->dtype))
+            BAD("index: tensor '%s' has unknown dtype '%s'", t->info.name, t->dtype);
+        if (ckpt_tensor_bytes(t->dtype, ndim, t->shape, &nbytes) < 0)
+            BAD("index: tensor '%s' shape overflows", t->info.name);
+        if (fi >= nf || ei >= ne)
+            BAD("index: tensor '%s' points outside the index", t->info.name);
         extent *e = &p->extents[ei];
         if (e->kind != EXTENT_TYPED || e->file_index != fi || (p->version < 2 && e->n_tensors != 0))
             BAD("index: tensor '%s' does not own its extent", t->info.name);
         if (e->elem_size != ckpt_dtype_size(t->dtype))
-            BAD("index: tensor '%s' is %s but its extent holds %u-byte elements", t->info.name, t->dtype, e->elem_size);
+            BAD("index: tensor '%s' is %s but its extent holds %u-byte elements", t->info.name,
+                t->dtype, e->elem_size);
         /* Version 1: the tensor is its extent. Version 2: any range inside it. */
         if (p->version < 2 && e->length != nbytes)
-            BAD("index: tensor '%s' is %llu bytes but %s%s needs %llu", t->info.name, (unsigned long long)e->length,
-                t->dtype, "", (unsigned long long)nbytes);
+            BAD("index: tensor '%s' is %llu bytes but %s%s needs %llu", t->info.name,
+                (unsigned long long)e->length, t->dtype, "", (unsigned long long)nbytes);
         if (eoff > e->length || nbytes > e->length - eoff)
-            BAD("index: tensor '%s' ([%llu, +%llu) of extent %llu) lies outside its extent of %llu bytes", t->info.name,
-                (unsigned long long)eoff, (unsigned long long)nbytes, (unsigned long long)ei, (unsigned long long)e->length);
+            BAD("index: tensor '%s' ([%llu, +%llu) of extent %llu) lies outside its extent of %llu bytes",
+                t->info.name, (unsigned long long)eoff, (unsigned long long)nbytes,
+                (unsigned long long)ei, (unsigned long long)e->length);
         e->n_tensors++;
         t->extent_index = ei;
         t->extent_offset = eoff;
@@ -299,15 +373,19 @@ static int index_tensors(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
         memcpy(t->info.sha256, sha, 32);
         size_t dup;
         int put = strmap_put(&p->tensor_map, t->info.name, i, &dup);
-        if (put < 0) return ckpt_fail(err, -ENOMEM, "out of memory");
-        if (put == 1) BAD("index: duplicate tensor name '%s'", t->info.name);
+        if (put < 0)
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        if (put == 1)
+            BAD("index: duplicate tensor name '%s'", t->info.name);
     }
     /* A version-1 typed extent is exactly one tensor's bytes; since version 2
      * a typed extent may be a region with no tensor of its own. */
     if (p->version < 2)
         for (size_t i = 0; i < ne; i++)
-            if (p->extents[i].kind == EXTENT_TYPED && p->extents[i].n_tensors == 0) BAD("index: tensor extent %zu has no tensor", i);
-    if ((rc = group_tensors_by_extent(p)) < 0) return ckpt_fail(err, rc, "out of memory for the index");
+            if (p->extents[i].kind == EXTENT_TYPED && p->extents[i].n_tensors == 0)
+                BAD("index: tensor extent %zu has no tensor", i);
+    if ((rc = group_tensors_by_extent(p)) < 0)
+        return ckpt_fail(err, rc, "out of memory for the index");
 fail:
     return rc;
 }
@@ -330,15 +408,21 @@ static int index_chunks(ckpt_pack *p, rd *r, uint64_t index_offset, ckpt_err *er
         c->codec = rd_u8(r);
         c->elem_size = rd_u8(r);
         rd_u16(r);
-        if (r->bad) BAD("index: chunk record %zu is truncated", i);
-        while (ext < ne && i >= p->extents[ext].first_chunk + (p->extents[ext].length + p->chunk_size - 1) / p->chunk_size)
+        if (r->bad)
+            BAD("index: chunk record %zu is truncated", i);
+        while (ext < ne && i >= p->extents[ext].first_chunk +
+                                    (p->extents[ext].length + p->chunk_size - 1) / p->chunk_size)
             ext++;
         extent *e = &p->extents[ext];
         uint64_t k = i - e->first_chunk, start = k * p->chunk_size;
         uint64_t want = e->length - start < p->chunk_size ? e->length - start : p->chunk_size;
         c->extent_index = ext;
-        if (c->offset != pos) BAD("index: chunk %zu is at offset %llu, expected %llu", i, (unsigned long long)c->offset, (unsigned long long)pos);
-        if (c->raw_size != want) BAD("index: chunk %zu has size %u, expected %llu", i, c->raw_size, (unsigned long long)want);
+        if (c->offset != pos)
+            BAD("index: chunk %zu is at offset %llu, expected %llu", i,
+                (unsigned long long)c->offset, (unsigned long long)pos);
+        if (c->raw_size != want)
+            BAD("index: chunk %zu has size %u, expected %llu", i, c->raw_size,
+                (unsigned long long)want);
         if (c->stored_size < tag || c->stored_size > index_offset - pos ||
             !chunk_shape_valid(c->codec, c->elem_size, c->raw_size, c->stored_size - tag))
             BAD("index: chunk %zu has an invalid codec or stored size", i);
@@ -347,11 +431,13 @@ static int index_chunks(ckpt_pack *p, rd *r, uint64_t index_offset, ckpt_err *er
          * width of its own (its codec is then BYTEGROUP, whose shape check
          * above allows 2, 4 or 8 only). */
         int own_width = p->version >= 2 && e->kind == EXTENT_DATA && c->codec == CODEC_BYTEGROUP;
-        if (!own_width && c->elem_size != e->elem_size) BAD("index: chunk %zu element size mismatch", i);
+        if (!own_width && c->elem_size != e->elem_size)
+            BAD("index: chunk %zu element size mismatch", i);
         pos += c->stored_size;
     }
-    if (pos != index_offset) BAD("index: chunk data ends at %llu but the index starts at %llu", (unsigned long long)pos,
-                                 (unsigned long long)index_offset);
+    if (pos != index_offset)
+        BAD("index: chunk data ends at %llu but the index starts at %llu", (unsigned long long)pos,
+            (unsigned long long)index_offset);
 fail:
     return rc;
 }
@@ -364,8 +450,10 @@ static int index_check_dirs(ckpt_pack *p, ckpt_err *err)
     int rc = 0;
     size_t nf = p->n_files;
     const char **sorted = malloc((nf ? nf : 1) * sizeof *sorted);
-    if (!sorted) return ckpt_fail(err, -ENOMEM, "out of memory for the index");
-    for (size_t i = 0; i < nf; i++) sorted[i] = p->files[i].info.path;
+    if (!sorted)
+        return ckpt_fail(err, -ENOMEM, "out of memory for the index");
+    for (size_t i = 0; i < nf; i++)
+        sorted[i] = p->files[i].info.path;
     qsort(sorted, nf, sizeof *sorted, cmp_path_slash_first);
     for (size_t i = 0; i + 1 < nf && rc == 0; i++) {
         size_t n = strlen(sorted[i]);
@@ -386,16 +474,21 @@ static int index_skipped(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
         ckpt_skipped_info *s = &p->skipped[i];
         uint32_t file = rd_u32(r);
         uint16_t nlen = rd_u16(r);
-        if (!r->bad && nlen == 0) BAD("index: skipped tensor %zu has an empty name", i);
+        if (!r->bad && nlen == 0)
+            BAD("index: skipped tensor %zu has an empty name", i);
         s->name = rd_str(r, nlen, arena);
         uint16_t rlen = rd_u16(r);
-        if (!r->bad && rlen > TPACK_NOTE_MAX) BAD("index: skipped tensor %zu has a reason of %u bytes (at most %u)", i,
-                                                  rlen, TPACK_NOTE_MAX);
-        if (!r->bad && !ckpt_utf8_valid(r->p + r->pos, rlen < r->len - r->pos ? rlen : r->len - r->pos))
+        if (!r->bad && rlen > TPACK_NOTE_MAX)
+            BAD("index: skipped tensor %zu has a reason of %u bytes (at most %u)", i, rlen,
+                TPACK_NOTE_MAX);
+        if (!r->bad &&
+            !ckpt_utf8_valid(r->p + r->pos, rlen < r->len - r->pos ? rlen : r->len - r->pos))
             BAD("index: skipped tensor %zu has a reason that is not UTF-8", i);
         s->reason = rd_str(r, rlen, arena);
-        if (r->bad) BAD("index: skipped tensor record %zu is truncated", i);
-        if (file >= p->n_files) BAD("index: skipped tensor '%s' names file %u of %zu", s->name, file, p->n_files);
+        if (r->bad)
+            BAD("index: skipped tensor record %zu is truncated", i);
+        if (file >= p->n_files)
+            BAD("index: skipped tensor '%s' names file %u of %zu", s->name, file, p->n_files);
         s->file_index = file;
     }
 fail:
@@ -405,18 +498,26 @@ fail:
 /* The plaintext index, section by section in its on-disk order (FORMAT.md):
  * counts, files, extents, tensors, chunks, skipped tensors. Each section is checked against
  * those before it, so nothing read later can point outside what exists. */
-static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t index_offset, ckpt_err *err)
+static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t index_offset,
+                       ckpt_err *err)
 {
     rd r = {idx, len, 0, 0};
     int rc = index_counts(p, &r, len, err);
     char *arena = (char *)p->index;
-    if (rc == 0) rc = index_files(p, &r, &arena, err);
-    if (rc == 0) rc = index_extents(p, &r, err);
-    if (rc == 0) rc = index_tensors(p, &r, &arena, err);
-    if (rc == 0) rc = index_chunks(p, &r, index_offset, err);
-    if (rc == 0) rc = index_skipped(p, &r, &arena, err);
-    if (rc == 0 && r.pos != r.len) rc = ckpt_fail(err, -EIO, "index: %zu unexpected bytes at its end", r.len - r.pos);
-    if (rc == 0) rc = index_check_dirs(p, err);
+    if (rc == 0)
+        rc = index_files(p, &r, &arena, err);
+    if (rc == 0)
+        rc = index_extents(p, &r, err);
+    if (rc == 0)
+        rc = index_tensors(p, &r, &arena, err);
+    if (rc == 0)
+        rc = index_chunks(p, &r, index_offset, err);
+    if (rc == 0)
+        rc = index_skipped(p, &r, &arena, err);
+    if (rc == 0 && r.pos != r.len)
+        rc = ckpt_fail(err, -EIO, "index: %zu unexpected bytes at its end", r.len - r.pos);
+    if (rc == 0)
+        rc = index_check_dirs(p, err);
     return rc;
 }
 
@@ -425,31 +526,41 @@ static int read_header(store_reader *obj, uint8_t hdr[128], ckpt_err *err)
     const char *path = obj->name;
     uint64_t size = obj->id.size;
     if (size < TPACK_HEADER_SIZE + TPACK_FOOTER_SIZE)
-        return ckpt_fail(err, -EIO, "%s: truncated: %llu bytes is less than a header and footer", path, (unsigned long long)size);
+        return ckpt_fail(err, -EIO, "%s: truncated: %llu bytes is less than a header and footer",
+                         path, (unsigned long long)size);
     ckpt_err why;
     int rc = read_exact(obj, hdr, TPACK_HEADER_SIZE, 0, &why);
-    if (rc < 0) return ckpt_fail(err, rc, "%s: cannot read header: %s", path, read_why(rc, &why));
-    if (memcmp(hdr + HDR_MAGIC, TPACK_MAGIC, 8) != 0) return ckpt_fail(err, -EINVAL, "%s: not a tpack file (bad magic)", path);
+    if (rc < 0)
+        return ckpt_fail(err, rc, "%s: cannot read header: %s", path, read_why(rc, &why));
+    if (memcmp(hdr + HDR_MAGIC, TPACK_MAGIC, 8) != 0)
+        return ckpt_fail(err, -EINVAL, "%s: not a tpack file (bad magic)", path);
     uint32_t version = get_u32(hdr + HDR_VERSION);
     if (version < 1 || version > CKPT_FORMAT_VERSION)
-        return ckpt_fail(err, -ENOTSUP, "%s: unsupported format version %u (this build reads versions 1 to %d)", path,
-                         version, CKPT_FORMAT_VERSION);
+        return ckpt_fail(err, -ENOTSUP,
+                         "%s: unsupported format version %u (this build reads versions 1 to %d)",
+                         path, version, CKPT_FORMAT_VERSION);
     if (!FUZZING_SKIPS_CHECKSUMS && get_u32(hdr + HDR_CRC) != (uint32_t)crc32(0, hdr, HDR_CRC))
         return ckpt_fail(err, -EIO, "%s: header checksum mismatch (corrupt header)", path);
-    if (get_u32(hdr + HDR_SIZE) != TPACK_HEADER_SIZE) return ckpt_fail(err, -EIO, "%s: bad header size", path);
-    uint32_t flags = get_u32(hdr + HDR_FLAGS), cipher = get_u32(hdr + HDR_CIPHER), kdf = get_u32(hdr + HDR_KDF);
+    if (get_u32(hdr + HDR_SIZE) != TPACK_HEADER_SIZE)
+        return ckpt_fail(err, -EIO, "%s: bad header size", path);
+    uint32_t flags = get_u32(hdr + HDR_FLAGS), cipher = get_u32(hdr + HDR_CIPHER),
+             kdf = get_u32(hdr + HDR_KDF);
     uint32_t cs = get_u32(hdr + HDR_CHUNK_SIZE);
-    if (flags & ~TPACK_FLAG_ENCRYPTED) return ckpt_fail(err, -ENOTSUP, "%s: unknown header flags %#x", path, flags);
+    if (flags & ~TPACK_FLAG_ENCRYPTED)
+        return ckpt_fail(err, -ENOTSUP, "%s: unknown header flags %#x", path, flags);
     int enc = flags & TPACK_FLAG_ENCRYPTED;
-    if (cipher > CKPT_CIPHER_AES256GCM || kdf > TPACK_KDF_ARGON2ID || (enc != 0) != (cipher != 0) || (enc != 0) != (kdf != 0))
-        return ckpt_fail(err, -ENOTSUP, "%s: unknown cipher %u or key derivation %u", path, cipher, kdf);
+    if (cipher > CKPT_CIPHER_AES256GCM || kdf > TPACK_KDF_ARGON2ID || (enc != 0) != (cipher != 0) ||
+        (enc != 0) != (kdf != 0))
+        return ckpt_fail(err, -ENOTSUP, "%s: unknown cipher %u or key derivation %u", path, cipher,
+                         kdf);
     if (cs < CKPT_CHUNK_MIN || cs > CKPT_CHUNK_MAX || (cs & (cs - 1)))
         return ckpt_fail(err, -EIO, "%s: invalid chunk size %u", path, cs);
     if (kdf == TPACK_KDF_ARGON2ID) {
         uint64_t ops = get_u64(hdr + HDR_KDF_OPS), mem = get_u64(hdr + HDR_KDF_MEM);
-        if (ops < crypto_pwhash_OPSLIMIT_MIN || ops > TPACK_KDF_OPS_MAX || mem < crypto_pwhash_MEMLIMIT_MIN || mem > TPACK_KDF_MEM_MAX)
-            return ckpt_fail(err, -EIO, "%s: passphrase limits out of range (ops %llu, mem %llu)", path,
-                             (unsigned long long)ops, (unsigned long long)mem);
+        if (ops < crypto_pwhash_OPSLIMIT_MIN || ops > TPACK_KDF_OPS_MAX ||
+            mem < crypto_pwhash_MEMLIMIT_MIN || mem > TPACK_KDF_MEM_MAX)
+            return ckpt_fail(err, -EIO, "%s: passphrase limits out of range (ops %llu, mem %llu)",
+                             path, (unsigned long long)ops, (unsigned long long)mem);
     }
     return 0;
 }
@@ -470,7 +581,8 @@ static int probe_object(store_reader *obj, ckpt_pack_info *info, ckpt_err *err)
 {
     uint8_t hdr[TPACK_HEADER_SIZE];
     int rc = read_header(obj, hdr, err);
-    if (rc == 0) fill_info_from_header(hdr, obj->id.size, info);
+    if (rc == 0)
+        fill_info_from_header(hdr, obj->id.size, info);
     obj->ops->close(obj);
     return rc;
 }
@@ -485,22 +597,25 @@ int ckpt_probe(const char *path, ckpt_pack_info *info, ckpt_err *err)
 int ckpt_probe_in(ckpt_store *s, const char *name, ckpt_pack_info *info, ckpt_err *err)
 {
     if (!name || !ckpt_path_is_safe(name))
-        return ckpt_fail(err, -EINVAL, "%s: invalid pack name '%s'", ckpt_store_where(s), name ? name : "(null)");
+        return ckpt_fail(err, -EINVAL, "%s: invalid pack name '%s'", ckpt_store_where(s),
+                         name ? name : "(null)");
     store_reader *obj;
     int rc = s->ops->open_read(s, name, &obj, err);
     return rc < 0 ? rc : probe_object(obj, info, err);
 }
-
 
 static int unlock_keys(ckpt_pack *p, const ckpt_key *key, ckpt_err *err)
 {
     const uint8_t *h = p->header;
     ckpt_cipher cipher = (ckpt_cipher)get_u32(h + HDR_CIPHER);
     if (!key)
-        return ckpt_fail(err, -EACCES, "%s: no key: the pack is encrypted with %s; give a key file or passphrase file",
-                         p->path, ckpt_cipher_name(cipher));
+        return ckpt_fail(
+            err, -EACCES,
+            "%s: no key: the pack is encrypted with %s; give a key file or passphrase file",
+            p->path, ckpt_cipher_name(cipher));
     if (!ckpt_cipher_available(cipher))
-        return ckpt_fail(err, -ENOTSUP, "%s: cipher %s is not available on this CPU", p->path, ckpt_cipher_name(cipher));
+        return ckpt_fail(err, -ENOTSUP, "%s: cipher %s is not available on this CPU", p->path,
+                         ckpt_cipher_name(cipher));
     kdf_params kp;
     memset(&kp, 0, sizeof kp);
     kp.kdf = p->kdf;
@@ -508,7 +623,8 @@ static int unlock_keys(ckpt_pack *p, const ckpt_key *key, ckpt_err *err)
     kp.mem = get_u64(h + HDR_KDF_MEM);
     memcpy(kp.salt, h + HDR_KDF_SALT, 16);
     uint8_t *master = sodium_malloc(CKPT_KEY_BYTES);
-    if (!master) return ckpt_fail(err, -ENOMEM, "%s: out of locked memory", p->path);
+    if (!master)
+        return ckpt_fail(err, -ENOMEM, "%s: out of locked memory", p->path);
     int rc = key_master(key, &kp, master, err);
     if (rc < 0) {
         sodium_free(master);
@@ -530,7 +646,8 @@ static int load_index(ckpt_pack *p, ckpt_err *err)
     uint8_t ftr[TPACK_FOOTER_SIZE];
     ckpt_err why;
     int rc = read_exact(p->obj, ftr, sizeof ftr, p->file_size - TPACK_FOOTER_SIZE, &why);
-    if (rc < 0) return ckpt_fail(err, rc, "%s: cannot read footer: %s", p->path, read_why(rc, &why));
+    if (rc < 0)
+        return ckpt_fail(err, rc, "%s: cannot read footer: %s", p->path, read_why(rc, &why));
     if (memcmp(ftr + FTR_MAGIC, TPACK_END_MAGIC, 8) != 0)
         return ckpt_fail(err, -EIO, "%s: truncated or unfinished pack (no footer)", p->path);
     uint64_t ioff = get_u64(ftr + FTR_INDEX_OFFSET), istored = get_u64(ftr + FTR_INDEX_STORED);
@@ -541,22 +658,29 @@ static int load_index(ckpt_pack *p, ckpt_err *err)
      * pass the sum check too. */
     if (ioff < TPACK_HEADER_SIZE || istored > p->file_size - TPACK_FOOTER_SIZE ||
         ioff > p->file_size - TPACK_FOOTER_SIZE - istored ||
-        ioff + istored + TPACK_FOOTER_SIZE != p->file_size || iraw > MAX_INDEX_BYTES || istored != iraw + tag || iraw < 32)
-        return ckpt_fail(err, -EIO, "%s: footer points outside the file (index at %llu, %llu bytes)", p->path,
+        ioff + istored + TPACK_FOOTER_SIZE != p->file_size || iraw > MAX_INDEX_BYTES ||
+        istored != iraw + tag || iraw < 32)
+        return ckpt_fail(err, -EIO,
+                         "%s: footer points outside the file (index at %llu, %llu bytes)", p->path,
                          (unsigned long long)ioff, (unsigned long long)istored);
     uint8_t *stored = malloc(istored);
     uint8_t *plain = p->keys.subkey ? malloc(iraw) : stored;
     if (!stored || !plain) {
         free(stored);
-        if (plain != stored) free(plain);
+        if (plain != stored)
+            free(plain);
         return ckpt_fail(err, -ENOMEM, "%s: out of memory for the index", p->path);
     }
     rc = read_exact(p->obj, stored, istored, ioff, &why);
     if (rc < 0) {
-        rc = ckpt_fail(err, rc == -ESTALE ? rc : -EIO, "%s: cannot read index: %s", p->path, read_why(rc, &why));
+        rc = ckpt_fail(err, rc == -ESTALE ? rc : -EIO, "%s: cannot read index: %s", p->path,
+                       read_why(rc, &why));
     } else if (p->keys.subkey) {
-        if (aead_open(&p->keys, TPACK_INDEX_NONCE_ID, p->header, TPACK_HEADER_SIZE, stored, istored, plain) < 0)
-            rc = ckpt_fail(err, -EIO, "%s: index or header failed authentication (corrupt or tampered)", p->path);
+        if (aead_open(&p->keys, TPACK_INDEX_NONCE_ID, p->header, TPACK_HEADER_SIZE, stored, istored,
+                      plain) < 0)
+            rc = ckpt_fail(err, -EIO,
+                           "%s: index or header failed authentication (corrupt or tampered)",
+                           p->path);
     } else {
         crypto_hash_sha256_state st;
         uint8_t digest[32];
@@ -565,13 +689,16 @@ static int load_index(ckpt_pack *p, ckpt_err *err)
         crypto_hash_sha256_update(&st, plain, iraw);
         crypto_hash_sha256_final(&st, digest);
         if (!FUZZING_SKIPS_CHECKSUMS && memcmp(digest, ftr + FTR_DIGEST, 32) != 0)
-            rc = ckpt_fail(err, -EIO, "%s: index checksum mismatch (corrupt index or header)", p->path);
+            rc = ckpt_fail(err, -EIO, "%s: index checksum mismatch (corrupt index or header)",
+                           p->path);
     }
     if (rc == 0) {
         rc = parse_index(p, plain, iraw, ioff, err);
-        if (rc < 0) ckpt_fail_prefix(err, p->path);
+        if (rc < 0)
+            ckpt_fail_prefix(err, p->path);
     }
-    if (plain != stored) free(plain);
+    if (plain != stored)
+        free(plain);
     free(stored);
     return rc;
 }
@@ -595,9 +722,11 @@ static int open_object(store_reader *obj, const ckpt_key *key, ckpt_pack **out, 
         p->chunk_size = get_u32(p->header + HDR_CHUNK_SIZE);
         p->kdf = get_u32(p->header + HDR_KDF);
         p->version = get_u32(p->header + HDR_VERSION);
-        if (get_u32(p->header + HDR_FLAGS) & TPACK_FLAG_ENCRYPTED) rc = unlock_keys(p, key, err);
+        if (get_u32(p->header + HDR_FLAGS) & TPACK_FLAG_ENCRYPTED)
+            rc = unlock_keys(p, key, err);
     }
-    if (rc == 0) rc = load_index(p, err);
+    if (rc == 0)
+        rc = load_index(p, err);
     if (rc < 0) {
         ckpt_close(p);
         return rc;
@@ -609,7 +738,8 @@ static int open_object(store_reader *obj, const ckpt_key *key, ckpt_pack **out, 
 int ckpt_open(const char *path, const ckpt_key *key, ckpt_pack **out, ckpt_err *err)
 {
     *out = NULL;
-    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "%s: libsodium failed to initialise", path);
+    if (ckpt_sodium_init() < 0)
+        return ckpt_fail(err, -ENOSYS, "%s: libsodium failed to initialise", path);
     store_reader *obj;
     int rc = store_local_open_path(path, &obj, err);
     return rc < 0 ? rc : open_object(obj, key, out, err);
@@ -620,23 +750,31 @@ int ckpt_pack_open_in(ckpt_store *s, const char *name, const ckpt_key *key, ckpt
 {
     *out = NULL;
     if (!name || !ckpt_path_is_safe(name))
-        return ckpt_fail(err, -EINVAL, "%s: invalid pack name '%s'", ckpt_store_where(s), name ? name : "(null)");
-    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "%s/%s: libsodium failed to initialise",
-                                                 ckpt_store_where(s), name);
+        return ckpt_fail(err, -EINVAL, "%s: invalid pack name '%s'", ckpt_store_where(s),
+                         name ? name : "(null)");
+    if (ckpt_sodium_init() < 0)
+        return ckpt_fail(err, -ENOSYS, "%s/%s: libsodium failed to initialise", ckpt_store_where(s),
+                         name);
     store_reader *obj;
     int rc = s->ops->open_read(s, name, &obj, err);
     return rc < 0 ? rc : open_object(obj, key, out, err);
 }
 
-void ckpt_pack_object_id(const ckpt_pack *p, ckpt_object_id *out) { *out = p->obj->id; }
+void ckpt_pack_object_id(const ckpt_pack *p, ckpt_object_id *out)
+{
+    *out = p->obj->id;
+}
 
 void ckpt_close(ckpt_pack *p)
 {
-    if (!p) return;
-    if (p->obj) p->obj->ops->close(p->obj);
+    if (!p)
+        return;
+    if (p->obj)
+        p->obj->ops->close(p->obj);
     pack_keys_free(&p->keys);
     if (p->tensors)
-        for (size_t i = 0; i < p->n_tensors; i++) free(p->tensors[i].shape);
+        for (size_t i = 0; i < p->n_tensors; i++)
+            free(p->tensors[i].shape);
     free(p->files);
     free(p->skipped);
     free(p->tensors);
@@ -659,11 +797,26 @@ void ckpt_info(const ckpt_pack *p, ckpt_pack_info *info)
     info->n_chunks = p->n_chunks;
 }
 
-const char *ckpt_path(const ckpt_pack *p) { return p->path; }
-int ckpt_fd(const ckpt_pack *p) { return p->fd; }
-size_t ckpt_file_count(const ckpt_pack *p) { return p->n_files; }
-size_t ckpt_tensor_count(const ckpt_pack *p) { return p->n_tensors; }
-size_t ckpt_skipped_count(const ckpt_pack *p) { return p->n_skipped; }
+const char *ckpt_path(const ckpt_pack *p)
+{
+    return p->path;
+}
+int ckpt_fd(const ckpt_pack *p)
+{
+    return p->fd;
+}
+size_t ckpt_file_count(const ckpt_pack *p)
+{
+    return p->n_files;
+}
+size_t ckpt_tensor_count(const ckpt_pack *p)
+{
+    return p->n_tensors;
+}
+size_t ckpt_skipped_count(const ckpt_pack *p)
+{
+    return p->n_skipped;
+}
 const ckpt_skipped_info *ckpt_skipped_at(const ckpt_pack *p, size_t i)
 {
     return i < p->n_skipped ? &p->skipped[i] : NULL;
@@ -677,8 +830,14 @@ const ckpt_tensor_info *ckpt_tensor_at(const ckpt_pack *p, size_t i)
 {
     return i < p->n_tensors ? &p->tensors[i].info : NULL;
 }
-long ckpt_file_find(const ckpt_pack *p, const char *path) { return strmap_get(&p->file_map, path); }
-long ckpt_tensor_find(const ckpt_pack *p, const char *name) { return strmap_get(&p->tensor_map, name); }
+long ckpt_file_find(const ckpt_pack *p, const char *path)
+{
+    return strmap_get(&p->file_map, path);
+}
+long ckpt_tensor_find(const ckpt_pack *p, const char *name)
+{
+    return strmap_get(&p->tensor_map, name);
+}
 
 void pack_chunk_where(const ckpt_pack *p, size_t id, char *buf, size_t len)
 {
@@ -691,14 +850,17 @@ void pack_chunk_where(const ckpt_pack *p, size_t id, char *buf, size_t len)
     uint64_t a = off - e->file_offset, b = a + c->raw_size;
     for (size_t i = 0; i < e->n_tensors && !hit; i++) {
         const tensor_rec *t = &p->tensors[p->ext_tensors[e->first_tensor + i]];
-        if (t->extent_offset >= b) break;
-        if (t->extent_offset + t->info.nbytes > a) hit = t;
+        if (t->extent_offset >= b)
+            break;
+        if (t->extent_offset + t->info.nbytes > a)
+            hit = t;
     }
     if (hit)
-        snprintf(buf, len, "chunk %zu (file '%s' at offset %llu, tensor '%s')", id, path, (unsigned long long)off,
-                 hit->info.name);
+        snprintf(buf, len, "chunk %zu (file '%s' at offset %llu, tensor '%s')", id, path,
+                 (unsigned long long)off, hit->info.name);
     else
-        snprintf(buf, len, "chunk %zu (file '%s' at offset %llu)", id, path, (unsigned long long)off);
+        snprintf(buf, len, "chunk %zu (file '%s' at offset %llu)", id, path,
+                 (unsigned long long)off);
 }
 
 static int chunk_fault(ckpt_pack *p, size_t id, const char *why, ckpt_err *err)
@@ -712,9 +874,11 @@ static int chunk_fault(ckpt_pack *p, size_t id, const char *why, ckpt_err *err)
  * replaced under its reader, which stays -ESTALE. */
 static int chunk_read_fault(ckpt_pack *p, size_t id, int rc, const ckpt_err *why, ckpt_err *err)
 {
-    if (rc == -ENODATA) return chunk_fault(p, id, "pack file is shorter than its index says", err);
+    if (rc == -ENODATA)
+        return chunk_fault(p, id, "pack file is shorter than its index says", err);
     int r = chunk_fault(p, id, read_why(rc, why), err);
-    if (rc == -ESTALE && err) err->code = -ESTALE;
+    if (rc == -ESTALE && err)
+        err->code = -ESTALE;
     return rc == -ESTALE ? rc : r;
 }
 
@@ -725,8 +889,10 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
     if (c->codec == CODEC_STORED && !enc) {
         ckpt_err why;
         int rc = read_exact(p->obj, out, c->raw_size, c->offset, &why);
-        if (rc < 0) return chunk_read_fault(p, id, rc, &why, err);
-        if (!FUZZING_SKIPS_CHECKSUMS && (uint32_t)libdeflate_crc32(0, out, c->raw_size) != c->crc) return chunk_fault(p, id, "checksum mismatch", err);
+        if (rc < 0)
+            return chunk_read_fault(p, id, rc, &why, err);
+        if (!FUZZING_SKIPS_CHECKSUMS && (uint32_t)libdeflate_crc32(0, out, c->raw_size) != c->crc)
+            return chunk_fault(p, id, "checksum mismatch", err);
         return 0;
     }
     uint8_t *stored = malloc(c->stored_size);
@@ -734,31 +900,45 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
     uint8_t *payload = stored;
     size_t plen = c->stored_size;
     int rc = 0;
-    if (!stored || (c->codec == CODEC_BYTEGROUP && !scratch)) { rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path); goto done; }
+    if (!stored || (c->codec == CODEC_BYTEGROUP && !scratch)) {
+        rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
+        goto done;
+    }
     ckpt_err read_err;
     rc = read_exact(p->obj, stored, c->stored_size, c->offset, &read_err);
-    if (rc < 0) { rc = chunk_read_fault(p, id, rc, &read_err, err); goto done; }
+    if (rc < 0) {
+        rc = chunk_read_fault(p, id, rc, &read_err, err);
+        goto done;
+    }
     if (enc) {
         const extent *e = &p->extents[c->extent_index];
         uint8_t ad[CHUNK_AD_BYTES];
-        chunk_ad(ad, p->pack_id, id, c->extent_index, id - e->first_chunk, c->raw_size, c->codec, c->elem_size);
+        chunk_ad(ad, p->pack_id, id, c->extent_index, id - e->first_chunk, c->raw_size, c->codec,
+                 c->elem_size);
         plen = c->stored_size - TPACK_AEAD_TAG;
         /* Stored chunks decrypt straight into the caller's buffer. */
         payload = c->codec == CODEC_STORED ? out : malloc(plen ? plen : 1);
-        if (!payload) { rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path); goto done; }
+        if (!payload) {
+            rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
+            goto done;
+        }
         if (aead_open(&p->keys, id, ad, sizeof ad, stored, c->stored_size, payload) < 0) {
             rc = chunk_fault(p, id, "authentication failed", err);
             goto done;
         }
     }
     const char *why = NULL;
-    if (chunk_decode(payload, plen, c->codec, c->elem_size, p->version, out, c->raw_size, scratch, &why) < 0) {
+    if (chunk_decode(payload, plen, c->codec, c->elem_size, p->version, out, c->raw_size, scratch,
+                     &why) < 0) {
         rc = chunk_fault(p, id, why, err);
         goto done;
     }
-    if (!FUZZING_SKIPS_CHECKSUMS && !enc && (uint32_t)libdeflate_crc32(0, out, c->raw_size) != c->crc) rc = chunk_fault(p, id, "checksum mismatch", err);
+    if (!FUZZING_SKIPS_CHECKSUMS && !enc &&
+        (uint32_t)libdeflate_crc32(0, out, c->raw_size) != c->crc)
+        rc = chunk_fault(p, id, "checksum mismatch", err);
 done:
-    if (payload != stored && payload != out) free(payload);
+    if (payload != stored && payload != out)
+        free(payload);
     free(stored);
     free(scratch);
     return rc;
@@ -766,30 +946,37 @@ done:
 
 int ckpt_chunk_decode(ckpt_pack *p, size_t id, void *out, ckpt_err *err)
 {
-    if (id >= p->n_chunks) return ckpt_fail(err, -EINVAL, "%s: no chunk %zu", p->path, id);
+    if (id >= p->n_chunks)
+        return ckpt_fail(err, -EINVAL, "%s: no chunk %zu", p->path, id);
     return pack_chunk_decode(p, id, out, err);
 }
 
 int ckpt_chunk_plain_at(const ckpt_pack *p, size_t id, uint64_t *pack_offset)
 {
-    if (id >= p->n_chunks || p->keys.subkey || p->chunks[id].codec != CODEC_STORED) return 0;
+    if (id >= p->n_chunks || p->keys.subkey || p->chunks[id].codec != CODEC_STORED)
+        return 0;
     *pack_offset = p->chunks[id].offset;
     return 1;
 }
 
-int ckpt_chunk_locate(const ckpt_pack *p, size_t file_index, uint64_t off, ckpt_chunk_ref *out, ckpt_err *err)
+int ckpt_chunk_locate(const ckpt_pack *p, size_t file_index, uint64_t off, ckpt_chunk_ref *out,
+                      ckpt_err *err)
 {
-    if (file_index >= p->n_files) return ckpt_fail(err, -ENOENT, "%s: no file %zu", p->path, file_index);
+    if (file_index >= p->n_files)
+        return ckpt_fail(err, -ENOENT, "%s: no file %zu", p->path, file_index);
     const file_rec *f = &p->files[file_index];
-    if (off >= f->info.size) return ckpt_fail(err, -EINVAL, "%s: offset %llu is past the end of '%s'", p->path,
-                                              (unsigned long long)off, f->info.path);
+    if (off >= f->info.size)
+        return ckpt_fail(err, -EINVAL, "%s: offset %llu is past the end of '%s'", p->path,
+                         (unsigned long long)off, f->info.path);
     /* First extent whose end lies beyond off; empty extents end where they start, so they are skipped. */
     size_t lo = f->first_extent, hi = f->first_extent + f->n_extents;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         const extent *e = &p->extents[mid];
-        if (e->file_offset + e->length <= off) lo = mid + 1;
-        else hi = mid;
+        if (e->file_offset + e->length <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     const extent *e = &p->extents[lo];
     uint64_t k = (off - e->file_offset) / p->chunk_size;
@@ -799,40 +986,57 @@ int ckpt_chunk_locate(const ckpt_pack *p, size_t file_index, uint64_t off, ckpt_
     return 0;
 }
 
-ssize_t ckpt_file_pread(ckpt_pack *p, size_t file_index, void *buf, size_t len, uint64_t off, ckpt_err *err)
+ssize_t ckpt_file_pread(ckpt_pack *p, size_t file_index, void *buf, size_t len, uint64_t off,
+                        ckpt_err *err)
 {
-    if (file_index >= p->n_files) return ckpt_fail(err, -ENOENT, "%s: no file %zu", p->path, file_index);
+    if (file_index >= p->n_files)
+        return ckpt_fail(err, -ENOENT, "%s: no file %zu", p->path, file_index);
     uint64_t size = p->files[file_index].info.size;
-    if (off >= size || len == 0) return 0;
-    if (len > size - off) len = (size_t)(size - off);
-    if (len > SSIZE_MAX) len = SSIZE_MAX;
+    if (off >= size || len == 0)
+        return 0;
+    if (len > size - off)
+        len = (size_t)(size - off);
+    if (len > SSIZE_MAX)
+        len = SSIZE_MAX;
     uint8_t *dst = buf, *tmp = NULL;
     size_t done = 0;
     while (done < len) {
         ckpt_chunk_ref ref;
         int rc = ckpt_chunk_locate(p, file_index, off + done, &ref, err);
-        if (rc < 0) { free(tmp); return rc; }
+        if (rc < 0) {
+            free(tmp);
+            return rc;
+        }
         uint64_t skip = off + done - ref.file_offset;
         size_t n = ref.size - skip < len - done ? (size_t)(ref.size - skip) : len - done;
         if (skip == 0 && n == ref.size) {
             rc = pack_chunk_decode(p, ref.id, dst + done, err);
         } else {
-            if (!tmp && !(tmp = malloc(p->chunk_size))) return ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
+            if (!tmp && !(tmp = malloc(p->chunk_size)))
+                return ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
             rc = pack_chunk_decode(p, ref.id, tmp, err);
-            if (rc == 0) memcpy(dst + done, tmp + skip, n);
+            if (rc == 0)
+                memcpy(dst + done, tmp + skip, n);
         }
-        if (rc < 0) { free(tmp); return rc; }
+        if (rc < 0) {
+            free(tmp);
+            return rc;
+        }
         done += n;
     }
     free(tmp);
     return (ssize_t)done;
 }
 
-ssize_t ckpt_tensor_pread(ckpt_pack *p, size_t tensor_index, void *buf, size_t len, uint64_t off, ckpt_err *err)
+ssize_t ckpt_tensor_pread(ckpt_pack *p, size_t tensor_index, void *buf, size_t len, uint64_t off,
+                          ckpt_err *err)
 {
-    if (tensor_index >= p->n_tensors) return ckpt_fail(err, -ENOENT, "%s: no tensor %zu", p->path, tensor_index);
+    if (tensor_index >= p->n_tensors)
+        return ckpt_fail(err, -ENOENT, "%s: no tensor %zu", p->path, tensor_index);
     const ckpt_tensor_info *t = &p->tensors[tensor_index].info;
-    if (off >= t->nbytes) return 0;
-    if (len > t->nbytes - off) len = (size_t)(t->nbytes - off);
+    if (off >= t->nbytes)
+        return 0;
+    if (len > t->nbytes - off)
+        len = (size_t)(t->nbytes - off);
     return ckpt_file_pread(p, t->file_index, buf, len, t->file_offset + off, err);
 }

@@ -37,12 +37,12 @@
 #include <libdeflate.h>
 #include <zlib.h>
 
-
 static int writer_failed(ckpt_writer *w, ckpt_err *err)
 {
     pthread_mutex_lock(&w->mu);
     int f = w->failed;
-    if (f && err) *err = w->fail_err;
+    if (f && err)
+        *err = w->fail_err;
     pthread_mutex_unlock(&w->mu);
     return f ? (w->fail_err.code ? w->fail_err.code : -EIO) : 0;
 }
@@ -71,13 +71,15 @@ static int copied_payload(const ckpt_writer *w, const wslot *s, uint8_t *payload
         *plen = s->out_len;
         return 0;
     }
-    if (!payload) return -ENOMEM;
+    if (!payload)
+        return -ENOMEM;
     const chunk *c = &src->chunks[s->copy_src_id];
     const extent *e = &src->extents[c->extent_index];
     uint8_t ad[CHUNK_AD_BYTES];
-    chunk_ad(ad, src->pack_id, s->copy_src_id, c->extent_index, s->copy_src_id - e->first_chunk, c->raw_size, c->codec,
-             c->elem_size);
-    if (c->stored_size < TPACK_AEAD_TAG) return -EBADMSG;
+    chunk_ad(ad, src->pack_id, s->copy_src_id, c->extent_index, s->copy_src_id - e->first_chunk,
+             c->raw_size, c->codec, c->elem_size);
+    if (c->stored_size < TPACK_AEAD_TAG)
+        return -EBADMSG;
     *plen = c->stored_size - TPACK_AEAD_TAG;
     int rc = aead_open(&src->keys, s->copy_src_id, ad, sizeof ad, s->out, c->stored_size, payload);
     return rc;
@@ -97,8 +99,10 @@ static void *encode_worker(void *arg)
     }
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->stopping && w->next_encode >= w->submitted) pthread_cond_wait(&w->to_encode, &w->mu);
-        if (w->next_encode >= w->submitted) break;
+        while (!w->stopping && w->next_encode >= w->submitted)
+            pthread_cond_wait(&w->to_encode, &w->mu);
+        if (w->next_encode >= w->submitted)
+            break;
         wslot *s = &w->slots[w->next_encode++ % w->n_slots];
         pthread_mutex_unlock(&w->mu);
         int rc = -ENOMEM;
@@ -110,23 +114,27 @@ static void *encode_worker(void *arg)
                 ckpt_err e;
                 char where[512];
                 pack_chunk_where(s->copy_src, (size_t)s->copy_src_id, where, sizeof where);
-                ckpt_fail(&e, -EIO, "%s: cannot copy chunk %llu of %s (%s): it fails authentication",
-                          w->final_path, (unsigned long long)s->copy_src_id, s->copy_src->path, where);
+                ckpt_fail(
+                    &e, -EIO, "%s: cannot copy chunk %llu of %s (%s): it fails authentication",
+                    w->final_path, (unsigned long long)s->copy_src_id, s->copy_src->path, where);
                 writer_set_failed(w, &e);
                 rc = 0;
             }
         } else if (dst) {
-            rc = chunk_encode(&enc, s->in, s->in_len, s->opaque ? 0 : s->elem, w->level, dst, &plen, &s->codec, &s->elem);
+            rc = chunk_encode(&enc, s->in, s->in_len, s->opaque ? 0 : s->elem, w->level, dst, &plen,
+                              &s->codec, &s->elem);
         }
         if (rc == 0 && payload) {
             uint8_t ad[CHUNK_AD_BYTES];
-            chunk_ad(ad, w->pack_id, s->id, s->extent_id, s->in_extent, (uint32_t)s->in_len, s->codec, s->elem);
+            chunk_ad(ad, w->pack_id, s->id, s->extent_id, s->in_extent, (uint32_t)s->in_len,
+                     s->codec, s->elem);
             rc = aead_seal(&w->keys, s->id, ad, sizeof ad, payload, plen, s->out);
             plen += TPACK_AEAD_TAG;
         }
         /* Encrypted chunks are authenticated by their tag; a CRC would only cost
          * decode time. A copied chunk keeps the CRC its source recorded. */
-        if (!s->copy_src) s->crc = payload ? 0 : (uint32_t)libdeflate_crc32(0, s->in, s->in_len);
+        if (!s->copy_src)
+            s->crc = payload ? 0 : (uint32_t)libdeflate_crc32(0, s->in, s->in_len);
         s->out_len = plen;
         if (rc < 0) {
             ckpt_err e;
@@ -139,12 +147,14 @@ static void *encode_worker(void *arg)
         for (size_t i = 0; i < s->n_spans; i++) {
             const wspan *sp = &s->spans[i];
             pthread_mutex_lock(&w->mu);
-            while (sp->th->next_id != s->id) pthread_cond_wait(&w->tensor_hashed, &w->mu);
+            while (sp->th->next_id != s->id)
+                pthread_cond_wait(&w->tensor_hashed, &w->mu);
             int failed = w->failed;
             pthread_mutex_unlock(&w->mu);
             if (!failed) {
                 ckpt_sha256_update(&sp->th->st, s->in + sp->a, sp->b - sp->a);
-                if (sp->last) ckpt_sha256_final(&sp->th->st, sp->th->digest);
+                if (sp->last)
+                    ckpt_sha256_final(&sp->th->st, sp->th->digest);
             }
             pthread_mutex_lock(&w->mu);
             sp->th->next_id = s->id + 1;
@@ -168,26 +178,32 @@ static void *output_worker(void *arg)
     pthread_mutex_lock(&w->mu);
     for (;;) {
         wslot *s = &w->slots[w->next_write % w->n_slots];
-        while (!(w->next_write < w->submitted && s->state == SLOT_ENCODED) && !(w->stopping && w->next_write >= w->submitted))
+        while (!(w->next_write < w->submitted && s->state == SLOT_ENCODED) &&
+               !(w->stopping && w->next_write >= w->submitted))
             pthread_cond_wait(&w->to_write, &w->mu);
-        if (w->next_write >= w->submitted) break;
+        if (w->next_write >= w->submitted)
+            break;
         int failed = w->failed;
         pthread_mutex_unlock(&w->mu);
         if (!failed) {
             ckpt_err e;
             int rc = w->out->ops->write(w->out, s->out, s->out_len, &e);
-            if (rc == 0 && grow_array((void **)&w->chunks, &w->cap_chunks, w->n_chunks, sizeof *w->chunks) < 0)
+            if (rc == 0 &&
+                grow_array((void **)&w->chunks, &w->cap_chunks, w->n_chunks, sizeof *w->chunks) < 0)
                 rc = ckpt_fail(&e, -ENOMEM, "%s: out of memory", w->final_path);
             if (rc < 0) {
                 writer_set_failed(w, &e);
             } else {
-                w->chunks[w->n_chunks++] = (wchunk){w->write_pos, (uint32_t)s->out_len, (uint32_t)s->in_len, s->crc, s->codec, s->elem};
+                w->chunks[w->n_chunks++] = (wchunk){
+                    w->write_pos, (uint32_t)s->out_len, (uint32_t)s->in_len, s->crc, s->codec,
+                    s->elem};
                 w->write_pos += s->out_len;
             }
         }
         pthread_mutex_lock(&w->mu);
         s->state = SLOT_WRITTEN;
-        if (--s->pending == 0) s->state = SLOT_FREE;
+        if (--s->pending == 0)
+            s->state = SLOT_FREE;
         w->next_write++;
         pthread_cond_broadcast(&w->to_fill);
     }
@@ -203,16 +219,20 @@ static void *hash_worker(void *arg)
     pthread_setname_np(pthread_self(), "ckpt-hash");
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->stopping && w->next_hash >= w->submitted) pthread_cond_wait(&w->to_hash, &w->mu);
-        if (w->next_hash >= w->submitted) break;
+        while (!w->stopping && w->next_hash >= w->submitted)
+            pthread_cond_wait(&w->to_hash, &w->mu);
+        if (w->next_hash >= w->submitted)
+            break;
         wslot *s = &w->slots[w->next_hash % w->n_slots];
         int failed = w->failed;
         pthread_mutex_unlock(&w->mu);
         /* A copied file's SHA-256 comes with it (its slots hold no plaintext). */
-        if (!failed && !s->copy_src) ckpt_sha256_update(s->file_hash, s->in, s->in_len);
+        if (!failed && !s->copy_src)
+            ckpt_sha256_update(s->file_hash, s->in, s->in_len);
         pthread_mutex_lock(&w->mu);
         w->next_hash++;
-        if (--s->pending == 0) s->state = SLOT_FREE;
+        if (--s->pending == 0)
+            s->state = SLOT_FREE;
         pthread_cond_broadcast(&w->to_fill);
     }
     pthread_mutex_unlock(&w->mu);
@@ -226,10 +246,12 @@ int writer_acquire_slot(ckpt_writer *w, ckpt_err *err)
     pthread_mutex_lock(&w->mu);
     uint64_t seq = w->submitted;
     wslot *s = &w->slots[seq % w->n_slots];
-    while (s->state != SLOT_FREE && !w->failed) pthread_cond_wait(&w->to_fill, &w->mu);
+    while (s->state != SLOT_FREE && !w->failed)
+        pthread_cond_wait(&w->to_fill, &w->mu);
     int failed = w->failed;
     pthread_mutex_unlock(&w->mu);
-    if (failed) return writer_failed(w, err);
+    if (failed)
+        return writer_failed(w, err);
     wextent *e = &w->extents[w->n_extents - 1];
     s->state = SLOT_FILLING;
     s->in_len = 0;
@@ -258,13 +280,17 @@ static int slot_spans(ckpt_writer *w, wslot *s)
         const wtensor *t = &w->tensors[w->live[i]];
         uint64_t ts = t->extent_offset, te = ts + t->nbytes;
         if (ts < b && te > a) {
-            if (grow_array((void **)&s->spans, &s->cap_spans, s->n_spans, sizeof *s->spans) < 0) return -ENOMEM;
+            if (grow_array((void **)&s->spans, &s->cap_spans, s->n_spans, sizeof *s->spans) < 0)
+                return -ENOMEM;
             uint64_t lo = ts > a ? ts : a, hi = te < b ? te : b;
             /* Its first chunk: the workers hash its chunks from here on, in order. */
-            if (ts >= a) t->hash->next_id = s->id;
-            s->spans[s->n_spans++] = (wspan){t->hash, (uint32_t)(lo - a), (uint32_t)(hi - a), te <= b};
+            if (ts >= a)
+                t->hash->next_id = s->id;
+            s->spans[s->n_spans++] =
+                (wspan){t->hash, (uint32_t)(lo - a), (uint32_t)(hi - a), te <= b};
         }
-        if (te > b) w->live[keep++] = w->live[i];
+        if (te > b)
+            w->live[keep++] = w->live[i];
     }
     w->n_live = keep;
     return 0;
@@ -286,7 +312,8 @@ void writer_submit_slot(ckpt_writer *w)
     pthread_cond_signal(&w->to_encode);
     pthread_cond_signal(&w->to_hash);
     pthread_mutex_unlock(&w->mu);
-    if (w->opts.progress) w->opts.progress(w->opts.progress_ud, w->fed, w->opts.progress_total);
+    if (w->opts.progress)
+        w->opts.progress(w->opts.progress_ud, w->fed, w->opts.progress_total);
 }
 
 int writer_open_extent(ckpt_writer *w, uint8_t kind, uint8_t elem, ckpt_err *err)
@@ -301,7 +328,8 @@ int writer_open_extent(ckpt_writer *w, uint8_t kind, uint8_t elem, ckpt_err *err
 
 void writer_close_extent(ckpt_writer *w)
 {
-    if (w->filling) writer_submit_slot(w);
+    if (w->filling)
+        writer_submit_slot(w);
     w->extent_open = 0;
 }
 
@@ -312,37 +340,49 @@ static int feed(ckpt_writer *w, const uint8_t *data, size_t len, ckpt_err *err)
     while (len) {
         if (!w->filling) {
             int rc = writer_acquire_slot(w, err);
-            if (rc < 0) return rc;
+            if (rc < 0)
+                return rc;
         }
         wslot *s = w->filling;
         size_t n = w->chunk_size - s->in_len;
-        if (n > len) n = len;
+        if (n > len)
+            n = len;
         memcpy(s->in + s->in_len, data, n);
         s->in_len += n;
         data += n;
         len -= n;
         w->fed += n;
-        if (w->in_region) w->region_bytes += n;
+        if (w->in_region)
+            w->region_bytes += n;
         /* A tensor's last chunk goes out as soon as it is complete. */
-        if (s->in_len == w->chunk_size || (w->in_tensor && w->region_bytes == w->tensors[w->cur_tensor].nbytes))
+        if (s->in_len == w->chunk_size ||
+            (w->in_tensor && w->region_bytes == w->tensors[w->cur_tensor].nbytes))
             writer_submit_slot(w);
     }
     return writer_failed(w, err);
 }
 
-int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec,
-                           ckpt_err *err)
+int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode, int64_t mtime_sec,
+                           uint32_t mtime_nsec, ckpt_err *err)
 {
-    if (w->in_file) return ckpt_fail(err, -EINVAL, "%s: begin_file('%s') inside another file", w->final_path, path);
+    if (w->in_file)
+        return ckpt_fail(err, -EINVAL, "%s: begin_file('%s') inside another file", w->final_path,
+                         path);
     if (!ckpt_path_is_safe(path))
-        return ckpt_fail(err, -EINVAL, "%s: unsafe path '%s' (absolute, empty, '.', '..' or too long)", w->final_path, path);
-    if (strlen(path) > UINT16_MAX) return ckpt_fail(err, -EINVAL, "%s: path too long", w->final_path);
-    if (strmap_get(&w->file_map, path) >= 0) return ckpt_fail(err, -EEXIST, "%s: duplicate path '%s'", w->final_path, path);
+        return ckpt_fail(err, -EINVAL,
+                         "%s: unsafe path '%s' (absolute, empty, '.', '..' or too long)",
+                         w->final_path, path);
+    if (strlen(path) > UINT16_MAX)
+        return ckpt_fail(err, -EINVAL, "%s: path too long", w->final_path);
+    if (strmap_get(&w->file_map, path) >= 0)
+        return ckpt_fail(err, -EEXIST, "%s: duplicate path '%s'", w->final_path, path);
     if (strmap_get(&w->dir_map, path) >= 0)
-        return ckpt_fail(err, -EEXIST, "%s: '%s' is already a directory in the pack", w->final_path, path);
+        return ckpt_fail(err, -EEXIST, "%s: '%s' is already a directory in the pack", w->final_path,
+                         path);
     char *copy = strdup(path);
     ckpt_sha256 *fh = malloc(sizeof *fh);
-    if (!copy || !fh || grow_array((void **)&w->files, &w->cap_files, w->n_files, sizeof *w->files) < 0) {
+    if (!copy || !fh ||
+        grow_array((void **)&w->files, &w->cap_files, w->n_files, sizeof *w->files) < 0) {
         free(copy);
         free(fh);
         return ckpt_fail(err, -ENOMEM, "out of memory");
@@ -354,7 +394,8 @@ int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode, int6
         if (strmap_get(&w->file_map, tmp) >= 0) {
             free(copy);
             free(fh);
-            return ckpt_fail(err, -EEXIST, "%s: '%s' is already a file in the pack", w->final_path, tmp);
+            return ckpt_fail(err, -EEXIST, "%s: '%s' is already a file in the pack", w->final_path,
+                             tmp);
         }
     }
     for (const char *s = strchr(copy, '/'); s; s = strchr(s + 1, '/')) {
@@ -365,7 +406,8 @@ int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode, int6
             free(fh);
             return ckpt_fail(err, -ENOMEM, "out of memory");
         }
-        if (strmap_put(&w->dir_map, dir, 0, NULL) != 0) free(dir);
+        if (strmap_put(&w->dir_map, dir, 0, NULL) != 0)
+            free(dir);
     }
     if (strmap_put(&w->file_map, copy, w->n_files, NULL) < 0) {
         free(copy);
@@ -373,7 +415,9 @@ int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode, int6
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
     ckpt_sha256_init(fh);
-    w->files[w->n_files++] = (wfile){copy, mode & 07777, mtime_sec, mtime_nsec, 0, {0}, w->n_extents, 0, CONTAINER_NONE, NULL, fh};
+    w->files[w->n_files++] =
+        (wfile){copy, mode & 07777,   mtime_sec, mtime_nsec, 0, {0}, w->n_extents,
+                0,    CONTAINER_NONE, NULL,      fh};
     w->file_bytes = 0;
     w->in_file = 1;
     return 0;
@@ -382,27 +426,35 @@ int ckpt_writer_begin_file(ckpt_writer *w, const char *path, uint32_t mode, int6
 int ckpt_writer_write(ckpt_writer *w, const void *data, size_t len, ckpt_err *err)
 {
     if (!w->in_file || w->in_region)
-        return ckpt_fail(err, -EINVAL, "%s: write outside a file or inside a tensor or region", w->final_path);
+        return ckpt_fail(err, -EINVAL, "%s: write outside a file or inside a tensor or region",
+                         w->final_path);
     if (!w->extent_open) {
         int rc = writer_open_extent(w, EXTENT_DATA, 1, err);
-        if (rc < 0) return rc;
+        if (rc < 0)
+            return rc;
     }
     return feed(w, data, len, err);
 }
 
 /* Registers a tensor of the current file over [extent_offset, +nbytes) of
  * the open typed extent and makes it live; *idx is its index. */
-static int new_tensor(ckpt_writer *w, const char *what, const char *name, const char *dtype, uint32_t ndim,
-                      const uint64_t *shape, uint64_t extent_offset, size_t *idx, ckpt_err *err)
+static int new_tensor(ckpt_writer *w, const char *what, const char *name, const char *dtype,
+                      uint32_t ndim, const uint64_t *shape, uint64_t extent_offset, size_t *idx,
+                      ckpt_err *err)
 {
-    if (!name || !*name || strlen(name) > UINT16_MAX) return ckpt_fail(err, -EINVAL, "%s: invalid %s name", w->final_path, what);
+    if (!name || !*name || strlen(name) > UINT16_MAX)
+        return ckpt_fail(err, -EINVAL, "%s: invalid %s name", w->final_path, what);
     if (!ckpt_dtype_size(dtype))
-        return ckpt_fail(err, -EINVAL, "%s: %s '%s': unknown dtype '%s'", w->final_path, what, name, dtype ? dtype : "");
-    if (ndim > 64) return ckpt_fail(err, -EINVAL, "%s: %s '%s': too many dimensions (%u)", w->final_path, what, name, ndim);
+        return ckpt_fail(err, -EINVAL, "%s: %s '%s': unknown dtype '%s'", w->final_path, what, name,
+                         dtype ? dtype : "");
+    if (ndim > 64)
+        return ckpt_fail(err, -EINVAL, "%s: %s '%s': too many dimensions (%u)", w->final_path, what,
+                         name, ndim);
     uint64_t nbytes;
     if (ckpt_tensor_bytes(dtype, ndim, shape, &nbytes) < 0)
         return ckpt_fail(err, -EINVAL, "%s: %s '%s': shape overflows", w->final_path, what, name);
-    if (strmap_get(&w->tensor_map, name) >= 0) return ckpt_fail(err, -EEXIST, "%s: duplicate tensor name '%s'", w->final_path, name);
+    if (strmap_get(&w->tensor_map, name) >= 0)
+        return ckpt_fail(err, -EEXIST, "%s: duplicate tensor name '%s'", w->final_path, name);
     if (grow_array((void **)&w->tensors, &w->cap_tensors, w->n_tensors, sizeof *w->tensors) < 0 ||
         grow_array((void **)&w->live, &w->cap_live, w->n_live, sizeof *w->live) < 0)
         return ckpt_fail(err, -ENOMEM, "out of memory");
@@ -411,35 +463,47 @@ static int new_tensor(ckpt_writer *w, const char *what, const char *name, const 
     t->name = strdup(name);
     t->shape = malloc((ndim ? ndim : 1) * sizeof *t->shape);
     t->hash = malloc(sizeof *t->hash);
-    if (!t->name || !t->shape || !t->hash || strmap_put(&w->tensor_map, t->name, w->n_tensors, NULL) < 0) {
-        free(t->name); free(t->shape); free(t->hash);
+    if (!t->name || !t->shape || !t->hash ||
+        strmap_put(&w->tensor_map, t->name, w->n_tensors, NULL) < 0) {
+        free(t->name);
+        free(t->shape);
+        free(t->hash);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
     snprintf(t->dtype, sizeof t->dtype, "%s", dtype);
     t->ndim = ndim;
-    if (ndim) memcpy(t->shape, shape, ndim * sizeof *shape);
+    if (ndim)
+        memcpy(t->shape, shape, ndim * sizeof *shape);
     t->nbytes = nbytes;
     t->file_index = (uint32_t)(w->n_files - 1);
     t->extent_index = w->n_extents - 1;
     t->extent_offset = extent_offset;
     ckpt_sha256_init(&t->hash->st);
-    if (nbytes == 0) ckpt_sha256_final(&t->hash->st, t->hash->digest);
-    else w->live[w->n_live++] = w->n_tensors;
+    if (nbytes == 0)
+        ckpt_sha256_final(&t->hash->st, t->hash->digest);
+    else
+        w->live[w->n_live++] = w->n_tensors;
     *idx = w->n_tensors++;
     return 0;
 }
 
 /* Opens a typed extent of dtype's element size, closing opaque data. */
-static int open_region(ckpt_writer *w, const char *what, const char *name, const char *dtype, ckpt_err *err)
+static int open_region(ckpt_writer *w, const char *what, const char *name, const char *dtype,
+                       ckpt_err *err)
 {
     if (!w->in_file || w->in_region)
-        return ckpt_fail(err, -EINVAL, "%s: %s '%s' outside a file or inside another tensor or region", w->final_path, what,
-                         name);
+        return ckpt_fail(err, -EINVAL,
+                         "%s: %s '%s' outside a file or inside another tensor or region",
+                         w->final_path, what, name);
     unsigned es = ckpt_dtype_size(dtype);
-    if (!es) return ckpt_fail(err, -EINVAL, "%s: %s '%s': unknown dtype '%s'", w->final_path, what, name, dtype ? dtype : "");
-    if (w->extent_open) writer_close_extent(w);
+    if (!es)
+        return ckpt_fail(err, -EINVAL, "%s: %s '%s': unknown dtype '%s'", w->final_path, what, name,
+                         dtype ? dtype : "");
+    if (w->extent_open)
+        writer_close_extent(w);
     int rc = writer_open_extent(w, EXTENT_TYPED, (uint8_t)es, err);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     w->in_region = 1;
     w->region_bytes = 0;
     w->n_live = 0;
@@ -456,33 +520,45 @@ static int close_region(ckpt_writer *w, ckpt_err *err)
         const wtensor *t = &w->tensors[w->live[0]];
         uint64_t start = w->file_bytes - w->region_bytes;
         ckpt_err e;
-        ckpt_fail(&e, -EINVAL,
-                  "%s: view '%s' (file bytes %llu to %llu) runs past the end of its region at %llu: a view must lie "
-                  "inside one region; it spans two extents",
-                  w->final_path, t->name, (unsigned long long)(start + t->extent_offset),
-                  (unsigned long long)(start + t->extent_offset + t->nbytes), (unsigned long long)w->file_bytes);
+        ckpt_fail(
+            &e, -EINVAL,
+            "%s: view '%s' (file bytes %llu to %llu) runs past the end of its region at %llu: a view must lie "
+            "inside one region; it spans two extents",
+            w->final_path, t->name, (unsigned long long)(start + t->extent_offset),
+            (unsigned long long)(start + t->extent_offset + t->nbytes),
+            (unsigned long long)w->file_bytes);
         w->n_live = 0;
         /* Its digest can never be finished: the pack cannot be completed. */
         writer_set_failed(w, &e);
-        if (err) *err = e;
+        if (err)
+            *err = e;
         return e.code;
     }
     return writer_failed(w, err);
 }
 
-int ckpt_writer_begin_tensor(ckpt_writer *w, const char *name, const char *dtype, uint32_t ndim, const uint64_t *shape,
-                             ckpt_err *err)
+int ckpt_writer_begin_tensor(ckpt_writer *w, const char *name, const char *dtype, uint32_t ndim,
+                             const uint64_t *shape, ckpt_err *err)
 {
     uint64_t nbytes;
-    if (!name || !*name || strlen(name) > UINT16_MAX) return ckpt_fail(err, -EINVAL, "%s: invalid tensor name", w->final_path);
-    if (dtype && ckpt_dtype_size(dtype) && ndim <= 64 && ckpt_tensor_bytes(dtype, ndim, shape, &nbytes) < 0)
+    if (!name || !*name || strlen(name) > UINT16_MAX)
+        return ckpt_fail(err, -EINVAL, "%s: invalid tensor name", w->final_path);
+    if (dtype && ckpt_dtype_size(dtype) && ndim <= 64 &&
+        ckpt_tensor_bytes(dtype, ndim, shape, &nbytes) < 0)
         return ckpt_fail(err, -EINVAL, "%s: tensor '%s': shape overflows", w->final_path, name);
-    if (strmap_get(&w->tensor_map, name) >= 0) return ckpt_fail(err, -EEXIST, "%s: duplicate tensor name '%s'", w->final_path, name);
-    if (ndim > 64) return ckpt_fail(err, -EINVAL, "%s: tensor '%s': too many dimensions (%u)", w->final_path, name, ndim);
+    if (strmap_get(&w->tensor_map, name) >= 0)
+        return ckpt_fail(err, -EEXIST, "%s: duplicate tensor name '%s'", w->final_path, name);
+    if (ndim > 64)
+        return ckpt_fail(err, -EINVAL, "%s: tensor '%s': too many dimensions (%u)", w->final_path,
+                         name, ndim);
     int rc = open_region(w, "tensor", name, dtype, err);
-    if (rc == 0) rc = new_tensor(w, "tensor", name, dtype, ndim, shape, 0, &w->cur_tensor, err);
+    if (rc == 0)
+        rc = new_tensor(w, "tensor", name, dtype, ndim, shape, 0, &w->cur_tensor, err);
     if (rc < 0) {
-        if (w->in_region) { w->in_region = 0; w->extent_open = 0; } /* an empty extent is harmless */
+        if (w->in_region) {
+            w->in_region = 0;
+            w->extent_open = 0;
+        } /* an empty extent is harmless */
         return rc;
     }
     w->in_tensor = 1;
@@ -494,71 +570,89 @@ int ckpt_writer_begin_region(ckpt_writer *w, const char *dtype, ckpt_err *err)
     return open_region(w, "region of", dtype ? dtype : "", dtype, err);
 }
 
-int ckpt_writer_add_view(ckpt_writer *w, const char *name, const char *dtype, uint32_t ndim, const uint64_t *shape,
-                         uint64_t file_offset, ckpt_err *err)
+int ckpt_writer_add_view(ckpt_writer *w, const char *name, const char *dtype, uint32_t ndim,
+                         const uint64_t *shape, uint64_t file_offset, ckpt_err *err)
 {
     const char *n = name ? name : "";
     if (!w->in_file || !w->in_region)
-        return ckpt_fail(err, -EINVAL, "%s: view '%s': no region is open (a view lies inside a region or tensor of the "
-                         "current file)", w->final_path, n);
+        return ckpt_fail(
+            err, -EINVAL,
+            "%s: view '%s': no region is open (a view lies inside a region or tensor of the "
+            "current file)",
+            w->final_path, n);
     const wextent *e = &w->extents[w->n_extents - 1];
     unsigned es = ckpt_dtype_size(dtype);
     if (es && es != e->elem)
-        return ckpt_fail(err, -EINVAL, "%s: view '%s': %s has %u-byte elements but its region holds %u-byte ones",
+        return ckpt_fail(err, -EINVAL,
+                         "%s: view '%s': %s has %u-byte elements but its region holds %u-byte ones",
                          w->final_path, n, dtype, es, e->elem);
     uint64_t start = w->file_bytes - w->region_bytes;
     if (file_offset < start)
-        return ckpt_fail(err, -EINVAL, "%s: view '%s' starts at file offset %llu, before its region (at %llu): a view "
-                         "must lie inside one region", w->final_path, n, (unsigned long long)file_offset,
-                         (unsigned long long)start);
+        return ckpt_fail(
+            err, -EINVAL,
+            "%s: view '%s' starts at file offset %llu, before its region (at %llu): a view "
+            "must lie inside one region",
+            w->final_path, n, (unsigned long long)file_offset, (unsigned long long)start);
     if (file_offset < w->file_bytes)
-        return ckpt_fail(err, -EINVAL, "%s: view '%s' starts at file offset %llu, but the file's bytes up to %llu were "
-                         "already written: add a view before its bytes", w->final_path, n,
-                         (unsigned long long)file_offset, (unsigned long long)w->file_bytes);
+        return ckpt_fail(
+            err, -EINVAL,
+            "%s: view '%s' starts at file offset %llu, but the file's bytes up to %llu were "
+            "already written: add a view before its bytes",
+            w->final_path, n, (unsigned long long)file_offset, (unsigned long long)w->file_bytes);
     size_t idx;
     return new_tensor(w, "view", name, dtype, ndim, shape, file_offset - start, &idx, err);
 }
 
 int ckpt_writer_tensor_data(ckpt_writer *w, const void *data, size_t len, ckpt_err *err)
 {
-    if (!w->in_region) return ckpt_fail(err, -EINVAL, "%s: tensor data outside a tensor or region", w->final_path);
+    if (!w->in_region)
+        return ckpt_fail(err, -EINVAL, "%s: tensor data outside a tensor or region", w->final_path);
     if (w->in_tensor) {
         const wtensor *t = &w->tensors[w->cur_tensor];
         if (len > t->nbytes - w->region_bytes)
-            return ckpt_fail(err, -EINVAL, "%s: tensor '%s': more data than its %llu bytes", w->final_path, t->name,
-                             (unsigned long long)t->nbytes);
+            return ckpt_fail(err, -EINVAL, "%s: tensor '%s': more data than its %llu bytes",
+                             w->final_path, t->name, (unsigned long long)t->nbytes);
     }
     return feed(w, data, len, err);
 }
 
 int ckpt_writer_end_tensor(ckpt_writer *w, ckpt_err *err)
 {
-    if (!w->in_tensor) return ckpt_fail(err, -EINVAL, "%s: end_tensor outside a tensor", w->final_path);
+    if (!w->in_tensor)
+        return ckpt_fail(err, -EINVAL, "%s: end_tensor outside a tensor", w->final_path);
     const wtensor *t = &w->tensors[w->cur_tensor];
     if (w->region_bytes != t->nbytes)
-        return ckpt_fail(err, -EINVAL, "%s: tensor '%s' got %llu of its %llu bytes", w->final_path, t->name,
-                         (unsigned long long)w->region_bytes, (unsigned long long)t->nbytes);
+        return ckpt_fail(err, -EINVAL, "%s: tensor '%s' got %llu of its %llu bytes", w->final_path,
+                         t->name, (unsigned long long)w->region_bytes,
+                         (unsigned long long)t->nbytes);
     return close_region(w, err);
 }
 
 int ckpt_writer_end_region(ckpt_writer *w, ckpt_err *err)
 {
-    if (!w->in_region || w->in_tensor) return ckpt_fail(err, -EINVAL, "%s: end_region outside a region", w->final_path);
+    if (!w->in_region || w->in_tensor)
+        return ckpt_fail(err, -EINVAL, "%s: end_region outside a region", w->final_path);
     return close_region(w, err);
 }
 
-int ckpt_writer_set_container(ckpt_writer *w, const char *container, const char *note, ckpt_err *err)
+int ckpt_writer_set_container(ckpt_writer *w, const char *container, const char *note,
+                              ckpt_err *err)
 {
-    if (!w->in_file) return ckpt_fail(err, -EINVAL, "%s: set_container outside a file", w->final_path);
+    if (!w->in_file)
+        return ckpt_fail(err, -EINVAL, "%s: set_container outside a file", w->final_path);
     int code = ckpt_container_code(container ? container : "");
-    if (code < 0) return ckpt_fail(err, -EINVAL, "%s: unknown container '%s'", w->final_path, container);
+    if (code < 0)
+        return ckpt_fail(err, -EINVAL, "%s: unknown container '%s'", w->final_path, container);
     size_t len = note ? strlen(note) : 0;
     if (len > TPACK_NOTE_MAX)
-        return ckpt_fail(err, -EINVAL, "%s: note of %zu bytes is longer than %u", w->final_path, len, TPACK_NOTE_MAX);
-    if (!ckpt_utf8_valid((const uint8_t *)note, len)) return ckpt_fail(err, -EINVAL, "%s: note is not UTF-8", w->final_path);
+        return ckpt_fail(err, -EINVAL, "%s: note of %zu bytes is longer than %u", w->final_path,
+                         len, TPACK_NOTE_MAX);
+    if (!ckpt_utf8_valid((const uint8_t *)note, len))
+        return ckpt_fail(err, -EINVAL, "%s: note is not UTF-8", w->final_path);
     wfile *f = &w->files[w->n_files - 1];
     char *copy = len ? strdup(note) : NULL;
-    if (len && !copy) return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (len && !copy)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
     free(f->note);
     f->note = copy;
     f->container = (uint8_t)code;
@@ -567,14 +661,19 @@ int ckpt_writer_set_container(ckpt_writer *w, const char *container, const char 
 
 int writer_add_skipped(ckpt_writer *w, const char *name, const char *reason, ckpt_err *err)
 {
-    if (!w->in_file) return ckpt_fail(err, -EINVAL, "%s: a skipped tensor outside a file", w->final_path);
+    if (!w->in_file)
+        return ckpt_fail(err, -EINVAL, "%s: a skipped tensor outside a file", w->final_path);
     size_t nl = strlen(name), rl = strlen(reason);
     /* Parsers' names and reasons are bounded, but the index fields are u16. */
-    if (nl == 0 || nl > UINT16_MAX || rl > TPACK_NOTE_MAX || !ckpt_utf8_valid((const uint8_t *)reason, rl))
-        return ckpt_fail(err, -EINVAL, "%s: skipped tensor name or reason out of range", w->final_path);
-    if (w->n_skipped >= UINT32_MAX) return ckpt_fail(err, -EOVERFLOW, "%s: too many skipped tensors", w->final_path);
+    if (nl == 0 || nl > UINT16_MAX || rl > TPACK_NOTE_MAX ||
+        !ckpt_utf8_valid((const uint8_t *)reason, rl))
+        return ckpt_fail(err, -EINVAL, "%s: skipped tensor name or reason out of range",
+                         w->final_path);
+    if (w->n_skipped >= UINT32_MAX)
+        return ckpt_fail(err, -EOVERFLOW, "%s: too many skipped tensors", w->final_path);
     char *n = strdup(name), *r = strdup(reason);
-    if (!n || !r || grow_array((void **)&w->skipped, &w->cap_skipped, w->n_skipped, sizeof *w->skipped) < 0) {
+    if (!n || !r ||
+        grow_array((void **)&w->skipped, &w->cap_skipped, w->n_skipped, sizeof *w->skipped) < 0) {
         free(n);
         free(r);
         return ckpt_fail(err, -ENOMEM, "out of memory");
@@ -586,8 +685,10 @@ int writer_add_skipped(ckpt_writer *w, const char *name, const char *reason, ckp
 int ckpt_writer_end_file(ckpt_writer *w, ckpt_err *err)
 {
     if (!w->in_file || w->in_region)
-        return ckpt_fail(err, -EINVAL, "%s: end_file without a file or inside a tensor or region", w->final_path);
-    if (w->extent_open) writer_close_extent(w);
+        return ckpt_fail(err, -EINVAL, "%s: end_file without a file or inside a tensor or region",
+                         w->final_path);
+    if (w->extent_open)
+        writer_close_extent(w);
     wfile *f = &w->files[w->n_files - 1];
     f->size = w->file_bytes;
     w->in_file = 0;
@@ -596,7 +697,8 @@ int ckpt_writer_end_file(ckpt_writer *w, ckpt_err *err)
 
 /* --------------------------------------------------------- open/finish */
 
-static void build_header(ckpt_writer *w, uint32_t kdf, const kdf_params *kp, const uint8_t check[16])
+static void build_header(ckpt_writer *w, uint32_t kdf, const kdf_params *kp,
+                         const uint8_t check[16])
 {
     uint8_t *h = w->header;
     memset(h, 0, TPACK_HEADER_SIZE);
@@ -613,16 +715,19 @@ static void build_header(ckpt_writer *w, uint32_t kdf, const kdf_params *kp, con
         put_u64(h + HDR_KDF_MEM, kp->mem);
         memcpy(h + HDR_KDF_SALT, kp->salt, 16);
     }
-    if (check) memcpy(h + HDR_KEY_CHECK, check, 16);
+    if (check)
+        memcpy(h + HDR_KEY_CHECK, check, 16);
     put_u32(h + HDR_CRC, (uint32_t)crc32(0, h, HDR_CRC));
 }
 
 static int setup_keys(ckpt_writer *w, ckpt_err *err)
 {
-    if (!w->opts.key) return 0;
+    if (!w->opts.key)
+        return 0;
     ckpt_cipher c = w->opts.cipher == CKPT_CIPHER_NONE ? ckpt_cipher_default() : w->opts.cipher;
     if (!ckpt_cipher_available(c))
-        return ckpt_fail(err, -ENOTSUP, "cipher %s is not available on this CPU", ckpt_cipher_name(c));
+        return ckpt_fail(err, -ENOTSUP, "cipher %s is not available on this CPU",
+                         ckpt_cipher_name(c));
     kdf_params kp;
     memset(&kp, 0, sizeof kp);
     kp.kdf = ckpt_key_is_passphrase(w->opts.key) ? TPACK_KDF_ARGON2ID : TPACK_KDF_KEYFILE;
@@ -632,14 +737,17 @@ static int setup_keys(ckpt_writer *w, ckpt_err *err)
         randombytes_buf(kp.salt, sizeof kp.salt);
     }
     uint8_t *master = sodium_malloc(CKPT_KEY_BYTES);
-    if (!master) return ckpt_fail(err, -ENOMEM, "out of locked memory");
+    if (!master)
+        return ckpt_fail(err, -ENOMEM, "out of locked memory");
     int rc = key_master(w->opts.key, &kp, master, err);
     if (rc == 0) {
         uint8_t check[16];
         key_check_value(master, w->pack_id, check);
         rc = pack_keys_derive(&w->keys, c, master, w->pack_id);
-        if (rc < 0) rc = ckpt_fail(err, rc, "out of locked memory");
-        else build_header(w, kp.kdf, &kp, check);
+        if (rc < 0)
+            rc = ckpt_fail(err, rc, "out of locked memory");
+        else
+            build_header(w, kp.kdf, &kp, check);
     }
     sodium_free(master);
     return rc;
@@ -653,11 +761,14 @@ static void stop_threads(ckpt_writer *w)
     pthread_cond_broadcast(&w->to_write);
     pthread_cond_broadcast(&w->to_hash);
     pthread_mutex_unlock(&w->mu);
-    for (unsigned i = 0; i < w->n_workers; i++) pthread_join(w->workers[i], NULL);
+    for (unsigned i = 0; i < w->n_workers; i++)
+        pthread_join(w->workers[i], NULL);
     w->n_workers = 0;
-    if (w->out_started) pthread_join(w->out_thread, NULL);
+    if (w->out_started)
+        pthread_join(w->out_thread, NULL);
     w->out_started = 0;
-    if (w->hash_started) pthread_join(w->hash_thread, NULL);
+    if (w->hash_started)
+        pthread_join(w->hash_thread, NULL);
     w->hash_started = 0;
 }
 
@@ -666,7 +777,8 @@ static void stop_threads(ckpt_writer *w)
 static void writer_free(ckpt_writer *w)
 {
     stop_threads(w);
-    if (w->out) w->out->ops->abort(w->out);
+    if (w->out)
+        w->out->ops->abort(w->out);
     ckpt_store_free(w->own_store);
     for (size_t i = 0; i < w->n_files; i++) {
         free(w->files[i].path);
@@ -683,7 +795,8 @@ static void writer_free(ckpt_writer *w)
         free((char *)w->skipped[i].reason);
     }
     free(w->skipped);
-    for (size_t i = 0; i < w->dir_map.cap; i++) free((char *)w->dir_map.keys[i]);
+    for (size_t i = 0; i < w->dir_map.cap; i++)
+        free((char *)w->dir_map.keys[i]);
     strmap_free(&w->file_map);
     strmap_free(&w->dir_map);
     strmap_free(&w->tensor_map);
@@ -712,22 +825,29 @@ static void writer_free(ckpt_writer *w)
 }
 
 /* Opens a writer for name in s; final_path names it in messages. */
-static int writer_open(ckpt_store *s, const char *name, const char *tmp_name, const char *final_path,
-                       const ckpt_write_opts *opts, ckpt_writer **out, ckpt_err *err)
+static int writer_open(ckpt_store *s, const char *name, const char *tmp_name,
+                       const char *final_path, const ckpt_write_opts *opts, ckpt_writer **out,
+                       ckpt_err *err)
 {
     *out = NULL;
-    if (ckpt_sodium_init() < 0) return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
+    if (ckpt_sodium_init() < 0)
+        return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
     ckpt_write_opts o = opts ? *opts : (ckpt_write_opts){0};
-    if (!opts) o.level = -1;
+    if (!opts)
+        o.level = -1;
     uint32_t cs = o.chunk_size ? o.chunk_size : CKPT_CHUNK_DEFAULT;
     if (cs < CKPT_CHUNK_MIN || cs > CKPT_CHUNK_MAX || (cs & (cs - 1)))
-        return ckpt_fail(err, -EINVAL, "%s: chunk size %u is not a power of two between 64K and 16M", final_path, cs);
+        return ckpt_fail(err, -EINVAL,
+                         "%s: chunk size %u is not a power of two between 64K and 16M", final_path,
+                         cs);
     if (o.level < -1 || o.level > 9)
-        return ckpt_fail(err, -EINVAL, "%s: compression level %d is not in 0..9", final_path, o.level);
+        return ckpt_fail(err, -EINVAL, "%s: compression level %d is not in 0..9", final_path,
+                         o.level);
     if (o.cipher != CKPT_CIPHER_NONE && !o.key)
         return ckpt_fail(err, -EINVAL, "%s: a cipher was chosen but no key given", final_path);
     ckpt_writer *w = calloc(1, sizeof *w);
-    if (!w) return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (!w)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->to_encode, NULL);
     pthread_cond_init(&w->to_write, NULL);
@@ -746,7 +866,8 @@ static int writer_open(ckpt_store *s, const char *name, const char *tmp_name, co
     }
     randombytes_buf(w->pack_id, sizeof w->pack_id);
     build_header(w, TPACK_KDF_NONE, NULL, NULL);
-    if ((rc = setup_keys(w, err)) < 0) goto fail;
+    if ((rc = setup_keys(w, err)) < 0)
+        goto fail;
 
     unsigned threads = o.threads ? o.threads : ckpt_default_threads();
     /* Two slots per worker keep everyone busy; cap the memory they pin. */
@@ -754,20 +875,29 @@ static int writer_open(ckpt_store *s, const char *name, const char *tmp_name, co
     w->n_slots = n < cap ? n : cap < 3 ? 3 : cap;
     w->slots = calloc(w->n_slots, sizeof *w->slots);
     w->workers = calloc(threads, sizeof *w->workers);
-    if (!w->slots || !w->workers) { rc = ckpt_fail(err, -ENOMEM, "out of memory"); goto fail; }
+    if (!w->slots || !w->workers) {
+        rc = ckpt_fail(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
     for (size_t i = 0; i < w->n_slots; i++) {
         w->slots[i].in = malloc(cs);
         w->slots[i].out = malloc(cs + TPACK_CHUNK_OVERHEAD);
-        if (!w->slots[i].in || !w->slots[i].out) { rc = ckpt_fail(err, -ENOMEM, "out of memory for chunk buffers"); goto fail; }
+        if (!w->slots[i].in || !w->slots[i].out) {
+            rc = ckpt_fail(err, -ENOMEM, "out of memory for chunk buffers");
+            goto fail;
+        }
     }
     /* Nothing is visible under name until finish commits the upload. */
-    if ((rc = s->ops->create(s, name, tmp_name, &w->out, err)) < 0) goto fail;
+    if ((rc = s->ops->create(s, name, tmp_name, &w->out, err)) < 0)
+        goto fail;
     w->dev = (dev_t)w->out->id.dev;
     w->ino = (ino_t)w->out->id.ino;
-    if ((rc = w->out->ops->write(w->out, w->header, TPACK_HEADER_SIZE, err)) < 0) goto fail;
+    if ((rc = w->out->ops->write(w->out, w->header, TPACK_HEADER_SIZE, err)) < 0)
+        goto fail;
     w->write_pos = TPACK_HEADER_SIZE;
     for (unsigned i = 0; i < threads; i++) {
-        if (pthread_create(&w->workers[i], NULL, encode_worker, w) != 0) break;
+        if (pthread_create(&w->workers[i], NULL, encode_worker, w) != 0)
+            break;
         w->n_workers++;
     }
     if (w->n_workers == 0 || pthread_create(&w->out_thread, NULL, output_worker, w) != 0) {
@@ -787,27 +917,33 @@ fail:
     return rc;
 }
 
-int ckpt_writer_open(const char *final_path, const char *tmp_path, const ckpt_write_opts *opts, ckpt_writer **out,
-                     ckpt_err *err)
+int ckpt_writer_open(const char *final_path, const char *tmp_path, const ckpt_write_opts *opts,
+                     ckpt_writer **out, ckpt_err *err)
 {
     /* Paths as given, resolved as open(2) and rename(2) resolve them. */
     ckpt_store *cwd = store_cwd();
-    if (!cwd) return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (!cwd)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
     int rc = writer_open(cwd, final_path, tmp_path, final_path, opts, out, err);
-    if (rc < 0) ckpt_store_free(cwd);
-    else (*out)->own_store = cwd;
+    if (rc < 0)
+        ckpt_store_free(cwd);
+    else
+        (*out)->own_store = cwd;
     return rc;
 }
 
-int ckpt_writer_open_in(ckpt_store *s, const char *name, const char *tmp_name, const ckpt_write_opts *opts,
-                        ckpt_writer **out, ckpt_err *err)
+int ckpt_writer_open_in(ckpt_store *s, const char *name, const char *tmp_name,
+                        const ckpt_write_opts *opts, ckpt_writer **out, ckpt_err *err)
 {
     *out = NULL;
     if (!name || !ckpt_path_is_safe(name) || (tmp_name && !ckpt_path_is_safe(tmp_name)))
         return ckpt_fail(err, -EINVAL, "%s: invalid pack name '%s'", ckpt_store_where(s),
-                         !name ? "(null)" : ckpt_path_is_safe(name) ? tmp_name : name);
+                         !name                     ? "(null)"
+                         : ckpt_path_is_safe(name) ? tmp_name
+                                                   : name);
     char *shown = store_display_name(s, name);
-    if (!shown) return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (!shown)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
     int rc = writer_open(s, name, tmp_name, shown, opts, out, err);
     free(shown);
     return rc;
@@ -826,7 +962,8 @@ int writer_has_tensor(const ckpt_writer *w, const char *name)
 
 void writer_warn(const ckpt_writer *w, const char *src, const char *reason)
 {
-    if (w->opts.warn) w->opts.warn(w->opts.warn_ud, src, reason);
+    if (w->opts.warn)
+        w->opts.warn(w->opts.warn_ud, src, reason);
 }
 
 void ckpt_writer_set_sibling_reader(ckpt_writer *w, ckpt_sibling_fn fn, void *ud)
@@ -843,7 +980,8 @@ void writer_sibling_reader(const ckpt_writer *w, ckpt_sibling_fn *fn, void **ud)
 
 void ckpt_writer_abort(ckpt_writer *w)
 {
-    if (!w) return;
+    if (!w)
+        return;
     writer_free(w); /* stops the threads first, then removes the temporary file */
 }
 
@@ -889,7 +1027,8 @@ static void build_index(ckpt_writer *w, bytebuf *b)
         bb_u8(b, (uint8_t)dl);
         bb_put(b, t->dtype, dl);
         bb_u8(b, (uint8_t)t->ndim);
-        for (uint32_t j = 0; j < t->ndim; j++) bb_u64(b, t->shape[j]);
+        for (uint32_t j = 0; j < t->ndim; j++)
+            bb_u64(b, t->shape[j]);
         bb_u32(b, t->file_index);
         bb_u64(b, t->extent_index);
         bb_u64(b, t->extent_offset);
@@ -920,26 +1059,41 @@ int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
 {
     int rc = 0;
     /* A writer that failed says why, not what the failure left undone. */
-    if ((rc = writer_failed(w, err)) < 0) goto fail;
+    if ((rc = writer_failed(w, err)) < 0)
+        goto fail;
     if (w->in_file) {
         rc = ckpt_fail(err, -EINVAL, "%s: finish with a file still open", w->final_path);
         goto fail;
     }
     stop_threads(w); /* drains every submitted chunk first */
-    if ((rc = writer_failed(w, err)) < 0) goto fail;
+    if ((rc = writer_failed(w, err)) < 0)
+        goto fail;
     for (size_t i = 0; i < w->n_files; i++)
-        if (w->files[i].hash) ckpt_sha256_final(w->files[i].hash, w->files[i].sha256); /* else copied */
+        if (w->files[i].hash)
+            ckpt_sha256_final(w->files[i].hash, w->files[i].sha256); /* else copied */
     bytebuf idx = {0};
     build_index(w, &idx);
     uint8_t *stored = idx.p;
     size_t stored_len = idx.len;
     uint8_t ftr[TPACK_FOOTER_SIZE] = {0};
-    if (idx.oom) { bb_free(&idx); rc = ckpt_fail(err, -ENOMEM, "out of memory for the index"); goto fail; }
+    if (idx.oom) {
+        bb_free(&idx);
+        rc = ckpt_fail(err, -ENOMEM, "out of memory for the index");
+        goto fail;
+    }
     if (w->keys.subkey) {
         stored = malloc(idx.len + TPACK_AEAD_TAG);
-        if (!stored) { bb_free(&idx); rc = ckpt_fail(err, -ENOMEM, "out of memory"); goto fail; }
-        if (aead_seal(&w->keys, TPACK_INDEX_NONCE_ID, w->header, TPACK_HEADER_SIZE, idx.p, idx.len, stored) < 0) {
-            free(stored); bb_free(&idx); rc = ckpt_fail(err, -ENOMEM, "out of memory"); goto fail;
+        if (!stored) {
+            bb_free(&idx);
+            rc = ckpt_fail(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+        if (aead_seal(&w->keys, TPACK_INDEX_NONCE_ID, w->header, TPACK_HEADER_SIZE, idx.p, idx.len,
+                      stored) < 0) {
+            free(stored);
+            bb_free(&idx);
+            rc = ckpt_fail(err, -ENOMEM, "out of memory");
+            goto fail;
         }
         stored_len = idx.len + TPACK_AEAD_TAG;
     } else {
@@ -954,10 +1108,13 @@ int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
     put_u64(ftr + FTR_INDEX_RAW, idx.len);
     memcpy(ftr + FTR_MAGIC, TPACK_END_MAGIC, 8);
     rc = w->out->ops->write(w->out, stored, stored_len, err);
-    if (rc == 0) rc = w->out->ops->write(w->out, ftr, sizeof ftr, err);
-    if (stored != idx.p) free(stored);
+    if (rc == 0)
+        rc = w->out->ops->write(w->out, ftr, sizeof ftr, err);
+    if (stored != idx.p)
+        free(stored);
     bb_free(&idx);
-    if (rc < 0) goto fail;
+    if (rc < 0)
+        goto fail;
     uint64_t total = w->write_pos + stored_len + TPACK_FOOTER_SIZE;
     /* Local: fsync, rename over the final name, fsync the directory. A
      * failed commit leaves no pack, unless only the directory fsync failed:
@@ -970,7 +1127,8 @@ int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
     }
     if (stats) {
         stats->logical_bytes = 0;
-        for (size_t i = 0; i < w->n_files; i++) stats->logical_bytes += w->files[i].size;
+        for (size_t i = 0; i < w->n_files; i++)
+            stats->logical_bytes += w->files[i].size;
         stats->stored_bytes = total;
         stats->n_files = w->n_files;
         stats->n_tensors = w->n_tensors;

@@ -17,19 +17,34 @@
 #include <openssl/sha.h>
 
 typedef SHA256_CTX ckpt_sha256;
-static inline void ckpt_sha256_init(ckpt_sha256 *s) { SHA256_Init(s); }
-static inline void ckpt_sha256_update(ckpt_sha256 *s, const void *p, size_t n) { SHA256_Update(s, p, n); }
-static inline void ckpt_sha256_final(ckpt_sha256 *s, uint8_t out[32]) { SHA256_Final(out, s); }
+static inline void ckpt_sha256_init(ckpt_sha256 *s)
+{
+    SHA256_Init(s);
+}
+static inline void ckpt_sha256_update(ckpt_sha256 *s, const void *p, size_t n)
+{
+    SHA256_Update(s, p, n);
+}
+static inline void ckpt_sha256_final(ckpt_sha256 *s, uint8_t out[32])
+{
+    SHA256_Final(out, s);
+}
 #else
 #include <sodium.h>
 
 typedef crypto_hash_sha256_state ckpt_sha256;
-static inline void ckpt_sha256_init(ckpt_sha256 *s) { crypto_hash_sha256_init(s); }
+static inline void ckpt_sha256_init(ckpt_sha256 *s)
+{
+    crypto_hash_sha256_init(s);
+}
 static inline void ckpt_sha256_update(ckpt_sha256 *s, const void *p, size_t n)
 {
     crypto_hash_sha256_update(s, p, n);
 }
-static inline void ckpt_sha256_final(ckpt_sha256 *s, uint8_t out[32]) { crypto_hash_sha256_final(s, out); }
+static inline void ckpt_sha256_final(ckpt_sha256 *s, uint8_t out[32])
+{
+    crypto_hash_sha256_final(s, out);
+}
 #endif
 
 #endif

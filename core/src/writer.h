@@ -12,8 +12,9 @@ struct ingest_layout;
  * whose parser returned lay (NULL: opaque) or, when fault is non-empty,
  * rejected the file: what ckpt_writer_add_reader does after describing the
  * file, for tests that hand it layouts no parser makes yet. */
-int ingest_add_layout(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud, uint64_t size,
-                      const char *container, const char *fault, struct ingest_layout *lay, ckpt_err *err);
+int ingest_add_layout(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud,
+                      uint64_t size, const char *container, const char *fault,
+                      struct ingest_layout *lay, ckpt_err *err);
 /* Records a tensor of the open file that gets no tensors/ entry, with why
  * (ckpt_skipped_info). */
 int writer_add_skipped(ckpt_writer *w, const char *name, const char *reason, ckpt_err *err);

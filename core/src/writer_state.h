@@ -18,7 +18,7 @@ enum { SLOT_FREE, SLOT_FILLING, SLOT_QUEUED, SLOT_ENCODED, SLOT_WRITTEN };
 typedef struct tensor_hash {
     ckpt_sha256 st;
     uint8_t digest[32];
-    uint64_t next_id;         /* the chunk whose part is hashed next (under mu) */
+    uint64_t next_id; /* the chunk whose part is hashed next (under mu) */
 } tensor_hash;
 
 /* The part [a, b) of a chunk that belongs to one tensor; last: the tensor
@@ -33,14 +33,14 @@ typedef struct wslot {
     uint8_t *in, *out;
     size_t in_len, out_len;
     uint64_t id, extent_id, in_extent;
-    wspan *spans;             /* tensors whose bytes the chunk holds */
+    wspan *spans; /* tensors whose bytes the chunk holds */
     size_t n_spans, cap_spans;
-    uint8_t codec, elem;      /* elem: the chunk record's (the encoder may group opaque data) */
-    int opaque;               /* of an opaque extent: the encoder picks the grouping */
+    uint8_t codec, elem; /* elem: the chunk record's (the encoder may group opaque data) */
+    int opaque;          /* of an opaque extent: the encoder picks the grouping */
     uint32_t crc;
     int state;
-    int pending;              /* of output and file hash: the slot is free when both are done */
-    ckpt_sha256 *file_hash;   /* of the chunk's file */
+    int pending;            /* of output and file hash: the slot is free when both are done */
+    ckpt_sha256 *file_hash; /* of the chunk's file */
     /* A chunk copied from another pack (ckpt_writer_copy_file): out holds
      * its stored bytes, which the worker only re-seals. */
     const ckpt_pack *copy_src;
@@ -56,8 +56,8 @@ typedef struct wfile {
     uint8_t sha256[32];
     uint64_t first_extent, n_extents;
     uint8_t container;
-    char *note;               /* NULL: none */
-    ckpt_sha256 *hash;        /* the hash thread's; finished at finish */
+    char *note;        /* NULL: none */
+    ckpt_sha256 *hash; /* the hash thread's; finished at finish */
 } wfile;
 
 typedef struct wextent {
@@ -83,9 +83,9 @@ typedef struct wchunk {
 } wchunk;
 
 struct ckpt_writer {
-    store_upload *out;        /* the pack being written; NULL once committed */
-    ckpt_store *own_store;    /* the store made for a path-based open, freed with w */
-    char *final_path;         /* for messages: the path, or "<store>/<name>" */
+    store_upload *out;     /* the pack being written; NULL once committed */
+    ckpt_store *own_store; /* the store made for a path-based open, freed with w */
+    char *final_path;      /* for messages: the path, or "<store>/<name>" */
     dev_t dev;
     ino_t ino;
     uint32_t chunk_size;
@@ -95,11 +95,16 @@ struct ckpt_writer {
     uint8_t pack_id[16];
     pack_keys keys;
 
-    wfile *files; size_t n_files, cap_files;
-    wextent *extents; size_t n_extents, cap_extents;
-    wtensor *tensors; size_t n_tensors, cap_tensors;
-    wchunk *chunks; size_t n_chunks, cap_chunks;      /* output thread only until finish */
-    ckpt_skipped_info *skipped; size_t n_skipped, cap_skipped; /* name and reason malloc'd */
+    wfile *files;
+    size_t n_files, cap_files;
+    wextent *extents;
+    size_t n_extents, cap_extents;
+    wtensor *tensors;
+    size_t n_tensors, cap_tensors;
+    wchunk *chunks;
+    size_t n_chunks, cap_chunks; /* output thread only until finish */
+    ckpt_skipped_info *skipped;
+    size_t n_skipped, cap_skipped; /* name and reason malloc'd */
     strmap file_map, dir_map, tensor_map;
 
     /* Producer state. A typed extent is open (in_region) after begin_region
@@ -108,7 +113,8 @@ struct ckpt_writer {
      * handed to the pipeline yet. */
     int in_file, in_region, in_tensor, extent_open;
     size_t cur_tensor;
-    size_t *live; size_t n_live, cap_live;
+    size_t *live;
+    size_t n_live, cap_live;
     uint64_t file_bytes, region_bytes, fed;
     wslot *filling;
 
@@ -130,7 +136,6 @@ struct ckpt_writer {
     ckpt_sibling_fn sibling_fn;
     void *sibling_ud;
 };
-
 
 /* The pipeline's producer side (pack_write.c). */
 void writer_set_failed(ckpt_writer *w, const ckpt_err *e);

@@ -7,7 +7,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int backing_is_store_url(const char *arg) { return arg && strncmp(arg, "s3://", 5) == 0; }
+int backing_is_store_url(const char *arg)
+{
+    return arg && strncmp(arg, "s3://", 5) == 0;
+}
 
 /* FNV-1a: a directory name, not a secret; the same URL must give the same
  * name in every run. */

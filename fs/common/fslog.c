@@ -52,8 +52,10 @@ void fslog_tee_stderr(int on)
 const char *fslog_destination(void)
 {
     switch (__atomic_load_n(&fslog_dest, __ATOMIC_ACQUIRE)) {
-    case FSLOG_SYSLOG: return "syslog";
-    case FSLOG_FILE: return fslog_path;
+    case FSLOG_SYSLOG:
+        return "syslog";
+    case FSLOG_FILE:
+        return fslog_path;
     }
     return "stderr";
 }
@@ -173,9 +175,15 @@ void fslog_vat(int priority, const char *fmt, va_list ap)
             *c = '?';
     int dest = __atomic_load_n(&fslog_dest, __ATOMIC_ACQUIRE);
     switch (dest) {
-    case FSLOG_SYSLOG: syslog(priority, "%s", msg); break;
-    case FSLOG_FILE: fslog_to_file(priority, msg); break;
-    default: fslog_to_stderr(priority, msg); break;
+    case FSLOG_SYSLOG:
+        syslog(priority, "%s", msg);
+        break;
+    case FSLOG_FILE:
+        fslog_to_file(priority, msg);
+        break;
+    default:
+        fslog_to_stderr(priority, msg);
+        break;
     }
     if (dest != FSLOG_STDERR && priority <= LOG_WARNING &&
         __atomic_load_n(&fslog_tee, __ATOMIC_RELAXED))
@@ -260,8 +268,7 @@ static void fslog_reopen(void)
     fslog_info("SIGHUP: reopening log file %s", fslog_path);
     __atomic_store_n(&fslog_written, 0, __ATOMIC_RELAXED);
     if (dup3(fd, fslog_fd, O_CLOEXEC) < 0)
-        fslog_err("SIGHUP: cannot switch to the new log file %s: %s", fslog_path,
-                  strerror(errno));
+        fslog_err("SIGHUP: cannot switch to the new log file %s: %s", fslog_path, strerror(errno));
     else
         fslog_info("log file reopened (SIGHUP)");
     close(fd);

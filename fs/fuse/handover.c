@@ -94,7 +94,6 @@ int handover_resolve(ckptfs *fs, fuse_ino_t ino, checkpoint **out, uint32_t *nod
     return rc;
 }
 
-
 /* The path inside its checkpoint, and the checkpoint's name, of a pack
  * inode; EROFS for what ckptfs synthesizes (manifest.json, tensors/). */
 static int pack_path_of(ckptfs *fs, fuse_ino_t ino, int need_writable, char **name, char **path)

@@ -18,8 +18,8 @@
 typedef struct fs_handle {
     struct fs_handle *prev, *next;
     int is_root_listing;
-    int is_wlisting;          /* a directory of a writable checkpoint */
-    int is_fwd;               /* a pack's file opened as the file of the
+    int is_wlisting; /* a directory of a writable checkpoint */
+    int is_fwd;      /* a pack's file opened as the file of the
                                  checkpoint written under its name */
     union {
         struct {
@@ -27,7 +27,7 @@ typedef struct fs_handle {
             uint32_t node;
         } file;
         root_listing listing;
-        uint64_t fwd;         /* is_fwd: the writable file's inode */
+        uint64_t fwd; /* is_fwd: the writable file's inode */
         struct {
             wdirent *entries;
             size_t n;
@@ -44,19 +44,18 @@ typedef struct ckptfs {
     uid_t uid;
     gid_t gid;
     pthread_mutex_t handles_lock;
-    fs_handle handles;        /* sentinel of the open-handle list */
-    const char *mount_path;   /* resolved before mounting */
+    fs_handle handles;      /* sentinel of the open-handle list */
+    const char *mount_path; /* resolved before mounting */
     unsigned readahead_kib;
-    int readahead_pending;    /* raise it at the first request after INIT */
-    int no_open;              /* the kernel can do without FUSE_OPEN */
-    int hide_tensors;         /* -o tensors=hide: tensors/ left out of listings */
-    wtable wtable;            /* checkpoints being written */
-    ns_table ns;              /* namespace inodes */
-    int writable;             /* the staging area could be set up */
-    struct fuse_session *se;  /* for invalidations, once mounted */
+    int readahead_pending;   /* raise it at the first request after INIT */
+    int no_open;             /* the kernel can do without FUSE_OPEN */
+    int hide_tensors;        /* -o tensors=hide: tensors/ left out of listings */
+    wtable wtable;           /* checkpoints being written */
+    ns_table ns;             /* namespace inodes */
+    int writable;            /* the staging area could be set up */
+    struct fuse_session *se; /* for invalidations, once mounted */
 } ckptfs;
 
 extern const struct fuse_lowlevel_ops ckptfs_ops;
-
 
 #endif

@@ -95,8 +95,8 @@ fuse_ino_t nsops_route(ckptfs *fs, fuse_ino_t ino)
         checkpoint *c;
         if (w && wckpt_find(w, rel, &node) == 0) {
             out = wckpt_ino(w, node);
-        } else if (!w && (c = checkpoints_lookup(&fs->table, path, 0, &err)) &&
-                   !c->is_file && checkpoint_open(&fs->table, c) == 0) {
+        } else if (!w && (c = checkpoints_lookup(&fs->table, path, 0, &err)) && !c->is_file &&
+                   checkpoint_open(&fs->table, c) == 0) {
             uint32_t n = pack_tree_find_written(c->tree, c->pack, rel, 0);
             if (n != TREE_NONE)
                 out = checkpoint_ino(c, n);
@@ -248,8 +248,7 @@ void nsops_mkdir(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name
     char *full = child_of(req, fs, parent, name);
     if (!full)
         return;
-    int rc = wtable_get(&fs->wtable, full, 0) ? -EEXIST
-                                               : wtable_ns_mkdir(&fs->wtable, full, mode);
+    int rc = wtable_get(&fs->wtable, full, 0) ? -EEXIST : wtable_ns_mkdir(&fs->wtable, full, mode);
     struct stat st;
     if (rc == 0 && !ns_stat(fs, full, &st))
         rc = -EIO;
@@ -305,8 +304,8 @@ static int taken(ckptfs *fs, const char *full)
 }
 
 /* create (fi), mknod (neither) and symlink (target). */
-static void make_entry(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name,
-                       mode_t mode, struct fuse_file_info *fi, const char *target)
+static void make_entry(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, mode_t mode,
+                       struct fuse_file_info *fi, const char *target)
 {
     if (!fs->writable) {
         fuse_reply_err(req, EROFS);
@@ -314,7 +313,8 @@ static void make_entry(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char
     }
     if (!fi && !target && !S_ISREG(mode)) {
         fslog_warn("cannot create '%s': a pack holds only regular files, directories and "
-                   "symbolic links", name);
+                   "symbolic links",
+                   name);
         fuse_reply_err(req, EPERM);
         return;
     }

@@ -13,7 +13,7 @@
 
 typedef struct ns_table {
     pthread_mutex_t lock;
-    char **paths;             /* by id; NULL: never */
+    char **paths; /* by id; NULL: never */
     uint32_t n, cap;
 } ns_table;
 

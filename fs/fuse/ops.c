@@ -432,7 +432,8 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, in
                 nsops_unlink(req, fs, p, name);
             return;
         }
-        if (wtable_owns(p) && (want_dir ? wops_rmdir(req, fs, p, name) : wops_unlink(req, fs, p, name)))
+        if (wtable_owns(p) &&
+            (want_dir ? wops_rmdir(req, fs, p, name) : wops_unlink(req, fs, p, name)))
             return;
     }
     fuse_reply_err(req, EROFS);

@@ -10,7 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#define OPT(templ, field) { templ, offsetof(fs_options, field), 1 }
+#define OPT(templ, field)                                                                          \
+    {                                                                                              \
+        templ, offsetof(fs_options, field), 1                                                      \
+    }
 enum { KEY_RO = 1 };
 
 static const struct fuse_opt ckptfs_opts[] = {
@@ -45,12 +48,26 @@ int fs_parse_size(const char *text, uint64_t *out)
         return -1;
     unsigned shift = 0;
     switch (toupper((unsigned char)*end)) {
-    case '\0': break;
-    case 'K': shift = 10; end++; break;
-    case 'M': shift = 20; end++; break;
-    case 'G': shift = 30; end++; break;
-    case 'T': shift = 40; end++; break;
-    default: return -1;
+    case '\0':
+        break;
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    case 'T':
+        shift = 40;
+        end++;
+        break;
+    default:
+        return -1;
     }
     if (*end != '\0')
         return -1;
@@ -118,11 +135,14 @@ static int make_absolute(char **path, const char *what)
 static int parse_store_options(fs_options *o)
 {
     int is_url = o->backing_dir && strncmp(o->backing_dir, "s3://", 5) == 0;
-    const char *only_url = o->endpoint ? "endpoint" : o->region ? "region"
-                           : o->profile ? "profile" : o->cache_dir ? "cache_dir"
+    const char *only_url = o->endpoint              ? "endpoint"
+                           : o->region              ? "region"
+                           : o->profile             ? "profile"
+                           : o->cache_dir           ? "cache_dir"
                            : o->cache_dir_size_text ? "cache_dir_size"
-                           : o->list_interval_text ? "list_interval"
-                           : o->stage_dir ? "stage_dir" : NULL;
+                           : o->list_interval_text  ? "list_interval"
+                           : o->stage_dir           ? "stage_dir"
+                                                    : NULL;
     if (!is_url && only_url) {
         fprintf(stderr, "ckptfs: %s is for a store (s3://BUCKET/PREFIX), not a directory\n",
                 only_url);
@@ -133,9 +153,8 @@ static int parse_store_options(fs_options *o)
         fprintf(stderr, "ckptfs: bad endpoint '%s' (want http[s]://HOST[:PORT])\n", o->endpoint);
         return -1;
     }
-    if (o->cache_dir_size_text &&
-        (fs_parse_size(o->cache_dir_size_text, &o->cache_dir_bytes) ||
-         o->cache_dir_bytes < CKPTFS_MIN_CACHE)) {
+    if (o->cache_dir_size_text && (fs_parse_size(o->cache_dir_size_text, &o->cache_dir_bytes) ||
+                                   o->cache_dir_bytes < CKPTFS_MIN_CACHE)) {
         fprintf(stderr, "ckptfs: bad cache_dir_size '%s' (want a size of at least 1M, e.g. 20G)\n",
                 o->cache_dir_size_text);
         return -1;
@@ -181,7 +200,8 @@ int fs_options_parse(struct fuse_args *args, fs_options *o)
         char *end;
         errno = 0;
         threads = strtol(o->threads_text, &end, 10);
-        if (errno || end == o->threads_text || *end || threads < 1 || threads > CKPTFS_MAX_THREADS) {
+        if (errno || end == o->threads_text || *end || threads < 1 ||
+            threads > CKPTFS_MAX_THREADS) {
             fprintf(stderr, "ckptfs: bad threads '%s' (want 1..%u)\n", o->threads_text,
                     CKPTFS_MAX_THREADS);
             return -1;
@@ -195,8 +215,10 @@ int fs_options_parse(struct fuse_args *args, fs_options *o)
         double d = strtod(o->commit_delay_text, &end);
         if (errno || end == o->commit_delay_text || *end || !isfinite(d) || d < 0 ||
             d > CKPTFS_MAX_COMMIT_DELAY) {
-            fprintf(stderr, "ckptfs: bad commit_delay '%s' (want seconds, 0 to %d; 0 commits "
-                    "only on 'ckpt commit')\n", o->commit_delay_text, CKPTFS_MAX_COMMIT_DELAY);
+            fprintf(stderr,
+                    "ckptfs: bad commit_delay '%s' (want seconds, 0 to %d; 0 commits "
+                    "only on 'ckpt commit')\n",
+                    o->commit_delay_text, CKPTFS_MAX_COMMIT_DELAY);
             return -1;
         }
         o->commit_delay = d;
@@ -247,59 +269,60 @@ void fs_options_free(fs_options *o)
 
 void fs_options_usage(const char *prog)
 {
-    printf("usage: %s [options] BACKING_DIR MOUNTPOINT\n"
-           "       %s [options] s3://BUCKET[/PREFIX] MOUNTPOINT\n"
-           "\n"
-           "Shows every BACKING_DIR/NAME.tpack as a directory MOUNTPOINT/NAME/, and packs\n"
-           "new checkpoints written into the mount: mkdir MOUNTPOINT/NAME, copy or save\n"
-           "files into it, and it is packed to BACKING_DIR/NAME.tpack in the background.\n"
-           "\n"
-           "ckptfs options:\n"
-           "    -o key_file=PATH         key for encrypted packs (32 raw bytes or 64 hex digits)\n"
-           "    -o passphrase_file=PATH  passphrase for encrypted packs\n"
-           "    -o cache_size=SIZE       decoded-chunk cache (default 256M; K/M/G suffixes)\n"
-           "    -o threads=N             decode and packing workers (default: number of CPUs)\n"
-           "    -o ro                    serve the packs only: no writing, no staging area\n"
-           "    -o commit_delay=SECONDS  commit a checkpoint being written once nothing in it\n"
-           "                             was open or changed for this long (default 2;\n"
-           "                             0: only 'ckpt commit MOUNTPOINT/NAME' commits)\n"
-           "    -o finish_on_exit        on SIGTERM, SIGINT or unmount, finish the checkpoint\n"
-           "                             being packed before exiting (default: suspend it at\n"
-           "                             once; the next mount packs it again)\n"
-           "    -o log_file=PATH         log to PATH (appended; created mode 0600) instead of\n"
-           "                             stderr (-f) or syslog; SIGHUP reopens it\n"
-           "    -o log_max=SIZE          without syslog (no /dev/log), the log goes to\n"
-           "                             BACKING_DIR/.ckptfs/log, rotated at SIZE (default\n"
-           "                             4M) keeping log.1 and log.2\n"
-           "    -o tensors=show|hide     hide: tensors/ is not listed in a checkpoint (so\n"
-           "                             cp -r, rsync and find skip it) but still opens by\n"
-           "                             path (default: show)\n"
-           "    -o debug, -d             log every request and its outcome (implies -f)\n"
-           "\n"
-           "Packs in an S3 bucket (s3://BUCKET/PREFIX/NAME.tpack; credentials from\n"
-           "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws, never options):\n"
-           "    -o endpoint=URL          http[s]://HOST[:PORT] (default AWS_ENDPOINT_URL_S3,\n"
-           "                             AWS_ENDPOINT_URL, the profile's, then AWS)\n"
-           "    -o region=R, profile=P   as the AWS CLI\n"
-           "    -o list_interval=SECONDS new packs under the prefix show within this\n"
-           "                             (default 5)\n"
-           "    -o cache_dir=DIR         keep chunks read, as stored (compressed, encrypted),\n"
-           "                             in DIR; -o cache_dir_size=SIZE bounds it (default 10G)\n"
-           "    -o stage_dir=DIR         where checkpoints being written are staged (default\n"
-           "                             $XDG_CACHE_HOME/ckptfs/HASH-OF-URL); one writable\n"
-           "                             mount per prefix (a lease object); -o ro takes none\n"
-           "\n"
-           "Logging: errors, warnings and events (mounted, committed, suspended...) go to\n"
-           "stderr with -f, else to syslog (facility daemon) when /dev/log exists, else to\n"
-           "BACKING_DIR/.ckptfs/log; or to log_file. Keys and file contents are never logged. Signals: SIGTERM/SIGINT unmount and exit within\n"
-           "seconds, suspending packing (staged data stays; no partial pack is left);\n"
-           "SIGHUP reopens log_file (logrotate) and is otherwise ignored.\n"
-           "\n"
-           "Committed checkpoints are read-only; manifest.json describes the pack and\n"
-           "tensors/ holds one raw file per tensor (see also the user.ckptfs.* xattrs).\n"
-           "'ckpt status MOUNTPOINT' shows each checkpoint's state (writing, packing,\n"
-           "committed, failed); 'rm -r MOUNTPOINT/NAME' deletes one. Written data is staged\n"
-           "under BACKING_DIR/.ckptfs (encrypted when a key is given) until it is packed.\n"
-           "\n",
-           prog, prog);
+    printf(
+        "usage: %s [options] BACKING_DIR MOUNTPOINT\n"
+        "       %s [options] s3://BUCKET[/PREFIX] MOUNTPOINT\n"
+        "\n"
+        "Shows every BACKING_DIR/NAME.tpack as a directory MOUNTPOINT/NAME/, and packs\n"
+        "new checkpoints written into the mount: mkdir MOUNTPOINT/NAME, copy or save\n"
+        "files into it, and it is packed to BACKING_DIR/NAME.tpack in the background.\n"
+        "\n"
+        "ckptfs options:\n"
+        "    -o key_file=PATH         key for encrypted packs (32 raw bytes or 64 hex digits)\n"
+        "    -o passphrase_file=PATH  passphrase for encrypted packs\n"
+        "    -o cache_size=SIZE       decoded-chunk cache (default 256M; K/M/G suffixes)\n"
+        "    -o threads=N             decode and packing workers (default: number of CPUs)\n"
+        "    -o ro                    serve the packs only: no writing, no staging area\n"
+        "    -o commit_delay=SECONDS  commit a checkpoint being written once nothing in it\n"
+        "                             was open or changed for this long (default 2;\n"
+        "                             0: only 'ckpt commit MOUNTPOINT/NAME' commits)\n"
+        "    -o finish_on_exit        on SIGTERM, SIGINT or unmount, finish the checkpoint\n"
+        "                             being packed before exiting (default: suspend it at\n"
+        "                             once; the next mount packs it again)\n"
+        "    -o log_file=PATH         log to PATH (appended; created mode 0600) instead of\n"
+        "                             stderr (-f) or syslog; SIGHUP reopens it\n"
+        "    -o log_max=SIZE          without syslog (no /dev/log), the log goes to\n"
+        "                             BACKING_DIR/.ckptfs/log, rotated at SIZE (default\n"
+        "                             4M) keeping log.1 and log.2\n"
+        "    -o tensors=show|hide     hide: tensors/ is not listed in a checkpoint (so\n"
+        "                             cp -r, rsync and find skip it) but still opens by\n"
+        "                             path (default: show)\n"
+        "    -o debug, -d             log every request and its outcome (implies -f)\n"
+        "\n"
+        "Packs in an S3 bucket (s3://BUCKET/PREFIX/NAME.tpack; credentials from\n"
+        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws, never options):\n"
+        "    -o endpoint=URL          http[s]://HOST[:PORT] (default AWS_ENDPOINT_URL_S3,\n"
+        "                             AWS_ENDPOINT_URL, the profile's, then AWS)\n"
+        "    -o region=R, profile=P   as the AWS CLI\n"
+        "    -o list_interval=SECONDS new packs under the prefix show within this\n"
+        "                             (default 5)\n"
+        "    -o cache_dir=DIR         keep chunks read, as stored (compressed, encrypted),\n"
+        "                             in DIR; -o cache_dir_size=SIZE bounds it (default 10G)\n"
+        "    -o stage_dir=DIR         where checkpoints being written are staged (default\n"
+        "                             $XDG_CACHE_HOME/ckptfs/HASH-OF-URL); one writable\n"
+        "                             mount per prefix (a lease object); -o ro takes none\n"
+        "\n"
+        "Logging: errors, warnings and events (mounted, committed, suspended...) go to\n"
+        "stderr with -f, else to syslog (facility daemon) when /dev/log exists, else to\n"
+        "BACKING_DIR/.ckptfs/log; or to log_file. Keys and file contents are never logged. Signals: SIGTERM/SIGINT unmount and exit within\n"
+        "seconds, suspending packing (staged data stays; no partial pack is left);\n"
+        "SIGHUP reopens log_file (logrotate) and is otherwise ignored.\n"
+        "\n"
+        "Committed checkpoints are read-only; manifest.json describes the pack and\n"
+        "tensors/ holds one raw file per tensor (see also the user.ckptfs.* xattrs).\n"
+        "'ckpt status MOUNTPOINT' shows each checkpoint's state (writing, packing,\n"
+        "committed, failed); 'rm -r MOUNTPOINT/NAME' deletes one. Written data is staged\n"
+        "under BACKING_DIR/.ckptfs (encrypted when a key is given) until it is packed.\n"
+        "\n",
+        prog, prog);
 }

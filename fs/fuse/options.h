@@ -17,31 +17,31 @@
 #define CKPTFS_MAX_LIST_INTERVAL 3600
 
 typedef struct fs_options {
-    char *backing_dir;        /* first positional argument */
+    char *backing_dir; /* first positional argument */
     char *key_file;
     char *passphrase_file;
     char *cache_size_text;
     char *threads_text;
     char *commit_delay_text;
-    char *log_file;           /* absolute (made so at parsing); NULL: none */
+    char *log_file; /* absolute (made so at parsing); NULL: none */
     char *log_max_text;
     char *tensors_text;
-    uint64_t log_max;         /* rotation size of BACKING/.ckptfs/log */
-    int hide_tensors;         /* -o tensors=hide */
+    uint64_t log_max; /* rotation size of BACKING/.ckptfs/log */
+    int hide_tensors; /* -o tensors=hide */
     uint64_t cache_bytes;
-    double commit_delay;      /* seconds; 0: only `ckpt commit` commits */
-    int read_only;            /* -o ro: serve packs only */
-    int finish_on_exit;       /* finish the pack under way before exiting */
+    double commit_delay; /* seconds; 0: only `ckpt commit` commits */
+    int read_only;       /* -o ro: serve packs only */
+    int finish_on_exit;  /* finish the pack under way before exiting */
     unsigned threads;
-    int positional;           /* positional arguments seen */
+    int positional; /* positional arguments seen */
     /* A store URL (s3://BUCKET/PREFIX) as the backing: */
     char *endpoint, *region, *profile;
-    char *cache_dir;          /* absolute; NULL: no local cache of stored chunks */
+    char *cache_dir; /* absolute; NULL: no local cache of stored chunks */
     char *cache_dir_size_text;
     uint64_t cache_dir_bytes; /* 0: the store's default */
     char *list_interval_text;
     double list_interval;
-    char *stage_dir;          /* absolute; NULL: backing_default_stage_dir */
+    char *stage_dir; /* absolute; NULL: backing_default_stage_dir */
 } fs_options;
 
 /* Takes ckptfs's options out of args and leaves FUSE's (the mountpoint

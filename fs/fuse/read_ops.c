@@ -23,8 +23,6 @@
  * packs appear and disappear at once. */
 #define PACK_TIMEOUT 86400.0
 
-
-
 /* A checkpoint dir: readable (and searchable) by whoever may read the pack. */
 static void checkpoint_dir_attr(ckptfs *fs, const checkpoint *c, struct stat *st)
 {
@@ -372,8 +370,8 @@ void rops_readdir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t
             entry_ino = parent;
         } else if (c) {
             uint32_t child = dir->children[i - 2];
-            if (checkpoint_node_hidden(c, child) || (fs->hide_tensors && node == TREE_ROOT &&
-                                                     is_tensors_dir(c->tree, child)))
+            if (checkpoint_node_hidden(c, child) ||
+                (fs->hide_tensors && node == TREE_ROOT && is_tensors_dir(c->tree, child)))
                 continue;
             name = c->tree->nodes[child].name;
             entry_ino = checkpoint_ino(c, child);
@@ -462,8 +460,7 @@ void rops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
     checkpoint *c = ino == FUSE_ROOT_ID ? NULL : checkpoints_find(&fs->table, ino, &node);
     if (!c && wtable_owns(ino) && resolve(fs, ino, &c, &node) != 0)
         c = NULL;
-    if (c && c->is_file && checkpoint_open(&fs->table, c) == 0 &&
-        node == checkpoint_entry_node(c))
+    if (c && c->is_file && checkpoint_open(&fs->table, c) == 0 && node == checkpoint_entry_node(c))
         node = TREE_ROOT; /* a single file: its checkpoint's state */
     if (c && node == TREE_ROOT) {
         char value[PATH_MAX + sizeof c->last_error];
@@ -499,12 +496,12 @@ void rops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
 void rops_listxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size)
 {
     static const char names[] = CKPT_XATTR_DTYPE "\0" CKPT_XATTR_SHAPE "\0" CKPT_XATTR_SHA256;
-    static const char dir_names[] = CKPT_XATTR_STATE "\0" CKPT_XATTR_PROGRESS "\0" CKPT_XATTR_SIZE
-        "\0" CKPT_XATTR_PACK;
+    static const char dir_names[] =
+        CKPT_XATTR_STATE "\0" CKPT_XATTR_PROGRESS "\0" CKPT_XATTR_SIZE "\0" CKPT_XATTR_PACK;
     uint32_t node;
     checkpoint *c = ino == FUSE_ROOT_ID ? NULL : checkpoints_find(&fs->table, ino, &node);
-    if (c && (node == TREE_ROOT ||
-              (c->is_file && checkpoint_open(&fs->table, c) == 0 && node == checkpoint_entry_node(c))))
+    if (c && (node == TREE_ROOT || (c->is_file && checkpoint_open(&fs->table, c) == 0 &&
+                                    node == checkpoint_entry_node(c))))
         reply_xattr_value(req, dir_names, sizeof dir_names, size);
     else if (tensor_of(fs, ino))
         reply_xattr_value(req, names, sizeof names, size);
@@ -566,4 +563,3 @@ void rops_remove(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name
     }
     fuse_reply_err(req, -checkpoint_hide(c, node, name, want_dir));
 }
-

@@ -68,10 +68,14 @@ void signals_remove(struct fuse_session *se)
 const char *signals_name(int sig)
 {
     switch (sig) {
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGHUP: return "SIGHUP";
-    case SIGQUIT: return "SIGQUIT";
+    case SIGTERM:
+        return "SIGTERM";
+    case SIGINT:
+        return "SIGINT";
+    case SIGHUP:
+        return "SIGHUP";
+    case SIGQUIT:
+        return "SIGQUIT";
     }
     return NULL;
 }

@@ -36,13 +36,13 @@ int trace_io_install(struct fuse_session *se);
  * (both halves run on the thread that read the request: ckptfs replies
  * before its operations return). */
 typedef struct trace_req {
-    uint64_t unique;          /* the kernel's id; 0 before the first */
+    uint64_t unique; /* the kernel's id; 0 before the first */
     uint32_t opcode;
-    uint32_t pid;             /* of the process that made the request */
+    uint32_t pid; /* of the process that made the request */
     uint64_t nodeid;
-    double start;             /* monotonic seconds at arrival */
-    const char *op;           /* set by trace_ops: its name for the request */
-    int size_probe;           /* getxattr/listxattr asked for the size only */
+    double start;   /* monotonic seconds at arrival */
+    const char *op; /* set by trace_ops: its name for the request */
+    int size_probe; /* getxattr/listxattr asked for the size only */
     int replied;
 } trace_req;
 

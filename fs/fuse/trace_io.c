@@ -35,29 +35,52 @@ static double now_mono(void)
 static const char *opcode_name(uint32_t op)
 {
     switch (op) {
-    case FUSE_LOOKUP: return "lookup";
-    case FUSE_GETATTR: return "getattr";
-    case FUSE_SETATTR: return "setattr";
-    case FUSE_READLINK: return "readlink";
-    case FUSE_MKNOD: return "mknod";
-    case FUSE_MKDIR: return "mkdir";
-    case FUSE_OPEN: return "open";
-    case FUSE_READ: return "read";
-    case FUSE_WRITE: return "write";
-    case FUSE_INIT: return "init";
-    case FUSE_GETLK: return "getlk";
-    case FUSE_SETLK: return "setlk";
-    case FUSE_SETLKW: return "setlkw";
-    case FUSE_INTERRUPT: return "interrupt";
-    case FUSE_BMAP: return "bmap";
-    case FUSE_DESTROY: return "destroy";
-    case FUSE_IOCTL: return "ioctl";
-    case FUSE_POLL: return "poll";
-    case FUSE_LSEEK: return "lseek";
-    case FUSE_COPY_FILE_RANGE: return "copy_file_range";
-    case FUSE_SYNCFS: return "syncfs";
-    case FUSE_TMPFILE: return "tmpfile";
-    case FUSE_READDIRPLUS: return "readdirplus";
+    case FUSE_LOOKUP:
+        return "lookup";
+    case FUSE_GETATTR:
+        return "getattr";
+    case FUSE_SETATTR:
+        return "setattr";
+    case FUSE_READLINK:
+        return "readlink";
+    case FUSE_MKNOD:
+        return "mknod";
+    case FUSE_MKDIR:
+        return "mkdir";
+    case FUSE_OPEN:
+        return "open";
+    case FUSE_READ:
+        return "read";
+    case FUSE_WRITE:
+        return "write";
+    case FUSE_INIT:
+        return "init";
+    case FUSE_GETLK:
+        return "getlk";
+    case FUSE_SETLK:
+        return "setlk";
+    case FUSE_SETLKW:
+        return "setlkw";
+    case FUSE_INTERRUPT:
+        return "interrupt";
+    case FUSE_BMAP:
+        return "bmap";
+    case FUSE_DESTROY:
+        return "destroy";
+    case FUSE_IOCTL:
+        return "ioctl";
+    case FUSE_POLL:
+        return "poll";
+    case FUSE_LSEEK:
+        return "lseek";
+    case FUSE_COPY_FILE_RANGE:
+        return "copy_file_range";
+    case FUSE_SYNCFS:
+        return "syncfs";
+    case FUSE_TMPFILE:
+        return "tmpfile";
+    case FUSE_READDIRPLUS:
+        return "readdirplus";
     }
     return "request";
 }
@@ -76,8 +99,8 @@ static size_t copy_payload(const struct iovec *iov, int count, void *dst, size_t
 
 /* What a successful reply says, for the requests where that is more than
  * "ok": the inode found or made, or how many bytes. */
-static void describe_success(const trace_req *r, const struct iovec *iov, int count,
-                             size_t payload, char *out, size_t cap)
+static void describe_success(const trace_req *r, const struct iovec *iov, int count, size_t payload,
+                             char *out, size_t cap)
 {
     switch (r->opcode) {
     case FUSE_LOOKUP:
@@ -127,11 +150,16 @@ static void describe_success(const trace_req *r, const struct iovec *iov, int co
 static const char *notify_name(int code)
 {
     switch (code) {
-    case FUSE_NOTIFY_INVAL_INODE: return "inval_inode";
-    case FUSE_NOTIFY_INVAL_ENTRY: return "inval_entry";
-    case FUSE_NOTIFY_DELETE: return "delete";
-    case FUSE_NOTIFY_STORE: return "store";
-    case FUSE_NOTIFY_RETRIEVE: return "retrieve";
+    case FUSE_NOTIFY_INVAL_INODE:
+        return "inval_inode";
+    case FUSE_NOTIFY_INVAL_ENTRY:
+        return "inval_entry";
+    case FUSE_NOTIFY_DELETE:
+        return "delete";
+    case FUSE_NOTIFY_STORE:
+        return "store";
+    case FUSE_NOTIFY_RETRIEVE:
+        return "retrieve";
     }
     return "other";
 }
@@ -210,8 +238,7 @@ int trace_io_install(struct fuse_session *se)
     };
     int rc = fuse_session_custom_io(se, &io, fuse_session_fd(se));
     if (rc != 0) {
-        fslog_warn("-o debug: cannot follow replies (%s); tracing requests only",
-                   strerror(-rc));
+        fslog_warn("-o debug: cannot follow replies (%s); tracing requests only", strerror(-rc));
         return -1;
     }
     return 0;

@@ -66,18 +66,22 @@ static const char *open_flags(int flags, char *out, size_t cap)
         int bit;
         const char *name;
     } known[] = {
-        {O_CREAT, "O_CREAT"},       {O_EXCL, "O_EXCL"},         {O_NOCTTY, "O_NOCTTY"},
-        {O_TRUNC, "O_TRUNC"},       {O_APPEND, "O_APPEND"},     {O_NONBLOCK, "O_NONBLOCK"},
-        {O_SYNC, "O_SYNC"},         {O_DSYNC, "O_DSYNC"},       {O_DIRECT, "O_DIRECT"},
-        {O_DIRECTORY, "O_DIRECTORY"}, {O_NOFOLLOW, "O_NOFOLLOW"}, {O_NOATIME, "O_NOATIME"},
-        {O_CLOEXEC, "O_CLOEXEC"},   {O_PATH, "O_PATH"},         {O_TMPFILE, "O_TMPFILE"},
-        {KERNEL_O_LARGEFILE, "O_LARGEFILE"},
+        {O_CREAT, "O_CREAT"},       {O_EXCL, "O_EXCL"},
+        {O_NOCTTY, "O_NOCTTY"},     {O_TRUNC, "O_TRUNC"},
+        {O_APPEND, "O_APPEND"},     {O_NONBLOCK, "O_NONBLOCK"},
+        {O_SYNC, "O_SYNC"},         {O_DSYNC, "O_DSYNC"},
+        {O_DIRECT, "O_DIRECT"},     {O_DIRECTORY, "O_DIRECTORY"},
+        {O_NOFOLLOW, "O_NOFOLLOW"}, {O_NOATIME, "O_NOATIME"},
+        {O_CLOEXEC, "O_CLOEXEC"},   {O_PATH, "O_PATH"},
+        {O_TMPFILE, "O_TMPFILE"},   {KERNEL_O_LARGEFILE, "O_LARGEFILE"},
     };
     size_t len = 0;
     int acc = flags & O_ACCMODE;
-    add_name(out, cap, &len, acc == O_RDONLY ? "O_RDONLY" : acc == O_WRONLY ? "O_WRONLY"
-                                                       : acc == O_RDWR     ? "O_RDWR"
-                                                                            : "O_ACCMODE");
+    add_name(out, cap, &len,
+             acc == O_RDONLY   ? "O_RDONLY"
+             : acc == O_WRONLY ? "O_WRONLY"
+             : acc == O_RDWR   ? "O_RDWR"
+                               : "O_ACCMODE");
     int rest = flags & ~O_ACCMODE;
     /* Composite flags (O_SYNC holds O_DSYNC) come first in the table. */
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
@@ -377,8 +381,8 @@ const struct fuse_lowlevel_ops *trace_ops(const struct fuse_lowlevel_ops *ops)
     /* Operations not wrapped here still work, untraced on arrival (their
      * outcome is logged all the same). */
     traced = *ops;
-#define WRAP(field, fn) \
-    if (ops->field)     \
+#define WRAP(field, fn)                                                                            \
+    if (ops->field)                                                                                \
         traced.field = fn;
     WRAP(init, t_init)
     WRAP(destroy, t_destroy)

@@ -356,7 +356,8 @@ int wops_mknod(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, 
         return 1;
     if (!S_ISREG(mode)) {
         fslog_warn("checkpoint '%s': cannot create '%s': a pack holds only regular files and "
-                   "directories", c->name, name);
+                   "directories",
+                   c->name, name);
         fuse_reply_err(req, EPERM);
         return 1;
     }
@@ -544,8 +545,7 @@ int wops_read(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off
     return handled;
 }
 
-int wops_write(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *buf, size_t size,
-               off_t off)
+int wops_write(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *buf, size_t size, off_t off)
 {
     uint32_t node;
     wckpt *c = find(req, fs, ino, &node);
@@ -662,8 +662,8 @@ int wops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name, 
     return 1;
 }
 
-int wops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
-                  const char *value, size_t size)
+int wops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name, const char *value,
+                  size_t size)
 {
     uint32_t node;
     wckpt *c = find(req, fs, ino, &node);
@@ -680,7 +680,8 @@ int wops_setxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
     if (committed(c))
         return 0;
     /* Packs keep no extended attributes; cp -a and friends skip ENOTSUP. */
-    fuse_reply_err(req, strncmp(name, CKPT_XATTR_PREFIX, strlen(CKPT_XATTR_PREFIX)) == 0 ? EPERM : ENOTSUP);
+    fuse_reply_err(req, strncmp(name, CKPT_XATTR_PREFIX, strlen(CKPT_XATTR_PREFIX)) == 0 ? EPERM
+                                                                                         : ENOTSUP);
     return 1;
 }
 

@@ -11,7 +11,8 @@
 #include "checkpoints.h"
 
 /* Records the last error (one line; logged by the caller). */
-void checkpoint_set_error(checkpoint *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void checkpoint_set_error(checkpoint *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* The last error into buf ("" if none); its length. */
 size_t checkpoint_get_error(checkpoint *c, char *buf, size_t cap);
 

@@ -197,7 +197,8 @@ static void drop_pack_file(checkpoint *c)
         int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (null_fd < 0 || dup3(null_fd, ckpt_fd(c->pack), O_CLOEXEC) < 0)
             fslog_warn("checkpoint '%s': cannot let go of %s (%s); its space comes back once "
-                       "the kernel forgets it", c->name, c->pack_path, strerror(errno));
+                       "the kernel forgets it",
+                       c->name, c->pack_path, strerror(errno));
         if (null_fd >= 0)
             close(null_fd);
     }
@@ -375,8 +376,8 @@ checkpoint *checkpoints_lookup(checkpoint_table *t, const char *name, int count_
     return c;
 }
 
-static int listing_add(root_listing *l, size_t *cap, const char *name, uint64_t ino,
-                       mode_t type, int is_ns)
+static int listing_add(root_listing *l, size_t *cap, const char *name, uint64_t ino, mode_t type,
+                       int is_ns)
 {
     if (l->n == *cap) {
         size_t grown_cap = *cap ? *cap * 2 : 16;
@@ -431,8 +432,7 @@ static int has_entry(const root_listing *l, const char *name)
 
 /* The namespaces of the staging directory of a writable mount on a store:
  * made with mkdir, not uploaded into yet. */
-static int add_local_namespaces(checkpoint_table *t, const char *ns, root_listing *out,
-                                size_t *cap)
+static int add_local_namespaces(checkpoint_table *t, const char *ns, root_listing *out, size_t *cap)
 {
     int fd = backing_open_dir(t->backing_fd, ns, 0);
     DIR *dir = fd < 0 ? NULL : fdopendir(fd);
@@ -473,8 +473,8 @@ static int list_remote(checkpoint_table *t, const char *ns, root_listing *out)
                 rc = listing_add(out, &cap, base_name, 0, S_IFDIR, 1);
             continue;
         }
-        int is_file = len > SUFFIX_LEN && strcmp(base_name + len - SUFFIX_LEN,
-                                                 BACKING_FILE_SUFFIX) == 0;
+        int is_file =
+            len > SUFFIX_LEN && strcmp(base_name + len - SUFFIX_LEN, BACKING_FILE_SUFFIX) == 0;
         if (len <= SUFFIX_LEN || len - SUFFIX_LEN > NAME_MAX ||
             (!is_file && strcmp(base_name + len - SUFFIX_LEN, BACKING_PACK_SUFFIX) != 0))
             continue;
@@ -548,8 +548,8 @@ int checkpoints_list(checkpoint_table *t, const char *ns, root_listing *out)
                 rc = listing_add(out, &cap, d->d_name, 0, S_IFDIR, 1);
             continue;
         }
-        int is_file = len > SUFFIX_LEN && strcmp(d->d_name + len - SUFFIX_LEN,
-                                                 BACKING_FILE_SUFFIX) == 0;
+        int is_file =
+            len > SUFFIX_LEN && strcmp(d->d_name + len - SUFFIX_LEN, BACKING_FILE_SUFFIX) == 0;
         if (len <= SUFFIX_LEN ||
             (!is_file && strcmp(d->d_name + len - SUFFIX_LEN, BACKING_PACK_SUFFIX) != 0))
             continue;
@@ -698,15 +698,14 @@ void checkpoint_unref(checkpoint_table *t, checkpoint *c)
  * remembered; running out of memory or descriptors is not. */
 static int is_lasting(int err)
 {
-    return err == -EACCES || err == -EIO || err == -EINVAL || err == -ENOTSUP ||
-           err == -ENOENT || err == -EBADMSG || err == -EOVERFLOW;
+    return err == -EACCES || err == -EIO || err == -EINVAL || err == -ENOTSUP || err == -ENOENT ||
+           err == -EBADMSG || err == -EOVERFLOW;
 }
 
 /* Opens the pack file itself, never a link in its place: the backing
  * store opens names with O_NOFOLLOW. -ESTALE when the name no longer
  * leads to c's file. */
-static int open_pack_nofollow(checkpoint_table *t, checkpoint *c, ckpt_pack **pack,
-                              ckpt_err *err)
+static int open_pack_nofollow(checkpoint_table *t, checkpoint *c, ckpt_pack **pack, ckpt_err *err)
 {
     const char *file_name = c->pack_path + strlen(t->backing_path) + 1;
     int rc = ckpt_pack_open_in(t->store, file_name, mount_key_get(t->key), pack, err);

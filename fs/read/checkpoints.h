@@ -43,35 +43,35 @@ enum { CHECKPOINT_UNOPENED, CHECKPOINT_OPEN, CHECKPOINT_FAILED };
 typedef struct checkpoint {
     struct checkpoint *next;
     uint32_t serial;
-    char *name;               /* NAME, its path below the mount */
-    char *pack_path;          /* absolute path of NAME.tpack or NAME.tfile */
-    int is_file;              /* NAME.tfile: shown as its one file */
-    struct stat identity;     /* the file as it was when found (from a
+    char *name;           /* NAME, its path below the mount */
+    char *pack_path;      /* absolute path of NAME.tpack or NAME.tfile */
+    int is_file;          /* NAME.tfile: shown as its one file */
+    struct stat identity; /* the file as it was when found (from a
                                * store: size, mtime and a mode only) */
-    ckpt_object_id oid;       /* the same, as the store compares it */
-    int current;              /* still what NAME means */
-    int file_dropped;         /* not current, unused: pack file let go */
-    uint64_t nlookup;         /* kernel references to its inodes */
-    unsigned refs;            /* open files and jobs */
-    int scan_seen;            /* last scan generation that saw it */
+    ckpt_object_id oid;   /* the same, as the store compares it */
+    int current;          /* still what NAME means */
+    int file_dropped;     /* not current, unused: pack file let go */
+    uint64_t nlookup;     /* kernel references to its inodes */
+    unsigned refs;        /* open files and jobs */
+    int scan_seen;        /* last scan generation that saw it */
 
     pthread_mutex_t open_lock;
-    int state;                /* CHECKPOINT_*, read with acquire ordering */
-    int open_err;             /* negative errno once FAILED */
-    ckpt_pack *pack;          /* once OPEN */
+    int state;       /* CHECKPOINT_*, read with acquire ordering */
+    int open_err;    /* negative errno once FAILED */
+    ckpt_pack *pack; /* once OPEN */
     uint32_t chunk_size;
     pack_tree *tree;
 
     pthread_mutex_t fault_lock;
-    size_t *logged_chunks;    /* chunks whose fault was already logged */
+    size_t *logged_chunks; /* chunks whose fault was already logged */
     size_t n_logged, logged_cap;
-    char last_error[512];     /* under fault_lock: why it cannot be opened,
+    char last_error[512]; /* under fault_lock: why it cannot be opened,
                                * or its last read fault (checkpoint_state.h) */
 
     /* Entries removed by `rm -r` on the way to removing the whole
      * checkpoint: the pack cannot change, so they are only hidden. */
     pthread_mutex_t hide_lock;
-    uint8_t *hidden;          /* per tree node, once anything is hidden */
+    uint8_t *hidden; /* per tree node, once anything is hidden */
     int hide_logged;
 } checkpoint;
 
@@ -79,15 +79,15 @@ typedef struct checkpoint_table {
     pthread_mutex_t lock;
     int backing_fd;
     char *backing_path;
-    ckpt_store *store;        /* the backing directory: packs are opened in it */
-    int own_store;            /* store is freed with the table */
+    ckpt_store *store;             /* the backing directory: packs are opened in it */
+    int own_store;                 /* store is freed with the table */
     struct remote_listing *remote; /* a store without a directory; else NULL */
-    const mount_key *key;   /* borrowed from main.c */
+    const mount_key *key;          /* borrowed from main.c */
     chunk_cache *cache;
     checkpoint *all;
     uint32_t next_serial;
     int scan_generation;
-    char **warned_links;      /* NAME.tpack symlinks already warned about */
+    char **warned_links; /* NAME.tpack symlinks already warned about */
     size_t n_warned_links;
 } checkpoint_table;
 
@@ -99,9 +99,9 @@ typedef struct root_listing {
     struct root_entry {
         char *name;
         uint64_t ino;
-        mode_t type;          /* S_IFDIR or S_IFREG */
+        mode_t type; /* S_IFDIR or S_IFREG */
         int is_ns;
-    } *entries;
+    } * entries;
 } root_listing;
 
 int checkpoints_init(checkpoint_table *t, const char *backing_path, int backing_fd,

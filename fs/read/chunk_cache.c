@@ -31,7 +31,7 @@ struct chunk_entry {
     chunk_entry *lru_prev, *lru_next; /* linked only while READY, unpinned, in the table */
     uint64_t pack, id;
     uint8_t *data;
-    size_t capacity;                  /* bytes allocated, what the bound counts */
+    size_t capacity; /* bytes allocated, what the bound counts */
     unsigned pins;
     int state;
     int err;
@@ -44,7 +44,7 @@ struct chunk_cache {
     pthread_cond_t loaded;
     chunk_entry **buckets;
     size_t bucket_mask;
-    chunk_entry lru;                  /* sentinel: next = most recently used */
+    chunk_entry lru; /* sentinel: next = most recently used */
     uint64_t capacity, used, lru_bytes;
     chunk_cache_stats stats;
 };
@@ -211,8 +211,7 @@ chunk_entry *chunk_cache_acquire(chunk_cache *c, uint64_t pack, uint64_t id, siz
     return e;
 }
 
-int chunk_cache_reserve(chunk_cache *c, uint64_t pack, uint64_t id, size_t size,
-                        chunk_entry **out)
+int chunk_cache_reserve(chunk_cache *c, uint64_t pack, uint64_t id, size_t size, chunk_entry **out)
 {
     size_t need = round_capacity(size ? size : 1);
     int rc = 0;

@@ -26,8 +26,7 @@ chunk_entry *chunk_cache_acquire(chunk_cache *c, uint64_t pack, uint64_t id, siz
 /* For prefetch: 1 with *out a new pinned LOADING entry to fill; 0 when the
  * chunk is already cached or loading; -ENOSPC when it would not fit in the
  * bound without evicting pinned entries; -ENOMEM. */
-int chunk_cache_reserve(chunk_cache *c, uint64_t pack, uint64_t id, size_t size,
-                        chunk_entry **out);
+int chunk_cache_reserve(chunk_cache *c, uint64_t pack, uint64_t id, size_t size, chunk_entry **out);
 
 /* The filler's buffer (size bytes, as asked). */
 uint8_t *chunk_entry_buffer(chunk_entry *e);

@@ -84,7 +84,8 @@ static int add_files(json_t *list, const ckpt_pack *p, const pack_tree *t)
         if (!entry || json_array_append_new(list, entry))
             return -1;
         if (put_name(entry, "path", f->path) || put(entry, "size", u64_value(f->size)) ||
-            put(entry, "sha256", hex_digest(f->sha256)) || put(entry, "container", json_string(f->container)))
+            put(entry, "sha256", hex_digest(f->sha256)) ||
+            put(entry, "container", json_string(f->container)))
             return -1;
         /* Why a file that claimed a container was stored as plain bytes. */
         if (f->note[0] && put(entry, "warning", lossy_string(f->note)))
@@ -116,7 +117,8 @@ static int add_tensors(json_t *list, const ckpt_pack *p, const pack_tree *t)
             if (!dim || json_array_append_new(shape, dim))
                 return -1;
         }
-        const ckpt_file_info *fi = ti->file_index < ckpt_file_count(p) ? ckpt_file_at(p, ti->file_index) : NULL;
+        const ckpt_file_info *fi =
+            ti->file_index < ckpt_file_count(p) ? ckpt_file_at(p, ti->file_index) : NULL;
         const char *file = fi ? fi->path : "";
         /* So that loaders need no dtype table of their own: numpy has no
          * bfloat16 or float8, for which numpy_dtype gives the raw bits and
@@ -128,8 +130,7 @@ static int add_tensors(json_t *list, const ckpt_pack *p, const pack_tree *t)
             put(entry, "torch_dtype", torch ? json_string(torch) : json_null()))
             return -1;
         if (put(entry, "nbytes", u64_value(ti->nbytes)) ||
-            put_node_path(entry, "path", t, t->tensor_node[i]) ||
-            put_name(entry, "file", file) ||
+            put_node_path(entry, "path", t, t->tensor_node[i]) || put_name(entry, "file", file) ||
             put(entry, "offset", u64_value(ti->file_offset)) ||
             put(entry, "sha256", hex_digest(ti->sha256)))
             return -1;
@@ -148,7 +149,8 @@ static int add_skipped(json_t *root, const ckpt_pack *p)
         json_t *entry = json_object();
         if (!entry || json_array_append_new(list, entry))
             return -1;
-        if (put_name(entry, "name", k->name) || put_name(entry, "file", ckpt_file_at(p, k->file_index)->path) ||
+        if (put_name(entry, "name", k->name) ||
+            put_name(entry, "file", ckpt_file_at(p, k->file_index)->path) ||
             put(entry, "reason", lossy_string(k->reason)))
             return -1;
     }
@@ -169,11 +171,12 @@ int manifest_build(const ckpt_pack *p, const char *checkpoint, const pack_tree *
         goto done;
     }
     if (put(root, "format_version", json_integer(info.format_version)) ||
-        put_name(root, "name", checkpoint) ||
-        put(root, "cipher", lossy_string(info.cipher)) || put(root, "kdf", lossy_string(info.kdf)) ||
+        put_name(root, "name", checkpoint) || put(root, "cipher", lossy_string(info.cipher)) ||
+        put(root, "kdf", lossy_string(info.kdf)) ||
         put(root, "chunk_size", json_integer(info.chunk_size)) ||
         /* Planes are zstd frames since format version 3 (core/FORMAT.md). */
-        put(root, "codec", json_string(info.format_version >= 3 ? "bytegroup+zstd" : "bytegroup+deflate")) ||
+        put(root, "codec",
+            json_string(info.format_version >= 3 ? "bytegroup+zstd" : "bytegroup+deflate")) ||
         put(root, "stored_bytes", u64_value(info.stored_bytes)) ||
         put(root, "logical_bytes", u64_value(info.logical_bytes))) {
         json_decref(files);

@@ -10,7 +10,7 @@
 #include "pack_tree.h"
 
 /* 0 with a malloc'd text, or -ENOMEM. */
-int manifest_build(const ckpt_pack *p, const char *checkpoint, const pack_tree *t,
-                   char **text, size_t *len);
+int manifest_build(const ckpt_pack *p, const char *checkpoint, const pack_tree *t, char **text,
+                   size_t *len);
 
 #endif

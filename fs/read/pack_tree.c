@@ -205,7 +205,8 @@ static int add_link(void *ud, const link_entry *e)
     if (!proto.target)
         return -ENOMEM;
     uint32_t node;
-    int rc = is_reserved_top(e->path) ? 1 : insert_path(b, TREE_ROOT, e->path, &proto, "link", &node);
+    int rc =
+        is_reserved_top(e->path) ? 1 : insert_path(b, TREE_ROOT, e->path, &proto, "link", &node);
     if (rc)
         free(proto.target);
     return rc < 0 ? rc : 0;
@@ -254,7 +255,8 @@ static int add_files(builder *b, const ckpt_pack *p)
         if (is_reserved_top(f->path)) {
             if (packed_dir == TREE_NONE) {
                 tree_node dir = dir_proto(b);
-                int rc = add_node(b, TREE_ROOT, CKPT_MOUNT_PACKED_DIR, strlen(CKPT_MOUNT_PACKED_DIR), &dir, &packed_dir);
+                int rc = add_node(b, TREE_ROOT, CKPT_MOUNT_PACKED_DIR,
+                                  strlen(CKPT_MOUNT_PACKED_DIR), &dir, &packed_dir);
                 if (rc)
                     return rc;
             }
@@ -333,9 +335,9 @@ int pack_tree_build(const ckpt_pack *p, const char *checkpoint, int64_t mtime_se
     tree_node dir = dir_proto(&b);
     uint32_t tensors_dir;
     if ((rc = add_node(&b, TREE_ROOT, CKPT_MOUNT_MANIFEST, strlen(CKPT_MOUNT_MANIFEST), &manifest,
-                         &t->manifest_node)) ||
+                       &t->manifest_node)) ||
         (rc = add_node(&b, TREE_ROOT, CKPT_MOUNT_TENSORS_DIR, strlen(CKPT_MOUNT_TENSORS_DIR), &dir,
-                         &tensors_dir)) ||
+                       &tensors_dir)) ||
         (rc = add_files(&b, p)) || (rc = add_tensors(&b, p, tensors_dir)))
         goto fail;
     if (b.skipped > SKIP_LOG_LIMIT)
@@ -401,7 +403,8 @@ uint32_t pack_tree_find_written(const pack_tree *t, const ckpt_pack *p, const ch
         long i = ckpt_file_find(p, path);
         return i < 0 ? TREE_NONE : t->file_node[i];
     }
-    uint32_t node = is_reserved_top(path) ? pack_tree_lookup(t, TREE_ROOT, CKPT_MOUNT_PACKED_DIR) : TREE_ROOT;
+    uint32_t node =
+        is_reserved_top(path) ? pack_tree_lookup(t, TREE_ROOT, CKPT_MOUNT_PACKED_DIR) : TREE_ROOT;
     char *copy = strdup(path), *save = NULL;
     if (!copy)
         return TREE_NONE;

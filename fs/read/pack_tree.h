@@ -28,28 +28,28 @@
 typedef enum tree_kind { TREE_DIR, TREE_FILE, TREE_TENSOR, TREE_MANIFEST, TREE_LINK } tree_kind;
 
 typedef struct tree_node {
-    char *name;               /* one path component; "" for the root */
+    char *name; /* one path component; "" for the root */
     uint32_t parent;
     tree_kind kind;
-    uint32_t mode;            /* permission bits, never write bits */
+    uint32_t mode; /* permission bits, never write bits */
     int64_t mtime_sec;
     uint32_t mtime_nsec;
     uint64_t size;
-    size_t file_index;        /* FILE, TENSOR: the packed file holding the bytes */
-    uint64_t file_offset;     /* TENSOR: where its bytes start in that file */
-    size_t tensor_index;      /* TENSOR */
-    char *target;             /* LINK */
-    uint32_t *children;       /* DIR */
+    size_t file_index;    /* FILE, TENSOR: the packed file holding the bytes */
+    uint64_t file_offset; /* TENSOR: where its bytes start in that file */
+    size_t tensor_index;  /* TENSOR */
+    char *target;         /* LINK */
+    uint32_t *children;   /* DIR */
     uint32_t n_children, children_cap, n_subdirs;
 } tree_node;
 
 typedef struct pack_tree {
     tree_node *nodes;
     uint32_t n_nodes, nodes_cap;
-    uint32_t *slots;          /* hash of (parent, name) -> node */
+    uint32_t *slots; /* hash of (parent, name) -> node */
     size_t slot_mask;
-    uint32_t *file_node;      /* per packed file: its node or TREE_NONE */
-    uint32_t *tensor_node;    /* per tensor */
+    uint32_t *file_node;   /* per packed file: its node or TREE_NONE */
+    uint32_t *tensor_node; /* per tensor */
     uint32_t manifest_node;
     char *manifest;
     size_t manifest_len;

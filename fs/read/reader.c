@@ -17,8 +17,8 @@
 
 typedef struct decode_job {
     reader *r;
-    checkpoint *checkpoint;   /* referenced */
-    chunk_entry *entry;       /* pinned */
+    checkpoint *checkpoint; /* referenced */
+    chunk_entry *entry;     /* pinned */
     size_t id;
 } decode_job;
 
@@ -129,8 +129,7 @@ void read_plan_release(reader *r, read_plan *plan)
     plan_init(plan);
 }
 
-static void log_fault(checkpoint *c, const tree_node *n, uint64_t position,
-                      const char *msg)
+static void log_fault(checkpoint *c, const tree_node *n, uint64_t position, const char *msg)
 {
     const pack_tree *t = c->tree;
     const char *file = ckpt_file_at(c->pack, n->file_index)->path;
@@ -139,8 +138,8 @@ static void log_fault(checkpoint *c, const tree_node *n, uint64_t position,
     fslog_err("checkpoint '%s': read of '%s' at offset %" PRIu64 "%s%s%s failed: %s", c->name, file,
               position, other_name ? " (via '" : "", other_name ? shown : "",
               other_name ? "')" : "", msg && msg[0] ? msg : "corrupt chunk");
-    checkpoint_set_error(c, "%s: read of '%s' at offset %" PRIu64 " failed: %s", c->pack_path,
-                         file, position, msg && msg[0] ? msg : "corrupt chunk");
+    checkpoint_set_error(c, "%s: read of '%s' at offset %" PRIu64 " failed: %s", c->pack_path, file,
+                         position, msg && msg[0] ? msg : "corrupt chunk");
     free(shown);
 }
 
@@ -171,8 +170,8 @@ static int near(uint64_t offset, uint64_t expected)
 /* Follows the reader of [offset, offset + len) of file ino. Returns 1 if it
  * reads sequentially, with the file positions [*from, *to) still to
  * prefetch (limited by limit). Called with streams_lock held. */
-static int follow_stream(reader *r, uint64_t ino, uint64_t offset, uint64_t len,
-                         uint64_t file_base, uint64_t limit, uint64_t *from, uint64_t *to)
+static int follow_stream(reader *r, uint64_t ino, uint64_t offset, uint64_t len, uint64_t file_base,
+                         uint64_t limit, uint64_t *from, uint64_t *to)
 {
     size_t set_index = (size_t)((ino * 0x9E3779B97F4A7C15ull) >> 32) % STREAM_SETS;
     read_stream *set = &r->streams[set_index * STREAM_WAYS];
@@ -181,8 +180,8 @@ static int follow_stream(reader *r, uint64_t ino, uint64_t offset, uint64_t len,
     for (int w = 0; w < STREAM_WAYS; w++) {
         read_stream *way = &set[w];
         if (way->ino == ino && near(offset, way->next_offset)) {
-            uint64_t d = offset > way->next_offset ? offset - way->next_offset
-                                                   : way->next_offset - offset;
+            uint64_t d =
+                offset > way->next_offset ? offset - way->next_offset : way->next_offset - offset;
             if (d < best) {
                 best = d;
                 s = way;
@@ -246,8 +245,8 @@ static void prefetch(reader *r, checkpoint *c, uint32_t node, uint64_t offset, u
 }
 
 /* Pins every chunk under [start, end) of the node's file into the plan. */
-static int plan_chunks(reader *r, checkpoint *c, const tree_node *n, uint64_t start,
-                       uint64_t end, read_plan *plan)
+static int plan_chunks(reader *r, checkpoint *c, const tree_node *n, uint64_t start, uint64_t end,
+                       read_plan *plan)
 {
     ckpt_err err = {0};
     for (uint64_t pos = start; pos < end;) {
@@ -269,8 +268,8 @@ static int plan_chunks(reader *r, checkpoint *c, const tree_node *n, uint64_t st
         uint64_t take = ref.size - skip < end - pos ? ref.size - skip : end - pos;
         plan->chunks[plan->n] = (plan_chunk){
             .entry = e, .id = ref.id, .file_offset = ref.file_offset, .must_fill = must_fill};
-        plan->iov[plan->n] = (struct iovec){
-            .iov_base = (void *)(chunk_entry_data(e) + skip), .iov_len = (size_t)take};
+        plan->iov[plan->n] = (struct iovec){.iov_base = (void *)(chunk_entry_data(e) + skip),
+                                            .iov_len = (size_t)take};
         plan->n++;
         pos += take;
     }

@@ -23,9 +23,9 @@
 #define STREAM_WAYS 4
 
 typedef struct read_stream {
-    uint64_t ino;             /* 0: unused */
-    uint64_t next_offset;     /* where this reader reads next */
-    uint64_t prefetched_to;   /* file position prefetch has covered */
+    uint64_t ino;           /* 0: unused */
+    uint64_t next_offset;   /* where this reader reads next */
+    uint64_t prefetched_to; /* file position prefetch has covered */
     uint64_t last_use;
 } read_stream;
 
@@ -33,8 +33,8 @@ typedef struct reader {
     checkpoint_table *table;
     chunk_cache *cache;
     worker_pool *pool;
-    uint64_t prefetch_bytes;  /* how far ahead of a sequential reader */
-    unsigned spill_chunks;    /* how far past the end of a tensor, see prefetch() */
+    uint64_t prefetch_bytes; /* how far ahead of a sequential reader */
+    unsigned spill_chunks;   /* how far past the end of a tensor, see prefetch() */
     pthread_mutex_t streams_lock;
     uint64_t clock;
     read_stream streams[STREAM_SETS * STREAM_WAYS];
@@ -43,9 +43,9 @@ typedef struct reader {
 #define READ_PLAN_INLINE 20
 
 typedef struct plan_chunk {
-    chunk_entry *entry;       /* pinned */
+    chunk_entry *entry; /* pinned */
     size_t id;
-    uint64_t file_offset;     /* where the chunk starts in its file */
+    uint64_t file_offset; /* where the chunk starts in its file */
     int must_fill;
 } plan_chunk;
 
@@ -54,7 +54,7 @@ typedef struct plan_chunk {
 typedef struct read_plan {
     struct iovec *iov;
     plan_chunk *chunks;
-    size_t n, cap;            /* iovecs and chunks, one per covered chunk */
+    size_t n, cap; /* iovecs and chunks, one per covered chunk */
     struct iovec inline_iov[READ_PLAN_INLINE];
     plan_chunk inline_chunks[READ_PLAN_INLINE];
 } read_plan;

@@ -10,11 +10,11 @@
 
 typedef struct ns_cache {
     char *ns;
-    double listed_at;         /* monotonic seconds; 0: never listed */
+    double listed_at; /* monotonic seconds; 0: never listed */
     remote_entry *v;
     size_t n;
-    int warned;               /* a failed refresh was logged */
-    int ever;                 /* v holds a listing that once succeeded */
+    int warned; /* a failed refresh was logged */
+    int ever;   /* v holds a listing that once succeeded */
 } ns_cache;
 
 struct remote_listing {
@@ -65,7 +65,7 @@ void remote_listing_free(remote_listing *r)
 
 typedef struct collect {
     remote_entry *v;
-    size_t n, cap, skip;      /* skip: the namespace's "ns/" in names */
+    size_t n, cap, skip; /* skip: the namespace's "ns/" in names */
 } collect;
 
 static int collect_one(void *ud, const ckpt_object_info *info)
@@ -141,8 +141,9 @@ static int fresh(remote_listing *r, const char *ns, ns_cache **out)
             return rc;
         if (!c->warned)
             fslog_warn("cannot list %s/%s (%s): showing the listing of %.0f s ago until it "
-                       "works again", ckpt_store_where(r->store), ns,
-                       err.msg[0] ? err.msg : strerror(-rc), now - c->listed_at);
+                       "works again",
+                       ckpt_store_where(r->store), ns, err.msg[0] ? err.msg : strerror(-rc),
+                       now - c->listed_at);
         c->listed_at = now; /* retried after the interval, not on every lookup */
         c->warned = 1;
         return 0;

@@ -21,9 +21,9 @@
 typedef struct remote_listing remote_listing;
 
 typedef struct remote_entry {
-    char *name;               /* within its namespace: "x.tpack", "run1" */
-    int is_dir;               /* a namespace (an S3 common prefix) */
-    ckpt_object_id id;        /* objects only */
+    char *name;        /* within its namespace: "x.tpack", "run1" */
+    int is_dir;        /* a namespace (an S3 common prefix) */
+    ckpt_object_id id; /* objects only */
 } remote_entry;
 
 /* interval: seconds a listing is answered from memory. NULL: no memory. */

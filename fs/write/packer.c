@@ -26,10 +26,10 @@ int packer_tmp_name(const char *name, char *out, size_t cap)
 
 typedef struct source {
     stage_blob *blob;
-    ckpt_pack *base;          /* when blob is NULL */
+    ckpt_pack *base; /* when blob is NULL */
     size_t base_index;
     const int *cancel, *cancel_one;
-    ckpt_err detail;          /* the blob's own message, richer than errno */
+    ckpt_err detail; /* the blob's own message, richer than errno */
 } source;
 
 static ssize_t read_blob(void *ud, void *buf, size_t len, uint64_t off)
@@ -45,7 +45,6 @@ static ssize_t read_blob(void *ud, void *buf, size_t len, uint64_t off)
         return ckpt_file_pread(s->base, s->base_index, buf, len, off, &s->detail);
     return stage_blob_pread(s->blob, buf, len, off, &s->detail);
 }
-
 
 /* The writer's sibling reader (ckpt_writer_set_sibling_reader): a staged
  * file of this checkpoint, whole, by its path in the pack; so that a DCP
@@ -121,8 +120,10 @@ int packer_run(const packer_job *job, ckpt_err *err)
         return ckpt_fail(err, -ENAMETOOLONG, "checkpoint '%s': name too long", job->name);
     if (job->remote) {
         if (!job->replace && packer_store_kind(job->store, job->name) >= PACKER_PACK_DIR)
-            return ckpt_fail(err, -EEXIST, "checkpoint '%s': %s/%s already exists; not "
-                             "replacing it", job->name, ckpt_store_where(job->store), pack);
+            return ckpt_fail(err, -EEXIST,
+                             "checkpoint '%s': %s/%s already exists; not "
+                             "replacing it",
+                             job->name, ckpt_store_where(job->store), pack);
         return write_pack(job, pack, tmp, err);
     }
     /* Its namespace may have been removed by hand meanwhile; links are
@@ -235,9 +236,10 @@ static int write_pack(const packer_job *job, const char *pack, const char *tmp, 
     if (rc == 0 && job->progress)
         job->progress(job->progress_ud, total, total);
     if (rc == 0 && reused)
-        fslog_info("checkpoint '%s': %zu unchanged %s (%llu bytes) reused from the previous generation "
-                   "without decoding", job->name, reused, reused == 1 ? "file" : "files",
-                   (unsigned long long)reused_bytes);
+        fslog_info(
+            "checkpoint '%s': %zu unchanged %s (%llu bytes) reused from the previous generation "
+            "without decoding",
+            job->name, reused, reused == 1 ? "file" : "files", (unsigned long long)reused_bytes);
     return rc;
 }
 

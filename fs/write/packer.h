@@ -15,9 +15,9 @@
 #include "stage_blob.h"
 
 typedef struct packer_file {
-    char *path;               /* path inside the pack */
-    stage_blob *blob;         /* or, when NULL: */
-    ckpt_pack *base;          /* file base_index of this pack, copied */
+    char *path;       /* path inside the pack */
+    stage_blob *blob; /* or, when NULL: */
+    ckpt_pack *base;  /* file base_index of this pack, copied */
     size_t base_index;
     uint64_t size;
     uint32_t mode;
@@ -43,15 +43,15 @@ typedef struct packer_job {
     size_t links_len;
     int64_t links_mtime_sec;
     uint32_t links_mtime_nsec;
-    const ckpt_key *key;      /* NULL: unencrypted pack */
-    ckpt_cipher cipher;       /* with a key: NONE means the default */
-    unsigned threads;         /* 0: all cores */
+    const ckpt_key *key; /* NULL: unencrypted pack */
+    ckpt_cipher cipher;  /* with a key: NONE means the default */
+    unsigned threads;    /* 0: all cores */
     /* Progress in bytes of file data, from the packing thread. */
     void (*progress)(void *ud, uint64_t done, uint64_t total);
     void *progress_ud;
     /* Polled while packing; non-zero stops it with -ECANCELED. */
     const int *cancel;
-    const int *cancel_one;    /* the same, for this checkpoint alone */
+    const int *cancel_one; /* the same, for this checkpoint alone */
 } packer_job;
 
 /* 0 once NAME.tpack is durably in place (atomically replacing the one

@@ -25,9 +25,12 @@
 const char *stage_state_name(stage_state s)
 {
     switch (s) {
-    case STAGE_WRITING: return "writing";
-    case STAGE_PACKING: return "packing";
-    case STAGE_FAILED: return "failed";
+    case STAGE_WRITING:
+        return "writing";
+    case STAGE_PACKING:
+        return "packing";
+    case STAGE_FAILED:
+        return "failed";
     }
     return "unknown";
 }
@@ -41,16 +44,16 @@ static int unhex(const char *hex, uint8_t *out, size_t len)
 {
     size_t got = 0;
     const char *end;
-    if (strlen(hex) != 2 * len ||
-        sodium_hex2bin(out, len, hex, 2 * len, NULL, &got, &end) != 0 || got != len)
+    if (strlen(hex) != 2 * len || sodium_hex2bin(out, len, hex, 2 * len, NULL, &got, &end) != 0 ||
+        got != len)
         return -1;
     return 0;
 }
 
 /* Replaces dirfd/name with data: temporary file, fsync, rename, fsync of
  * the directory. A crash leaves the old contents or the new, never a mix. */
-int stage_replace_file(int dirfd, const char *what, const char *name, const void *data,
-                        size_t len, ckpt_err *err)
+int stage_replace_file(int dirfd, const char *what, const char *name, const void *data, size_t len,
+                       ckpt_err *err)
 {
     char tmp[64];
     snprintf(tmp, sizeof tmp, "%s.tmp", name);
@@ -118,12 +121,14 @@ int stage_root_open(stage_root *r, int backing_fd, const mount_key *key, ckpt_er
     if (mkdirat(backing_fd, STAGE_HIDDEN_DIR, 0700) != 0 && errno != EEXIST)
         return ckpt_fail(err, -errno, "%s: cannot create the staging directory: %s",
                          STAGE_HIDDEN_DIR, strerror(errno));
-    int hidden = openat(backing_fd, STAGE_HIDDEN_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    int hidden =
+        openat(backing_fd, STAGE_HIDDEN_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (hidden < 0)
         return ckpt_fail(err, -errno, "%s: cannot open: %s", STAGE_HIDDEN_DIR, strerror(errno));
     int rc = 0;
     if (mkdirat(hidden, "stage", 0700) != 0 && errno != EEXIST)
-        rc = ckpt_fail(err, -errno, "%s/stage: cannot create: %s", STAGE_HIDDEN_DIR, strerror(errno));
+        rc = ckpt_fail(err, -errno, "%s/stage: cannot create: %s", STAGE_HIDDEN_DIR,
+                       strerror(errno));
     if (rc == 0) {
         r->stage_fd = openat(hidden, "stage", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         if (r->stage_fd < 0)
@@ -140,7 +145,8 @@ int stage_root_open(stage_root *r, int backing_fd, const mount_key *key, ckpt_er
             memcpy(r->salt, buf, sizeof r->salt);
         } else {
             randombytes_buf(r->salt, sizeof r->salt);
-            rc = stage_replace_file(hidden, STAGE_HIDDEN_DIR, SALT_NAME, r->salt, sizeof r->salt, err);
+            rc = stage_replace_file(hidden, STAGE_HIDDEN_DIR, SALT_NAME, r->salt, sizeof r->salt,
+                                    err);
         }
         free(buf);
         r->have_salt = rc == 0;
@@ -214,8 +220,8 @@ static void key_check(const stage_key *key, uint8_t out[16])
 
 /* ---------------------------------------------------------------- record */
 
-static int record_text(const char *name, stage_state state, const stage_dir *d,
-                       const char *error, char **out)
+static int record_text(const char *name, stage_state state, const stage_dir *d, const char *error,
+                       char **out)
 {
     size_t nlen = strlen(name), elen = error ? strlen(error) : 0;
     size_t cap = 256 + 2 * nlen + 2 * elen;
@@ -381,8 +387,7 @@ int stage_create(stage_root *r, const char *name, stage_dir *d, ckpt_err *err)
     int rc = 0;
     d->fd = openat(r->stage_fd, d->sid, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (d->fd < 0 || mkdirat(d->fd, DATA_DIR, 0700) != 0 ||
-        (d->data_fd =
-             openat(d->fd, DATA_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+        (d->data_fd = openat(d->fd, DATA_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)) < 0)
         rc = ckpt_fail(err, -errno, "staging for '%s': cannot set up %s/stage/%s: %s", name,
                        STAGE_HIDDEN_DIR, d->sid, strerror(errno));
     if (rc == 0 && mount_key_get(r->key)) {
@@ -425,9 +430,8 @@ int stage_open(stage_root *r, const char *sid, stage_dir *d, stage_record *rec, 
     }
     if (rc) {
         stage_dir_close(d);
-        return ckpt_fail(err, rc == -ENOENT ? -ENOENT : -EIO,
-                         "staging %s: no usable record (%s)", sid,
-                         rc == -EIO ? "damaged" : strerror(-rc));
+        return ckpt_fail(err, rc == -ENOENT ? -ENOENT : -EIO, "staging %s: no usable record (%s)",
+                         sid, rc == -EIO ? "damaged" : strerror(-rc));
     }
     return 0;
 }
@@ -437,11 +441,15 @@ int stage_unlock(stage_root *r, stage_dir *d, const stage_record *rec, ckpt_err 
     if (!rec->sealed || d->key)
         return 0;
     if (!mount_key_get(r->key))
-        return ckpt_fail(err, -EACCES, "checkpoint '%s': its staged data is encrypted; "
-                         "mount with its key to reach it", rec->name);
+        return ckpt_fail(err, -EACCES,
+                         "checkpoint '%s': its staged data is encrypted; "
+                         "mount with its key to reach it",
+                         rec->name);
     if (!rec->cipher || !stage_cipher_available(rec->cipher))
-        return ckpt_fail(err, -EACCES, "checkpoint '%s': its staged data is sealed with a cipher "
-                         "this CPU cannot run", rec->name);
+        return ckpt_fail(err, -EACCES,
+                         "checkpoint '%s': its staged data is sealed with a cipher "
+                         "this CPU cannot run",
+                         rec->name);
     stage_key *k;
     int rc = derive_key(r, rec->salt, d->sid, rec->cipher, &k, err);
     if (rc)
@@ -546,4 +554,3 @@ int stage_scan(stage_root *r, int (*fn)(void *ud, const char *sid), void *ud, ck
     closedir(dir);
     return rc;
 }
-

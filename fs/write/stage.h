@@ -38,27 +38,27 @@
 typedef enum stage_state { STAGE_WRITING = 1, STAGE_PACKING = 2, STAGE_FAILED = 3 } stage_state;
 
 typedef struct stage_root {
-    int backing_fd;           /* borrowed */
-    int stage_fd;             /* BACKING/.ckptfs/stage */
-    const mount_key *key;     /* borrowed; no key: plain staging */
+    int backing_fd;       /* borrowed */
+    int stage_fd;         /* BACKING/.ckptfs/stage */
+    const mount_key *key; /* borrowed; no key: plain staging */
     pthread_mutex_t key_lock;
-    uint8_t salt[16];         /* for new checkpoints */
+    uint8_t salt[16]; /* for new checkpoints */
     int have_salt;
-    uint8_t master_salt[16];  /* the salt master was derived for */
-    uint8_t *master;          /* sodium_malloc'd; NULL until first needed */
+    uint8_t master_salt[16]; /* the salt master was derived for */
+    uint8_t *master;         /* sodium_malloc'd; NULL until first needed */
     int master_valid;
 } stage_root;
 
 typedef struct stage_dir {
     char sid[STAGE_SID_LEN + 1];
-    int fd;                   /* BACKING/.ckptfs/stage/SID */
-    int data_fd;              /* .../data */
-    stage_key *key;           /* the checkpoint's own key, or NULL (plain) */
-    uint8_t salt[16];         /* the master key's salt, for the record */
+    int fd;           /* BACKING/.ckptfs/stage/SID */
+    int data_fd;      /* .../data */
+    stage_key *key;   /* the checkpoint's own key, or NULL (plain) */
+    uint8_t salt[16]; /* the master key's salt, for the record */
     /* Kept in the record with the name: */
-    int is_file;              /* a single-file checkpoint (NAME.tfile) */
-    int replaces;             /* its pack replaces one already there */
-    int has_base;             /* reopened: unchanged files are read from
+    int is_file;  /* a single-file checkpoint (NAME.tfile) */
+    int replaces; /* its pack replaces one already there */
+    int has_base; /* reopened: unchanged files are read from
                                  that pack (WTREE_BASE_BLOB) */
 } stage_dir;
 
@@ -69,7 +69,7 @@ typedef struct stage_record {
     uint8_t salt[16];
     uint8_t check[16];
     stage_cipher cipher;
-    char *error;              /* why it failed, or NULL */
+    char *error;                     /* why it failed, or NULL */
     int is_file, replaces, has_base; /* as in stage_dir */
 } stage_record;
 

@@ -153,10 +153,10 @@ static int replay(stage_blob *b, ckpt_err *err)
         int type = h[4];
         uint64_t block = get_u64(h + 8);
         uint32_t plen = get_u32(h + 16);
-        int sane = get_u32(h) == REC_MAGIC &&
-                   ((type == REC_DATA && plen >= 1 && plen <= STAGE_BLOCK &&
-                     blob_map_slot(b, block, 1) != NULL) ||
-                    (type == REC_SIZE && plen == 8));
+        int sane =
+            get_u32(h) == REC_MAGIC && ((type == REC_DATA && plen >= 1 && plen <= STAGE_BLOCK &&
+                                         blob_map_slot(b, block, 1) != NULL) ||
+                                        (type == REC_SIZE && plen == 8));
         ckpt_err ignored;
         if (!sane || off + REC_OVERHEAD + plen > file_size ||
             blob_load_record(b, off, type, block, plen, plain, &ignored) != 0)
@@ -382,11 +382,11 @@ static ssize_t sealed_write(stage_blob *b, const uint8_t *buf, size_t len, uint6
     return (ssize_t)done;
 }
 
-ssize_t stage_blob_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t off,
-                          ckpt_err *err)
+ssize_t stage_blob_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t off, ckpt_err *err)
 {
     if (off > STAGE_MAX_SIZE || len > STAGE_MAX_SIZE - off)
-        return ckpt_fail(err, -EFBIG, "staging file %s: write beyond the largest file size", b->name);
+        return ckpt_fail(err, -EFBIG, "staging file %s: write beyond the largest file size",
+                         b->name);
     pthread_mutex_lock(&b->lock);
     ssize_t rc;
     if (b->key) {

@@ -64,8 +64,7 @@ uint64_t stage_blob_disk_bytes(stage_blob *b);
 /* pread/pwrite semantics: reads are short only at the end of the file;
  * writes past the end leave zeros in between. Returns bytes read/written. */
 ssize_t stage_blob_pread(stage_blob *b, void *buf, size_t len, uint64_t off, ckpt_err *err);
-ssize_t stage_blob_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t off,
-                          ckpt_err *err);
+ssize_t stage_blob_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t off, ckpt_err *err);
 int stage_blob_truncate(stage_blob *b, uint64_t size, ckpt_err *err);
 /* Durable: returns once every byte written so far is on disk, together
  * with the blob's name in its directory. */

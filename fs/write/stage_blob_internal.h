@@ -23,7 +23,7 @@ enum { REC_DATA = 1, REC_SIZE = 2 };
 /* Map entries pack the record offset (+1, so 0 means "no record") above
  * the block's plaintext length - 1. */
 #define MAP_OFF(e) (((e) >> 16) - 1)
-#define MAP_LEN(e) ((uint32_t)((e) & 0xffffu) + 1)
+#define MAP_LEN(e) ((uint32_t)((e)&0xffffu) + 1)
 #define MAP_MAX_OFF ((1ull << 47) - 2)
 /* 4096 entries per map page (256 MiB of file); at most 2^20 pages, so a
  * sealed file holds up to 256 TiB. */
@@ -35,20 +35,20 @@ struct stage_blob {
     int dirfd, fd;
     uint64_t id;
     char name[24];
-    const stage_key *key;     /* NULL: plain */
+    const stage_key *key; /* NULL: plain */
     uint64_t size;
     int unlinked;
-    int need_dir_sync;        /* created; its name is not known durable yet */
+    int need_dir_sync; /* created; its name is not known durable yet */
 
     /* Sealed blobs only. */
-    uint64_t **pages;         /* block -> newest record, see map_slot */
+    uint64_t **pages; /* block -> newest record, see map_slot */
     size_t n_pages;
     uint64_t log_end, live_bytes;
-    uint8_t *buf;             /* one block of plaintext */
+    uint8_t *buf; /* one block of plaintext */
     uint64_t buf_block;
-    uint32_t buf_len;         /* plaintext bytes of that block (the rest is zero) */
+    uint32_t buf_len; /* plaintext bytes of that block (the rest is zero) */
     int buf_valid, buf_dirty;
-    uint8_t *rec;             /* a record being sealed or opened */
+    uint8_t *rec; /* a record being sealed or opened */
 };
 
 #define BATCH_BLOCKS 16u
@@ -62,12 +62,11 @@ typedef struct seal_job {
     size_t n, next;
 } seal_job;
 
-int blob_append_records(stage_blob *b, const uint8_t *recs, size_t n, uint64_t *at,
-                          ckpt_err *err);
-int blob_append_record(stage_blob *b, int type, uint64_t block, const uint8_t *plain,
-                         uint32_t plen, uint64_t *at, ckpt_err *err);
+int blob_append_records(stage_blob *b, const uint8_t *recs, size_t n, uint64_t *at, ckpt_err *err);
+int blob_append_record(stage_blob *b, int type, uint64_t block, const uint8_t *plain, uint32_t plen,
+                       uint64_t *at, ckpt_err *err);
 int blob_load_record(stage_blob *b, uint64_t off, int type, uint64_t block, uint32_t plen,
-                       uint8_t *out, ckpt_err *err);
+                     uint8_t *out, ckpt_err *err);
 uint64_t *blob_map_slot(stage_blob *b, uint64_t block, int create);
 uint64_t blob_map_get(stage_blob *b, uint64_t block);
 int blob_map_set(stage_blob *b, uint64_t block, uint64_t off, uint32_t plen);

@@ -50,8 +50,7 @@ static void seal_record(const stage_blob *b, uint8_t *r, int type, uint64_t bloc
 
 /* Appends n bytes of sealed records at the end of the log; on failure the
  * log is cut back so a half-written record never stays in the middle. */
-int blob_append_records(stage_blob *b, const uint8_t *recs, size_t n, uint64_t *at,
-                          ckpt_err *err)
+int blob_append_records(stage_blob *b, const uint8_t *recs, size_t n, uint64_t *at, ckpt_err *err)
 {
     if (b->log_end > MAP_MAX_OFF)
         return ckpt_fail(err, -EFBIG, "staging file %s: log too large", b->name);
@@ -67,8 +66,8 @@ int blob_append_records(stage_blob *b, const uint8_t *recs, size_t n, uint64_t *
     return 0;
 }
 
-int blob_append_record(stage_blob *b, int type, uint64_t block, const uint8_t *plain,
-                         uint32_t plen, uint64_t *at, ckpt_err *err)
+int blob_append_record(stage_blob *b, int type, uint64_t block, const uint8_t *plain, uint32_t plen,
+                       uint64_t *at, ckpt_err *err)
 {
     int rc = blob_ensure_fd(b, err);
     if (rc)
@@ -79,7 +78,7 @@ int blob_append_record(stage_blob *b, int type, uint64_t block, const uint8_t *p
 
 /* Reads and opens the record at off into out (plen bytes). */
 int blob_load_record(stage_blob *b, uint64_t off, int type, uint64_t block, uint32_t plen,
-                       uint8_t *out, ckpt_err *err)
+                     uint8_t *out, ckpt_err *err)
 {
     int rc = blob_ensure_fd(b, err);
     if (rc)
@@ -322,4 +321,3 @@ void blob_seal_parallel(seal_job *j)
     }
     pthread_mutex_unlock(&pool_one);
 }
-

@@ -16,7 +16,8 @@ int stage_cipher_available(stage_cipher c)
 {
     if (sodium_init() < 0)
         return 0;
-    return c == STAGE_CIPHER_XCHACHA || (c == STAGE_CIPHER_AESGCM && crypto_aead_aes256gcm_is_available());
+    return c == STAGE_CIPHER_XCHACHA ||
+           (c == STAGE_CIPHER_AESGCM && crypto_aead_aes256gcm_is_available());
 }
 
 const char *stage_cipher_name(stage_cipher c)
@@ -57,8 +58,8 @@ void stage_key_free(stage_key *k)
     free(k);
 }
 
-void stage_seal(const stage_key *k, const uint8_t *ad, size_t ad_len, const uint8_t *in,
-                size_t len, uint8_t nonce[STAGE_NONCE], uint8_t *out)
+void stage_seal(const stage_key *k, const uint8_t *ad, size_t ad_len, const uint8_t *in, size_t len,
+                uint8_t nonce[STAGE_NONCE], uint8_t *out)
 {
     memset(nonce, 0, STAGE_NONCE);
     if (k->cipher == STAGE_CIPHER_AESGCM) {

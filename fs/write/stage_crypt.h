@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define STAGE_KEY_BYTES 32
-#define STAGE_NONCE 24            /* room for either cipher's nonce */
+#define STAGE_NONCE 24 /* room for either cipher's nonce */
 #define STAGE_TAG 16
 
 typedef enum stage_cipher {
@@ -24,7 +24,7 @@ typedef enum stage_cipher {
 } stage_cipher;
 
 typedef struct stage_key {
-    uint8_t *bytes;               /* sodium_malloc'd, STAGE_KEY_BYTES */
+    uint8_t *bytes; /* sodium_malloc'd, STAGE_KEY_BYTES */
     stage_cipher cipher;
 } stage_key;
 
@@ -40,8 +40,8 @@ stage_key *stage_key_new(stage_cipher c);
 void stage_key_free(stage_key *k);
 
 /* out gets len + STAGE_TAG bytes; nonce gets a fresh random nonce. */
-void stage_seal(const stage_key *k, const uint8_t *ad, size_t ad_len, const uint8_t *in,
-                size_t len, uint8_t nonce[STAGE_NONCE], uint8_t *out);
+void stage_seal(const stage_key *k, const uint8_t *ad, size_t ad_len, const uint8_t *in, size_t len,
+                uint8_t nonce[STAGE_NONCE], uint8_t *out);
 /* in is len + STAGE_TAG bytes; 0, or -EIO if it does not authenticate. */
 int stage_unseal(const stage_key *k, const uint8_t *ad, size_t ad_len, const uint8_t *in,
                  size_t len, const uint8_t nonce[STAGE_NONCE], uint8_t *out);

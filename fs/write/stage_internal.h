@@ -19,8 +19,8 @@
 
 /* Replaces dirfd/name with data: temporary file, fsync, rename, fsync of
  * the directory. A crash leaves the old contents or the new, never a mix. */
-int stage_replace_file(int dirfd, const char *what, const char *name, const void *data,
-                       size_t len, ckpt_err *err);
+int stage_replace_file(int dirfd, const char *what, const char *name, const void *data, size_t len,
+                       ckpt_err *err);
 /* The whole of dirfd/name, up to max bytes; -ENOENT if absent. */
 int stage_read_small(int dirfd, const char *name, size_t max, uint8_t **out, size_t *len);
 

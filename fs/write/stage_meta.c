@@ -29,7 +29,7 @@
 
 typedef struct enc {
     bytebuf b;
-    uint32_t *index_of;       /* node id -> position in the file (0 = root) */
+    uint32_t *index_of; /* node id -> position in the file (0 = root) */
     uint32_t n;
 } enc;
 
@@ -142,10 +142,26 @@ static const uint8_t *take(dec *d, size_t n)
     return p;
 }
 
-static uint64_t take_u64(dec *d) { const uint8_t *p = take(d, 8); return p ? get_u64(p) : 0; }
-static uint32_t take_u32(dec *d) { const uint8_t *p = take(d, 4); return p ? get_u32(p) : 0; }
-static uint16_t take_u16(dec *d) { const uint8_t *p = take(d, 2); return p ? get_u16(p) : 0; }
-static uint8_t take_u8(dec *d) { const uint8_t *p = take(d, 1); return p ? p[0] : 0; }
+static uint64_t take_u64(dec *d)
+{
+    const uint8_t *p = take(d, 8);
+    return p ? get_u64(p) : 0;
+}
+static uint32_t take_u32(dec *d)
+{
+    const uint8_t *p = take(d, 4);
+    return p ? get_u32(p) : 0;
+}
+static uint16_t take_u16(dec *d)
+{
+    const uint8_t *p = take(d, 2);
+    return p ? get_u16(p) : 0;
+}
+static uint8_t take_u8(dec *d)
+{
+    const uint8_t *p = take(d, 1);
+    return p ? p[0] : 0;
+}
 
 static int decode_meta(const uint8_t *p, size_t len, wtree *t, uint64_t *next_blob_id)
 {
@@ -241,8 +257,8 @@ int stage_load_meta(stage_dir *d, wtree *t, uint64_t *next_blob_id, ckpt_err *er
         uint8_t ad[8 + STAGE_SID_LEN];
         memcpy(ad, META_MAGIC_SEALED, 8);
         memcpy(ad + 8, d->sid, STAGE_SID_LEN);
-        if (plain && stage_unseal(d->key, ad, sizeof ad, buf + 8 + META_NONCE, plen, buf + 8,
-                                  plain) != 0)
+        if (plain &&
+            stage_unseal(d->key, ad, sizeof ad, buf + 8 + META_NONCE, plen, buf + 8, plain) != 0)
             rc = -EIO; /* the key was checked: this is damage */
     } else if (len >= 8 + META_HASH && memcmp(buf, META_MAGIC_PLAIN, 8) == 0) {
         if (d->key) {

@@ -40,11 +40,16 @@ struct timespec wc_now_real(void)
 const char *wstate_name(wstate s)
 {
     switch (s) {
-    case WST_WRITING: return CKPT_STATE_WRITING;
-    case WST_PACKING: return CKPT_STATE_PACKING;
-    case WST_COMMITTED: return CKPT_STATE_COMMITTED;
-    case WST_FAILED: return CKPT_STATE_FAILED;
-    case WST_DELETED: return "deleted";
+    case WST_WRITING:
+        return CKPT_STATE_WRITING;
+    case WST_PACKING:
+        return CKPT_STATE_PACKING;
+    case WST_COMMITTED:
+        return CKPT_STATE_COMMITTED;
+    case WST_FAILED:
+        return CKPT_STATE_FAILED;
+    case WST_DELETED:
+        return "deleted";
     }
     return "unknown";
 }
@@ -60,8 +65,9 @@ static int store_kind(wtable *t, const char *name)
 {
     int kind = packer_store_kind(t->store, name);
     if (kind)
-        return kind == PACKER_NS ? WC_NAMESPACE
-               : kind == PACKER_PACK_DIR ? WC_PACK_DIR : WC_PACK_FILE;
+        return kind == PACKER_NS         ? WC_NAMESPACE
+               : kind == PACKER_PACK_DIR ? WC_PACK_DIR
+                                         : WC_PACK_FILE;
     int dir = backing_open_parent(t->backing_fd, name, 0);
     struct stat st;
     if (dir >= 0 && fstatat(dir, backing_base(name), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -302,7 +308,8 @@ int wc_unpack(wckpt *c, const char *what)
         c->changed_since_commit = 1;
         c->last_change = wc_now_mono();
         fslog_info("checkpoint '%s': %s while it waited to be packed: it is writing again and "
-                   "is packed once quiet", c->name, what);
+                   "is packed once quiet",
+                   c->name, what);
     }
     switch (c->state) {
     case WST_WRITING:

@@ -65,11 +65,11 @@ typedef enum wstate {
 } wstate;
 
 typedef struct wfile {
-    stage_blob *blob;         /* NULL: unchanged since the base pack */
-    long base_index;          /* then: its file there (else -1) */
+    stage_blob *blob; /* NULL: unchanged since the base pack */
+    long base_index;  /* then: its file there (else -1) */
     uint64_t base_size;
-    unsigned open;            /* handles the kernel opened (create, open) */
-    unsigned busy;            /* reads and writes running without the lock */
+    unsigned open; /* handles the kernel opened (create, open) */
+    unsigned busy; /* reads and writes running without the lock */
     double last_use;
 } wfile;
 
@@ -79,45 +79,45 @@ typedef struct wckpt {
     struct wckpt *next;
     struct wtable *table;
     uint32_t serial;
-    char *name;               /* its path below the mount */
-    int is_file;              /* one file (node 1), shown as that file */
-    int current;              /* what its name means */
-    uint64_t nlookup;         /* kernel references to its inodes */
-    unsigned refs;            /* threads and handles using it */
+    char *name;       /* its path below the mount */
+    int is_file;      /* one file (node 1), shown as that file */
+    int current;      /* what its name means */
+    uint64_t nlookup; /* kernel references to its inodes */
+    unsigned refs;    /* threads and handles using it */
 
     pthread_mutex_t lock;
-    pthread_cond_t changed;   /* state, inflight */
+    pthread_cond_t changed; /* state, inflight */
     wstate state;
-    int locked;               /* sealed, and the mount's key cannot open it */
-    char *error;              /* why it failed (or is locked) */
+    int locked;  /* sealed, and the mount's key cannot open it */
+    char *error; /* why it failed (or is locked) */
     /* Staging writes that failed (a full disk, EIO) and were not made good
      * since: while any is left the checkpoint stays failed, whatever else
      * is written meanwhile (wc_staging_failed, wc_staging_repaired). */
     struct wfailure {
-        uint32_t node;        /* WTREE_NONE: the namespace or record */
-        uint64_t off;         /* where its data went missing; UINT64_MAX:
+        uint32_t node; /* WTREE_NONE: the namespace or record */
+        uint64_t off;  /* where its data went missing; UINT64_MAX:
                                  not durable (a failed sync) */
-    } *failures;
+    } * failures;
     size_t n_failures;
-    int failures_lost;        /* one could not be recorded: only a commit
+    int failures_lost; /* one could not be recorded: only a commit
                                  clears the failure */
-    int busy_logged;          /* "refused while packing" said this round */
+    int busy_logged;   /* "refused while packing" said this round */
     stage_dir dir;
     wtree tree;
     uint64_t next_blob_id;
     unsigned open_files, inflight;
-    double last_change;       /* monotonic seconds */
+    double last_change; /* monotonic seconds */
     int changed_since_commit;
-    uint64_t commit_seq;      /* packing order */
+    uint64_t commit_seq; /* packing order */
     int pack_running;
-    int pack_suspended;       /* cancelled by wtable_stop, to be packed again */
-    int cancel_pack;          /* written to while packing: stop, write on */
+    int pack_suspended; /* cancelled by wtable_stop, to be packed again */
+    int cancel_pack;    /* written to while packing: stop, write on */
     uint64_t pack_done, pack_total;
     double pack_started;
 
     /* Namespace saves: a generation per change, written without the lock. */
     uint64_t meta_gen, saved_gen;
-    int record_dirty;         /* state changed back to writing */
+    int record_dirty; /* state changed back to writing */
     double last_save;
     pthread_mutex_t save_lock;
 
@@ -132,11 +132,11 @@ typedef struct wckpt {
 } wckpt;
 
 typedef struct wtable_opts {
-    double commit_delay;      /* seconds of quiet before auto-commit; 0: never */
-    unsigned pack_threads;    /* 0: all cores */
-    ckpt_cipher cipher;       /* with a key: NONE means the default */
-    int finish_on_stop;       /* wtable_stop finishes the pack under way */
-    const char *mount_path;   /* borrowed; named in the writer lock */
+    double commit_delay;    /* seconds of quiet before auto-commit; 0: never */
+    unsigned pack_threads;  /* 0: all cores */
+    ckpt_cipher cipher;     /* with a key: NONE means the default */
+    int finish_on_stop;     /* wtable_stop finishes the pack under way */
+    const char *mount_path; /* borrowed; named in the writer lock */
     /* Where packs go when not in the backing directory (an S3 store,
      * borrowed): the backing directory is then only the staging area,
      * and the store's own lock (a lease object) is taken as well. */
@@ -145,22 +145,22 @@ typedef struct wtable_opts {
 
 typedef struct wtable {
     pthread_mutex_t lock;
-    pthread_cond_t wake;      /* packer: work queued, or stopping */
-    int backing_fd;           /* borrowed */
-    int lock_fd;              /* the writer lock (backing_lock.h), or -1 */
+    pthread_cond_t wake; /* packer: work queued, or stopping */
+    int backing_fd;      /* borrowed */
+    int lock_fd;         /* the writer lock (backing_lock.h), or -1 */
     char *backing_path;
-    ckpt_store *store;        /* where packs are written: the backing
+    ckpt_store *store;                  /* where packs are written: the backing
                                * directory, or opts.store */
     struct ckpt_store_lock *store_lock; /* opts.store's writer lock */
-    const mount_key *key;     /* borrowed from main.c */
+    const mount_key *key;               /* borrowed from main.c */
     wtable_opts opts;
     stage_root root;
     int root_ready;
     wckpt *all;
     uint32_t next_serial;
     uint64_t commit_seq;
-    int stopping;             /* threads: return (the packer once idle) */
-    int cancel_packing;       /* the pack under way: stop it, -ECANCELED */
+    int stopping;       /* threads: return (the packer once idle) */
+    int cancel_packing; /* the pack under way: stop it, -ECANCELED */
     int threads_started;
     pthread_t packer, timer;
     pthread_cond_t timer_wake;
@@ -177,9 +177,9 @@ typedef struct wtable {
 /* Flags for wckpt_setattr. */
 #define WSET_MODE 1
 #define WSET_SIZE 2
-#define WSET_MTIME 4          /* to the given time */
+#define WSET_MTIME 4 /* to the given time */
 #define WSET_MTIME_NOW 8
-#define WSET_ATIME 16         /* to the given time */
+#define WSET_ATIME 16 /* to the given time */
 #define WSET_ATIME_NOW 32
 
 typedef struct wdirent {
@@ -259,8 +259,8 @@ int wtable_mkdir(wtable *t, const char *name, uint32_t mode, wckpt **out);
 int wtable_create_file(wtable *t, const char *name, uint32_t mode, wckpt **out, uint32_t *node,
                        struct stat *st);
 /* The same for a symbolic link: a single-link checkpoint (not open). */
-int wtable_create_link(wtable *t, const char *name, const char *target, wckpt **out,
-                       uint32_t *node, struct stat *st);
+int wtable_create_link(wtable *t, const char *name, const char *target, wckpt **out, uint32_t *node,
+                       struct stat *st);
 /* Reopens the committed checkpoint name (its pack BACKING/name.tpack or
  * .tfile) for writing: a writable checkpoint whose files are the pack's
  * until changed, whose commit packs a new generation over it. *out gets
@@ -303,7 +303,7 @@ int wtable_ns_convert(wtable *t, const char *path, wckpt **out);
 typedef struct wns_state {
     wstate state;
     int rank;
-    char error[512];          /* "NAME: why" of the failed one */
+    char error[512]; /* "NAME: why" of the failed one */
     uint64_t size, done, total;
     double seconds;
 } wns_state;

@@ -26,8 +26,8 @@ void wc_set_error(wckpt *c, const char *msg);
 /* Lifetimes. */
 /* A new writable checkpoint called name, writing, its staging set up,
  * with a kernel reference; NULL with *rc (t->lock held). */
-wckpt *wc_start(wtable *t, const char *name, uint32_t mode, int is_file, int replaces,
-                int has_base, int *rc);
+wckpt *wc_start(wtable *t, const char *name, uint32_t mode, int is_file, int replaces, int has_base,
+                int *rc);
 /* Removes a writable checkpoint and its staging, whatever is in it
  * (the pack it would replace stays unless c->dir.replaces). */
 void wc_abandon(wtable *t, wckpt *c);

@@ -214,7 +214,8 @@ static void pack_one(wtable *t, wckpt *c)
             t->committed(t->successor_ud, name);
     } else if (rc == -ECANCELED && __atomic_load_n(&c->cancel_pack, __ATOMIC_RELAXED)) {
         fslog_info("checkpoint '%s': written to while it was being packed: packing stopped; it "
-                   "is writing again and is packed once quiet", name ? name : c->name);
+                   "is writing again and is packed once quiet",
+                   name ? name : c->name);
     } else if (rc != -ECANCELED) {
         fslog_err("checkpoint '%s': packing failed: %s", name ? name : c->name, err.msg);
         ckpt_err rec_err = {0};
@@ -318,8 +319,8 @@ static void tick(wtable *t, double *last_park)
         int quiet = c->state == WST_WRITING && !c->locked && t->opts.commit_delay > 0 &&
                     c->changed_since_commit && c->open_files == 0 && c->inflight == 0 &&
                     now - c->last_change >= t->opts.commit_delay;
-        int unsaved = (c->saved_gen != c->meta_gen || c->record_dirty) &&
-                      now - c->last_save >= SAVE_INTERVAL;
+        int unsaved =
+            (c->saved_gen != c->meta_gen || c->record_dirty) && now - c->last_save >= SAVE_INTERVAL;
         if (park)
             park_idle(c, now);
         pthread_mutex_unlock(&c->lock);

@@ -43,8 +43,8 @@ int wtable_ns_mkdir(wtable *t, const char *path, uint32_t mode)
     if (!ns_name_ok(path)) {
         if (backing_path_ok(path))
             fslog_warn("mkdir '%s': a directory above checkpoints cannot end in %s or %s (those "
-                       "are packs in the backing directory)", path, PACK_SUFFIX,
-                       BACKING_FILE_SUFFIX);
+                       "are packs in the backing directory)",
+                       path, PACK_SUFFIX, BACKING_FILE_SUFFIX);
         return strlen(backing_base(path)) + SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
     }
     pthread_mutex_lock(&t->lock);
@@ -89,7 +89,8 @@ int wtable_ns_rename(wtable *t, const char *from, const char *to, int noreplace)
     int rc = 0, kind = wc_backing_kind(t, to);
     if (busy_below(t, from)) {
         fslog_warn("cannot rename '%s': a checkpoint in it is being written; rename it once "
-                   "committed", from);
+                   "committed",
+                   from);
         rc = -EBUSY;
     } else if (wc_by_name(t, to) || (kind && kind != WC_NAMESPACE)) {
         rc = noreplace ? -EEXIST : -ENOTDIR;
@@ -115,7 +116,7 @@ int wtable_ns_rename(wtable *t, const char *from, const char *to, int noreplace)
 /* ---------------------------------------------- becoming a checkpoint */
 
 typedef struct subdir {
-    char *rel;                /* below the namespace */
+    char *rel; /* below the namespace */
     uint32_t mode;
     struct timespec mtime;
 } subdir;
@@ -150,8 +151,8 @@ static int scan_dirs(int fd, const char *rel, scan *s, int depth)
             break;
         }
         char *sub = backing_join(rel, e->d_name);
-        if (!sub || (s->n == s->cap && !(s->v = realloc(s->v, (s->cap = s->cap * 2 + 8) *
-                                                                   sizeof *s->v)))) {
+        if (!sub ||
+            (s->n == s->cap && !(s->v = realloc(s->v, (s->cap = s->cap * 2 + 8) * sizeof *s->v)))) {
             free(sub);
             rc = -ENOMEM;
             break;

@@ -47,8 +47,8 @@ static void fill_attr(wckpt *c, uint32_t node, struct stat *st)
     st->st_nlink = n->linked ? 1 : 0;
     if (f) {
         st->st_size = (off_t)wc_file_size(f);
-        st->st_blocks = (blkcnt_t)(((f->blob ? stage_blob_disk_bytes(f->blob) : f->base_size) +
-                                    511) / 512);
+        st->st_blocks =
+            (blkcnt_t)(((f->blob ? stage_blob_disk_bytes(f->blob) : f->base_size) + 511) / 512);
     }
 }
 
@@ -120,11 +120,13 @@ static int make_node(wckpt *c, uint32_t dir, const char *name, uint32_t mode, co
     }
     if (rc == 0) {
         struct timespec ts = wc_now_real();
-        rc = wtree_add(&c->tree, dir, name, target ? WNODE_LINK : WNODE_FILE,
-                       target ? 0777 : mode, ts.tv_sec, (uint32_t)ts.tv_nsec, id, node);
+        rc = wtree_add(&c->tree, dir, name, target ? WNODE_LINK : WNODE_FILE, target ? 0777 : mode,
+                       ts.tv_sec, (uint32_t)ts.tv_nsec, id, node);
         if (rc == 0 && target) {
             ssize_t n = stage_blob_pwrite(f->blob, target, strlen(target), 0, &err);
-            rc = n == (ssize_t)strlen(target) ? stage_blob_park(f->blob, &err) : n < 0 ? (int)n : -EIO;
+            rc = n == (ssize_t)strlen(target) ? stage_blob_park(f->blob, &err)
+                 : n < 0                      ? (int)n
+                                              : -EIO;
             if (rc) {
                 uint32_t gone;
                 wtree_remove(&c->tree, dir, name, 0, &gone);
@@ -556,7 +558,8 @@ int wckpt_xattr(wckpt *c, const char *attr, char *buf, size_t cap)
     } else if (strcmp(attr, CKPT_XATTR_PROGRESS) == 0) {
         uint64_t done = __atomic_load_n(&c->pack_done, __ATOMIC_RELAXED);
         uint64_t total = __atomic_load_n(&c->pack_total, __ATOMIC_RELAXED);
-        double secs = c->state == WST_PACKING && c->pack_running ? wc_now_mono() - c->pack_started : 0;
+        double secs =
+            c->state == WST_PACKING && c->pack_running ? wc_now_mono() - c->pack_started : 0;
         len = snprintf(buf, cap, "%" PRIu64 " %" PRIu64 " %.3f", done, total, secs);
     } else if (strcmp(attr, CKPT_XATTR_SIZE) == 0) {
         uint64_t size = 0;

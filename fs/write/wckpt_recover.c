@@ -84,7 +84,8 @@ static int open_blobs(wckpt *c)
             char path[WTREE_PATH_MAX + 1];
             wtree_path(&c->tree, i, path, sizeof path);
             fslog_warn("checkpoint '%s': %s had no data on disk (written but never synced); it "
-                       "is empty now", c->name, path);
+                       "is empty now",
+                       c->name, path);
             rc = stage_blob_open(c->dir.data_fd, n->blob_id, c->dir.key, 1, &f->blob, &err);
         }
         if (rc) {
@@ -127,8 +128,8 @@ static int recover_one(void *ud, const char *sid)
          * directories are in the staged namespace already. */
         if (wc_remove_empty_namespace(t, rec.name) != 0) {
             fslog_warn("staging %s: a directory named '%s' is in the backing directory too; the "
-                       "staged checkpoint is left alone (move the directory to reach it)", sid,
-                       rec.name);
+                       "staged checkpoint is left alone (move the directory to reach it)",
+                       sid, rec.name);
             goto skip;
         }
         kind = wc_backing_kind(t, rec.name);
@@ -143,7 +144,8 @@ static int recover_one(void *ud, const char *sid)
                 fslog_err("checkpoint '%s': %s", rec.name, err.msg);
         } else {
             fslog_warn("staging %s: a pack named '%s' exists too; the staged checkpoint is left "
-                       "alone (remove or rename the pack to reach it)", sid, rec.name);
+                       "alone (remove or rename the pack to reach it)",
+                       sid, rec.name);
         }
         goto skip;
     }
@@ -154,7 +156,7 @@ static int recover_one(void *ud, const char *sid)
     }
     c->dir = d;
     c->is_file = rec.is_file;
-    c->state = rec.state == STAGE_PACKING ? WST_PACKING
+    c->state = rec.state == STAGE_PACKING  ? WST_PACKING
                : rec.state == STAGE_FAILED ? WST_FAILED
                                            : WST_WRITING;
     if (rec.error)

@@ -53,8 +53,7 @@ int wc_open_base(wtable *t, const char *name, int is_file, ckpt_pack **out, ckpt
 
 /* The directory of path in c's tree, made as needed; *base gets the last
  * component (c->lock held). */
-static int parent_of(wckpt *c, char *path, int64_t sec, uint32_t nsec, uint32_t *dir,
-                     char **base)
+static int parent_of(wckpt *c, char *path, int64_t sec, uint32_t nsec, uint32_t *dir, char **base)
 {
     uint32_t d = WTREE_ROOT, node;
     char *p = path, *slash;
@@ -231,11 +230,13 @@ int wtable_reopen(wtable *t, const char *name, wckpt **out)
             wc_abandon(t, made);
             wtable_forget(t, made, 1);
         }
-        fslog_err("cannot write into checkpoint '%s': %s", name, err.msg[0] ? err.msg : strerror(-rc));
+        fslog_err("cannot write into checkpoint '%s': %s", name,
+                  err.msg[0] ? err.msg : strerror(-rc));
         return -EROFS;
     }
     fslog_info("checkpoint '%s': written to after its commit: reopened; a new generation of "
-               "its pack replaces it once quiet", name);
+               "its pack replaces it once quiet",
+               name);
     *out = made;
     return 0;
 }

@@ -35,7 +35,7 @@ static int take_store_lock(wtable *t, ckpt_err *err)
     ckpt_err abort_err = {0};
     long n = ckpt_store_abort_stale_uploads(t->opts.store, NULL, 0, &abort_err);
     if (n < 0)
-        fslog_warn("cannot abort the unfinished uploads under %s: %s", 
+        fslog_warn("cannot abort the unfinished uploads under %s: %s",
                    ckpt_store_where(t->opts.store), abort_err.msg);
     else if (n > 0)
         fslog_notice("aborted %ld unfinished upload%s left under %s by an earlier writer", n,
@@ -127,11 +127,12 @@ static void log_suspended(wtable *t)
             if (c->pack_suspended)
                 fslog_notice("checkpoint '%s' suspended: packing stopped at %.1f of %.1f MB as "
                              "the daemon exits; the next mount packs it again from its staged "
-                             "data", c->name, (double)c->pack_done / 1e6,
-                             (double)c->pack_total / 1e6);
+                             "data",
+                             c->name, (double)c->pack_done / 1e6, (double)c->pack_total / 1e6);
             else
                 fslog_notice("checkpoint '%s' suspended: it was waiting to be packed as the "
-                             "daemon exits; the next mount packs it", c->name);
+                             "daemon exits; the next mount packs it",
+                             c->name);
         }
         pthread_mutex_unlock(&c->lock);
     }
@@ -326,8 +327,8 @@ static int name_free(wtable *t, const char *name)
 
 /* A new writable checkpoint called name, writing, with its staging set
  * up and a kernel reference (t->lock held). */
-wckpt *wc_start(wtable *t, const char *name, uint32_t mode, int is_file, int replaces,
-                int has_base, int *rc)
+wckpt *wc_start(wtable *t, const char *name, uint32_t mode, int is_file, int replaces, int has_base,
+                int *rc)
 {
     wckpt *c = wc_wckpt_new(t, name);
     *rc = c ? 0 : -ENOMEM;
@@ -398,8 +399,8 @@ int wtable_create_file(wtable *t, const char *name, uint32_t mode, wckpt **out, 
     return create_single(t, name, mode, NULL, out, node, st);
 }
 
-int wtable_create_link(wtable *t, const char *name, const char *target, wckpt **out,
-                       uint32_t *node, struct stat *st)
+int wtable_create_link(wtable *t, const char *name, const char *target, wckpt **out, uint32_t *node,
+                       struct stat *st)
 {
     return create_single(t, name, 0777, target, out, node, st);
 }
@@ -426,8 +427,7 @@ static int drop(wtable *t, wckpt *c, int want_file)
         ckpt_err err = {0};
         c->current = 0;
         if (stage_remove(&t->root, &c->dir, &err) != 0)
-            fslog_warn("checkpoint '%s' removed, but not all of its staging: %s", c->name,
-                       err.msg);
+            fslog_warn("checkpoint '%s' removed, but not all of its staging: %s", c->name, err.msg);
         if (replaces && wc_pack_exists(t, c->name))
             wtable_remove_pack(t, c->name, c->is_file);
         wc_release_if_unused(t, c);

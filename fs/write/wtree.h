@@ -28,26 +28,26 @@
 typedef enum wnode_kind { WNODE_DIR = 1, WNODE_FILE = 2, WNODE_LINK = 3 } wnode_kind;
 
 typedef struct wnode {
-    char *name;               /* one component; "" for the root */
-    uint32_t parent;          /* WTREE_NONE: root or removed */
-    uint8_t kind;             /* wnode_kind */
-    uint8_t linked;           /* reachable from the root */
-    uint32_t mode;            /* permission bits */
+    char *name;      /* one component; "" for the root */
+    uint32_t parent; /* WTREE_NONE: root or removed */
+    uint8_t kind;    /* wnode_kind */
+    uint8_t linked;  /* reachable from the root */
+    uint32_t mode;   /* permission bits */
     int64_t mtime_sec;
     uint32_t mtime_nsec;
     uint32_t atime_nsec;
-    int64_t atime_sec;        /* as set by utimensat; a pack keeps none */
-    uint64_t blob_id;         /* files: which staged blob holds the bytes */
-    void *data;               /* files: the owner's per-file state */
-    uint32_t *children;       /* dirs */
+    int64_t atime_sec;  /* as set by utimensat; a pack keeps none */
+    uint64_t blob_id;   /* files: which staged blob holds the bytes */
+    void *data;         /* files: the owner's per-file state */
+    uint32_t *children; /* dirs */
     uint32_t n_children, children_cap;
-    uint32_t slot;            /* its place in the name index */
+    uint32_t slot; /* its place in the name index */
 } wnode;
 
 typedef struct wtree {
     wnode *nodes;
     uint32_t n_nodes, cap_nodes;
-    uint32_t *index;          /* hash of (parent, name) -> node */
+    uint32_t *index; /* hash of (parent, name) -> node */
     size_t index_mask, index_used;
     uint8_t hash_key[16];
 } wtree;

@@ -69,8 +69,7 @@ static inline void ff_expect_fault(const container_format *f, const uint8_t *p, 
                                    const char *fragment)
 {
     ff_result r = ff_parse(f, p, n);
-    cr_assert_eq(r.rc, -EINVAL, "rc %d (%s), expected -EINVAL with \"%s\"", r.rc, r.msg,
-                 fragment);
+    cr_assert_eq(r.rc, -EINVAL, "rc %d (%s), expected -EINVAL with \"%s\"", r.rc, r.msg, fragment);
     tu_assert_contains(r.msg, fragment);
     cr_assert_eq(r.l.n, 0);
     cr_assert_null(r.l.t);
@@ -206,12 +205,10 @@ static inline void ff_check_file(const container_format *f, const char *dir, ff_
     size_t n;
     uint8_t *buf = tu_read_file(path, &n);
     free(path);
-    cr_assert(f->sniff(mf->name, buf, n < 4096 ? n : 4096, n), "%s: sniff refused it",
-              mf->name);
+    cr_assert(f->sniff(mf->name, buf, n < 4096 ? n : 4096, n), "%s: sniff refused it", mf->name);
     ff_result r = ff_parse(f, buf, n);
     if (mf->opaque) {
-        cr_assert_eq(r.rc, 1, "%s: rc %d (%s), expected 1 (kept opaque)", mf->name, r.rc,
-                     r.msg);
+        cr_assert_eq(r.rc, 1, "%s: rc %d (%s), expected 1 (kept opaque)", mf->name, r.rc, r.msg);
         cr_assert_eq(r.l.n, 0);
         free(buf);
         return;
@@ -221,14 +218,13 @@ static inline void ff_check_file(const container_format *f, const char *dir, ff_
     for (size_t i = 0; i < mf->n; i++)
         mf->items[i].is_region ? want_r++ : want_t++;
     cr_assert_eq(r.l.n, want_t, "%s: %zu tensors, expected %zu", mf->name, r.l.n, want_t);
-    cr_assert_eq(r.l.n_regions, want_r, "%s: %zu regions, expected %zu", mf->name,
-                 r.l.n_regions, want_r);
+    cr_assert_eq(r.l.n_regions, want_r, "%s: %zu regions, expected %zu", mf->name, r.l.n_regions,
+                 want_r);
     uint64_t first = n, prev_end = 0;
     for (size_t i = 0; i < r.l.n; i++) {
         const ingest_tensor *t = &r.l.t[i];
         cr_assert_leq(t->offset + t->nbytes, n);
-        cr_assert_geq(t->offset, prev_end, "%s: tensors out of order or overlapping",
-                      mf->name);
+        cr_assert_geq(t->offset, prev_end, "%s: tensors out of order or overlapping", mf->name);
         prev_end = t->offset + t->nbytes;
         if (t->offset < first)
             first = t->offset;
@@ -240,8 +236,8 @@ static inline void ff_check_file(const container_format *f, const char *dir, ff_
         cr_assert_eq(it->seen, 0, "%s: tensor '%s' twice", mf->name, t->name);
         it->seen = 1;
         cr_assert_str_eq(t->dtype, it->dtype, "%s: tensor '%s'", mf->name, t->name);
-        cr_assert_eq(t->ndim, it->ndim, "%s: tensor '%s': ndim %u, expected %u", mf->name,
-                     t->name, t->ndim, it->ndim);
+        cr_assert_eq(t->ndim, it->ndim, "%s: tensor '%s': ndim %u, expected %u", mf->name, t->name,
+                     t->ndim, it->ndim);
         for (uint32_t d = 0; d < t->ndim; d++)
             cr_assert_eq(t->shape[d], it->shape[d], "%s: tensor '%s': shape[%u] %llu != %llu",
                          mf->name, t->name, d, (unsigned long long)t->shape[d],
@@ -265,18 +261,16 @@ static inline void ff_check_file(const container_format *f, const char *dir, ff_
         ff_sha_hex(buf + g->offset, (size_t)g->length, hex);
         ff_item *it = NULL;
         for (size_t k = 0; k < mf->n; k++)
-            if (mf->items[k].is_region && !mf->items[k].seen &&
-                strcmp(mf->items[k].sha, hex) == 0)
+            if (mf->items[k].is_region && !mf->items[k].seen && strcmp(mf->items[k].sha, hex) == 0)
                 it = &mf->items[k];
-        cr_assert_not_null(it, "%s: region %s [%llu, +%llu) matches no generated tensor",
-                           mf->name, g->dtype, (unsigned long long)g->offset,
-                           (unsigned long long)g->length);
+        cr_assert_not_null(it, "%s: region %s [%llu, +%llu) matches no generated tensor", mf->name,
+                           g->dtype, (unsigned long long)g->offset, (unsigned long long)g->length);
         it->seen = 1;
         cr_assert_str_eq(g->dtype, it->dtype);
         cr_assert_eq(g->length, it->nbytes);
     }
-    cr_assert_eq(r.l.header_bytes, first, "%s: header_bytes %llu, first range at %llu",
-                 mf->name, (unsigned long long)r.l.header_bytes, (unsigned long long)first);
+    cr_assert_eq(r.l.header_bytes, first, "%s: header_bytes %llu, first range at %llu", mf->name,
+                 (unsigned long long)r.l.header_bytes, (unsigned long long)first);
     ff_layout_free(&r.l);
     free(buf);
 }

@@ -6,15 +6,22 @@
 #include "ckpt.h"
 
 static char *dir;
-static void setup(void) { dir = tu_mkdtemp(); }
-static void teardown(void) { tu_rm_rf(dir); free(dir); }
+static void setup(void)
+{
+    dir = tu_mkdtemp();
+}
+static void teardown(void)
+{
+    tu_rm_rf(dir);
+    free(dir);
+}
 TestSuite(add_reader, .init = setup, .fini = teardown);
 
 typedef struct mem_source {
     const uint8_t *data;
     size_t len;
-    size_t short_at;   /* pretend the source ends here (0: no) */
-    int fail_with;     /* return this errno for reads past byte 100 */
+    size_t short_at; /* pretend the source ends here (0: no) */
+    int fail_with;   /* return this errno for reads past byte 100 */
 } mem_source;
 
 static ssize_t mem_read(void *ud, void *buf, size_t len, uint64_t off)
@@ -41,7 +48,8 @@ static uint8_t *safetensors(size_t *len)
     size_t hl = strlen(head);
     *len = 8 + hl + 800;
     uint8_t *b = malloc(*len);
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(hl >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(hl >> (8 * i));
     memcpy(b + 8, head, hl);
     tu_fill_pattern(b + 8 + hl, 800, 9);
     return b;
@@ -70,8 +78,9 @@ Test(add_reader, packs_like_a_file_on_disk)
     cr_assert_eq(ckpt_writer_finish(w, NULL, &err), 0);
     w = open_writer("cb.tpack");
     mem_source m = {st, len, 0, 0};
-    cr_assert_eq(ckpt_writer_add_reader(w, "m.safetensors", mem_read, &m, len, 0640, 1234, 5, NULL, &err),
-                 0, "%s", err.msg);
+    cr_assert_eq(
+        ckpt_writer_add_reader(w, "m.safetensors", mem_read, &m, len, 0640, 1234, 5, NULL, &err), 0,
+        "%s", err.msg);
     cr_assert_eq(ckpt_writer_finish(w, NULL, &err), 0);
 
     char *a = tu_join(dir, "disk.tpack"), *b = tu_join(dir, "cb.tpack");
@@ -102,14 +111,17 @@ Test(add_reader, source_errors_fail_the_add)
     ckpt_err err = {0};
     ckpt_writer *w = open_writer("e.tpack");
     mem_source failing = {st, len, 0, EIO};
-    int rc = ckpt_writer_add_reader(w, "x.bin", mem_read, &failing, len, 0644, 0, 0, "ckpt/x.bin", &err);
+    int rc =
+        ckpt_writer_add_reader(w, "x.bin", mem_read, &failing, len, 0644, 0, 0, "ckpt/x.bin", &err);
     cr_assert_eq(rc, -EIO, "rc %d: %s", rc, err.msg);
     tu_assert_contains(err.msg, "ckpt/x.bin");
     ckpt_writer_abort(w);
 
     w = open_writer("s.tpack");
     mem_source short_src = {st, len, len - 10, 0};
-    cr_assert_eq(ckpt_writer_add_reader(w, "y.bin", mem_read, &short_src, len, 0644, 0, 0, NULL, &err), -EIO);
+    cr_assert_eq(
+        ckpt_writer_add_reader(w, "y.bin", mem_read, &short_src, len, 0644, 0, 0, NULL, &err),
+        -EIO);
     tu_assert_contains(err.msg, "shrank");
     tu_assert_contains(err.msg, "y.bin");
     ckpt_writer_abort(w);
@@ -120,14 +132,17 @@ Test(add_reader, source_errors_fail_the_add)
     mem_source bad_src = {bad, sizeof bad, 0, 0};
     /* A malformed header is the file's fault, not the source's: the file
      * is stored opaque (test_pack.c checks the warning), the add succeeds. */
-    cr_assert_eq(ckpt_writer_add_reader(w, "z.safetensors", mem_read, &bad_src, sizeof bad, 0644, 0, 0,
-                                        "ckpt/z.safetensors", &err), 0, "%s", err.msg);
+    cr_assert_eq(ckpt_writer_add_reader(w, "z.safetensors", mem_read, &bad_src, sizeof bad, 0644, 0,
+                                        0, "ckpt/z.safetensors", &err),
+                 0, "%s", err.msg);
     /* A source that fails while the parser reads it still fails the add. */
     mem_source failing_st = {st, len, 0, EIO};
-    rc = ckpt_writer_add_reader(w, "f.safetensors", mem_read, &failing_st, len, 0644, 0, 0, "ckpt/f.safetensors", &err);
+    rc = ckpt_writer_add_reader(w, "f.safetensors", mem_read, &failing_st, len, 0644, 0, 0,
+                                "ckpt/f.safetensors", &err);
     cr_assert_eq(rc, -EIO, "rc %d: %s", rc, err.msg);
     tu_assert_contains(err.msg, "ckpt/f.safetensors");
-    cr_assert_eq(ckpt_writer_add_reader(w, "n.bin", NULL, NULL, 0, 0644, 0, 0, NULL, &err), -EINVAL);
+    cr_assert_eq(ckpt_writer_add_reader(w, "n.bin", NULL, NULL, 0, 0644, 0, 0, NULL, &err),
+                 -EINVAL);
     ckpt_writer_abort(w);
     free(st);
 }
@@ -141,16 +156,19 @@ Test(add_reader, tensor_name_clash_is_qualified_by_file)
     ckpt_writer *w = open_writer("clash.tpack");
     ckpt_err err = {0};
     mem_source a = {st, len, 0, 0}, b = {st, len, 0, 0};
-    cr_assert_eq(ckpt_writer_add_reader(w, "model-1.safetensors", mem_read, &a, len, 0644, 0, 0, NULL, &err), 0,
-                 "%s", err.msg);
-    cr_assert_eq(ckpt_writer_add_reader(w, "sub/model-2.safetensors", mem_read, &b, len, 0644, 0, 0, NULL, &err),
+    cr_assert_eq(
+        ckpt_writer_add_reader(w, "model-1.safetensors", mem_read, &a, len, 0644, 0, 0, NULL, &err),
+        0, "%s", err.msg);
+    cr_assert_eq(ckpt_writer_add_reader(w, "sub/model-2.safetensors", mem_read, &b, len, 0644, 0, 0,
+                                        NULL, &err),
                  0, "%s", err.msg);
     cr_assert_eq(ckpt_writer_finish(w, NULL, &err), 0, "%s", err.msg);
     char *path = tu_join(dir, "clash.tpack");
     ckpt_pack *p;
     cr_assert_eq(ckpt_open(path, NULL, &p, &err), 0, "%s", err.msg);
     cr_assert_eq(ckpt_tensor_count(p), 4);
-    long first = ckpt_tensor_find(p, "a"), second = ckpt_tensor_find(p, "sub/model-2.safetensors/a");
+    long first = ckpt_tensor_find(p, "a"),
+         second = ckpt_tensor_find(p, "sub/model-2.safetensors/a");
     cr_assert_geq(first, 0);
     cr_assert_geq(second, 0);
     cr_assert_eq(ckpt_tensor_at(p, (size_t)first)->file_index, 0);

@@ -18,9 +18,12 @@ static void fill_floats(uint8_t *b, size_t n, unsigned k, uint32_t seed)
 {
     uint32_t x = seed * 2654435761u + 1;
     for (size_t i = 0; i < n; i++) {
-        x ^= x << 13; x ^= x >> 17; x ^= x << 5;
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
         b[i] = (uint8_t)x;
-        if (k && i % k == k - 1) b[i] = (uint8_t)(0x3c + (x >> 8) % 3 - (x >> 12) % 2 * 0x80);
+        if (k && i % k == k - 1)
+            b[i] = (uint8_t)(0x3c + (x >> 8) % 3 - (x >> 12) % 2 * 0x80);
     }
 }
 
@@ -42,7 +45,8 @@ static void expect_decodes(const encoded *c, const uint8_t *raw, size_t n, const
 {
     uint8_t *out = malloc(n + 1), *scratch = malloc(n + 1);
     const char *why = NULL;
-    cr_assert(chunk_shape_valid(c->codec, c->group, (uint32_t)n, (uint32_t)c->len), "%s: shape", what);
+    cr_assert(chunk_shape_valid(c->codec, c->group, (uint32_t)n, (uint32_t)c->len), "%s: shape",
+              what);
     int rc = chunk_decode(c->payload, c->len, c->codec, c->group, 3, out, n, scratch, &why);
     cr_assert_eq(rc, 0, "%s: %s", what, why ? why : "");
     cr_assert_arr_eq(out, raw, n, "%s: differs", what);
@@ -54,14 +58,17 @@ static void expect_decodes(const encoded *c, const uint8_t *raw, size_t n, const
 static unsigned count_method(const encoded *c, uint8_t method)
 {
     unsigned n = 0;
-    if (c->codec != CODEC_BYTEGROUP) return 0;
-    for (unsigned j = 0; j < c->group; j++) n += c->payload[5 * j] == method;
+    if (c->codec != CODEC_BYTEGROUP)
+        return 0;
+    for (unsigned j = 0; j < c->group; j++)
+        n += c->payload[5 * j] == method;
     return n;
 }
 
 Test(codec, zstd_planes_round_trip_every_width_and_odd_size)
 {
-    static const size_t sizes[] = {8, 24, 56, 64, 72, 136, 1000, 4104, 65528, 65536 + 8, 1 << 20, (1 << 20) - 8};
+    static const size_t sizes[] = {8,    24,   56,    64,        72,      136,
+                                   1000, 4104, 65528, 65536 + 8, 1 << 20, (1 << 20) - 8};
     static const int levels[] = {1, 6, 9};
     chunk_encoder e;
     chunk_encoder_init(&e);
@@ -78,8 +85,10 @@ Test(codec, zstd_planes_round_trip_every_width_and_odd_size)
                 expect_decodes(&c, raw, n, what);
                 if (n >= 4096 && levels[l] < 9) {
                     cr_assert_eq(c.codec, CODEC_BYTEGROUP, "%s: codec %u", what, c.codec);
-                    cr_assert_eq(count_method(&c, PLANE_ZSTD), 1, "%s: the exponent plane is a zstd frame", what);
-                    cr_assert_eq(count_method(&c, PLANE_DEFLATE), 0, "%s: no deflate below level 9", what);
+                    cr_assert_eq(count_method(&c, PLANE_ZSTD), 1,
+                                 "%s: the exponent plane is a zstd frame", what);
+                    cr_assert_eq(count_method(&c, PLANE_DEFLATE), 0, "%s: no deflate below level 9",
+                                 what);
                 }
                 zstd_planes += count_method(&c, PLANE_ZSTD);
                 /* Opaque: the encoder picks the width itself. */
@@ -118,22 +127,27 @@ static size_t zstd_body(const encoded *c, size_t n, size_t *len)
     size_t pos = 5 * (size_t)c->group;
     for (unsigned j = 0; j < c->group; j++) {
         uint32_t plen = (uint32_t)c->payload[5 * j + 1] | (uint32_t)c->payload[5 * j + 2] << 8 |
-                        (uint32_t)c->payload[5 * j + 3] << 16 | (uint32_t)c->payload[5 * j + 4] << 24;
-        if (c->payload[5 * j] == PLANE_ZSTD) { *len = plen; return pos; }
+                        (uint32_t)c->payload[5 * j + 3] << 16 |
+                        (uint32_t)c->payload[5 * j + 4] << 24;
+        if (c->payload[5 * j] == PLANE_ZSTD) {
+            *len = plen;
+            return pos;
+        }
         pos += plen;
     }
     cr_assert_fail("no zstd plane in a payload of %zu bytes", n);
     return 0;
 }
 
-static void expect_refused(const uint8_t *payload, size_t len, const encoded *c, unsigned version, size_t n,
-                           const char *want, const char *what)
+static void expect_refused(const uint8_t *payload, size_t len, const encoded *c, unsigned version,
+                           size_t n, const char *want, const char *what)
 {
     uint8_t *out = malloc(n), *scratch = malloc(n);
     const char *why = NULL;
     int rc = chunk_decode(payload, len, c->codec, c->group, version, out, n, scratch, &why);
     cr_assert_eq(rc, -EIO, "%s: rc %d", what, rc);
-    cr_assert(why && tu_contains(why, want), "%s: why '%s', want '%s'", what, why ? why : "(null)", want);
+    cr_assert(why && tu_contains(why, want), "%s: why '%s', want '%s'", what, why ? why : "(null)",
+              want);
     free(out);
     free(scratch);
 }
@@ -208,7 +222,8 @@ static void *decode_many(void *arg)
     uint8_t *out = malloc(j->n), *scratch = malloc(j->n);
     for (int i = 0; i < 20; i++) {
         const char *why = NULL;
-        if (chunk_decode(j->c->payload, j->c->len, j->c->codec, j->c->group, 3, out, j->n, scratch, &why) != 0 ||
+        if (chunk_decode(j->c->payload, j->c->len, j->c->codec, j->c->group, 3, out, j->n, scratch,
+                         &why) != 0 ||
             memcmp(out, j->raw, j->n) != 0) {
             free(out);
             free(scratch);
@@ -230,7 +245,8 @@ Test(codec, decoders_are_per_thread)
     encoded c = encode(&e, raw, n, 4, 6);
     job j = {&c, raw, n};
     pthread_t t[6];
-    for (int i = 0; i < 6; i++) cr_assert_eq(pthread_create(&t[i], NULL, decode_many, &j), 0);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, decode_many, &j), 0);
     for (int i = 0; i < 6; i++) {
         void *r;
         pthread_join(t[i], &r);
@@ -275,7 +291,8 @@ Test(codec, corrupt_frame_in_a_pack_names_the_chunk)
     /* Chunk 1 starts after chunk 0; its plane table says where plane 1 is. */
     size_t len;
     uint8_t *pk = tu_read_file(path, &len);
-    size_t c0 = 128 + 10 + ((size_t)pk[128 + 1] | (size_t)pk[128 + 2] << 8 | (size_t)pk[128 + 3] << 16) +
+    size_t c0 = 128 + 10 +
+                ((size_t)pk[128 + 1] | (size_t)pk[128 + 2] << 8 | (size_t)pk[128 + 3] << 16) +
                 ((size_t)pk[128 + 6] | (size_t)pk[128 + 7] << 8 | (size_t)pk[128 + 8] << 16);
     cr_assert_eq(pk[c0 + 5], PLANE_ZSTD, "chunk 1's exponent plane is zstd");
     size_t plane0 = (size_t)pk[c0 + 1] | (size_t)pk[c0 + 2] << 8 | (size_t)pk[c0 + 3] << 16;
@@ -290,9 +307,11 @@ Test(codec, corrupt_frame_in_a_pack_names_the_chunk)
     tu_assert_contains(e.msg, "tensor 'w'");
     tu_assert_contains(e.msg, "zstd frame of a plane is corrupt");
     tu_assert_contains(e.msg, path);
-    cr_assert_eq(ckpt_tensor_pread(p, 0, buf, 65536, 0, &e), 65536, "chunk 0 still reads: %s", e.msg);
+    cr_assert_eq(ckpt_tensor_pread(p, 0, buf, 65536, 0, &e), 65536, "chunk 0 still reads: %s",
+                 e.msg);
     cr_assert_arr_eq(buf, raw, 65536);
-    cr_assert_eq(ckpt_tensor_pread(p, 0, buf, 65536, 2 * 65536, &e), 65536, "chunk 2 still reads: %s", e.msg);
+    cr_assert_eq(ckpt_tensor_pread(p, 0, buf, 65536, 2 * 65536, &e), 65536,
+                 "chunk 2 still reads: %s", e.msg);
     cr_assert_arr_eq(buf, raw + 2 * 65536, 65536);
     ckpt_close(p);
     free(buf);

@@ -19,25 +19,39 @@ static int copy_as_was(ckpt_writer *w, ckpt_pack *src, size_t i, ckpt_err *err)
 #include <math.h>
 
 static char *dir;
-static void setup(void) { dir = tu_mkdtemp(); }
-static void teardown(void) { tu_rm_rf(dir); free(dir); }
+static void setup(void)
+{
+    dir = tu_mkdtemp();
+}
+static void teardown(void)
+{
+    tu_rm_rf(dir);
+    free(dir);
+}
 TestSuite(copy_file, .init = setup, .fini = teardown);
 
-#define OKE(call) do { int rc_ = (call); cr_assert_eq(rc_, 0, "%s: rc %d: %s", #call, rc_, e.msg); } while (0)
+#define OKE(call)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        cr_assert_eq(rc_, 0, "%s: rc %d: %s", #call, rc_, e.msg);                                  \
+    } while (0)
 
 static ckpt_key *test_key(uint8_t seed)
 {
     uint8_t k[CKPT_KEY_BYTES];
-    for (unsigned i = 0; i < sizeof k; i++) k[i] = (uint8_t)(i * 7 + seed);
+    for (unsigned i = 0; i < sizeof k; i++)
+        k[i] = (uint8_t)(i * 7 + seed);
     ckpt_key *key;
     ckpt_err e;
     cr_assert_eq(ckpt_key_from_bytes(k, &key, &e), 0, "%s", e.msg);
     return key;
 }
 
-static ckpt_writer *open_writer(const char *name, const ckpt_key *key, ckpt_cipher cipher, uint32_t chunk_size)
+static ckpt_writer *open_writer(const char *name, const ckpt_key *key, ckpt_cipher cipher,
+                                uint32_t chunk_size)
 {
-    ckpt_write_opts o = {.chunk_size = chunk_size, .level = -1, .key = key, .cipher = cipher, .threads = 2};
+    ckpt_write_opts o = {
+        .chunk_size = chunk_size, .level = -1, .key = key, .cipher = cipher, .threads = 2};
     ckpt_writer *w;
     ckpt_err e = {0};
     char *path = tu_join(dir, name);
@@ -64,10 +78,13 @@ static void fill(void)
 {
     uint64_t s = 12345;
     for (size_t i = 0; i < NF; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
         weights[i] = (float)(0.02 * ((double)(s >> 11) / 9007199254740992.0 - 0.5));
     }
-    for (size_t i = 0; i < sizeof text; i++) text[i] = (uint8_t)("checkpoint "[i % 11]);
+    for (size_t i = 0; i < sizeof text; i++)
+        text[i] = (uint8_t)("checkpoint "[i % 11]);
 }
 
 /* The source: an opaque file, a file with a tensor, another opaque file. */
@@ -113,7 +130,8 @@ static void expect_same_content(ckpt_pack *a, ckpt_pack *b)
         cr_assert_eq(fa->mtime_sec, fb->mtime_sec);
         cr_assert(memcmp(fa->sha256, fb->sha256, 32) == 0);
         uint8_t *x = malloc(fa->size + 1), *y = malloc(fb->size + 1);
-        cr_assert_eq(ckpt_file_pread(a, (size_t)j, x, fa->size, 0, &e), (ssize_t)fa->size, "%s", e.msg);
+        cr_assert_eq(ckpt_file_pread(a, (size_t)j, x, fa->size, 0, &e), (ssize_t)fa->size, "%s",
+                     e.msg);
         cr_assert_eq(ckpt_file_pread(b, i, y, fb->size, 0, &e), (ssize_t)fb->size, "%s", e.msg);
         cr_assert(memcmp(x, y, fa->size) == 0, "%s differs", fb->path);
         free(x);
@@ -123,7 +141,8 @@ static void expect_same_content(ckpt_pack *a, ckpt_pack *b)
     long t = ckpt_tensor_find(b, "w");
     cr_assert_geq(t, 0);
     uint8_t *x = malloc(sizeof weights);
-    cr_assert_eq(ckpt_tensor_pread(b, (size_t)t, x, sizeof weights, 0, &e), (ssize_t)sizeof weights, "%s", e.msg);
+    cr_assert_eq(ckpt_tensor_pread(b, (size_t)t, x, sizeof weights, 0, &e), (ssize_t)sizeof weights,
+                 "%s", e.msg);
     cr_assert(memcmp(x, weights, sizeof weights) == 0);
     cr_assert(memcmp(ckpt_tensor_at(b, (size_t)t)->sha256, ckpt_tensor_at(a, 0)->sha256, 32) == 0);
     cr_assert_eq(ckpt_tensor_at(b, (size_t)t)->file_offset, 4);
@@ -159,18 +178,22 @@ Test(copy_file, unencrypted_chunks_are_reused_byte_for_byte)
     cr_assert_eq(fa->n_extents, fb->n_extents);
     size_t n = 0;
     for (size_t x = 0; x < fa->n_extents; x++) {
-        const extent *ea = &a->extents[fa->first_extent + x], *eb = &b->extents[fb->first_extent + x];
+        const extent *ea = &a->extents[fa->first_extent + x],
+                     *eb = &b->extents[fb->first_extent + x];
         cr_assert_eq(ea->length, eb->length);
         cr_assert_eq(ea->kind, eb->kind);
         for (uint64_t k = 0; k * 65536 < ea->length; k++, n++) {
-            const chunk *ca = &a->chunks[ea->first_chunk + k], *cb = &b->chunks[eb->first_chunk + k];
+            const chunk *ca = &a->chunks[ea->first_chunk + k],
+                        *cb = &b->chunks[eb->first_chunk + k];
             cr_assert_eq(ca->stored_size, cb->stored_size);
             cr_assert_eq(ca->codec, cb->codec);
             cr_assert_eq(ca->crc, cb->crc);
             uint8_t *x1 = malloc(ca->stored_size), *x2 = malloc(cb->stored_size);
             ckpt_err e = {0};
-            cr_assert_eq(a->obj->ops->read_at(a->obj, x1, ca->stored_size, ca->offset, &e), (ssize_t)ca->stored_size);
-            cr_assert_eq(b->obj->ops->read_at(b->obj, x2, cb->stored_size, cb->offset, &e), (ssize_t)cb->stored_size);
+            cr_assert_eq(a->obj->ops->read_at(a->obj, x1, ca->stored_size, ca->offset, &e),
+                         (ssize_t)ca->stored_size);
+            cr_assert_eq(b->obj->ops->read_at(b->obj, x2, cb->stored_size, cb->offset, &e),
+                         (ssize_t)cb->stored_size);
             cr_assert(memcmp(x1, x2, ca->stored_size) == 0);
             free(x1);
             free(x2);
@@ -197,8 +220,14 @@ static void encrypted_round_trip(ckpt_cipher from, ckpt_cipher to)
     ckpt_key_free(k2);
 }
 
-Test(copy_file, aes_gcm_chunks_are_resealed) { encrypted_round_trip(CKPT_CIPHER_AES256GCM, CKPT_CIPHER_AES256GCM); }
-Test(copy_file, xchacha_to_aes_gcm) { encrypted_round_trip(CKPT_CIPHER_XCHACHA20POLY1305, CKPT_CIPHER_AES256GCM); }
+Test(copy_file, aes_gcm_chunks_are_resealed)
+{
+    encrypted_round_trip(CKPT_CIPHER_AES256GCM, CKPT_CIPHER_AES256GCM);
+}
+Test(copy_file, xchacha_to_aes_gcm)
+{
+    encrypted_round_trip(CKPT_CIPHER_XCHACHA20POLY1305, CKPT_CIPHER_AES256GCM);
+}
 
 Test(copy_file, a_damaged_encrypted_chunk_fails_the_copy)
 {
@@ -219,8 +248,10 @@ Test(copy_file, a_damaged_encrypted_chunk_fails_the_copy)
     ckpt_writer *w = open_writer("gen2.tpack", k, CKPT_CIPHER_AES256GCM, 65536);
     ckpt_err e = {0};
     int rc = copy_as_was(w, a, 1, &e);
-    if (rc == 0) rc = ckpt_writer_finish(w, NULL, &e);
-    else ckpt_writer_abort(w);
+    if (rc == 0)
+        rc = ckpt_writer_finish(w, NULL, &e);
+    else
+        ckpt_writer_abort(w);
     cr_assert_eq(rc, -EIO, "rc %d: %s", rc, e.msg);
     tu_assert_contains(e.msg, "fails authentication");
     tu_assert_contains(e.msg, "w.bin");

@@ -51,7 +51,8 @@ static void ref_seal(ckpt_cipher c, const uint8_t *key, const uint8_t nonce[24],
     if (c == CKPT_CIPHER_AES256GCM)
         crypto_aead_aes256gcm_encrypt(out, &clen, in, len, ad, ad_len, NULL, nonce, key);
     else
-        crypto_aead_xchacha20poly1305_ietf_encrypt(out, &clen, in, len, ad, ad_len, NULL, nonce, key);
+        crypto_aead_xchacha20poly1305_ietf_encrypt(out, &clen, in, len, ad, ad_len, NULL, nonce,
+                                                   key);
     cr_assert_eq(clen, len + TPACK_AEAD_TAG);
 }
 
@@ -60,14 +61,16 @@ static int ref_open(ckpt_cipher c, const uint8_t *key, const uint8_t nonce[24], 
 {
     unsigned long long mlen;
     return c == CKPT_CIPHER_AES256GCM
-        ? crypto_aead_aes256gcm_decrypt(out, &mlen, NULL, in, len, ad, ad_len, nonce, key)
-        : crypto_aead_xchacha20poly1305_ietf_decrypt(out, &mlen, NULL, in, len, ad, ad_len, nonce, key);
+               ? crypto_aead_aes256gcm_decrypt(out, &mlen, NULL, in, len, ad, ad_len, nonce, key)
+               : crypto_aead_xchacha20poly1305_ietf_decrypt(out, &mlen, NULL, in, len, ad, ad_len,
+                                                            nonce, key);
 }
 
 static int all_zero(const uint8_t *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (p[i]) return 0;
+        if (p[i])
+            return 0;
     return 1;
 }
 
@@ -87,32 +90,41 @@ static void expect_tamper_fails(ckpt_cipher c, pack_keys pks[2], const uint8_t n
         size_t ad2_len = ad_len;
         switch (what) {
         case 0: /* ciphertext */
-            if (len == 0) continue;
+            if (len == 0)
+                continue;
             bad[randombytes_uniform((uint32_t)len)] ^= (uint8_t)(1u << randombytes_uniform(8));
             break;
         case 1: /* tag */
-            bad[len + randombytes_uniform(TPACK_AEAD_TAG)] ^= (uint8_t)(1u << randombytes_uniform(8));
+            bad[len + randombytes_uniform(TPACK_AEAD_TAG)] ^=
+                (uint8_t)(1u << randombytes_uniform(8));
             break;
         case 2: /* associated data: a flipped bit, or one byte more */
-            if (ad_len) ad2[randombytes_uniform((uint32_t)ad_len)] ^= (uint8_t)(1u << randombytes_uniform(8));
-            else ad2[ad2_len++] = 0;
+            if (ad_len)
+                ad2[randombytes_uniform((uint32_t)ad_len)] ^=
+                    (uint8_t)(1u << randombytes_uniform(8));
+            else
+                ad2[ad2_len++] = 0;
             break;
         case 3: /* nonce: AES-GCM reads 12 bytes; XChaCha's first 16 go to HChaCha20 */
-            n2[randombytes_uniform(c == CKPT_CIPHER_AES256GCM ? 12 : 16)] ^= (uint8_t)(1u << randombytes_uniform(8));
+            n2[randombytes_uniform(c == CKPT_CIPHER_AES256GCM ? 12 : 16)] ^=
+                (uint8_t)(1u << randombytes_uniform(8));
             break;
         case 4: /* XChaCha: the nonce bytes that ChaCha20 itself reads */
-            if (c == CKPT_CIPHER_AES256GCM) continue;
+            if (c == CKPT_CIPHER_AES256GCM)
+                continue;
             n2[16 + randombytes_uniform(8)] ^= (uint8_t)(1u << randombytes_uniform(8));
             break;
         }
         for (int i = 0; i < 2; i++) {
             memset(out, 0xa5, len + 1);
             cr_assert_eq(aead_open_nonce(&pks[i], n2, ad2, ad2_len, bad, slen, out), -EBADMSG,
-                         "%s/%s: tamper %d, len %zu opened", ckpt_cipher_name(c), aead_impl(&pks[i]), what, len);
+                         "%s/%s: tamper %d, len %zu opened", ckpt_cipher_name(c),
+                         aead_impl(&pks[i]), what, len);
             cr_assert(all_zero(out, len), "failed open leaves plaintext in out");
             cr_assert_eq(out[len], 0xa5, "failed open writes past the plaintext");
         }
-        if (can_run(c)) cr_assert_neq(ref_open(c, pks[0].subkey, n2, ad2, ad2_len, bad, slen, out), 0);
+        if (can_run(c))
+            cr_assert_neq(ref_open(c, pks[0].subkey, n2, ad2, ad2_len, bad, slen, out), 0);
     }
     free(bad);
     free(out);
@@ -136,20 +148,23 @@ static void cross_check(ckpt_cipher c, size_t len, size_t ad_len)
         cr_assert_not_null(sealed[i]);
         cr_assert_eq(aead_seal_nonce(&pks[i], nonce, ad, ad_len, in, len, sealed[i]), 0);
     }
-    cr_assert_arr_eq(sealed[0], sealed[1], len + TPACK_AEAD_TAG, "%s, len %zu, ad %zu: OpenSSL and libsodium paths differ",
-                     ckpt_cipher_name(c), len, ad_len);
+    cr_assert_arr_eq(sealed[0], sealed[1], len + TPACK_AEAD_TAG,
+                     "%s, len %zu, ad %zu: OpenSSL and libsodium paths differ", ckpt_cipher_name(c),
+                     len, ad_len);
     if (can_run(c)) {
         ref_seal(c, key, nonce, ad, ad_len, in, len, ref);
-        cr_assert_arr_eq(sealed[0], ref, len + TPACK_AEAD_TAG, "%s, len %zu: differs from libsodium's crypto_aead_*",
-                         ckpt_cipher_name(c), len);
+        cr_assert_arr_eq(sealed[0], ref, len + TPACK_AEAD_TAG,
+                         "%s, len %zu: differs from libsodium's crypto_aead_*", ckpt_cipher_name(c),
+                         len);
         cr_assert_eq(ref_open(c, key, nonce, ad, ad_len, sealed[0], len + TPACK_AEAD_TAG, out), 0);
         cr_assert_arr_eq(out, in, len);
     }
     /* Each path opens the other's output. */
     for (int i = 0; i < 2; i++) {
         memset(out, 0, len + 1);
-        cr_assert_eq(aead_open_nonce(&pks[i], nonce, ad, ad_len, sealed[1 - i], len + TPACK_AEAD_TAG, out), 0,
-                     "%s/%s cannot open len %zu", ckpt_cipher_name(c), aead_impl(&pks[i]), len);
+        cr_assert_eq(
+            aead_open_nonce(&pks[i], nonce, ad, ad_len, sealed[1 - i], len + TPACK_AEAD_TAG, out),
+            0, "%s/%s cannot open len %zu", ckpt_cipher_name(c), aead_impl(&pks[i]), len);
         cr_assert_arr_eq(out, in, len);
     }
     expect_tamper_fails(c, pks, nonce, ad, ad_len, sealed[0], len);
@@ -177,15 +192,18 @@ Test(crypto, openssl_and_libsodium_agree)
         }
     /* Random lengths, short and long. */
     for (int k = 0; k < 40; k++)
-        cross_check(CIPHERS[k & 1], randombytes_uniform(k < 30 ? 600 : 300000), randombytes_uniform(200));
+        cross_check(CIPHERS[k & 1], randombytes_uniform(k < 30 ? 600 : 300000),
+                    randombytes_uniform(200));
 }
 
 /* aead_seal's nonce is the chunk number, u64 little-endian, then zeros
  * (core/FORMAT.md section 5), built here independently. */
 Test(crypto, chunk_number_nonce)
 {
-    static const uint64_t ids[] = {0, 1, 255, 256, 0x0123456789abcdefull, UINT64_MAX - 1, TPACK_INDEX_NONCE_ID};
-    uint8_t key[32], ad[CHUNK_AD_BYTES], in[1000], got[1000 + TPACK_AEAD_TAG], want[sizeof got], out[1000];
+    static const uint64_t ids[] = {
+        0, 1, 255, 256, 0x0123456789abcdefull, UINT64_MAX - 1, TPACK_INDEX_NONCE_ID};
+    uint8_t key[32], ad[CHUNK_AD_BYTES], in[1000], got[1000 + TPACK_AEAD_TAG], want[sizeof got],
+        out[1000];
     randombytes_buf(key, sizeof key);
     randombytes_buf(in, sizeof in);
     cr_assert_eq(TPACK_INDEX_NONCE_ID, UINT64_MAX);
@@ -199,7 +217,8 @@ Test(crypto, chunk_number_nonce)
             keys_from(&pk, c, key, IMPLS[i]);
             for (size_t k = 0; k < sizeof ids / sizeof *ids; k++) {
                 uint8_t nonce[24] = {0};
-                for (int b = 0; b < 8; b++) nonce[b] = (uint8_t)(ids[k] >> (8 * b));
+                for (int b = 0; b < 8; b++)
+                    nonce[b] = (uint8_t)(ids[k] >> (8 * b));
                 cr_assert_eq(aead_seal(&pk, ids[k], ad, sizeof ad, in, sizeof in, got), 0);
                 cr_assert_eq(aead_seal_nonce(&pk, nonce, ad, sizeof ad, in, sizeof in, want), 0);
                 cr_assert_arr_eq(got, want, sizeof got);
@@ -209,7 +228,9 @@ Test(crypto, chunk_number_nonce)
                 }
                 cr_assert_eq(aead_open(&pk, ids[k], ad, sizeof ad, got, sizeof got, out), 0);
                 cr_assert_arr_eq(out, in, sizeof in);
-                if (ids[k] != 0) cr_assert_eq(aead_open(&pk, ids[k] - 1, ad, sizeof ad, got, sizeof got, out), -EBADMSG);
+                if (ids[k] != 0)
+                    cr_assert_eq(aead_open(&pk, ids[k] - 1, ad, sizeof ad, got, sizeof got, out),
+                                 -EBADMSG);
             }
             pack_keys_free(&pk);
         }
@@ -242,13 +263,15 @@ Test(crypto, in_place_and_short_input)
 
 /* ------------------------------------------------- known-answer vectors */
 
-static const char SUNSCREEN[] = "Ladies and Gentlemen of the class of '99: If I could offer you only one tip "
-                                "for the future, sunscreen would be it.";
+static const char SUNSCREEN[] =
+    "Ladies and Gentlemen of the class of '99: If I could offer you only one tip "
+    "for the future, sunscreen would be it.";
 
 static void kat(ckpt_cipher c, const char *key_hex, const uint8_t nonce[24], const char *ad_hex,
                 const uint8_t *pt, size_t len, const char *ct_tag_hex)
 {
-    uint8_t key[32], ad[64], *want = malloc(len + TPACK_AEAD_TAG), *got = malloc(len + TPACK_AEAD_TAG);
+    uint8_t key[32], ad[64], *want = malloc(len + TPACK_AEAD_TAG),
+                             *got = malloc(len + TPACK_AEAD_TAG);
     uint8_t *out = malloc(len + 1);
     cr_assert(want && got && out);
     size_t ad_len = strlen(ad_hex) / 2;
@@ -258,14 +281,18 @@ static void kat(ckpt_cipher c, const char *key_hex, const uint8_t nonce[24], con
     for (int i = 0; i < 2; i++) {
         pack_keys pk;
         keys_from(&pk, c, key, IMPLS[i]);
-        if (!can_run(c) && !pk.evp) { pack_keys_free(&pk); continue; }
+        if (!can_run(c) && !pk.evp) {
+            pack_keys_free(&pk);
+            continue;
+        }
         cr_assert_eq(aead_seal_nonce(&pk, nonce, ad, ad_len, pt, len, got), 0);
-        cr_assert_arr_eq(got, want, len + TPACK_AEAD_TAG, "%s/%s: wrong ciphertext or tag", ckpt_cipher_name(c),
-                         aead_impl(&pk));
+        cr_assert_arr_eq(got, want, len + TPACK_AEAD_TAG, "%s/%s: wrong ciphertext or tag",
+                         ckpt_cipher_name(c), aead_impl(&pk));
         cr_assert_eq(aead_open_nonce(&pk, nonce, ad, ad_len, want, len + TPACK_AEAD_TAG, out), 0);
         cr_assert_arr_eq(out, pt, len);
         want[len] ^= 1;
-        cr_assert_eq(aead_open_nonce(&pk, nonce, ad, ad_len, want, len + TPACK_AEAD_TAG, out), -EBADMSG);
+        cr_assert_eq(aead_open_nonce(&pk, nonce, ad, ad_len, want, len + TPACK_AEAD_TAG, out),
+                     -EBADMSG);
         want[len] ^= 1;
         pack_keys_free(&pk);
     }
@@ -280,7 +307,8 @@ Test(crypto, kat_xchacha20poly1305_draft_a3_1)
 {
     uint8_t nonce[24];
     unhex("404142434445464748494a4b4c4d4e4f5051525354555657", nonce, 24);
-    kat(CKPT_CIPHER_XCHACHA20POLY1305, "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f", nonce,
+    kat(CKPT_CIPHER_XCHACHA20POLY1305,
+        "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f", nonce,
         "50515253c0c1c2c3c4c5c6c7", (const uint8_t *)SUNSCREEN, strlen(SUNSCREEN),
         "bd6d179d3e83d43b9576579493c0e939572a1700252bfaccbed2902c21396cbb"
         "731c7f1b0b4aa6440bf3a82f4eda7e39ae64c6708c54c216cb96b72e1213b452"
@@ -297,9 +325,10 @@ Test(crypto, kat_aes256gcm_test_case_16)
     memset(nonce, 0xee, sizeof nonce);
     unhex("cafebabefacedbaddecaf888", nonce, 12);
     unhex("d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72"
-          "1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39", pt, sizeof pt);
-    kat(CKPT_CIPHER_AES256GCM, "feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308", nonce,
-        "feedfacedeadbeeffeedfacedeadbeefabaddad2", pt, sizeof pt,
+          "1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39",
+          pt, sizeof pt);
+    kat(CKPT_CIPHER_AES256GCM, "feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308",
+        nonce, "feedfacedeadbeeffeedfacedeadbeefabaddad2", pt, sizeof pt,
         "522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa"
         "8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662"
         "76fc6ece0f4e1768cddf8853bb2d551b");
@@ -320,10 +349,12 @@ Test(crypto, kat_chacha20poly1305_rfc8439_2_8_2)
           "3dbea45e8ca9671282fafb69da92728b1a71de0a9e060b2905d6a5b67ecd3b36"
           "92ddbd7f2d778b8c9803aee328091b58fab324e4fad675945585808b4831d7bc"
           "3ff4def08e4b7a9de576d26586cec64b6116"
-          "1ae10b594f09e26a7e902ecbd0600691", want, sizeof want);
+          "1ae10b594f09e26a7e902ecbd0600691",
+          want, sizeof want);
     cr_assert_eq(sodium_init() >= 0, 1);
     unsigned long long n;
-    crypto_aead_chacha20poly1305_ietf_encrypt(got, &n, (const uint8_t *)SUNSCREEN, len, ad, sizeof ad, NULL, nonce, key);
+    crypto_aead_chacha20poly1305_ietf_encrypt(got, &n, (const uint8_t *)SUNSCREEN, len, ad,
+                                              sizeof ad, NULL, nonce, key);
     cr_assert_arr_eq(got, want, sizeof want, "libsodium");
 #ifdef CKPT_USE_OPENSSL
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
@@ -362,29 +393,45 @@ static void *thr_main(void *v)
     size_t max = 70000;
     uint8_t *in = malloc(max), *s = malloc(max + TPACK_AEAD_TAG), *r = malloc(max + TPACK_AEAD_TAG);
     uint8_t *out = malloc(max), ad[CHUNK_AD_BYTES];
-    if (!in || !s || !r || !out) { a->bad = 1; goto done; }
+    if (!in || !s || !r || !out) {
+        a->bad = 1;
+        goto done;
+    }
     for (unsigned k = 0; k < 300; k++) {
         size_t len = randombytes_uniform((uint32_t)max);
         uint64_t id = (uint64_t)a->seed << 32 | k;
         randombytes_buf(in, len);
         randombytes_buf(ad, sizeof ad);
-        if (aead_seal(a->pk, id, ad, sizeof ad, in, len, s) != 0) { a->bad = 2; break; }
+        if (aead_seal(a->pk, id, ad, sizeof ad, in, len, s) != 0) {
+            a->bad = 2;
+            break;
+        }
         if (can_run(c)) {
             uint8_t nonce[24] = {0};
-            for (int b = 0; b < 8; b++) nonce[b] = (uint8_t)(id >> (8 * b));
+            for (int b = 0; b < 8; b++)
+                nonce[b] = (uint8_t)(id >> (8 * b));
             unsigned long long clen;
             if (c == CKPT_CIPHER_AES256GCM)
-                crypto_aead_aes256gcm_encrypt(r, &clen, in, len, ad, sizeof ad, NULL, nonce, a->key);
+                crypto_aead_aes256gcm_encrypt(r, &clen, in, len, ad, sizeof ad, NULL, nonce,
+                                              a->key);
             else
-                crypto_aead_xchacha20poly1305_ietf_encrypt(r, &clen, in, len, ad, sizeof ad, NULL, nonce, a->key);
-            if (memcmp(s, r, len + TPACK_AEAD_TAG) != 0) { a->bad = 3; break; }
+                crypto_aead_xchacha20poly1305_ietf_encrypt(r, &clen, in, len, ad, sizeof ad, NULL,
+                                                           nonce, a->key);
+            if (memcmp(s, r, len + TPACK_AEAD_TAG) != 0) {
+                a->bad = 3;
+                break;
+            }
         }
-        if (aead_open(a->pk, id, ad, sizeof ad, s, len + TPACK_AEAD_TAG, out) != 0 || memcmp(out, in, len) != 0) {
+        if (aead_open(a->pk, id, ad, sizeof ad, s, len + TPACK_AEAD_TAG, out) != 0 ||
+            memcmp(out, in, len) != 0) {
             a->bad = 4;
             break;
         }
         s[len] ^= 1;
-        if (aead_open(a->pk, id, ad, sizeof ad, s, len + TPACK_AEAD_TAG, out) != -EBADMSG) { a->bad = 5; break; }
+        if (aead_open(a->pk, id, ad, sizeof ad, s, len + TPACK_AEAD_TAG, out) != -EBADMSG) {
+            a->bad = 5;
+            break;
+        }
     }
 done:
     free(in);
@@ -411,7 +458,8 @@ Test(crypto, threads_share_a_key)
         }
         for (unsigned i = 0; i < N; i++) {
             pthread_join(t[i], NULL);
-            cr_assert_eq(a[i].bad, 0, "%s: thread %u failed at step %d", ckpt_cipher_name(CIPHERS[ci]), i, a[i].bad);
+            cr_assert_eq(a[i].bad, 0, "%s: thread %u failed at step %d",
+                         ckpt_cipher_name(CIPHERS[ci]), i, a[i].bad);
         }
         pack_keys_free(&pk);
     }
@@ -420,12 +468,14 @@ Test(crypto, threads_share_a_key)
 Test(crypto, default_cipher)
 {
     cr_assert_eq(sodium_init() >= 0, 1);
-    ckpt_cipher want = crypto_aead_aes256gcm_is_available() ? CKPT_CIPHER_AES256GCM : CKPT_CIPHER_XCHACHA20POLY1305;
+    ckpt_cipher want = crypto_aead_aes256gcm_is_available() ? CKPT_CIPHER_AES256GCM
+                                                            : CKPT_CIPHER_XCHACHA20POLY1305;
     cr_assert_eq(ckpt_cipher_default(), want);
     cr_assert(ckpt_cipher_available(ckpt_cipher_default()));
     cr_assert(ckpt_cipher_available(CKPT_CIPHER_XCHACHA20POLY1305));
 #ifdef CKPT_USE_OPENSSL
-    cr_assert(ckpt_cipher_available(CKPT_CIPHER_AES256GCM), "OpenSSL runs AES-GCM with or without AES-NI");
+    cr_assert(ckpt_cipher_available(CKPT_CIPHER_AES256GCM),
+              "OpenSSL runs AES-GCM with or without AES-NI");
 #endif
 }
 
@@ -455,12 +505,14 @@ static void expect_sha(ckpt_pack *p, const char *name, uint64_t size, const char
     cr_assert_geq(i, 0, "%s missing", name);
     uint8_t *buf = malloc(size + 1), sha[32], want[32];
     cr_assert_not_null(buf);
-    cr_assert_eq(ckpt_file_pread(p, (size_t)i, buf, size + 1, 0, &e), (ssize_t)size, "%s: %s", name, e.msg);
+    cr_assert_eq(ckpt_file_pread(p, (size_t)i, buf, size + 1, 0, &e), (ssize_t)size, "%s: %s", name,
+                 e.msg);
     tu_sha256(buf, size, sha);
     unhex(sha_hex, want, 32);
     cr_assert_arr_eq(sha, want, 32, "%s: wrong contents", name);
     if (!strcmp(name, "opaque.bin"))
-        for (size_t k = 0; k < size; k++) cr_assert_eq(buf[k], (uint8_t)((31 * k + 7) % 251));
+        for (size_t k = 0; k < size; k++)
+            cr_assert_eq(buf[k], (uint8_t)((31 * k + 7) % 251));
     free(buf);
 }
 
@@ -468,10 +520,12 @@ static void read_old_pack(const char *name, const char *cipher)
 {
     ckpt_cipher c;
     cr_assert_eq(ckpt_cipher_parse(cipher, &c), 0);
-    if (!ckpt_cipher_available(c)) cr_skip_test("%s is not available here", cipher);
+    if (!ckpt_cipher_available(c))
+        cr_skip_test("%s is not available here", cipher);
     char *path = data_path(name);
     uint8_t raw[32];
-    for (int i = 0; i < 32; i++) raw[i] = (uint8_t)i;
+    for (int i = 0; i < 32; i++)
+        raw[i] = (uint8_t)i;
     ckpt_err e = {0};
     ckpt_key *key;
     cr_assert_eq(ckpt_key_from_bytes(raw, &key, &e), 0, "%s", e.msg);
@@ -481,9 +535,12 @@ static void read_old_pack(const char *name, const char *cipher)
     ckpt_info(p, &info);
     cr_assert_str_eq(info.cipher, cipher);
     cr_assert_eq(ckpt_file_count(p), 3);
-    expect_sha(p, "opaque.bin", 70000, "b56c58471e5e93f1329a5878b818e0cd23ab1a59925a7dc2b1576063a9109955");
-    expect_sha(p, "gen/config.json", 757, "2e672d9466b977b44f905df81c7b6cb87e2804d409dbb5b2343c1d181c323092");
-    expect_sha(p, "gen/model.safetensors", 42712, "33f8544578f1f9c09347fc2269aee8d3938e66332cb7e1ec08c905ea701902a0");
+    expect_sha(p, "opaque.bin", 70000,
+               "b56c58471e5e93f1329a5878b818e0cd23ab1a59925a7dc2b1576063a9109955");
+    expect_sha(p, "gen/config.json", 757,
+               "2e672d9466b977b44f905df81c7b6cb87e2804d409dbb5b2343c1d181c323092");
+    expect_sha(p, "gen/model.safetensors", 42712,
+               "33f8544578f1f9c09347fc2269aee8d3938e66332cb7e1ec08c905ea701902a0");
     cr_assert_eq(ckpt_verify(p, 2, NULL, NULL, NULL, NULL, &e), 0, "%s", e.msg);
     ckpt_close(p);
     /* And not with another key. */

@@ -32,7 +32,7 @@ typedef struct mem {
     size_t len;
     const uint8_t *meta; /* the sibling .metadata, or NULL for none */
     size_t meta_len;
-    int meta_err;        /* returned instead when non-zero */
+    int meta_err; /* returned instead when non-zero */
 } mem;
 
 static ssize_t mem_read(void *ud, void *buf, size_t len, uint64_t off)
@@ -233,8 +233,10 @@ static void load(loaded *x, const char *root, const char *d, const char *f)
         *w = describe(x->file, x->flen, x->key, NULL, 0, k == 1);
         cr_assert_eq(w->rc, 0, "%s: scan rc %d: %s", x->key, w->rc, w->msg);
         cr_assert_eq(w->l.n, 0);
-        cr_assert_eq(w->l.n_regions, x->with.l.n_regions, "%s: the scan finds %zu regions, "
-                     "the metadata %zu", x->key, w->l.n_regions, x->with.l.n_regions);
+        cr_assert_eq(w->l.n_regions, x->with.l.n_regions,
+                     "%s: the scan finds %zu regions, "
+                     "the metadata %zu",
+                     x->key, w->l.n_regions, x->with.l.n_regions);
         for (size_t i = 0; i < w->l.n_regions; i++) {
             cr_assert_eq(w->l.regions[i].offset, x->with.l.regions[i].offset);
             cr_assert_eq(w->l.regions[i].length, x->with.l.regions[i].length);
@@ -507,8 +509,8 @@ static void props(buf *b, const char *dtype)
 
 /* A TensorStorageMetadata of n dims with one chunk per entry of offs (each
  * chunk's sizes = csize). */
-static void tensor_md(buf *b, const char *dtype, uint32_t n, const uint64_t *gsize,
-                      size_t nchunks, const uint64_t (*offs)[4], const uint64_t *csize)
+static void tensor_md(buf *b, const char *dtype, uint32_t n, const uint64_t *gsize, size_t nchunks,
+                      const uint64_t (*offs)[4], const uint64_t *csize)
 {
     obj(b, MD, "TensorStorageMetadata");
     str(b, "properties");
@@ -622,14 +624,14 @@ static int parse(const buf *b, dcp_metadata *md, char *msg, size_t cap)
     return rc;
 }
 
-#define REFUSED(b, text)                                                                     \
-    do {                                                                                     \
-        dcp_metadata md_;                                                                    \
-        char msg_[512];                                                                      \
-        int rc_ = parse(&(b), &md_, msg_, sizeof msg_);                                      \
-        cr_assert_eq(rc_, -EINVAL, "rc %d (%s)", rc_, msg_);                                 \
-        tu_assert_contains(msg_, text);                                                      \
-        free((b).p);                                                                         \
+#define REFUSED(b, text)                                                                           \
+    do {                                                                                           \
+        dcp_metadata md_;                                                                          \
+        char msg_[512];                                                                            \
+        int rc_ = parse(&(b), &md_, msg_, sizeof msg_);                                            \
+        cr_assert_eq(rc_, -EINVAL, "rc %d (%s)", rc_, msg_);                                       \
+        tu_assert_contains(msg_, text);                                                            \
+        free((b).p);                                                                               \
     } while (0)
 
 Test(dcp_metadata, assembled_metadata_parses)
@@ -941,8 +943,12 @@ Test(dcp_describe, unusable_items_are_skipped_not_fatal)
     cr_assert(md.items[0].transformed);
     dcp_metadata_free(&md);
     mem m = {file, sizeof file, b.p, b.len, 0};
-    ingest_source src = {.read = mem_read, .ud = &m, .size = sizeof file, .name = "x",
-                         .read_sibling = mem_sibling, .sibling_ud = &m};
+    ingest_source src = {.read = mem_read,
+                         .ud = &m,
+                         .size = sizeof file,
+                         .name = "x",
+                         .read_sibling = mem_sibling,
+                         .sibling_ud = &m};
     ingest_layout l;
     /* nothing typed: opaque (the skipped list goes with it) */
     cr_assert_eq(ckpt_format_dcp.describe(&src, "__0_0.distcp", &l, msg, sizeof msg), 1);
@@ -957,8 +963,12 @@ Test(dcp_describe, invalid_or_unreadable_metadata_falls_back_to_the_scan)
     result r = describe(file, sizeof file, "__0_0.distcp", junk, sizeof junk, true);
     cr_assert_eq(r.rc, 1, "rc %d: %s", r.rc, r.msg);
     mem m = {file, sizeof file, NULL, 0, -EACCES};
-    ingest_source src = {.read = mem_read, .ud = &m, .size = sizeof file, .name = "x",
-                         .read_sibling = mem_sibling, .sibling_ud = &m};
+    ingest_source src = {.read = mem_read,
+                         .ud = &m,
+                         .size = sizeof file,
+                         .name = "x",
+                         .read_sibling = mem_sibling,
+                         .sibling_ud = &m};
     ingest_layout l;
     char msg[512];
     cr_assert_eq(ckpt_format_dcp.describe(&src, "__0_0.distcp", &l, msg, sizeof msg), 1);

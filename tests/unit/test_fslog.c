@@ -63,8 +63,8 @@ Test(fslog, file_lines_carry_time_pid_and_level)
     cr_assert_not_null(strstr(log, "]: mounted\n"), "%s", log);
     /* 2026-01-02T03:04:05.678+0000 */
     int y, mo, d, h, mi, s, ms;
-    cr_assert_eq(sscanf(log, "%4d-%2d-%2dT%2d:%2d:%2d.%3d", &y, &mo, &d, &h, &mi, &s, &ms), 7,
-                 "%s", log);
+    cr_assert_eq(sscanf(log, "%4d-%2d-%2dT%2d:%2d:%2d.%3d", &y, &mo, &d, &h, &mi, &s, &ms), 7, "%s",
+                 log);
     struct stat st;
     cr_assert_eq(stat(path, &st), 0);
     cr_assert_eq(st.st_mode & 0777, 0600);
@@ -159,7 +159,7 @@ Test(fslog, reopen_without_a_file_is_harmless)
 {
     cr_assert_eq(fslog_start_reopener(), 0);
     fslog_request_reopen();
-    fslog_close(); /* joins the reopener, whatever it was doing */
+    fslog_close();          /* joins the reopener, whatever it was doing */
     fslog_request_reopen(); /* after close: nowhere to write, no crash */
     cr_assert_str_eq(fslog_destination(), "stderr");
 }

@@ -12,7 +12,8 @@
 static size_t encode(const uint8_t *in, size_t n, uint8_t *out, size_t cap)
 {
     uint32_t hist[256] = {0};
-    for (size_t i = 0; i < n; i++) hist[in[i]]++;
+    for (size_t i = 0; i < n; i++)
+        hist[in[i]]++;
     return huff_deflate(in, n, hist, out, cap);
 }
 
@@ -70,7 +71,8 @@ Test(huff, one_symbol)
 Test(huff, two_symbols_and_tiny_inputs)
 {
     uint8_t b[10] = {0, 255, 0, 255, 0, 0, 0, 255, 0, 0};
-    for (size_t n = 1; n <= sizeof b; n++) expect_roundtrip(b, n, "tiny");
+    for (size_t n = 1; n <= sizeof b; n++)
+        expect_roundtrip(b, n, "tiny");
 }
 
 Test(huff, bf16_exponents)
@@ -93,8 +95,10 @@ Test(huff, skewed_frequencies_need_length_limits)
     /* Fibonacci counts make a minimum-redundancy code as deep as the
      * number of symbols: far over deflate's 15 bits. */
     size_t n = 0, fib[30] = {1, 1};
-    for (int i = 2; i < 30; i++) fib[i] = fib[i - 1] + fib[i - 2];
-    for (int i = 0; i < 30; i++) n += fib[i];
+    for (int i = 2; i < 30; i++)
+        fib[i] = fib[i - 1] + fib[i - 2];
+    for (int i = 0; i < 30; i++)
+        n += fib[i];
     uint8_t *b = malloc(n), *p = b;
     for (int i = 0; i < 30; i++) {
         memset(p, i * 7, fib[i]);
@@ -108,7 +112,8 @@ Test(huff, every_byte_value_once_then_many)
 {
     size_t n = 256 + 300000;
     uint8_t *b = malloc(n);
-    for (int i = 0; i < 256; i++) b[i] = (uint8_t)i;
+    for (int i = 0; i < 256; i++)
+        b[i] = (uint8_t)i;
     memset(b + 256, 7, 300000);
     expect_roundtrip(b, n, "all values");
     free(b);

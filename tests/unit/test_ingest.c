@@ -98,8 +98,7 @@ static result npy_parse(const blob *b)
     return r;
 }
 
-static void npy_expect(int major, const char *dict, size_t data_len, int rc,
-                       const char *fragment)
+static void npy_expect(int major, const char *dict, size_t data_len, int rc, const char *fragment)
 {
     blob b = npy_make(major, dict, data_len);
     result r = npy_parse(&b);
@@ -119,12 +118,11 @@ static void npy_expect(int major, const char *dict, size_t data_len, int rc,
 Test(safetensors, several_dtypes_sorted_by_offset)
 {
     /* Listed out of order on purpose: the layout comes back sorted. */
-    const char *json =
-        "{\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[24,32]},"
-        "\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
-        "\"d\":{\"dtype\":\"I64\",\"shape\":[1,1],\"data_offsets\":[33,41]},"
-        "\"c\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[32,33]},"
-        "\"e\":{\"dtype\":\"F8_E4M3\",\"shape\":[3],\"data_offsets\":[41,44]}}";
+    const char *json = "{\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[24,32]},"
+                       "\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+                       "\"d\":{\"dtype\":\"I64\",\"shape\":[1,1],\"data_offsets\":[33,41]},"
+                       "\"c\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[32,33]},"
+                       "\"e\":{\"dtype\":\"F8_E4M3\",\"shape\":[3],\"data_offsets\":[41,44]}}";
     blob b = st_make(json, 44);
     result r = st_parse(&b);
     cr_assert_eq(r.rc, 0, "%s", r.msg);
@@ -138,7 +136,7 @@ Test(safetensors, several_dtypes_sorted_by_offset)
         uint32_t ndim;
         uint64_t d0, off, nbytes;
     } want[] = {
-        {"a", "F32", 2, 2, 0, 24},  {"b", "BF16", 1, 4, 24, 8}, {"c", "U8", 0, 0, 32, 1},
+        {"a", "F32", 2, 2, 0, 24}, {"b", "BF16", 1, 4, 24, 8},    {"c", "U8", 0, 0, 32, 1},
         {"d", "I64", 2, 1, 33, 8}, {"e", "F8_E4M3", 1, 3, 41, 3},
     };
     for (size_t i = 0; i < 5; i++) {
@@ -234,8 +232,8 @@ Test(safetensors, asks_for_more_bytes)
                  -EAGAIN);
     cr_assert_eq(need, hb);
     /* Exactly the header is enough: the data itself is never read. */
-    cr_assert_eq(ingest_safetensors(b.p, (size_t)hb, b.len, &l, &need, msg, sizeof msg), 0,
-                 "%s", msg);
+    cr_assert_eq(ingest_safetensors(b.p, (size_t)hb, b.len, &l, &need, msg, sizeof msg), 0, "%s",
+                 msg);
     cr_assert_eq(l.n, 1);
     ingest_layout_free(&l);
     free(b.p);
@@ -290,7 +288,8 @@ Test(safetensors, invalid_json_message_is_one_line)
     cr_assert_eq(r.rc, -EINVAL);
     tu_assert_contains(r.msg, "safetensors header: invalid JSON at byte ");
     for (const char *c = r.msg; *c; c++)
-        cr_assert(*c >= 0x20 && *c != 0x7f, "control byte 0x%02x in \"%s\"", (unsigned char)*c, r.msg);
+        cr_assert(*c >= 0x20 && *c != 0x7f, "control byte 0x%02x in \"%s\"", (unsigned char)*c,
+                  r.msg);
     tu_assert_contains(r.msg, "near '\"e.emp\\?'");
     free(b.p);
 }
@@ -364,8 +363,9 @@ Test(safetensors, offsets_overlap)
 {
     st_expect_fault("{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
                     "\"b\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[4,12]}}",
-                    12, "tensor 'b': data_offsets [4, 12] overlap the previous tensor, which "
-                        "ends at 8");
+                    12,
+                    "tensor 'b': data_offsets [4, 12] overlap the previous tensor, which "
+                    "ends at 8");
 }
 
 Test(safetensors, offsets_gap)
@@ -447,8 +447,7 @@ Test(safetensors, empty_name)
 
 Test(safetensors, nul_in_name_refused)
 {
-    blob b = st_make("{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
-                     1);
+    blob b = st_make("{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1);
     result r = st_parse(&b);
     cr_assert_eq(r.rc, -EINVAL);
     cr_assert(r.msg[0]);
@@ -526,10 +525,10 @@ Test(npy, every_mapped_descr)
         const char *descr, *dtype;
         size_t size;
     } cases[] = {
-        {"|b1", "BOOL", 1}, {"|i1", "I8", 1},   {"|u1", "U8", 1},   {"<i2", "I16", 2},
-        {"<u2", "U16", 2},  {"<f2", "F16", 2},  {"<i4", "I32", 4},  {"<u4", "U32", 4},
-        {"<f4", "F32", 4},  {"<i8", "I64", 8},  {"<u8", "U64", 8},  {"<f8", "F64", 8},
-        {"=f4", "F32", 4},  {"|f8", "F64", 8},  {">u1", "U8", 1},
+        {"|b1", "BOOL", 1}, {"|i1", "I8", 1},  {"|u1", "U8", 1},  {"<i2", "I16", 2},
+        {"<u2", "U16", 2},  {"<f2", "F16", 2}, {"<i4", "I32", 4}, {"<u4", "U32", 4},
+        {"<f4", "F32", 4},  {"<i8", "I64", 8}, {"<u8", "U64", 8}, {"<f8", "F64", 8},
+        {"=f4", "F32", 4},  {"|f8", "F64", 8}, {">u1", "U8", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dict[128];
@@ -567,8 +566,8 @@ Test(npy, scalar_and_empty_shapes)
 Test(npy, keys_in_any_order_and_either_quote)
 {
     npy_expect(1, "{\"shape\":(2,3),\"fortran_order\":False,\"descr\":\"<f4\"}", 24, 0, NULL);
-    npy_expect(1, "{ 'fortran_order' : False ,\n 'shape' : ( 2 , 3 , ) , 'descr' : '<i4' }",
-               24, 0, NULL);
+    npy_expect(1, "{ 'fortran_order' : False ,\n 'shape' : ( 2 , 3 , ) , 'descr' : '<i4' }", 24, 0,
+               NULL);
     /* Headers written by Python 2 may spell integers as longs. */
     npy_expect(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2L, 3L), }", 24, 0, NULL);
 }

@@ -16,28 +16,36 @@ static char *fixture(const char *name)
 
 typedef struct want {
     const char *name, *sha256;
-    uint64_t size, offset;      /* offset: where a tensor starts in its file */
-    const char *file;           /* tensors: the file that holds it */
+    uint64_t size, offset; /* offset: where a tensor starts in its file */
+    const char *file;      /* tensors: the file that holds it */
 } want;
 
 static const want files[] = {
     {"emb.npy", "dca330bdb5a0f1c82cee14a974778f251df7ec0b6cca14c5c67831a1df0237ec", 8128, 0, NULL},
-    {"model.safetensors", "67ac2751fb8dec4af1fe1523715139eb07b44fe857bda3797d32ab4f3ca20b99", 17120, 0, NULL},
+    {"model.safetensors", "67ac2751fb8dec4af1fe1523715139eb07b44fe857bda3797d32ab4f3ca20b99", 17120,
+     0, NULL},
     {"notes/empty", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", 0, 0, NULL},
-    {"notes/log.txt", "77b22f1db260f79844ee580bc4fb83feaf28de5bc079fb23e423c7b2b2126019", 73351, 0, NULL},
+    {"notes/log.txt", "77b22f1db260f79844ee580bc4fb83feaf28de5bc079fb23e423c7b2b2126019", 73351, 0,
+     NULL},
     /* version 2 only */
-    {"raw/noise.f32", "0b53399fb52ba26a53a3e987e8eb753d07f5e243060168fe959196b7bd3649d4", 98304, 0, NULL},
+    {"raw/noise.f32", "0b53399fb52ba26a53a3e987e8eb753d07f5e243060168fe959196b7bd3649d4", 98304, 0,
+     NULL},
 };
 static const want tensors[] = {
-    {"emb", "8069575cb5d0f2f64475712c6b7f73205cb88bdb74b73f7ccfa09af848cccb07", 8000, 128, "emb.npy"},
-    {"a.weight", "d0f130a53cf28bf23ffae3033cd991a12427ce29715ea11213ebb698dcbd78e4", 16384, 17120 - 16384 - 512 - 8,
+    {"emb", "8069575cb5d0f2f64475712c6b7f73205cb88bdb74b73f7ccfa09af848cccb07", 8000, 128,
+     "emb.npy"},
+    {"a.weight", "d0f130a53cf28bf23ffae3033cd991a12427ce29715ea11213ebb698dcbd78e4", 16384,
+     17120 - 16384 - 512 - 8, "model.safetensors"},
+    {"a.bias", "380adc6bf0586c954d735959f3beb62bac02b50ca03a839385fd7f3080544887", 512,
+     17120 - 512 - 8, "model.safetensors"},
+    {"step", "1af2444c165b8d6156651aa4f8dc49e6302f690473e80304fdfdb73baa9140c7", 8, 17120 - 8,
      "model.safetensors"},
-    {"a.bias", "380adc6bf0586c954d735959f3beb62bac02b50ca03a839385fd7f3080544887", 512, 17120 - 512 - 8,
-     "model.safetensors"},
-    {"step", "1af2444c165b8d6156651aa4f8dc49e6302f690473e80304fdfdb73baa9140c7", 8, 17120 - 8, "model.safetensors"},
 };
 
-static void hex_of(const uint8_t *d, char out[65]) { ckpt_hex32(d, out); }
+static void hex_of(const uint8_t *d, char out[65])
+{
+    ckpt_hex32(d, out);
+}
 
 static void check_sha(const uint8_t *buf, size_t len, const char *want_hex, const char *what)
 {
@@ -62,7 +70,8 @@ static void check_pack(const char *name, unsigned version, int encrypted)
     ckpt_err e;
     if (encrypted) {
         uint8_t k[CKPT_KEY_BYTES];
-        for (unsigned i = 0; i < sizeof k; i++) k[i] = (uint8_t)i;
+        for (unsigned i = 0; i < sizeof k; i++)
+            k[i] = (uint8_t)i;
         cr_assert_eq(ckpt_key_from_bytes(k, &key, &e), 0, "%s", e.msg);
     }
     ckpt_pack *p;
@@ -82,10 +91,12 @@ static void check_pack(const char *name, unsigned version, int encrypted)
         const ckpt_file_info *f = ckpt_file_at(p, (size_t)fi);
         cr_assert_eq(f->size, files[i].size);
         uint8_t *buf = malloc(f->size + 1);
-        cr_assert_eq(ckpt_file_pread(p, (size_t)fi, buf, f->size + 1, 0, &e), (ssize_t)f->size, "%s", e.msg);
+        cr_assert_eq(ckpt_file_pread(p, (size_t)fi, buf, f->size + 1, 0, &e), (ssize_t)f->size,
+                     "%s", e.msg);
         check_sha(buf, f->size, files[i].sha256, files[i].name);
         memset(buf, 0, f->size);
-        cr_assert_eq(ckpt_file_stream(p, (size_t)fi, 0, f->size, 2, sink_copy, buf, &e), 0, "%s", e.msg);
+        cr_assert_eq(ckpt_file_stream(p, (size_t)fi, 0, f->size, 2, sink_copy, buf, &e), 0, "%s",
+                     e.msg);
         check_sha(buf, f->size, files[i].sha256, files[i].name);
         char hex[65];
         hex_of(f->sha256, hex);
@@ -101,7 +112,8 @@ static void check_pack(const char *name, unsigned version, int encrypted)
                      (unsigned long long)t->file_offset);
         cr_assert_str_eq(ckpt_file_at(p, t->file_index)->path, tensors[i].file);
         uint8_t *buf = malloc(t->nbytes);
-        cr_assert_eq(ckpt_tensor_pread(p, (size_t)ti, buf, t->nbytes, 0, &e), (ssize_t)t->nbytes, "%s", e.msg);
+        cr_assert_eq(ckpt_tensor_pread(p, (size_t)ti, buf, t->nbytes, 0, &e), (ssize_t)t->nbytes,
+                     "%s", e.msg);
         check_sha(buf, t->nbytes, tensors[i].sha256, tensors[i].name);
         free(buf);
     }
@@ -110,7 +122,19 @@ static void check_pack(const char *name, unsigned version, int encrypted)
     free(path);
 }
 
-Test(v1_fixture, plain_pack_reads_back) { check_pack("v1-plain.tpack", 1, 0); }
-Test(v1_fixture, encrypted_pack_reads_back) { check_pack("v1-xchacha.tpack", 1, 1); }
-Test(v2_fixture, plain_pack_reads_back) { check_pack("v2-plain.tpack", 2, 0); }
-Test(v2_fixture, encrypted_pack_reads_back) { check_pack("v2-xchacha.tpack", 2, 1); }
+Test(v1_fixture, plain_pack_reads_back)
+{
+    check_pack("v1-plain.tpack", 1, 0);
+}
+Test(v1_fixture, encrypted_pack_reads_back)
+{
+    check_pack("v1-xchacha.tpack", 1, 1);
+}
+Test(v2_fixture, plain_pack_reads_back)
+{
+    check_pack("v2-plain.tpack", 2, 0);
+}
+Test(v2_fixture, encrypted_pack_reads_back)
+{
+    check_pack("v2-xchacha.tpack", 2, 1);
+}

@@ -6,8 +6,15 @@
 #include <sodium.h>
 
 static char *dir;
-static void setup(void) { dir = tu_mkdtemp(); }
-static void teardown(void) { tu_rm_rf(dir); free(dir); }
+static void setup(void)
+{
+    dir = tu_mkdtemp();
+}
+static void teardown(void)
+{
+    tu_rm_rf(dir);
+    free(dir);
+}
 TestSuite(pack, .init = setup, .fini = teardown);
 
 /* Float-like data: N(0, 0.02) as bf16, so bytegroup coding is exercised. */
@@ -15,7 +22,9 @@ static void fill_bf16(uint16_t *v, size_t n, uint32_t seed)
 {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
     for (size_t i = 0; i < n; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
         double u = ((s >> 11) + 0.5) / 9007199254740992.0, g = (u - 0.5) * 0.06;
         float f = (float)g;
         uint32_t b;
@@ -25,9 +34,9 @@ static void fill_bf16(uint16_t *v, size_t n, uint32_t seed)
 }
 
 typedef struct fixture {
-    uint8_t *opaque;            /* 2.5 chunks of patterned bytes */
+    uint8_t *opaque; /* 2.5 chunks of patterned bytes */
     size_t opaque_len;
-    uint16_t *t0, *t1;          /* tensors: [300, 1000] and [7] BF16 */
+    uint16_t *t0, *t1; /* tensors: [300, 1000] and [7] BF16 */
 } fixture;
 
 static fixture make_fixture(uint32_t chunk)
@@ -43,7 +52,12 @@ static fixture make_fixture(uint32_t chunk)
     return f;
 }
 
-static void free_fixture(fixture *f) { free(f->opaque); free(f->t0); free(f->t1); }
+static void free_fixture(fixture *f)
+{
+    free(f->opaque);
+    free(f->t0);
+    free(f->t1);
+}
 
 /* Writes: "config.json" (small), "sub/data.bin" (opaque, multi-chunk),
  * "model.bin" (8-byte prefix, tensor t0, tensor t1, 5-byte suffix), "empty". */
@@ -101,7 +115,8 @@ static void expect_file(ckpt_pack *p, const char *path, const void *want, size_t
     for (uint64_t off = 1; off < len; off = off * 3 + 12345) {
         size_t n = (size_t)(len - off < 70001 ? len - off : 70001);
         cr_assert_eq(ckpt_file_pread(p, (size_t)i, buf, n, off, &e), (ssize_t)n, "%s", e.msg);
-        cr_assert(memcmp(buf, (const uint8_t *)want + off, n) == 0, "%s at %llu", path, (unsigned long long)off);
+        cr_assert(memcmp(buf, (const uint8_t *)want + off, n) == 0, "%s at %llu", path,
+                  (unsigned long long)off);
     }
     cr_assert_eq(ckpt_file_pread(p, (size_t)i, buf, 10, len, &e), 0, "read at EOF returns 0");
     free(buf);
@@ -146,7 +161,8 @@ static void check_pack(const char *path, const ckpt_key *key, const fixture *f)
     uint8_t *buf = malloc(600000);
     cr_assert_eq(ckpt_tensor_pread(p, (size_t)t, buf, 600000, 0, &e), 600000, "%s", e.msg);
     cr_assert_arr_eq(buf, f->t0, 600000);
-    cr_assert_eq(ckpt_tensor_pread(p, (size_t)t, buf, 1000, 599500, &e), 500, "short read at tensor end");
+    cr_assert_eq(ckpt_tensor_pread(p, (size_t)t, buf, 1000, 599500, &e), 500,
+                 "short read at tensor end");
     cr_assert_arr_eq(buf, (uint8_t *)f->t0 + 599500, 500);
     free(buf);
     cr_assert_eq(ckpt_tensor_find(p, "nope"), -1);
@@ -177,10 +193,22 @@ static ckpt_key *test_key(uint8_t fill)
     return k;
 }
 
-Test(pack, roundtrip_default) { roundtrip((ckpt_write_opts){.level = -1}, NULL); }
-Test(pack, roundtrip_stored) { roundtrip((ckpt_write_opts){.level = 0, .threads = 1}, NULL); }
-Test(pack, roundtrip_level9_small_chunks) { roundtrip((ckpt_write_opts){.level = 9, .chunk_size = 65536, .threads = 3}, NULL); }
-Test(pack, roundtrip_big_chunks) { roundtrip((ckpt_write_opts){.level = 1, .chunk_size = 16u << 20}, NULL); }
+Test(pack, roundtrip_default)
+{
+    roundtrip((ckpt_write_opts){.level = -1}, NULL);
+}
+Test(pack, roundtrip_stored)
+{
+    roundtrip((ckpt_write_opts){.level = 0, .threads = 1}, NULL);
+}
+Test(pack, roundtrip_level9_small_chunks)
+{
+    roundtrip((ckpt_write_opts){.level = 9, .chunk_size = 65536, .threads = 3}, NULL);
+}
+Test(pack, roundtrip_big_chunks)
+{
+    roundtrip((ckpt_write_opts){.level = 1, .chunk_size = 16u << 20}, NULL);
+}
 
 Test(pack, roundtrip_xchacha)
 {
@@ -198,7 +226,8 @@ Test(pack, roundtrip_xchacha_stored)
 
 Test(pack, roundtrip_aes256gcm)
 {
-    if (!ckpt_cipher_available(CKPT_CIPHER_AES256GCM)) cr_skip_test("AES-256-GCM not supported by this CPU");
+    if (!ckpt_cipher_available(CKPT_CIPHER_AES256GCM))
+        cr_skip_test("AES-256-GCM not supported by this CPU");
     ckpt_key *k = test_key(2);
     roundtrip((ckpt_write_opts){.level = -1, .key = k, .cipher = CKPT_CIPHER_AES256GCM}, k);
     ckpt_key_free(k);
@@ -217,7 +246,8 @@ Test(pack, roundtrip_passphrase)
     char *path = tu_join(dir, "x.tpack");
     cr_assert_eq(ckpt_probe(path, &info, &e), 0, "%s", e.msg);
     cr_assert_str_eq(info.kdf, "argon2id");
-    cr_assert_str_eq(info.cipher, ckpt_cipher_name(ckpt_cipher_default()), "a key and no cipher: the default");
+    cr_assert_str_eq(info.cipher, ckpt_cipher_name(ckpt_cipher_default()),
+                     "a key and no cipher: the default");
     ckpt_key_free(k);
     free(pf);
     free(path);
@@ -237,7 +267,10 @@ Test(pack, same_input_different_pack_ids)
     /* Fresh pack ids give fresh subkeys, so no ciphertext repeats across packs. */
     cr_assert_neq(memcmp(pa + 16, pb + 16, 16), 0);
     cr_assert_neq(memcmp(pa + 200, pb + 200, 64), 0);
-    free(pa); free(pb); free(a); free(b);
+    free(pa);
+    free(pb);
+    free(a);
+    free(b);
     free_fixture(&f);
     ckpt_key_free(k);
 }
@@ -399,7 +432,10 @@ static void corrupt_chunk_case(const ckpt_key *key, const char *words)
     free_fixture(&f);
 }
 
-Test(pack, corrupt_chunk_plain) { corrupt_chunk_case(NULL, "checksum mismatch"); }
+Test(pack, corrupt_chunk_plain)
+{
+    corrupt_chunk_case(NULL, "checksum mismatch");
+}
 Test(pack, corrupt_chunk_encrypted)
 {
     ckpt_key *k = test_key(7);
@@ -417,7 +453,10 @@ static void patch_index(const char *path, void (*patch)(uint8_t *idx, size_t len
     uint8_t *b = tu_read_file(path, &len);
     uint8_t *ftr = b + len - 64;
     uint64_t ioff = 0, iraw = 0;
-    for (int i = 7; i >= 0; i--) { ioff = ioff << 8 | ftr[i]; iraw = iraw << 8 | ftr[16 + i]; }
+    for (int i = 7; i >= 0; i--) {
+        ioff = ioff << 8 | ftr[i];
+        iraw = iraw << 8 | ftr[16 + i];
+    }
     patch(b + ioff, (size_t)iraw);
     crypto_hash_sha256_state st;
     crypto_hash_sha256_init(&st);
@@ -429,10 +468,25 @@ static void patch_index(const char *path, void (*patch)(uint8_t *idx, size_t len
 }
 
 /* The first file record starts at byte 32: u16 path_len, then the path. */
-static void path_dotdot(uint8_t *idx, size_t len) { memcpy(idx + 34, "../" "xxxxxxxx", 11); }
-static void path_absolute(uint8_t *idx, size_t len) { idx[34] = '/'; }
-static void path_nul(uint8_t *idx, size_t len) { idx[36] = 0; }
-static void counts_huge(uint8_t *idx, size_t len) { memset(idx + 24, 0xff, 8); }
+static void path_dotdot(uint8_t *idx, size_t len)
+{
+    memcpy(idx + 34,
+           "../"
+           "xxxxxxxx",
+           11);
+}
+static void path_absolute(uint8_t *idx, size_t len)
+{
+    idx[34] = '/';
+}
+static void path_nul(uint8_t *idx, size_t len)
+{
+    idx[36] = 0;
+}
+static void counts_huge(uint8_t *idx, size_t len)
+{
+    memset(idx + 24, 0xff, 8);
+}
 static void file_size_huge(uint8_t *idx, size_t len)
 {
     size_t plen = idx[32] | idx[33] << 8;
@@ -452,7 +506,8 @@ static void chunk_offset_huge(uint8_t *idx, size_t len)
 {
     /* Chunk records are the last n_chunks * 24 bytes of the index. */
     uint64_t nc = 0;
-    for (int i = 7; i >= 0; i--) nc = nc << 8 | idx[24 + i];
+    for (int i = 7; i >= 0; i--)
+        nc = nc << 8 | idx[24 + i];
     uint8_t *c0 = idx + len - nc * 24;
     memset(c0, 0xff, 8);
 }
@@ -468,12 +523,30 @@ static void expect_patched_refused(void (*patch)(uint8_t *, size_t), const char 
     free(p);
 }
 
-Test(pack, index_path_dotdot) { expect_patched_refused(path_dotdot, "unsafe path"); }
-Test(pack, index_path_absolute) { expect_patched_refused(path_absolute, "unsafe path"); }
-Test(pack, index_path_nul) { expect_patched_refused(path_nul, "truncated"); }
-Test(pack, index_counts_overflow) { expect_patched_refused(counts_huge, "record counts"); }
-Test(pack, index_size_overflow) { expect_patched_refused(file_size_huge, "index:"); }
-Test(pack, index_trailing_slash) { expect_patched_refused(duplicate_path, "unsafe path"); }
+Test(pack, index_path_dotdot)
+{
+    expect_patched_refused(path_dotdot, "unsafe path");
+}
+Test(pack, index_path_absolute)
+{
+    expect_patched_refused(path_absolute, "unsafe path");
+}
+Test(pack, index_path_nul)
+{
+    expect_patched_refused(path_nul, "truncated");
+}
+Test(pack, index_counts_overflow)
+{
+    expect_patched_refused(counts_huge, "record counts");
+}
+Test(pack, index_size_overflow)
+{
+    expect_patched_refused(file_size_huge, "index:");
+}
+Test(pack, index_trailing_slash)
+{
+    expect_patched_refused(duplicate_path, "unsafe path");
+}
 
 /* Two one-file records named "aa" and "ab" (or "a" and "b/c"), for renaming. */
 static char *two_file_pack(const char *n1, const char *n2)
@@ -497,10 +570,17 @@ static size_t second_path_at(const uint8_t *idx)
     size_t p1 = idx[32] | idx[33] << 8;
     return 34 + p1 + 4 + 8 + 4 + 8 + 32 + 8 + 4 + 3 + 2;
 }
-static void rename_ab_to_aa(uint8_t *idx, size_t len) { idx[second_path_at(idx) + 1] = 'a'; }
-static void rename_bc_to_ac(uint8_t *idx, size_t len) { idx[second_path_at(idx)] = 'a'; }
+static void rename_ab_to_aa(uint8_t *idx, size_t len)
+{
+    idx[second_path_at(idx) + 1] = 'a';
+}
+static void rename_bc_to_ac(uint8_t *idx, size_t len)
+{
+    idx[second_path_at(idx)] = 'a';
+}
 
-static void expect_two_file_refused(const char *n1, const char *n2, void (*patch)(uint8_t *, size_t), const char *words)
+static void expect_two_file_refused(const char *n1, const char *n2,
+                                    void (*patch)(uint8_t *, size_t), const char *words)
 {
     char *p = two_file_pack(n1, n2);
     patch_index(p, patch);
@@ -511,12 +591,18 @@ static void expect_two_file_refused(const char *n1, const char *n2, void (*patch
     free(p);
 }
 
-Test(pack, index_duplicate_path) { expect_two_file_refused("aa", "ab", rename_ab_to_aa, "duplicate file path 'aa'"); }
+Test(pack, index_duplicate_path)
+{
+    expect_two_file_refused("aa", "ab", rename_ab_to_aa, "duplicate file path 'aa'");
+}
 Test(pack, index_file_is_also_directory)
 {
     expect_two_file_refused("a", "b/c", rename_bc_to_ac, "'a' is both a file and a directory");
 }
-Test(pack, index_chunk_offset_outside) { expect_patched_refused(chunk_offset_huge, "chunk 0 is at offset"); }
+Test(pack, index_chunk_offset_outside)
+{
+    expect_patched_refused(chunk_offset_huge, "chunk 0 is at offset");
+}
 
 /* ------------------------------------------------------- writer refusals */
 
@@ -528,7 +614,8 @@ Test(pack, writer_refuses_bad_names)
     cr_assert_eq(ckpt_writer_open(path, NULL, NULL, &w, &e), 0, "%s", e.msg);
     const char *bad[] = {"../x", "/abs", "a//b", "a/./b", "a/", "", "."};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        cr_assert_eq(ckpt_writer_begin_file(w, bad[i], 0644, 0, 0, &e), -EINVAL, "'%s' accepted", bad[i]);
+        cr_assert_eq(ckpt_writer_begin_file(w, bad[i], 0644, 0, 0, &e), -EINVAL, "'%s' accepted",
+                     bad[i]);
         cr_assert(tu_contains(e.msg, "unsafe path"), "%s", e.msg);
     }
     cr_assert_eq(ckpt_writer_begin_file(w, "a/b", 0644, 0, 0, &e), 0);
@@ -566,11 +653,15 @@ Test(pack, writer_options_validated)
     ckpt_err e = {0};
     ckpt_writer *w;
     char *path = tu_join(dir, "w.tpack");
-    cr_assert_eq(ckpt_writer_open(path, NULL, &(ckpt_write_opts){.chunk_size = 3000}, &w, &e), -EINVAL);
+    cr_assert_eq(ckpt_writer_open(path, NULL, &(ckpt_write_opts){.chunk_size = 3000}, &w, &e),
+                 -EINVAL);
     cr_assert(tu_contains(e.msg, "power of two"), "%s", e.msg);
-    cr_assert_eq(ckpt_writer_open(path, NULL, &(ckpt_write_opts){.chunk_size = 32u << 20}, &w, &e), -EINVAL);
+    cr_assert_eq(ckpt_writer_open(path, NULL, &(ckpt_write_opts){.chunk_size = 32u << 20}, &w, &e),
+                 -EINVAL);
     cr_assert_eq(ckpt_writer_open(path, NULL, &(ckpt_write_opts){.level = 10}, &w, &e), -EINVAL);
-    cr_assert_eq(ckpt_writer_open(path, NULL, &(ckpt_write_opts){.cipher = CKPT_CIPHER_AES256GCM}, &w, &e), -EINVAL);
+    cr_assert_eq(
+        ckpt_writer_open(path, NULL, &(ckpt_write_opts){.cipher = CKPT_CIPHER_AES256GCM}, &w, &e),
+        -EINVAL);
     cr_assert(tu_contains(e.msg, "no key"), "%s", e.msg);
     free(path);
 }
@@ -601,7 +692,8 @@ Test(pack, add_tree_indexes_safetensors_and_npy)
                       "\"b\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[16,24]}}";
     size_t hl = strlen(hdr), total = 8 + hl + 24;
     uint8_t *st = calloc(1, total);
-    for (int i = 0; i < 8; i++) st[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        st[i] = (uint8_t)((uint64_t)hl >> (8 * i));
     memcpy(st + 8, hdr, hl);
     tu_fill_pattern(st + 8 + hl, 24, 3);
     char *stp = tu_join(src, "model.safetensors");
@@ -664,8 +756,9 @@ Test(pack, add_tree_indexes_safetensors_and_npy)
     cr_assert_eq(ckpt_open(path, NULL, &p, &e), 0, "%s", e.msg);
     expect_file(p, "model.safetensors", st, total);
     cr_assert_str_eq(ckpt_file_at(p, 0)->container, "");
-    cr_assert(tu_contains(ckpt_file_at(p, 0)->note, "model.safetensors: stored opaque: safetensors header"), "%s",
-              ckpt_file_at(p, 0)->note);
+    cr_assert(tu_contains(ckpt_file_at(p, 0)->note,
+                          "model.safetensors: stored opaque: safetensors header"),
+              "%s", ckpt_file_at(p, 0)->note);
     cr_assert_eq(ckpt_tensor_count(p), 1, "only the npy tensor is left");
     cr_assert_eq(ckpt_verify(p, 1, NULL, NULL, NULL, NULL, &e), 0, "%s", e.msg);
     ckpt_close(p);
@@ -676,7 +769,13 @@ Test(pack, add_tree_indexes_safetensors_and_npy)
     cr_assert_eq(ckpt_writer_add_tree(w, src, &e), -ELOOP);
     cr_assert(tu_contains(e.msg, "symbolic link"), "%s", e.msg);
     ckpt_writer_abort(w);
-    free(ln); free(st); free(stp); free(np); free(sub); free(src); free(path);
+    free(ln);
+    free(st);
+    free(stp);
+    free(np);
+    free(sub);
+    free(src);
+    free(path);
 }
 
 Test(pack, keys)

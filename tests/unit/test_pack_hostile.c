@@ -10,15 +10,27 @@
 #include <time.h>
 
 static char *dir;
-static void setup(void) { dir = tu_mkdtemp(); }
-static void teardown(void) { tu_rm_rf(dir); free(dir); }
+static void setup(void)
+{
+    dir = tu_mkdtemp();
+}
+static void teardown(void)
+{
+    tu_rm_rf(dir);
+    free(dir);
+}
 TestSuite(hostile, .init = setup, .fini = teardown);
 
-static void le64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static void le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
 static uint64_t rd64(const uint8_t *p)
 {
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
     return v;
 }
 
@@ -116,7 +128,8 @@ static void expect_refused(const char *path, const char *words)
     ckpt_pack *p = NULL;
     ckpt_err e = {0};
     int rc = ckpt_open(path, NULL, &p, &e);
-    if (rc == 0) ckpt_close(p);
+    if (rc == 0)
+        ckpt_close(p);
     cr_assert_eq(rc, -EIO, "must refuse with -EIO; got %d: %s", rc, e.msg);
     tu_assert_contains(e.msg, words);
     tu_assert_contains(e.msg, path);
@@ -201,13 +214,17 @@ static size_t container_at(const idx_map *m, uint64_t i)
     size_t pos = m->files;
     for (uint64_t k = 0;; k++) {
         size_t c = pos + 70 + (size_t)(m->idx[pos] | m->idx[pos + 1] << 8);
-        if (k == i) return c;
+        if (k == i)
+            return c;
         pos = c + 3 + (size_t)(m->idx[c + 1] | m->idx[c + 2] << 8);
     }
 }
 
 /* FORMAT.md: container values above 6 are unknown. */
-static void container_7(idx_map *m) { m->idx[container_at(m, 1)] = 7; }
+static void container_7(idx_map *m)
+{
+    m->idx[container_at(m, 1)] = 7;
+}
 Test(hostile, unknown_container_refused)
 {
     char *path = build_pack();
@@ -271,13 +288,20 @@ static size_t extent_offset_at(const idx_map *m, uint64_t i)
 
 /* FORMAT.md: a tensor's bytes lie inside its extent; an offset chosen so
  * that offset + nbytes wraps past 2^64 must not pass for "inside". */
-static void view_past_extent(idx_map *m) { le64(m->idx + extent_offset_at(m, 0), 2); }
-static void view_offset_wraps(idx_map *m) { le64(m->idx + extent_offset_at(m, 0), UINT64_MAX - 10); }
+static void view_past_extent(idx_map *m)
+{
+    le64(m->idx + extent_offset_at(m, 0), 2);
+}
+static void view_offset_wraps(idx_map *m)
+{
+    le64(m->idx + extent_offset_at(m, 0), UINT64_MAX - 10);
+}
 Test(hostile, view_out_of_bounds_refused)
 {
     char *path = build_pack();
     patch_index(path, view_past_extent);
-    expect_refused(path, "index: tensor 'w' ([2, +80000) of extent 2) lies outside its extent of 80000 bytes");
+    expect_refused(
+        path, "index: tensor 'w' ([2, +80000) of extent 2) lies outside its extent of 80000 bytes");
     free(path);
     path = build_pack();
     patch_index(path, view_offset_wraps);
@@ -330,7 +354,8 @@ static char *raw_pack(const char *const *paths, size_t n)
     size_t hlen;
     uint8_t *hdr = tu_read_file(path, &hlen);
     size_t cap = 32, len = 32;
-    for (size_t i = 0; i < n; i++) cap += 73 + strlen(paths[i]);
+    for (size_t i = 0; i < n; i++)
+        cap += 73 + strlen(paths[i]);
     uint8_t *b = calloc(1, 128 + cap + 64);
     memcpy(b, hdr, 128);
     free(hdr);
@@ -366,11 +391,15 @@ static double open_seconds(const char *path, int *rc, ckpt_err *e)
     clock_gettime(CLOCK_MONOTONIC, &a);
     *rc = ckpt_open(path, NULL, &p, e);
     clock_gettime(CLOCK_MONOTONIC, &b);
-    if (*rc == 0) ckpt_close(p);
+    if (*rc == 0)
+        ckpt_close(p);
     return (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
 }
 
-static uint64_t fnv1a_step(uint64_t h, uint8_t c) { return (h ^ c) * 1099511628211ull; }
+static uint64_t fnv1a_step(uint64_t h, uint8_t c)
+{
+    return (h ^ c) * 1099511628211ull;
+}
 
 /* Paths chosen so that an unkeyed FNV-1a agrees in its low 20 bits for all of
  * them: every insert into the path map then probed every earlier path, and
@@ -382,21 +411,27 @@ Test(hostile, colliding_paths_open_in_linear_time, .timeout = 60)
     enum { N = 50000 };
     const uint64_t mask = (1u << 20) - 1, target = 0x5a5a5;
     uint64_t inv = 1099511628211ull; /* P^-1 mod 2^64 by Newton's iteration */
-    for (int i = 0; i < 6; i++) inv *= 2 - 1099511628211ull * inv;
+    for (int i = 0; i < 6; i++)
+        inv *= 2 - 1099511628211ull * inv;
     uint64_t want = (target * inv) & mask; /* state ^ last byte must equal this */
     char **paths = calloc(N, sizeof *paths);
     for (size_t i = 0; i < N; i++) {
         char *s = malloc(16);
         int n = snprintf(s, 16, "f%06zu", i);
         uint64_t h = 1469598103934665603ull;
-        for (int k = 0; k < n; k++) h = fnv1a_step(h, (uint8_t)s[k]);
+        for (int k = 0; k < n; k++)
+            h = fnv1a_step(h, (uint8_t)s[k]);
         int found = 0;
         for (int x = 1; x < 256 && !found; x++)
             for (int y = 1; y < 256 && !found; y++) {
                 uint64_t g = fnv1a_step(fnv1a_step(h, (uint8_t)x), (uint8_t)y);
                 unsigned z = (unsigned)((g ^ want) & 0xff);
-                if (((g ^ want) & mask & ~0xffull) || z == 0 || z == '/' || x == '/' || y == '/') continue;
-                s[n] = (char)x; s[n + 1] = (char)y; s[n + 2] = (char)z; s[n + 3] = 0;
+                if (((g ^ want) & mask & ~0xffull) || z == 0 || z == '/' || x == '/' || y == '/')
+                    continue;
+                s[n] = (char)x;
+                s[n + 1] = (char)y;
+                s[n + 2] = (char)z;
+                s[n + 3] = 0;
                 cr_assert_eq(fnv1a_step(g, (uint8_t)z) & mask, target);
                 found = 1;
             }
@@ -409,7 +444,8 @@ Test(hostile, colliding_paths_open_in_linear_time, .timeout = 60)
     double t = open_seconds(path, &rc, &e);
     cr_assert_eq(rc, 0, "%s", e.msg);
     cr_assert_lt(t, 1.0, "opening %d colliding paths took %.2f s", N, t);
-    for (size_t i = 0; i < N; i++) free(paths[i]);
+    for (size_t i = 0; i < N; i++)
+        free(paths[i]);
     free(paths);
     free(path);
 }
@@ -424,7 +460,10 @@ Test(hostile, deep_paths_open_in_linear_time, .timeout = 60)
     for (size_t i = 0; i < N; i++) {
         char *s = malloc(4096);
         size_t n = 0;
-        for (int k = 0; k < 2000; k++) { s[n++] = 'a'; s[n++] = '/'; }
+        for (int k = 0; k < 2000; k++) {
+            s[n++] = 'a';
+            s[n++] = '/';
+        }
         snprintf(s + n, 4096 - n, "%zu", i);
         paths[i] = s;
     }
@@ -434,7 +473,8 @@ Test(hostile, deep_paths_open_in_linear_time, .timeout = 60)
     double t = open_seconds(path, &rc, &e);
     cr_assert_eq(rc, 0, "%s", e.msg);
     cr_assert_lt(t, 1.0, "opening %d deep paths took %.2f s", N, t);
-    for (size_t i = 0; i < N; i++) free(paths[i]);
+    for (size_t i = 0; i < N; i++)
+        free(paths[i]);
     free(paths);
     free(path);
 }
@@ -468,11 +508,14 @@ Test(hostile, writer_option_errors_name_the_pack)
     char *path = tu_join(dir, "opts.tpack");
     ckpt_err e = {0};
     ckpt_writer *w;
-    cr_assert_eq(ckpt_writer_open(path, NULL, &(ckpt_write_opts){.chunk_size = 3000}, &w, &e), -EINVAL);
+    cr_assert_eq(ckpt_writer_open(path, NULL, &(ckpt_write_opts){.chunk_size = 3000}, &w, &e),
+                 -EINVAL);
     tu_assert_contains(e.msg, path);
     cr_assert_eq(ckpt_writer_open(path, NULL, &(ckpt_write_opts){.level = 10}, &w, &e), -EINVAL);
     tu_assert_contains(e.msg, path);
-    cr_assert_eq(ckpt_writer_open(path, NULL, &(ckpt_write_opts){.cipher = CKPT_CIPHER_AES256GCM}, &w, &e), -EINVAL);
+    cr_assert_eq(
+        ckpt_writer_open(path, NULL, &(ckpt_write_opts){.cipher = CKPT_CIPHER_AES256GCM}, &w, &e),
+        -EINVAL);
     tu_assert_contains(e.msg, path);
     free(path);
 }
@@ -500,7 +543,10 @@ void *malloc(size_t n)
     return __libc_malloc(n);
 }
 
-static int drop_sink(void *ud, uint64_t off, const void *d, size_t n, const ckpt_err *ce) { return 0; }
+static int drop_sink(void *ud, uint64_t off, const void *d, size_t n, const ckpt_err *ce)
+{
+    return 0;
+}
 #endif
 
 Test(hostile, out_of_memory_messages_name_the_pack)
@@ -515,7 +561,8 @@ Test(hostile, out_of_memory_messages_name_the_pack)
     cr_assert_eq(ckpt_writer_open(path, NULL, &o, &w, &e), 0, "%s", e.msg);
     size_t n = 1u << 20;
     uint16_t *v = malloc(n);
-    for (size_t i = 0; i < n / 2; i++) v[i] = (uint16_t)(0x3c00 | (i * 2654435761u >> 24));
+    for (size_t i = 0; i < n / 2; i++)
+        v[i] = (uint16_t)(0x3c00 | (i * 2654435761u >> 24));
     uint64_t shape = n / 2;
     cr_assert_eq(ckpt_writer_begin_file(w, "t.bin", 0644, 0, 0, &e), 0);
     cr_assert_eq(ckpt_writer_begin_tensor(w, "t", "BF16", 1, &shape, &e), 0);
@@ -529,8 +576,8 @@ Test(hostile, out_of_memory_messages_name_the_pack)
     uint8_t small[16];
     ckpt_err e1 = {0}, e2 = {0}, e3 = {0};
     fail_malloc_from = n;
-    ssize_t r1 = ckpt_file_pread(p, 0, small, 4, 5, &e1);                /* bounce buffer */
-    int r2 = ckpt_chunk_decode(p, 0, v, &e2);                             /* byte-group scratch */
+    ssize_t r1 = ckpt_file_pread(p, 0, small, 4, 5, &e1); /* bounce buffer */
+    int r2 = ckpt_chunk_decode(p, 0, v, &e2);             /* byte-group scratch */
     int r3 = ckpt_file_stream(p, 0, 0, UINT64_MAX, 2, drop_sink, NULL, &e3); /* slot buffers */
     fail_malloc_from = 0;
     cr_assert_eq(r1, -ENOMEM, "%zd %s", r1, e1.msg);
@@ -566,7 +613,8 @@ Test(hostile, writer_output_error_stops_producer, .timeout = 30)
     uint8_t *buf = malloc(n);
     tu_fill_pattern(buf, n, 5);
     int rc = ckpt_writer_begin_file(w, "a", 0644, 0, 0, &e);
-    for (int i = 0; rc == 0 && i < 64; i++) rc = ckpt_writer_write(w, buf, n, &e);
+    for (int i = 0; rc == 0 && i < 64; i++)
+        rc = ckpt_writer_write(w, buf, n, &e);
     cr_assert_eq(rc, -EFBIG, "%d %s", rc, e.msg);
     tu_assert_contains(e.msg, "full.tpack.tmp: write failed");
     ckpt_writer_abort(w);

@@ -32,8 +32,8 @@ Test(s3_url, bucket_and_prefix)
 
 Test(s3_url, refused)
 {
-    const char *bad[] = {"http://b/x", "s3://", "s3://ab", "s3://a b/x", "s3://bkt/../x",
-                         "s3://bkt//x", "s3://bkt/a/./b", "s3://b/ucket"};
+    const char *bad[] = {"http://b/x",    "s3://",       "s3://ab",        "s3://a b/x",
+                         "s3://bkt/../x", "s3://bkt//x", "s3://bkt/a/./b", "s3://b/ucket"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         s3_url u;
         ckpt_err err = {0};
@@ -61,10 +61,11 @@ static char *home;
 
 static void clean_env(void)
 {
-    const char *vars[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                          "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION",
-                          "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CONFIG_FILE",
-                          "AWS_SHARED_CREDENTIALS_FILE"};
+    const char *vars[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                          "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                          "AWS_REGION",        "AWS_DEFAULT_REGION",
+                          "AWS_ENDPOINT_URL",  "AWS_ENDPOINT_URL_S3",
+                          "AWS_CONFIG_FILE",   "AWS_SHARED_CREDENTIALS_FILE"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);
     home = tu_mkdtemp();
@@ -275,7 +276,7 @@ Test(s3_xml, list_objects_refused)
     const char *bad[] = {
         "",
         "not xml",
-        "<ListBucketResult><Contents><Key>k</Key></Contents></ListBucketResult>", /* no size */
+        "<ListBucketResult><Contents><Key>k</Key></Contents></ListBucketResult>",   /* no size */
         "<ListBucketResult><Contents><Size>1</Size></Contents></ListBucketResult>", /* no key */
         "<ListBucketResult><Contents><Key>k</Key><Size>-1</Size></Contents></ListBucketResult>",
         "<ListBucketResult><Contents><Key>k</Key><Size>99999999999999999999</Size></Contents>"
@@ -558,7 +559,10 @@ static void live_open(void)
     cr_assert_eq(ckpt_store_open(url, NULL, &live, &err), 0, "%s", err.msg);
 }
 
-static void live_close(void) { ckpt_store_free(live); }
+static void live_close(void)
+{
+    ckpt_store_free(live);
+}
 
 static void live_put(const char *name, const char *text)
 {

@@ -139,7 +139,10 @@ static void roundtrip(const ckpt_key *key)
     stage_root_close(&r);
 }
 
-Test(stage, plain_roundtrip) { roundtrip(NULL); }
+Test(stage, plain_roundtrip)
+{
+    roundtrip(NULL);
+}
 
 /* Little-endian, as the meta file stores numbers. */
 static size_t put_le(uint8_t *p, uint64_t v, int bytes)
@@ -160,18 +163,18 @@ Test(stage, reads_version_1_meta)
     cr_assert_eq(stage_create(&r, "old", &d, &err), 0, "%s", err.msg);
     uint8_t body[256];
     size_t n = 0;
-    n += put_le(body + n, 1, 4);           /* version */
-    n += put_le(body + n, 5, 8);           /* next blob id */
-    n += put_le(body + n, 0750, 4);        /* root mode, mtime */
+    n += put_le(body + n, 1, 4);    /* version */
+    n += put_le(body + n, 5, 8);    /* next blob id */
+    n += put_le(body + n, 0750, 4); /* root mode, mtime */
     n += put_le(body + n, 100, 8);
     n += put_le(body + n, 7, 4);
-    n += put_le(body + n, 1, 4);           /* one node */
-    n += put_le(body + n, 0, 4);           /* parent: the root */
+    n += put_le(body + n, 1, 4); /* one node */
+    n += put_le(body + n, 0, 4); /* parent: the root */
     n += put_le(body + n, WNODE_FILE, 1);
     n += put_le(body + n, 0640, 4);
-    n += put_le(body + n, 200, 8);         /* mtime */
+    n += put_le(body + n, 200, 8); /* mtime */
     n += put_le(body + n, 8, 4);
-    n += put_le(body + n, 3, 8);           /* blob id */
+    n += put_le(body + n, 3, 8); /* blob id */
     n += put_le(body + n, 5, 2);
     memcpy(body + n, "a.bin", 5);
     n += 5;
@@ -316,7 +319,10 @@ static void damaged_meta_is_eio(const ckpt_key *key)
     stage_root_close(&r);
 }
 
-Test(stage, plain_damaged_meta_is_eio) { damaged_meta_is_eio(NULL); }
+Test(stage, plain_damaged_meta_is_eio)
+{
+    damaged_meta_is_eio(NULL);
+}
 
 Test(stage, sealed_damaged_meta_is_eio)
 {

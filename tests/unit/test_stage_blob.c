@@ -114,12 +114,30 @@ static void random_ops(const stage_key *k, uint32_t seed, int reopen_each_round)
     free(tmp);
 }
 
-Test(stage_blob, plain_random_ops) { random_ops(NULL, 1, 0); }
-Test(stage_blob, plain_random_ops_reopened) { random_ops(NULL, 2, 1); }
-Test(stage_blob, sealed_random_ops) { random_ops(key, 3, 0); }
-Test(stage_blob, sealed_random_ops_reopened) { random_ops(key, 4, 1); }
-Test(stage_blob, sealed_random_ops_other_seed) { random_ops(key, 5, 1); }
-Test(stage_blob, sealed_xchacha_random_ops_reopened) { random_ops(xkey, 6, 1); }
+Test(stage_blob, plain_random_ops)
+{
+    random_ops(NULL, 1, 0);
+}
+Test(stage_blob, plain_random_ops_reopened)
+{
+    random_ops(NULL, 2, 1);
+}
+Test(stage_blob, sealed_random_ops)
+{
+    random_ops(key, 3, 0);
+}
+Test(stage_blob, sealed_random_ops_reopened)
+{
+    random_ops(key, 4, 1);
+}
+Test(stage_blob, sealed_random_ops_other_seed)
+{
+    random_ops(key, 5, 1);
+}
+Test(stage_blob, sealed_xchacha_random_ops_reopened)
+{
+    random_ops(xkey, 6, 1);
+}
 
 /* Big aligned writes take the parallel path; mixed with small ones. */
 static void big_writes(const stage_key *k)
@@ -129,10 +147,11 @@ static void big_writes(const stage_key *k)
     tu_fill_pattern(data, len, 31);
     ckpt_err err = {0};
     stage_blob *b = open_blob(40, k, 1);
-    cr_assert_eq(stage_blob_pwrite(b, data, 100, 0, &err), 100);        /* buffered */
+    cr_assert_eq(stage_blob_pwrite(b, data, 100, 0, &err), 100);          /* buffered */
     cr_assert_eq(stage_blob_pwrite(b, data, len, 0, &err), (ssize_t)len); /* batches */
-    cr_assert_eq(stage_blob_pwrite(b, data + 5 * STAGE_BLOCK, 3 * STAGE_BLOCK, 5 * STAGE_BLOCK, &err),
-                 (ssize_t)(3 * STAGE_BLOCK));
+    cr_assert_eq(
+        stage_blob_pwrite(b, data + 5 * STAGE_BLOCK, 3 * STAGE_BLOCK, 5 * STAGE_BLOCK, &err),
+        (ssize_t)(3 * STAGE_BLOCK));
     expect_contents(b, data, len);
     cr_assert_eq(stage_blob_sync(b, &err), 0);
     stage_blob_free(b);
@@ -143,9 +162,18 @@ static void big_writes(const stage_key *k)
     free(back);
 }
 
-Test(stage_blob, sealed_big_writes) { big_writes(key); }
-Test(stage_blob, sealed_xchacha_big_writes) { big_writes(xkey); }
-Test(stage_blob, plain_big_writes) { big_writes(NULL); }
+Test(stage_blob, sealed_big_writes)
+{
+    big_writes(key);
+}
+Test(stage_blob, sealed_xchacha_big_writes)
+{
+    big_writes(xkey);
+}
+Test(stage_blob, plain_big_writes)
+{
+    big_writes(NULL);
+}
 
 Test(stage_blob, sealed_small_sequential_writes_make_one_record_per_block)
 {
@@ -341,8 +369,14 @@ static void sparse(const stage_key *k)
     stage_blob_free(b);
 }
 
-Test(stage_blob, plain_sparse) { sparse(NULL); }
-Test(stage_blob, sealed_sparse) { sparse(key); }
+Test(stage_blob, plain_sparse)
+{
+    sparse(NULL);
+}
+Test(stage_blob, sealed_sparse)
+{
+    sparse(key);
+}
 
 static void unlinked_stays_usable(const stage_key *k)
 {
@@ -361,8 +395,14 @@ static void unlinked_stays_usable(const stage_key *k)
     stage_blob_free(b);
 }
 
-Test(stage_blob, plain_unlinked_stays_usable) { unlinked_stays_usable(NULL); }
-Test(stage_blob, sealed_unlinked_stays_usable) { unlinked_stays_usable(key); }
+Test(stage_blob, plain_unlinked_stays_usable)
+{
+    unlinked_stays_usable(NULL);
+}
+Test(stage_blob, sealed_unlinked_stays_usable)
+{
+    unlinked_stays_usable(key);
+}
 
 Test(stage_blob, park_and_reopen)
 {

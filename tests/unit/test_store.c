@@ -86,7 +86,6 @@ Test(store, lists_regular_files_sorted_by_prefix)
     expect_listing("zzz", "");
 }
 
-
 static int stop_after_one(void *ud, const ckpt_object_info *info)
 {
     (void)info;
@@ -290,8 +289,8 @@ Test(store, an_aborted_pack_leaves_nothing)
 {
     ckpt_err err = {0};
     ckpt_writer *w;
-    cr_assert_eq(ckpt_writer_open_in(store, "p.tpack", ".p.tpack.tmp", NULL, &w, &err), 0,
-                 "%s", err.msg);
+    cr_assert_eq(ckpt_writer_open_in(store, "p.tpack", ".p.tpack.tmp", NULL, &w, &err), 0, "%s",
+                 err.msg);
     cr_assert_eq(count_entries(), 1, "the temporary file");
     ckpt_writer_abort(w);
     cr_assert_eq(count_entries(), 0);

@@ -121,8 +121,7 @@ static gb tz_build(uint32_t version, uint8_t flags, uint64_t count, tz_t *t, siz
 static gb two_tensors(tz_t *t)
 {
     t[0] = (tz_t){.name = "w", DT("<f4"), .ndim = 2, .shape = {2, 3}, .data_len = 24};
-    t[1] = (tz_t){.name = "h", DT("<V2\0torch.bfloat16"), .ndim = 1, .shape = {5},
-                  .data_len = 10};
+    t[1] = (tz_t){.name = "h", DT("<V2\0torch.bfloat16"), .ndim = 1, .shape = {5}, .data_len = 10};
     return tz_build(1, 0, 2, t, 2);
 }
 
@@ -272,7 +271,9 @@ Test(tensorizer_format, entry_past_metadata_section)
 
 Test(tensorizer_format, dims_overflow)
 {
-    tz_t t[1] = {{.name = "big", DT("<f8"), .ndim = 4,
+    tz_t t[1] = {{.name = "big",
+                  DT("<f8"),
+                  .ndim = 4,
                   .shape = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu},
                   .data_len = 8}};
     gb b = tz_build(1, 0, 1, t, 1);
@@ -389,8 +390,11 @@ Test(tensorizer_format, names)
 
 Test(tensorizer_format, zero_dim_that_overflows_in_c_order)
 {
-    tz_t t[1] = {{.name = "zero", DT("<f8"), .ndim = 4,
-                  .shape = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0}, .data_len = 0}};
+    tz_t t[1] = {{.name = "zero",
+                  DT("<f8"),
+                  .ndim = 4,
+                  .shape = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0},
+                  .data_len = 0}};
     gb b = tz_build(1, 0, 1, t, 1);
     expect_fault(&b, "tensorizer: tensor 'zero': 0 data bytes, but its dtype and shape need "
                      "more than");

@@ -216,8 +216,8 @@ static size_t check_fixtures(const char *dir)
             cr_assert_eq(r.rc, 0, "%s: rc %d: %s", cur, r.rc, r.msg);
         }
         if (f[0][0] == 'N') {
-            cr_assert_eq(r.l.n, (size_t)strtoul(f[2], NULL, 10), "%s: %zu tensors, want %s",
-                         cur, r.l.n, f[2]);
+            cr_assert_eq(r.l.n, (size_t)strtoul(f[2], NULL, 10), "%s: %zu tensors, want %s", cur,
+                         r.l.n, f[2]);
         } else if (f[0][0] == 'S') {
             const ingest_skipped *s = find_skipped(&r.l, f[2]);
             cr_assert_not_null(s, "%s: '%s' not skipped", cur, f[2]);
@@ -705,8 +705,7 @@ Test(torch_built, big_endian_archive)
 static void expect_fault(const uint8_t *p, size_t len, const char *fragment)
 {
     result r = describe(p, len, "bad.pt");
-    cr_assert_eq(r.rc, -EINVAL, "rc %d (msg: %s), want -EINVAL with '%s'", r.rc, r.msg,
-                 fragment);
+    cr_assert_eq(r.rc, -EINVAL, "rc %d (msg: %s), want -EINVAL with '%s'", r.rc, r.msg, fragment);
     tu_assert_contains(r.msg, "torch archive: ");
     tu_assert_contains(r.msg, fragment);
 }
@@ -899,7 +898,10 @@ Test(torch_hostile, deep_nesting)
     free(q.p);
 }
 
-#define PKL(s, frag) {s, sizeof s - 1, frag}
+#define PKL(s, frag)                                                                               \
+    {                                                                                              \
+        s, sizeof s - 1, frag                                                                      \
+    }
 
 Test(torch_hostile, broken_pickles)
 {
@@ -917,10 +919,16 @@ Test(torch_hostile, broken_pickles)
         PKL("\x80\x02h\x05.", "memo key 5 was never stored"),
         PKL("\x80\x02K\x01K\x02K\x03s.", "setting items on a int"),
         PKL("\x80\x02X\x02\x00\x00\x00\xc3\x28.", "not valid UTF-8"),
-        PKL("\x80\x02" "cos\nsystem\nK\x01R.", "call arguments are a int, not a tuple"),
+        PKL("\x80\x02"
+            "cos\nsystem\nK\x01R.",
+            "call arguments are a int, not a tuple"),
         PKL("\x80\x02\x97.", "unknown or unsupported opcode (opcode 0x97 at byte 2)"),
-        PKL("\x80\x02" "cos\n", "GLOBAL without two newline-terminated names"),
-        PKL("\x80\x02}K\x01" "b.", "BUILD on a dict"),
+        PKL("\x80\x02"
+            "cos\n",
+            "GLOBAL without two newline-terminated names"),
+        PKL("\x80\x02}K\x01"
+            "b.",
+            "BUILD on a dict"),
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         buf q = {0};

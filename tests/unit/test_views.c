@@ -13,14 +13,22 @@
 #include <math.h>
 
 static char *dir;
-static void setup(void) { dir = tu_mkdtemp(); }
-static void teardown(void) { tu_rm_rf(dir); free(dir); }
+static void setup(void)
+{
+    dir = tu_mkdtemp();
+}
+static void teardown(void)
+{
+    tu_rm_rf(dir);
+    free(dir);
+}
 TestSuite(views, .init = setup, .fini = teardown);
 
 static ckpt_key *test_key(void)
 {
     uint8_t k[CKPT_KEY_BYTES];
-    for (unsigned i = 0; i < sizeof k; i++) k[i] = (uint8_t)(i * 7 + 1);
+    for (unsigned i = 0; i < sizeof k; i++)
+        k[i] = (uint8_t)(i * 7 + 1);
     ckpt_key *key;
     ckpt_err e;
     cr_assert_eq(ckpt_key_from_bytes(k, &key, &e), 0, "%s", e.msg);
@@ -36,8 +44,17 @@ static ckpt_writer *open_writer(const char *path, const ckpt_key *key)
     return w;
 }
 
-#define OK(call) do { ckpt_err e_ = {0}; int rc_ = (call); cr_assert_eq(rc_, 0, "%s: %s", #call, e_.msg); } while (0)
-#define OKE(call) do { int rc_ = (call); cr_assert_eq(rc_, 0, "%s: rc %d: %s", #call, rc_, e.msg); } while (0)
+#define OK(call)                                                                                   \
+    do {                                                                                           \
+        ckpt_err e_ = {0};                                                                         \
+        int rc_ = (call);                                                                          \
+        cr_assert_eq(rc_, 0, "%s: %s", #call, e_.msg);                                             \
+    } while (0)
+#define OKE(call)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        cr_assert_eq(rc_, 0, "%s: rc %d: %s", #call, rc_, e.msg);                                  \
+    } while (0)
 
 /* Float-like bytes: N(0, 0.02) as float32, at any alignment. */
 static void fill_f32(void *dst, size_t n, uint32_t seed)
@@ -46,32 +63,39 @@ static void fill_f32(void *dst, size_t n, uint32_t seed)
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
     for (size_t i = 0; i < n; i++) {
         double u1, u2;
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
         u1 = ((s >> 11) + 0.5) / 9007199254740992.0;
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
         u2 = ((s >> 11) + 0.5) / 9007199254740992.0;
         float f = (float)(0.02 * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
         memcpy(v8 + 4 * i, &f, 4);
     }
 }
 
-static void expect_tensor(ckpt_pack *p, const char *name, const uint8_t *want, uint64_t nbytes, uint64_t file_offset)
+static void expect_tensor(ckpt_pack *p, const char *name, const uint8_t *want, uint64_t nbytes,
+                          uint64_t file_offset)
 {
     ckpt_err e = {0};
     long i = ckpt_tensor_find(p, name);
     cr_assert_geq(i, 0, "no tensor %s", name);
     const ckpt_tensor_info *t = ckpt_tensor_at(p, (size_t)i);
     cr_assert_eq(t->nbytes, nbytes, "%s: %llu bytes", name, (unsigned long long)t->nbytes);
-    cr_assert_eq(t->file_offset, file_offset, "%s at %llu, want %llu", name, (unsigned long long)t->file_offset,
-                 (unsigned long long)file_offset);
+    cr_assert_eq(t->file_offset, file_offset, "%s at %llu, want %llu", name,
+                 (unsigned long long)t->file_offset, (unsigned long long)file_offset);
     uint8_t *got = malloc(nbytes + 1);
-    cr_assert_eq(ckpt_tensor_pread(p, (size_t)i, got, nbytes + 1, 0, &e), (ssize_t)nbytes, "%s", e.msg);
+    cr_assert_eq(ckpt_tensor_pread(p, (size_t)i, got, nbytes + 1, 0, &e), (ssize_t)nbytes, "%s",
+                 e.msg);
     cr_assert(memcmp(got, want, nbytes) == 0, "%s reads back different bytes", name);
     uint8_t d[32];
     tu_sha256(want, nbytes, d);
     cr_assert_arr_eq(t->sha256, d, 32, "%s: recorded sha256 differs", name);
     /* Through the file too, at the tensor's offset: what the mount does. */
-    cr_assert_eq(ckpt_file_pread(p, t->file_index, got, nbytes, t->file_offset, &e), (ssize_t)nbytes, "%s", e.msg);
+    cr_assert_eq(ckpt_file_pread(p, t->file_index, got, nbytes, t->file_offset, &e),
+                 (ssize_t)nbytes, "%s", e.msg);
     cr_assert(memcmp(got, want, nbytes) == 0, "%s via its file reads back different bytes", name);
     free(got);
 }
@@ -85,7 +109,7 @@ enum { HDR = 100, REG = 200000, GAP = 50, REG2 = 3000, TLEN = 4096 };
 typedef struct model {
     uint8_t *bytes;
     size_t len;
-    uint64_t reg, reg2, t;      /* file offsets */
+    uint64_t reg, reg2, t; /* file offsets */
 } model;
 
 static model make_model(void)
@@ -157,7 +181,8 @@ static void check_model(const char *path, const ckpt_key *key, const model *m)
     cr_assert_eq(ckpt_verify(p, 2, NULL, NULL, NULL, NULL, &e), 0, "%s", e.msg);
     /* Three typed extents (two regions and t), the view-less one included. */
     size_t typed = 0;
-    for (size_t i = 0; i < p->n_extents; i++) typed += p->extents[i].kind == EXTENT_TYPED;
+    for (size_t i = 0; i < p->n_extents; i++)
+        typed += p->extents[i].kind == EXTENT_TYPED;
     cr_assert_eq(typed, 3);
     ckpt_close(p);
 }
@@ -311,17 +336,22 @@ Test(views, begin_tensor_still_refuses_misuse)
 
 /* ----------------------------------------------------- ingest from a layout */
 
-typedef struct mem { const uint8_t *p; size_t len; } mem;
+typedef struct mem {
+    const uint8_t *p;
+    size_t len;
+} mem;
 static ssize_t mem_read(void *ud, void *buf, size_t len, uint64_t off)
 {
     const mem *m = ud;
-    if (off >= m->len) return 0;
+    if (off >= m->len)
+        return 0;
     size_t n = m->len - off < len ? m->len - (size_t)off : len;
     memcpy(buf, m->p + off, n);
     return (ssize_t)n;
 }
 
-static void add_tensor(ingest_layout *l, const char *name, const char *dtype, uint64_t numel, uint64_t off)
+static void add_tensor(ingest_layout *l, const char *name, const char *dtype, uint64_t numel,
+                       uint64_t off)
 {
     l->t = realloc(l->t, (l->n + 1) * sizeof *l->t);
     ingest_tensor *t = &l->t[l->n++];
@@ -436,7 +466,10 @@ Test(views, skipped_tensors_are_recorded_with_their_reason)
     free(m.bytes);
 }
 
-typedef struct warned { int n; char reason[512]; } warned;
+typedef struct warned {
+    int n;
+    char reason[512];
+} warned;
 static void on_warn(void *ud, const char *src, const char *reason)
 {
     warned *w = ud;
@@ -451,7 +484,8 @@ static void expect_layout_opaque(void (*spoil)(ingest_layout *, const model *), 
     model m = make_model();
     char *path = tu_join(dir, "bad.tpack");
     warned seen = {0};
-    ckpt_write_opts o = {.chunk_size = 65536, .level = -1, .threads = 1, .warn = on_warn, .warn_ud = &seen};
+    ckpt_write_opts o = {
+        .chunk_size = 65536, .level = -1, .threads = 1, .warn = on_warn, .warn_ud = &seen};
     ckpt_writer *w;
     ckpt_err e = {0};
     OKE(ckpt_writer_open(path, NULL, &o, &w, &e));
@@ -478,11 +512,26 @@ static void expect_layout_opaque(void (*spoil)(ingest_layout *, const model *), 
     free(m.bytes);
 }
 
-static void straddles(ingest_layout *l, const model *m) { add_tensor(l, "x", "F32", 100, m->reg + REG - 8); }
-static void wrong_width(ingest_layout *l, const model *m) { add_tensor(l, "x", "F16", 100, m->reg); }
-static void overlapping(ingest_layout *l, const model *m) { add_region(l, "F32", m->reg + REG - 4, 100); }
-static void past_end(ingest_layout *l, const model *m) { l->regions[1].length = 1u << 30; }
-static void twice(ingest_layout *l, const model *m) { add_tensor(l, "w", "F32", 1, m->reg2 + REG2 + 4); }
+static void straddles(ingest_layout *l, const model *m)
+{
+    add_tensor(l, "x", "F32", 100, m->reg + REG - 8);
+}
+static void wrong_width(ingest_layout *l, const model *m)
+{
+    add_tensor(l, "x", "F16", 100, m->reg);
+}
+static void overlapping(ingest_layout *l, const model *m)
+{
+    add_region(l, "F32", m->reg + REG - 4, 100);
+}
+static void past_end(ingest_layout *l, const model *m)
+{
+    l->regions[1].length = 1u << 30;
+}
+static void twice(ingest_layout *l, const model *m)
+{
+    add_tensor(l, "w", "F32", 1, m->reg2 + REG2 + 4);
+}
 
 Test(views, ingest_faulty_layouts_store_the_file_opaque)
 {
@@ -497,7 +546,7 @@ Test(views, ingest_faulty_layouts_store_the_file_opaque)
 
 typedef struct sample {
     const char *what;
-    unsigned want;          /* the grouping the encoder must choose */
+    unsigned want; /* the grouping the encoder must choose */
     void (*fill)(uint8_t *, size_t);
 } sample;
 
@@ -506,8 +555,10 @@ static void fill_text(uint8_t *b, size_t n)
     size_t o = 0;
     for (unsigned i = 0; o < n; i++) {
         char line[80];
-        int k = snprintf(line, sizeof line, "step %u loss %.4f lr %.6f\n", i, 2.0 / (1 + i % 97), 1e-4 * (i % 13));
-        for (int j = 0; j < k && o < n; j++) b[o++] = (uint8_t)line[j];
+        int k = snprintf(line, sizeof line, "step %u loss %.4f lr %.6f\n", i, 2.0 / (1 + i % 97),
+                         1e-4 * (i % 13));
+        for (int j = 0; j < k && o < n; j++)
+            b[o++] = (uint8_t)line[j];
     }
 }
 static void fill_bf16(uint8_t *b, size_t n)
@@ -522,7 +573,10 @@ static void fill_bf16(uint8_t *b, size_t n)
     }
     free(f);
 }
-static void fill_fp32(uint8_t *b, size_t n) { fill_f32(b, n / 4, 4); }
+static void fill_fp32(uint8_t *b, size_t n)
+{
+    fill_f32(b, n / 4, 4);
+}
 static void fill_fp64(uint8_t *b, size_t n)
 {
     float *f = malloc(n / 2);
@@ -533,14 +587,14 @@ static void fill_fp64(uint8_t *b, size_t n)
     }
     free(f);
 }
-static void fill_random(uint8_t *b, size_t n) { randombytes_buf(b, n); }
+static void fill_random(uint8_t *b, size_t n)
+{
+    randombytes_buf(b, n);
+}
 
 static const sample samples[] = {
-    {"text", 1, fill_text},
-    {"bf16", 2, fill_bf16},
-    {"fp32", 4, fill_fp32},
-    {"fp64", 8, fill_fp64},
-    {"random", 0, fill_random},
+    {"text", 1, fill_text}, {"bf16", 2, fill_bf16},     {"fp32", 4, fill_fp32},
+    {"fp64", 8, fill_fp64}, {"random", 0, fill_random},
 };
 
 Test(views, opaque_grouping_chosen_per_chunk)
@@ -553,8 +607,8 @@ Test(views, opaque_grouping_chosen_per_chunk)
         samples[i].fill(b, n);
         double ratio;
         unsigned k = chunk_choose_grouping(&enc, b, n, &ratio);
-        cr_assert_eq(k, samples[i].want, "%s: chose %u (estimate %.3f), want %u", samples[i].what, k, ratio,
-                     samples[i].want);
+        cr_assert_eq(k, samples[i].want, "%s: chose %u (estimate %.3f), want %u", samples[i].what,
+                     k, ratio, samples[i].want);
     }
     chunk_encoder_free(&enc);
     free(b);
@@ -567,7 +621,8 @@ static void grouping_round_trip(const ckpt_key *key)
 {
     size_t cs = 65536, n = cs * (sizeof samples / sizeof *samples) + 1001;
     uint8_t *b = malloc(n);
-    for (size_t i = 0; i < sizeof samples / sizeof *samples; i++) samples[i].fill(b + i * cs, cs);
+    for (size_t i = 0; i < sizeof samples / sizeof *samples; i++)
+        samples[i].fill(b + i * cs, cs);
     fill_fp32(b + n - 1001, 1000);
     char *path = tu_join(dir, "g.tpack");
     ckpt_writer *w = open_writer(path, key);
@@ -585,7 +640,8 @@ static void grouping_round_trip(const ckpt_key *key)
             cr_assert_eq(c->codec, CODEC_BYTEGROUP, "%s: codec %u", samples[i].what, c->codec);
             cr_assert_eq(c->elem_size, want, "%s: grouped by %u", samples[i].what, c->elem_size);
         } else {
-            cr_assert_eq(c->codec, want ? CODEC_DEFLATE : CODEC_STORED, "%s: codec %u", samples[i].what, c->codec);
+            cr_assert_eq(c->codec, want ? CODEC_DEFLATE : CODEC_STORED, "%s: codec %u",
+                         samples[i].what, c->codec);
             cr_assert_eq(c->elem_size, 1);
         }
     }
@@ -601,7 +657,10 @@ static void grouping_round_trip(const ckpt_key *key)
     free(path);
 }
 
-Test(views, opaque_grouping_round_trips) { grouping_round_trip(NULL); }
+Test(views, opaque_grouping_round_trips)
+{
+    grouping_round_trip(NULL);
+}
 Test(views, opaque_grouping_round_trips_encrypted)
 {
     ckpt_key *k = test_key();
@@ -638,7 +697,8 @@ Test(views, no_compression_stores_opaque_chunks)
 Test(views, fuzz_seeds)
 {
     const char *out = getenv("CKPT_WRITE_FUZZ_SEEDS");
-    if (!out || !*out) return;
+    if (!out || !*out)
+        return;
     char *path = tu_join(out, "v2-views.tpack");
     ckpt_write_opts o = {.chunk_size = 65536, .level = 6, .threads = 1};
     ckpt_writer *w;
@@ -664,7 +724,8 @@ Test(views, fuzz_seeds)
     OKE(ckpt_writer_end_tensor(w, &e));
     OKE(ckpt_writer_end_file(w, &e));
     OKE(ckpt_writer_begin_file(w, "bad.safetensors", 0644, 0, 0, &e));
-    OKE(ckpt_writer_set_container(w, "", "bad.safetensors: stored opaque: safetensors header: invalid JSON", &e));
+    OKE(ckpt_writer_set_container(
+        w, "", "bad.safetensors: stored opaque: safetensors header: invalid JSON", &e));
     OKE(ckpt_writer_write(w, "\x10\0\0\0\0\0\0\0{not json", 17, &e));
     OKE(ckpt_writer_end_file(w, &e));
     OKE(ckpt_writer_begin_file(w, "blob.bin", 0644, 0, 0, &e));

@@ -74,8 +74,7 @@ static void crash_table(wtable *t)
     wtable_destroy(t);
 }
 
-static uint32_t make_file(wckpt *c, uint32_t parent, const char *name, const void *data,
-                          size_t len)
+static uint32_t make_file(wckpt *c, uint32_t parent, const char *name, const void *data, size_t len)
 {
     uint32_t node;
     struct stat st;
@@ -109,9 +108,9 @@ static void wait_state(wckpt *c, wstate want)
 static uint8_t *safetensors(size_t n, size_t *len)
 {
     char head[256];
-    int hl = snprintf(head, sizeof head,
-                      "{\"w\":{\"dtype\":\"BF16\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}", n,
-                      2 * n);
+    int hl =
+        snprintf(head, sizeof head,
+                 "{\"w\":{\"dtype\":\"BF16\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}", n, 2 * n);
     while (hl % 8)
         head[hl++] = ' ';
     *len = 8 + (size_t)hl + 2 * n;
@@ -211,7 +210,10 @@ static void write_commit_read(const ckpt_key *key)
     close_table(&t);
 }
 
-Test(wckpt, plain_write_commit_read) { write_commit_read(NULL); }
+Test(wckpt, plain_write_commit_read)
+{
+    write_commit_read(NULL);
+}
 
 Test(wckpt, sealed_write_commit_read)
 {
@@ -385,7 +387,10 @@ static void crash_while_writing(const ckpt_key *key)
     close_table(&t);
 }
 
-Test(wckpt, plain_crash_while_writing) { crash_while_writing(NULL); }
+Test(wckpt, plain_crash_while_writing)
+{
+    crash_while_writing(NULL);
+}
 
 Test(wckpt, sealed_crash_while_writing)
 {
@@ -434,8 +439,12 @@ Test(wckpt, crash_after_rename_completes_commit)
     cr_assert_eq(wtable_commit(&t, c), 0);
     /* Pack renamed into place, then the crash, before staging was removed. */
     packer_file f = {.path = strdup("x"), .blob = wc_file_of(c, 1)->blob, .size = 5, .mode = 0644};
-    packer_job job = {.backing_fd = backing, .backing_path = dir, .store = t.store, .name = "r",
-                      .files = &f, .n_files = 1};
+    packer_job job = {.backing_fd = backing,
+                      .backing_path = dir,
+                      .store = t.store,
+                      .name = "r",
+                      .files = &f,
+                      .n_files = 1};
     ckpt_err err = {0};
     cr_assert_eq(packer_run(&job, &err), 0, "%s", err.msg);
     free(f.path);
@@ -637,7 +646,8 @@ Test(wckpt, setattr_truncate_rename_inside)
     struct timespec when = {1234567890, 5};
     struct timespec seen = {1000000000, 7};
     cr_assert_eq(wckpt_setattr(c, f, WSET_SIZE | WSET_MODE | WSET_MTIME | WSET_ATIME, 0600, 4,
-                               &seen, &when, &st), 0);
+                               &seen, &when, &st),
+                 0);
     cr_assert_eq(st.st_size, 4);
     cr_assert_eq(st.st_mode, S_IFREG | 0600);
     cr_assert_eq(st.st_mtim.tv_sec, 1234567890);

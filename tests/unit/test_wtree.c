@@ -6,8 +6,14 @@
 #include "write/wtree.h"
 
 static wtree t;
-static void setup(void) { cr_assert_eq(wtree_init(&t, 0755, 1, 2), 0); }
-static void teardown(void) { wtree_free(&t); }
+static void setup(void)
+{
+    cr_assert_eq(wtree_init(&t, 0755, 1, 2), 0);
+}
+static void teardown(void)
+{
+    wtree_free(&t);
+}
 TestSuite(wtree, .init = setup, .fini = teardown);
 
 static uint32_t add(uint32_t dir, const char *name, wnode_kind kind)

@@ -41,8 +41,7 @@ static inline char *tu_join(const char *dir, const char *name)
     return path;
 }
 
-static inline int tu_rm_entry(const char *path, const struct stat *st, int type,
-                              struct FTW *ftw)
+static inline int tu_rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
     (void)st;
     (void)type;
@@ -181,8 +180,8 @@ static inline const char *tu_str_or_null(const char *s)
     return s ? s : "(null)";
 }
 
-#define tu_assert_contains(haystack, needle)                                                  \
-    cr_assert(tu_contains((haystack), (needle)), "expected \"%s\" in \"%s\"", (needle),      \
+#define tu_assert_contains(haystack, needle)                                                       \
+    cr_assert(tu_contains((haystack), (needle)), "expected \"%s\" in \"%s\"", (needle),            \
               tu_str_or_null(haystack))
 
 #endif

@@ -34,27 +34,39 @@ int cli_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out);
 /* getopt_long values of the options with no short form; above any char so
  * they cannot clash with one, and shared so every command's table agrees. */
 enum {
-    OPT_KEY_FILE = 0x100, OPT_PASS_FILE, OPT_THREADS, OPT_CIPHER, OPT_CHUNK_SIZE,
-    OPT_LEVEL, OPT_NO_COMPRESS, OPT_TENSORS, OPT_TENSOR, OPT_JSON,
-    OPT_ENDPOINT, OPT_REGION, OPT_PROFILE, OPT_OLDER_THAN,
+    OPT_KEY_FILE = 0x100,
+    OPT_PASS_FILE,
+    OPT_THREADS,
+    OPT_CIPHER,
+    OPT_CHUNK_SIZE,
+    OPT_LEVEL,
+    OPT_NO_COMPRESS,
+    OPT_TENSORS,
+    OPT_TENSOR,
+    OPT_JSON,
+    OPT_ENDPOINT,
+    OPT_REGION,
+    OPT_PROFILE,
+    OPT_OLDER_THAN,
 };
 
 /* Where a pack is and how to read it: the key options, and the S3 options
  * for packs named s3://BUCKET/PREFIX/NAME.tpack. */
-#define CLI_KEY_OPTIONS                                                  \
-    {"key-file", required_argument, NULL, OPT_KEY_FILE},                 \
-    {"passphrase-file", required_argument, NULL, OPT_PASS_FILE},         \
-    CLI_S3_OPTIONS
-#define CLI_S3_OPTIONS                                                   \
-    {"endpoint", required_argument, NULL, OPT_ENDPOINT},                 \
-    {"region", required_argument, NULL, OPT_REGION},                     \
-    {"profile", required_argument, NULL, OPT_PROFILE}
+#define CLI_KEY_OPTIONS                                                                            \
+    {"key-file", required_argument, NULL, OPT_KEY_FILE},                                           \
+        {"passphrase-file", required_argument, NULL, OPT_PASS_FILE}, CLI_S3_OPTIONS
+#define CLI_S3_OPTIONS                                                                             \
+    {"endpoint", required_argument, NULL, OPT_ENDPOINT},                                           \
+        {"region", required_argument, NULL, OPT_REGION},                                           \
+    {                                                                                              \
+        "profile", required_argument, NULL, OPT_PROFILE                                            \
+    }
 
 /* The help lines of CLI_S3_OPTIONS. */
-#define CLI_S3_HELP                                                                 \
-    "  --endpoint URL            S3 endpoint of s3:// packs (default:\n"              \
-    "                            $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, AWS)\n"      \
-    "  --region NAME             S3 region (default: $AWS_REGION, us-east-1)\n"       \
+#define CLI_S3_HELP                                                                                \
+    "  --endpoint URL            S3 endpoint of s3:// packs (default:\n"                           \
+    "                            $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, AWS)\n"                  \
+    "  --region NAME             S3 region (default: $AWS_REGION, us-east-1)\n"                    \
     "  --profile NAME            credentials from this profile of ~/.aws\n"
 
 /* getopt_long optstring prefix: '-' hands positionals over in order (so
@@ -132,11 +144,11 @@ void progress_cb(void *ud, uint64_t done, uint64_t total);
 /* A checkpoint directory of a ckptfs mount, as its user.ckptfs.* extended
  * attributes describe it. */
 typedef struct mount_state {
-    char state[32];           /* writing, packing, committed, failed */
-    uint64_t size;            /* staged bytes; the pack's size once committed */
-    uint64_t done, total;     /* packing progress in bytes */
-    double seconds;           /* packing so far */
-    char error[1024];         /* why it failed, or "" */
+    char state[32];       /* writing, packing, committed, failed */
+    uint64_t size;        /* staged bytes; the pack's size once committed */
+    uint64_t done, total; /* packing progress in bytes */
+    double seconds;       /* packing so far */
+    char error[1024];     /* why it failed, or "" */
 } mount_state;
 
 /* 0, or -errno (-ENODATA: not a checkpoint directory of a ckptfs mount). */

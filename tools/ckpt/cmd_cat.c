@@ -24,8 +24,7 @@ static const char cat_help[] =
     "  --tensor NAME             a tensor instead of a file\n"
     "  --key-file FILE           key of an encrypted pack\n"
     "  --passphrase-file FILE    passphrase of an encrypted pack\n"
-    "  --threads N               decoding threads (default: all cores)\n"
-    CLI_S3_HELP
+    "  --threads N               decoding threads (default: all cores)\n" CLI_S3_HELP
     "  -h, --help                show this help\n";
 
 struct cat_opts {

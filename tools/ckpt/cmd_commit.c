@@ -101,7 +101,8 @@ static int wait_committed(const struct commit_opts *o)
     if (strcmp(st.state, CKPT_STATE_COMMITTED) == 0) {
         if (!o->quiet) {
             char size[16];
-            printf("%s: committed (%s packed)\n", o->path, cli_fmt_bytes(st.size, size, sizeof size));
+            printf("%s: committed (%s packed)\n", o->path,
+                   cli_fmt_bytes(st.size, size, sizeof size));
         }
         return EXIT_OK;
     }

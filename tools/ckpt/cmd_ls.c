@@ -27,8 +27,7 @@ static const char ls_help[] =
     "                            [{path,size,mode,mtime,sha256}] and tensors\n"
     "                            [{name,dtype,shape,nbytes,file,offset,sha256}]\n"
     "  --key-file FILE           key of an encrypted pack\n"
-    "  --passphrase-file FILE    passphrase of an encrypted pack\n"
-    CLI_S3_HELP
+    "  --passphrase-file FILE    passphrase of an encrypted pack\n" CLI_S3_HELP
     "  -h, --help                show this help\n";
 
 static const char info_help[] =
@@ -205,8 +204,7 @@ static void list_tensors(ckpt_pack *p, int lng)
         fmt_shape(t, shape, sizeof shape);
         printf("%-5s  %-*s  %12" PRIu64 "  %s", t->dtype, width, shape, t->nbytes, t->name);
         if (lng)
-            printf("  (%s @ %" PRIu64 ")", ckpt_file_at(p, t->file_index)->path,
-                   t->file_offset);
+            printf("  (%s @ %" PRIu64 ")", ckpt_file_at(p, t->file_index)->path, t->file_offset);
         putchar('\n');
     }
 }
@@ -270,17 +268,12 @@ static json_t *build_json(ckpt_pack *p, int *bad)
 
     json_t *pack = json_object();
     set_name(pack, "path", ckpt_path(p), bad);
-    json_t *rest = json_pack("{s:I, s:s, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I}",
-                             "format_version", (json_int_t)in.format_version,
-                             "pack_id", id,
-                             "chunk_size", (json_int_t)in.chunk_size,
-                             "cipher", in.cipher,
-                             "kdf", in.kdf,
-                             "stored_bytes", (json_int_t)in.stored_bytes,
-                             "logical_bytes", (json_int_t)in.logical_bytes,
-                             "n_files", (json_int_t)in.n_files,
-                             "n_tensors", (json_int_t)in.n_tensors,
-                             "n_chunks", (json_int_t)in.n_chunks);
+    json_t *rest = json_pack(
+        "{s:I, s:s, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "format_version",
+        (json_int_t)in.format_version, "pack_id", id, "chunk_size", (json_int_t)in.chunk_size,
+        "cipher", in.cipher, "kdf", in.kdf, "stored_bytes", (json_int_t)in.stored_bytes,
+        "logical_bytes", (json_int_t)in.logical_bytes, "n_files", (json_int_t)in.n_files,
+        "n_tensors", (json_int_t)in.n_tensors, "n_chunks", (json_int_t)in.n_chunks);
     if (!rest || json_object_update(pack, rest))
         *bad = 1;
     json_decref(rest);

@@ -40,8 +40,7 @@ static const char pack_help[] =
     "  --level N                 compression level 1..9 (default 6)\n"
     "  --no-compress             store the data without compressing it\n"
     "  --threads N               worker threads (default: all cores)\n"
-    "  -f, --force               replace OUT if it exists\n"
-    CLI_S3_HELP
+    "  -f, --force               replace OUT if it exists\n" CLI_S3_HELP
     "  -h, --help                show this help\n";
 
 struct pack_opts {
@@ -90,8 +89,10 @@ static int parse_pack_opts(int argc, char **argv, struct pack_opts *o)
             break;
         case OPT_CHUNK_SIZE:
             if (cli_parse_chunk_size(optarg, &o->chunk_size) < 0)
-                return cli_usage_error("pack", "bad --chunk-size '%s': expected a power of two "
-                                       "from 64K to 16M", optarg);
+                return cli_usage_error("pack",
+                                       "bad --chunk-size '%s': expected a power of two "
+                                       "from 64K to 16M",
+                                       optarg);
             break;
         case OPT_LEVEL:
             if (cli_parse_uint(optarg, 1, 9, &level) < 0)
@@ -326,11 +327,14 @@ static int run_pack(struct pack_opts o)
     };
     if (o.cipher) {
         if (ckpt_cipher_parse(o.cipher, &wo.cipher) < 0 || wo.cipher == CKPT_CIPHER_NONE)
-            return cli_usage_error("pack", "unknown --cipher '%s': expected xchacha20poly1305 "
-                                   "or aes256gcm", o.cipher);
+            return cli_usage_error("pack",
+                                   "unknown --cipher '%s': expected xchacha20poly1305 "
+                                   "or aes256gcm",
+                                   o.cipher);
         if (!ckpt_cipher_available(wo.cipher))
             return cli_fail("cipher %s is not available on this machine (no hardware "
-                            "support); use xchacha20poly1305", o.cipher);
+                            "support); use xchacha20poly1305",
+                            o.cipher);
     }
 
     ckpt_err err = {0};

@@ -17,8 +17,7 @@ static const char cleanup_help[] =
     "\n"
     "options:\n"
     "  --older-than SECONDS      only uploads begun this long ago (default 86400;\n"
-    "                            0: all, for when no writer is running)\n"
-    CLI_S3_HELP
+    "                            0: all, for when no writer is running)\n" CLI_S3_HELP
     "  -h, --help                show this help\n";
 
 int cmd_s3_cleanup(int argc, char **argv)

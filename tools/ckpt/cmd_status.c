@@ -122,7 +122,8 @@ int status_collect(const char *path, entry **out, size_t *n)
     if (rc == 0) {
         entry *v = calloc(1, sizeof *v);
         const char *base = strrchr(path, '/');
-        if (!v || !(v->name = strdup(base && base[1] ? base + 1 : path)) || !(v->path = strdup(path))) {
+        if (!v || !(v->name = strdup(base && base[1] ? base + 1 : path)) ||
+            !(v->path = strdup(path))) {
             status_free(v, v ? 1 : 0);
             return -ENOMEM;
         }

@@ -29,8 +29,7 @@ static const char unpack_help[] =
     "  --key-file FILE           key of an encrypted pack\n"
     "  --passphrase-file FILE    passphrase of an encrypted pack\n"
     "  --threads N               decoding threads (default: all cores)\n"
-    "  -f, --force               replace existing files\n"
-    CLI_S3_HELP
+    "  -f, --force               replace existing files\n" CLI_S3_HELP
     "  -h, --help                show this help\n";
 
 struct unpack_opts {
@@ -187,8 +186,7 @@ static int sink(void *ud, uint64_t off, const void *data, size_t len, const ckpt
     return 0;
 }
 
-static int unpack_file(ckpt_pack *p, size_t i, int root, const struct unpack_opts *o,
-                       progress *pg)
+static int unpack_file(ckpt_pack *p, size_t i, int root, const struct unpack_opts *o, progress *pg)
 {
     const ckpt_file_info *fi = ckpt_file_at(p, i);
     const char *leaf = fi->path;
@@ -214,8 +212,7 @@ static int unpack_file(ckpt_pack *p, size_t i, int root, const struct unpack_opt
         close(dirfd);
         progress_clear(pg);
         if (e == EEXIST)
-            return cli_fail("%s/%s: already exists (use --force to replace it)", o->dir,
-                            fi->path);
+            return cli_fail("%s/%s: already exists (use --force to replace it)", o->dir, fi->path);
         return cli_fail("%s/%s: %s", o->dir, fi->path, strerror(e));
     }
 
@@ -245,8 +242,8 @@ static int unpack_file(ckpt_pack *p, size_t i, int root, const struct unpack_opt
             {.tv_sec = (time_t)fi->mtime_sec, .tv_nsec = (long)fi->mtime_nsec},
         };
         if (fchmod(fd, (mode_t)(fi->mode & 0777)) < 0 || futimens(fd, ts) < 0) {
-            snprintf(why, sizeof why, "%s/%s: cannot set mode or mtime: %s", o->dir,
-                     fi->path, strerror(errno));
+            snprintf(why, sizeof why, "%s/%s: cannot set mode or mtime: %s", o->dir, fi->path,
+                     strerror(errno));
             failed = why;
         }
     }

@@ -19,8 +19,7 @@ static const char verify_help[] =
     "options:\n"
     "  --key-file FILE           key of an encrypted pack\n"
     "  --passphrase-file FILE    passphrase of an encrypted pack\n"
-    "  --threads N               decoding threads (default: all cores)\n"
-    CLI_S3_HELP
+    "  --threads N               decoding threads (default: all cores)\n" CLI_S3_HELP
     "  -h, --help                show this help\n";
 
 struct verify_opts {
@@ -74,8 +73,7 @@ struct fault_ctx {
     progress *pg;
 };
 
-static void on_fault(void *ud, const char *kind, const char *name, uint64_t off,
-                     const char *fault)
+static void on_fault(void *ud, const char *kind, const char *name, uint64_t off, const char *fault)
 {
     struct fault_ctx *ctx = ud;
     progress_clear(ctx->pg);

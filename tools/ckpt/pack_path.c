@@ -29,6 +29,7 @@ int cli_resolve_pack(const char **path, char *buf, size_t cap)
     mount_state ms;
     if (mount_state_read(*path, &ms) == 0)
         return cli_fail("%s: this checkpoint is %s: it has no pack until it is committed "
-                        "('ckpt commit --wait %s')", *path, ms.state, *path);
+                        "('ckpt commit --wait %s')",
+                        *path, ms.state, *path);
     return cli_fail("%s: is a directory, not a pack nor a checkpoint of a ckptfs mount", *path);
 }

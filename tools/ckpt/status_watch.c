@@ -142,7 +142,7 @@ typedef struct seen_line {
 
 typedef struct watch_state {
     int tty;
-    size_t drawn;             /* lines of the last frame on the terminal */
+    size_t drawn; /* lines of the last frame on the terminal */
     seen_line *seen;
     size_t n_seen;
     char last_error[512];
@@ -303,7 +303,8 @@ int status_watch(const char *path, double interval, int once)
         status_free(v, n);
         if (once)
             break;
-        struct timespec ts = {(time_t)interval, (long)((interval - (double)(time_t)interval) * 1e9)};
+        struct timespec ts = {(time_t)interval,
+                              (long)((interval - (double)(time_t)interval) * 1e9)};
         nanosleep(&ts, NULL);
         rc = status_collect(path, &v, &n);
     }

@@ -9,7 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cli_is_s3(const char *path) { return strncmp(path, "s3://", 5) == 0; }
+int cli_is_s3(const char *path)
+{
+    return strncmp(path, "s3://", 5) == 0;
+}
 
 int cli_store_for(const char *url, const cli_keyopts *k, ckpt_store **out, const char **name,
                   ckpt_err *err)
@@ -18,8 +21,7 @@ int cli_store_for(const char *url, const cli_keyopts *k, ckpt_store **out, const
     const char *slash = strrchr(url + 5, '/');
     if (!slash || !slash[1]) {
         err->code = -EINVAL;
-        snprintf(err->msg, sizeof err->msg,
-                 "%s: expected s3://BUCKET/[PREFIX/]NAME.tpack", url);
+        snprintf(err->msg, sizeof err->msg, "%s: expected s3://BUCKET/[PREFIX/]NAME.tpack", url);
         return -EINVAL;
     }
     char *store_url = strndup(url, (size_t)(slash - url));

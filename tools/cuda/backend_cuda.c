@@ -89,8 +89,9 @@ static int probe(int device, int *count, ckpt_err *err)
         int drv = 0;
         if (e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&drv) == cudaSuccess) {
             if (drv == 0)
-                return cc_fail(err, -ENODEV, "no CUDA device: no CUDA driver is installed "
-                                             "(cudaGetDeviceCount: %s)",
+                return cc_fail(err, -ENODEV,
+                               "no CUDA device: no CUDA driver is installed "
+                               "(cudaGetDeviceCount: %s)",
                                cudaGetErrorString(e));
             return cc_fail(err, -ENODEV,
                            "no CUDA device: the driver supports CUDA %d.%d, older than the "
@@ -122,8 +123,8 @@ static void find_ctx_current(void)
     void *fn = NULL;
     enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
-    cudaError_t e = cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000,
-                                                     cudaEnableDefault, &q);
+    cudaError_t e =
+        cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &q);
 #elif CUDART_VERSION >= 12000
     cudaError_t e = cudaGetDriverEntryPoint("cuCtxGetCurrent", &fn, cudaEnableDefault, &q);
 #else
@@ -282,8 +283,9 @@ static int be_copy_async(cc_backend *b, void *dst, const void *src, size_t len, 
     enum cudaMemcpyKind kind = dir == CC_H2D ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
     cudaError_t e = cudaMemcpyAsync(dst, src, len, kind, (cudaStream_t)stream);
     if (e != cudaSuccess)
-        return fail_cuda(err, e, dir == CC_H2D ? "cudaMemcpyAsync host to device"
-                                               : "cudaMemcpyAsync device to host");
+        return fail_cuda(err, e,
+                         dir == CC_H2D ? "cudaMemcpyAsync host to device"
+                                       : "cudaMemcpyAsync device to host");
     return 0;
 }
 

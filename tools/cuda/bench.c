@@ -11,8 +11,8 @@
  * bandwidth rather than a latency. */
 #define LINK_MIN_BYTES ((uint64_t)1 << 30)
 
-static int copy_sync(cc_backend *be, void *stream, void *ev, void *dst, const void *src,
-                     size_t len, ckpt_err *err)
+static int copy_sync(cc_backend *be, void *stream, void *ev, void *dst, const void *src, size_t len,
+                     ckpt_err *err)
 {
     int rc = be->ops->copy_async(be, dst, src, len, CC_H2D, stream, err);
     if (rc == 0)

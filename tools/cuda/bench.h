@@ -16,18 +16,18 @@
 #include "source.h"
 
 typedef struct cc_bench_result {
-    uint64_t bytes;            /* tensor bytes */
-    uint64_t link_bytes;       /* moved by the link test */
+    uint64_t bytes;      /* tensor bytes */
+    uint64_t link_bytes; /* moved by the link test */
     double link_s;
-    int naive_skipped;         /* the whole checkpoint would not fit in RAM */
+    int naive_skipped; /* the whole checkpoint would not fit in RAM */
     double naive_read_s, naive_copy_s;
     double pipe_s, pipe_copy_s;
     ckpt_cuda_stats pipe;
 } cc_bench_result;
 
 /* be must be bound to this thread. */
-int cc_bench(cc_backend *be, cc_source *s, const ckpt_cuda_load_opts *opts,
-             cc_bench_result *r, ckpt_err *err);
+int cc_bench(cc_backend *be, cc_source *s, const ckpt_cuda_load_opts *opts, cc_bench_result *r,
+             ckpt_err *err);
 
 static inline double cc_gbps(uint64_t bytes, double s)
 {

@@ -47,7 +47,7 @@ extern "C" {
 /* ------------------------------------------------------------------ load */
 
 typedef struct ckpt_cuda_load_opts {
-    int device;                 /* CUDA device index */
+    int device; /* CUDA device index */
     /* Subset: a tensor is loaded if any pattern matches its name. A pattern
      * without '*', '?' or '[' must equal the name; otherwise it is a glob
      * (fnmatch, where '*' also matches '.' and '/'), so "h.0.*" is a prefix.
@@ -55,33 +55,33 @@ typedef struct ckpt_cuda_load_opts {
      * likely a typo. n_select == 0 loads every tensor. */
     const char *const *select;
     size_t n_select;
-    size_t alignment;           /* of each tensor's address and offset: a power
+    size_t alignment;    /* of each tensor's address and offset: a power
                                  * of two up to 1 GiB; 0 = CKPT_CUDA_DEFAULT_ALIGN */
-    size_t pinned_bytes;        /* bound on pinned host memory; 0 = default */
-    unsigned threads;           /* reader/decoder threads; 0 = one per core (max 32) */
-    unsigned streams;           /* CUDA streams; 0 = CKPT_CUDA_DEFAULT_STREAMS */
-    const ckpt_key *key;        /* for encrypted .tpack files, else NULL */
+    size_t pinned_bytes; /* bound on pinned host memory; 0 = default */
+    unsigned threads;    /* reader/decoder threads; 0 = one per core (max 32) */
+    unsigned streams;    /* CUDA streams; 0 = CKPT_CUDA_DEFAULT_STREAMS */
+    const ckpt_key *key; /* for encrypted .tpack files, else NULL */
 } ckpt_cuda_load_opts;
 
 typedef struct ckpt_cuda_tensor {
     const char *name;
-    const char *dtype;          /* safetensors dtype name: "BF16", "F32", ... */
+    const char *dtype; /* safetensors dtype name: "BF16", "F32", ... */
     uint32_t ndim;
     const uint64_t *shape;
     uint64_t nbytes;
-    uint64_t offset;            /* inside the device block */
-    void *dev;                  /* device pointer: block base + offset */
-    uint8_t sha256[32];         /* digest the source recorded */
-    int has_sha256;             /* 0 when the source recorded none */
+    uint64_t offset;    /* inside the device block */
+    void *dev;          /* device pointer: block base + offset */
+    uint8_t sha256[32]; /* digest the source recorded */
+    int has_sha256;     /* 0 when the source recorded none */
 } ckpt_cuda_tensor;
 
 typedef struct ckpt_cuda_stats {
-    uint64_t tensor_bytes;      /* sum of the loaded tensors' sizes */
-    uint64_t device_bytes;      /* size of the device block (with padding) */
-    uint64_t pinned_bytes;      /* pinned host memory actually used */
+    uint64_t tensor_bytes; /* sum of the loaded tensors' sizes */
+    uint64_t device_bytes; /* size of the device block (with padding) */
+    uint64_t pinned_bytes; /* pinned host memory actually used */
     unsigned threads, streams, slots;
-    double setup_seconds;       /* opening the source, allocating */
-    double copy_seconds;        /* first read to last copy completed */
+    double setup_seconds; /* opening the source, allocating */
+    double copy_seconds;  /* first read to last copy completed */
     double total_seconds;
 } ckpt_cuda_stats;
 
@@ -114,11 +114,11 @@ long ckpt_cuda_verify(ckpt_cuda_ckpt *c, ckpt_fault_fn fault, void *ud, ckpt_err
 /* ------------------------------------------------------------------ save */
 
 typedef struct ckpt_cuda_save_tensor {
-    const char *name;           /* non-empty, unique, not "__metadata__" */
-    const char *dtype;          /* safetensors dtype name */
+    const char *name;  /* non-empty, unique, not "__metadata__" */
+    const char *dtype; /* safetensors dtype name */
     uint32_t ndim;
     const uint64_t *shape;
-    const void *dev;            /* device pointer; may be NULL for 0 bytes */
+    const void *dev; /* device pointer; may be NULL for 0 bytes */
 } ckpt_cuda_save_tensor;
 
 typedef struct ckpt_cuda_save_opts {
@@ -127,9 +127,9 @@ typedef struct ckpt_cuda_save_opts {
      * has completed; with more tensor bytes than pinned_bytes, that waits for
      * all but the last pinned_bytes to be written to the file. Set it to the
      * checkpoint size or more to return after the copies alone. */
-    size_t pinned_bytes;        /* 0 = CKPT_CUDA_DEFAULT_PINNED */
-    unsigned streams;           /* 0 = CKPT_CUDA_DEFAULT_STREAMS */
-    int fsync;                  /* fsync() the file before closing it */
+    size_t pinned_bytes; /* 0 = CKPT_CUDA_DEFAULT_PINNED */
+    unsigned streams;    /* 0 = CKPT_CUDA_DEFAULT_STREAMS */
+    int fsync;           /* fsync() the file before closing it */
 } ckpt_cuda_save_opts;
 
 typedef struct ckpt_cuda_save_job ckpt_cuda_save_job;

@@ -95,8 +95,8 @@ static void print_bench(const cc_backend *be, const cc_source *s, const cc_bench
         printf("naive     skipped: the checkpoint would not fit in host memory\n");
     } else {
         ng = cc_gbps(r->bytes, r->naive_read_s + r->naive_copy_s);
-        printf("naive     read all, then copy        %8.2f GB/s  (read %.3f s, copy %.3f s)\n",
-               ng, r->naive_read_s, r->naive_copy_s);
+        printf("naive     read all, then copy        %8.2f GB/s  (read %.3f s, copy %.3f s)\n", ng,
+               r->naive_read_s, r->naive_copy_s);
     }
     printf("pipeline  ckpt-cuda load             %8.2f GB/s  (%.3f s; copies %.3f s; %u threads, "
            "%u streams, %u slots)\n",
@@ -117,8 +117,7 @@ int cmd_bench(const tool_opts *o)
     cc_source *s = NULL;
     cc_backend *be = NULL;
     if (cc_source_open(o->src, key, &s, &err) < 0 ||
-        cc_cuda_open(NULL, o->load.device, &be, &err) < 0 ||
-        be->ops->bind_thread(be, &err) < 0) {
+        cc_cuda_open(NULL, o->load.device, &be, &err) < 0 || be->ops->bind_thread(be, &err) < 0) {
         rc = tool_fail(&err);
     } else {
         cc_bench_result r;

@@ -37,7 +37,7 @@ typedef struct load_job {
     cc_source *src;
     cc_ring *ring;
     const cc_layout *layout;
-    const size_t *src_index;   /* layout item -> source tensor */
+    const size_t *src_index; /* layout item -> source tensor */
     uint8_t *block;
     uint64_t nwin;
     size_t win_bytes;
@@ -45,8 +45,7 @@ typedef struct load_job {
 } load_job;
 
 /* Fills slot s with window w: the pieces from the source, zeros between. */
-static int fill_window(load_job *j, void *rd, uint64_t w, cc_slot *s, size_t *len,
-                       ckpt_err *err)
+static int fill_window(load_job *j, void *rd, uint64_t w, cc_slot *s, size_t *len, ckpt_err *err)
 {
     uint64_t start = w * j->win_bytes, end = start + j->win_bytes;
     if (end > j->layout->total)
@@ -192,8 +191,8 @@ void ckpt_cuda_free(ckpt_cuda_ckpt *c)
 }
 
 /* Selection, descriptions and layout: everything before the device. */
-static int select_tensors(const cc_source *s, const ckpt_cuda_load_opts *o, size_t **idx,
-                          size_t *n, ckpt_err *err)
+static int select_tensors(const cc_source *s, const ckpt_cuda_load_opts *o, size_t **idx, size_t *n,
+                          ckpt_err *err)
 {
     const char **names = malloc((s->n ? s->n : 1) * sizeof *names);
     if (!names)
@@ -324,8 +323,8 @@ fail:
     return rc;
 }
 
-int cc_load(cc_backend_open_fn open_be, void *ud, const char *src,
-            const ckpt_cuda_load_opts *opts, ckpt_cuda_ckpt **out, ckpt_err *err)
+int cc_load(cc_backend_open_fn open_be, void *ud, const char *src, const ckpt_cuda_load_opts *opts,
+            ckpt_cuda_ckpt **out, ckpt_err *err)
 {
     double t0 = cc_now();
     *out = NULL;

@@ -59,8 +59,8 @@ int cc_select(const char *const *names, size_t n_names, const char *const *patte
     return 0;
 }
 
-int cc_plan_offsets(const uint64_t *len, size_t n, uint64_t align, uint64_t *off,
-                    uint64_t *total, ckpt_err *err)
+int cc_plan_offsets(const uint64_t *len, size_t n, uint64_t align, uint64_t *off, uint64_t *total,
+                    ckpt_err *err)
 {
     if (align == 0 || (align & (align - 1)) != 0 || align > CC_MAX_ALIGN)
         return cc_fail(err, -EINVAL, "alignment %llu is not a power of two up to 1 GiB",
@@ -128,7 +128,8 @@ int cc_plan_ring(uint64_t total, size_t pinned_bytes, unsigned workers, unsigned
                  size_t max_slot, unsigned *slots, size_t *slot_bytes, ckpt_err *err)
 {
     if (pinned_bytes < 2 * CC_SLOT_QUANTUM)
-        return cc_fail(err, -EINVAL, "pinned memory bound of %zu bytes is below the minimum 128 KiB",
+        return cc_fail(err, -EINVAL,
+                       "pinned memory bound of %zu bytes is below the minimum 128 KiB",
                        pinned_bytes);
     uint64_t n = (uint64_t)workers + streams;
     if (n < 2)

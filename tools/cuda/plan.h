@@ -28,14 +28,14 @@ typedef struct cc_layout {
     size_t n;
     const uint64_t *off;
     const uint64_t *len;
-    uint64_t total;       /* block size: end of the last item */
+    uint64_t total; /* block size: end of the last item */
 } cc_layout;
 
 /* Places items in order, each at the next multiple of align (a power of two
  * up to CC_MAX_ALIGN; 1 = contiguous). Fills off[] and *total. -EINVAL for a
  * bad alignment, -EOVERFLOW if the block would not fit in 64 bits. */
-int cc_plan_offsets(const uint64_t *len, size_t n, uint64_t align, uint64_t *off,
-                    uint64_t *total, ckpt_err *err);
+int cc_plan_offsets(const uint64_t *len, size_t n, uint64_t align, uint64_t *off, uint64_t *total,
+                    ckpt_err *err);
 
 /* Windows of `size` bytes cut the block [0, total): how many. */
 uint64_t cc_window_count(uint64_t total, uint64_t size);
@@ -43,8 +43,8 @@ uint64_t cc_window_count(uint64_t total, uint64_t size);
 /* One item's share of a window. */
 typedef struct cc_piece {
     size_t item;
-    uint64_t item_off;    /* where the piece starts inside the item */
-    uint64_t win_off;     /* where it goes inside the window */
+    uint64_t item_off; /* where the piece starts inside the item */
+    uint64_t win_off;  /* where it goes inside the window */
     uint64_t len;
 } cc_piece;
 

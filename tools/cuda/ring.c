@@ -12,8 +12,8 @@ enum { S_FREE, S_FILLING, S_INFLIGHT, S_READY };
 typedef struct slot_state {
     int state;
     cc_commit_mode mode;
-    unsigned pending;   /* copies queued since acquire, not yet behind an event */
-    uint64_t seq;       /* commit number: tells a reused slot from the one waited on */
+    unsigned pending; /* copies queued since acquire, not yet behind an event */
+    uint64_t seq;     /* commit number: tells a reused slot from the one waited on */
 } slot_state;
 
 struct cc_ring {
@@ -43,8 +43,8 @@ int cc_ring_new(cc_backend *be, unsigned nslots, size_t slot_bytes, unsigned nst
 {
     *out = NULL;
     if (nslots == 0 || nstreams == 0 || slot_bytes == 0 || slot_bytes > SIZE_MAX / nslots)
-        return cc_fail(err, -EINVAL, "bad ring geometry: %u slots of %zu bytes, %u streams",
-                       nslots, slot_bytes, nstreams);
+        return cc_fail(err, -EINVAL, "bad ring geometry: %u slots of %zu bytes, %u streams", nslots,
+                       slot_bytes, nstreams);
     cc_ring *r = calloc(1, sizeof *r);
     if (!r)
         return cc_fail(err, -ENOMEM, "out of memory");

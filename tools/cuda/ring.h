@@ -38,12 +38,12 @@ typedef enum cc_commit_mode { CC_RECYCLE = 0, CC_HOLD = 1 } cc_commit_mode;
 typedef struct cc_ring cc_ring;
 
 typedef struct cc_ring_counters {
-    uint64_t acquires;       /* slots handed out */
-    uint64_t copies;         /* copies queued */
+    uint64_t acquires; /* slots handed out */
+    uint64_t copies;   /* copies queued */
     uint64_t commits;
-    uint64_t reclaim_polls;  /* slots reclaimed because their event was done */
-    uint64_t reclaim_waits;  /* ... because acquire blocked on their event */
-    uint64_t idle_waits;     /* acquire found nothing to reclaim and slept */
+    uint64_t reclaim_polls; /* slots reclaimed because their event was done */
+    uint64_t reclaim_waits; /* ... because acquire blocked on their event */
+    uint64_t idle_waits;    /* acquire found nothing to reclaim and slept */
 } cc_ring_counters;
 
 /* nslots buffers of slot_bytes each (one pinned allocation), nstreams

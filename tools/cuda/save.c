@@ -27,7 +27,7 @@ struct ckpt_cuda_save_job {
     cc_ring *ring;
     char *path;
     int fd;
-    int is_regular;         /* only a regular file is removed after a failure */
+    int is_regular; /* only a regular file is removed after a failure */
     int do_fsync;
     uint8_t *header;
     size_t header_len;
@@ -44,7 +44,7 @@ struct ckpt_cuda_save_job {
     int producer_stopped;
     pthread_t writer;
     int writer_started;
-    int wrc;                /* the writer's result */
+    int wrc; /* the writer's result */
     ckpt_err werr;
 };
 
@@ -150,8 +150,7 @@ static int produce_window(ckpt_cuda_save_job *j, uint64_t w, ckpt_err *err)
     cc_pieces_begin(&it, &j->layout, a, b);
     while (rc == 0 && cc_pieces_next(&it, &p))
         rc = cc_ring_copy(j->ring, s, s->buf + p.win_off,
-                          (const uint8_t *)j->dev[p.item] + p.item_off, (size_t)p.len, CC_D2H,
-                          err);
+                          (const uint8_t *)j->dev[p.item] + p.item_off, (size_t)p.len, CC_D2H, err);
     if (rc == 0)
         rc = cc_ring_commit(j->ring, s, CC_HOLD, err);
     if (rc < 0) {

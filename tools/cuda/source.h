@@ -21,9 +21,9 @@ typedef struct cc_tensor {
 
 typedef struct cc_source cc_source;
 struct cc_source {
-    const char *origin;       /* the path the source was opened with */
-    const char *kind;         /* "pack" or "mount" */
-    uint32_t granule;         /* bytes decoded as one unit (a pack's chunk), or 0 */
+    const char *origin; /* the path the source was opened with */
+    const char *kind;   /* "pack" or "mount" */
+    uint32_t granule;   /* bytes decoded as one unit (a pack's chunk), or 0 */
     size_t n;
     const cc_tensor *tensors; /* in the source's order */
     /* Per-thread state (a decoded-chunk cache, an open file): each reading

@@ -17,8 +17,8 @@
 #include "util.h"
 
 typedef struct mount_tensor {
-    char *rel;          /* file to read, relative to the directory */
-    uint64_t base;      /* where the tensor starts in it */
+    char *rel;     /* file to read, relative to the directory */
+    uint64_t base; /* where the tensor starts in it */
 } mount_tensor;
 
 typedef struct mount_src {
@@ -32,7 +32,7 @@ typedef struct mount_src {
 
 typedef struct mount_reader {
     int fd;
-    const char *rel;    /* what fd has open: consecutive reads often share it */
+    const char *rel; /* what fd has open: consecutive reads often share it */
 } mount_reader;
 
 static int mount_reader_new(cc_source *s, void **out, ckpt_err *err)
@@ -178,8 +178,8 @@ static int parse_tensor(mount_src *ms, const char *mpath, size_t i, json_t *o, c
     if (!rel) {
         rel = json_string_value(json_object_get(o, "file"));
         if (!rel || get_u64(o, "offset", &w->base) < 0)
-            return cc_fail(err, -EINVAL, "%s: tensor '%s': neither path nor file and offset",
-                           mpath, name);
+            return cc_fail(err, -EINVAL, "%s: tensor '%s': neither path nor file and offset", mpath,
+                           name);
     }
     if (!ckpt_path_is_safe(rel))
         return cc_fail(err, -EINVAL, "%s: tensor '%s': unsafe path '%s'", mpath, name, rel);

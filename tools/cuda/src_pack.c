@@ -20,7 +20,7 @@ typedef struct pack_src {
 } pack_src;
 
 typedef struct pack_reader {
-    uint8_t *buf;       /* one decoded chunk */
+    uint8_t *buf; /* one decoded chunk */
     size_t id;
     int valid;
 } pack_reader;

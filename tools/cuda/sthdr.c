@@ -90,7 +90,8 @@ int cc_st_header(const ckpt_cuda_save_tensor *t, size_t n, uint64_t *lens, uint8
     size_t jlen = strlen(text), padded = (jlen + 7) / 8 * 8;
     if (padded > CC_ST_MAX_HEADER) {
         free(text);
-        return cc_fail(err, -EOVERFLOW, "safetensors header of %zu bytes is over the limit", padded);
+        return cc_fail(err, -EOVERFLOW, "safetensors header of %zu bytes is over the limit",
+                       padded);
     }
     uint8_t *buf = malloc(8 + padded);
     if (!buf) {

@@ -138,8 +138,8 @@ long ckpt_cuda_verify(ckpt_cuda_ckpt *c, ckpt_fault_fn fault, void *ud, ckpt_err
     cc_ring *r = NULL;
     long res;
     /* Hashing is the bottleneck: a few mid-sized slots keep it busy. */
-    if ((rc = cc_plan_ring(c->layout.total, c->pinned_bytes, 1, c->streams, (size_t)8 << 20,
-                           &slots, &slot_bytes, err)) < 0 ||
+    if ((rc = cc_plan_ring(c->layout.total, c->pinned_bytes, 1, c->streams, (size_t)8 << 20, &slots,
+                           &slot_bytes, err)) < 0 ||
         (rc = cc_ring_new(be, slots, slot_bytes, c->streams, &r, err)) < 0)
         res = rc;
     else

@@ -154,7 +154,6 @@ static void parse_args(int argc, char **argv, options *o)
     o->vocab = vocab > 0 ? (unsigned)vocab : p->vocab;
 }
 
-
 /* Streams one tensor's values to the safetensors shard and/or its npy file. */
 static void emit_values(const tensor_spec *t, const options *o, out_file *st, out_file *npy)
 {
@@ -248,10 +247,11 @@ int main(int argc, char **argv)
            "%s, seed %llu)\n",
            o.outdir, files_written, l.n, (unsigned long long)total_bytes_written, o.preset,
            o.layers, o.dim, o.vocab,
-           o.dtype == FMT_BF16 ? "bf16" : o.dtype == FMT_F16 ? "f16" : "f32",
+           o.dtype == FMT_BF16  ? "bf16"
+           : o.dtype == FMT_F16 ? "f16"
+                                : "f32",
            (unsigned long long)o.seed);
     free(npy_dir);
     free(l.t);
     return 0;
 }
-

@@ -152,8 +152,8 @@ void npy_begin(out_file *f, const char *dir, const tensor_spec *t, elem_format f
     while ((10 + dict.len + 1) % NPY_ALIGN)
         sb_printf(&dict, " ");
     sb_printf(&dict, "\n");
-    uint8_t pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (uint8_t)(dict.len & 0xff),
-                       (uint8_t)(dict.len >> 8)};
+    uint8_t pre[10] = {
+        0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (uint8_t)(dict.len & 0xff), (uint8_t)(dict.len >> 8)};
     out_open(f, dir, name);
     out_write(f, pre, sizeof pre);
     out_write(f, dict.s, dict.len);
@@ -176,4 +176,3 @@ void put_value(out_file *f, elem_format fmt, float v)
     p[0] = (uint8_t)h;
     p[1] = (uint8_t)(h >> 8);
 }
-

@@ -9,9 +9,8 @@
 #include "gen.h"
 
 static const preset presets[] = {
-    {"tiny", 2, 128, 1000},        {"gpt2", 12, 768, 50257},
-    {"gpt2-medium", 24, 1024, 50257}, {"gpt2-large", 36, 1280, 50257},
-    {"gpt2-xl", 48, 1600, 50257},
+    {"tiny", 2, 128, 1000},          {"gpt2", 12, 768, 50257},     {"gpt2-medium", 24, 1024, 50257},
+    {"gpt2-large", 36, 1280, 50257}, {"gpt2-xl", 48, 1600, 50257},
 };
 
 const preset *preset_find(const char *name)
@@ -22,12 +21,12 @@ const preset *preset_find(const char *name)
     return NULL;
 }
 
-static void add_tensor(tensor_list *l, init_kind init, uint64_t d0, uint64_t d1,
-                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void add_tensor(tensor_list *l, init_kind init, uint64_t d0, uint64_t d1, const char *fmt,
+                       ...) __attribute__((format(printf, 5, 6)));
 
 /* d1 == 0 means a vector of d0 elements. */
-static void add_tensor(tensor_list *l, init_kind init, uint64_t d0, uint64_t d1,
-                       const char *fmt, ...)
+static void add_tensor(tensor_list *l, init_kind init, uint64_t d0, uint64_t d1, const char *fmt,
+                       ...)
 {
     if (l->n == l->cap) {
         l->cap = l->cap ? l->cap * 2 : 64;
@@ -108,4 +107,3 @@ void assign_shards(tensor_list *l, unsigned shards, unsigned esize)
         before += l->t[i].numel * esize;
     }
 }
-

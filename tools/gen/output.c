@@ -127,4 +127,3 @@ void write_text_file(const char *dir, const char *name, const strbuf *b)
     out_write(&f, b->s, b->len);
     out_close(&f);
 }
-

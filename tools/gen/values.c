@@ -110,7 +110,6 @@ uint16_t f32_to_f16(float f)
     return sign | (uint16_t)m;
 }
 
-
 /* The bf16 value widened back to float32: what a bf16 tensor holds. */
 float bf16_to_f32(uint16_t h)
 {
@@ -119,4 +118,3 @@ float bf16_to_f32(uint16_t h)
     memcpy(&f, &x, sizeof f);
     return f;
 }
-

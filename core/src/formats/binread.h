@@ -22,10 +22,10 @@
 
 typedef struct binread {
     const ingest_source *src;
-    uint64_t pos;      /* next byte to read */
-    uint64_t win_off;  /* file offset of win[0] */
-    size_t win_len;    /* valid bytes in win */
-    int err;           /* first fault: -EINVAL (past the end) or the source's -errno */
+    uint64_t pos;     /* next byte to read */
+    uint64_t win_off; /* file offset of win[0] */
+    size_t win_len;   /* valid bytes in win */
+    int err;          /* first fault: -EINVAL (past the end) or the source's -errno */
     uint8_t win[BINREAD_WINDOW];
 } binread;
 

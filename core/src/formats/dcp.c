@@ -95,7 +95,7 @@ typedef struct parse_ctx {
     dcp_metadata *md;
     size_t max_chunks; /* DCP_MAX_CHUNKS, or fewer when the pickle has fewer nodes */
     size_t cap_items;
-    dcp_tensor **by_fqn; /* the tensors sorted by fqn */
+    dcp_tensor **by_fqn;     /* the tensors sorted by fqn */
     const char **bytes_fqns; /* sorted, borrowed from the doc */
     char *msg;
     size_t msg_len;
@@ -206,8 +206,10 @@ static int parse_tensor(parse_ctx *c, const char *fqn, const pk_value *v, size_t
         if (!parse_size(field(ch, "offsets"), tmp, &no) || no != t->ndim ||
             (memcpy(ko, tmp, no * sizeof *tmp), !parse_size(field(ch, "sizes"), tmp, &ns)) ||
             ns != t->ndim)
-            return fail(c, "'%s': chunk %zu's offsets or sizes are not a torch.Size of %u "
-                        "dimensions", q, i, t->ndim);
+            return fail(c,
+                        "'%s': chunk %zu's offsets or sizes are not a torch.Size of %u "
+                        "dimensions",
+                        q, i, t->ndim);
         memcpy(ks, tmp, ns * sizeof *tmp);
         k->offsets = ko;
         k->sizes = ks;
@@ -215,8 +217,8 @@ static int parse_tensor(parse_ctx *c, const char *fqn, const pk_value *v, size_t
         for (uint32_t d = 0; d < t->ndim; d++) {
             uint64_t end;
             if (__builtin_add_overflow(ko[d], ks[d], &end) || end > size[d])
-                return fail(c, "'%s': chunk %zu runs past the tensor's size in dimension %u", q,
-                            i, d);
+                return fail(c, "'%s': chunk %zu runs past the tensor's size in dimension %u", q, i,
+                            d);
         }
         k->item = DCP_NO_ITEM;
         t->n_chunks++;
@@ -331,7 +333,8 @@ static int parse_item(parse_ctx *c, size_t i, const pk_value *key, const pk_valu
     if (td && td->kind != PK_NONE && td->kind != PK_LIST && td->kind != PK_TUPLE)
         return fail(c, "'%s': its transform_descriptors are not a list", q);
 
-    dcp_item it = {.offset = (uint64_t)off, .length = (uint64_t)len,
+    dcp_item it = {.offset = (uint64_t)off,
+                   .length = (uint64_t)len,
                    .transformed = td && td->kind != PK_NONE && pk_len(td) > 0};
     size_t ti;
     dcp_tensor *t = find_tensor(c, fq->u.s.p, &ti);
@@ -341,8 +344,8 @@ static int parse_item(parse_ctx *c, size_t i, const pk_value *key, const pk_valu
         dcp_chunk probe = {.offsets = po, .ndim = t->ndim};
         uint32_t n = 0;
         if (!parse_size(ko, po, &n) || n != t->ndim)
-            return fail(c, "'%s': its storage key's offset is not a torch.Size of %u dimensions",
-                        q, t->ndim);
+            return fail(c, "'%s': its storage key's offset is not a torch.Size of %u dimensions", q,
+                        t->ndim);
         dcp_chunk *k = bsearch(&probe, t->chunks, t->n_chunks, sizeof *t->chunks, chunk_cmp);
         if (!k)
             return fail(c, "'%s': a storage item names a chunk the tensor does not have", q);
@@ -432,8 +435,7 @@ void dcp_metadata_free(dcp_metadata *md)
     memset(md, 0, sizeof *md);
 }
 
-int dcp_metadata_parse(const uint8_t *data, size_t len, dcp_metadata *md, char *msg,
-                       size_t msg_len)
+int dcp_metadata_parse(const uint8_t *data, size_t len, dcp_metadata *md, char *msg, size_t msg_len)
 {
     memset(md, 0, sizeof *md);
     fmt_msg(msg, msg_len, "%s", "");
@@ -452,8 +454,8 @@ int dcp_metadata_parse(const uint8_t *data, size_t len, dcp_metadata *md, char *
         goto out;
     }
     md->doc = doc; /* the strings point into it */
-    c.max_chunks = pickle_node_count(doc) < DCP_MAX_CHUNKS ? pickle_node_count(doc)
-                                                           : DCP_MAX_CHUNKS;
+    c.max_chunks =
+        pickle_node_count(doc) < DCP_MAX_CHUNKS ? pickle_node_count(doc) : DCP_MAX_CHUNKS;
     const pk_value *root = pickle_root(doc);
     if (!is_obj(root, MOD_MD, "Metadata")) {
         rc = fail(&c, "the pickle holds %s, not a " MOD_MD ".Metadata",
@@ -617,8 +619,7 @@ static int describe_chunk(acc *a, const ingest_source *src, const dcp_metadata *
     /* "a@0" may be both a tensor's fqn and a chunk of "a": the tensor keeps
      * the name, in whichever file each lies */
     const char *np = name;
-    if (strcmp(name, t->fqn) != 0 &&
-        bsearch(&np, fqns, md->n_tensors, sizeof *fqns, str_ptr_cmp))
+    if (strcmp(name, t->fqn) != 0 && bsearch(&np, fqns, md->n_tensors, sizeof *fqns, str_ptr_cmp))
         return add_skipped(a, name, "a tensor has this chunk's name");
     ingest_layout sub;
     int rc = torch_describe_range(src, it->offset, it->length, "dcp-item", &sub, why, sizeof why);
@@ -646,7 +647,8 @@ static int describe_chunk(acc *a, const ingest_source *src, const dcp_metadata *
             fmt_msg(reason, sizeof reason, "its item holds %zu tensors, not one", sub.n);
             rc = add_skipped(a, name, reason);
         } else if (!same) {
-            rc = add_skipped(a, name, "its item's tensor differs from the metadata's dtype or shape");
+            rc = add_skipped(a, name,
+                             "its item's tensor differs from the metadata's dtype or shape");
         } else if (grow((void **)&a->t, &a->cap_t, a->n_t, sizeof *a->t)) {
             rc = -ENOMEM;
         } else {
@@ -676,9 +678,9 @@ static int describe_items(acc *a, const ingest_source *src, const char *base,
             fmt_quote(q, sizeof q, it->fqn);
             fmt_msg(msg, msg_len,
                     "dcp: .metadata places '%s' at [%llu, %llu), past the end of the file "
-                    "(%llu bytes)", q, (unsigned long long)it->offset,
-                    (unsigned long long)(it->offset + it->length),
-                    (unsigned long long)src->size);
+                    "(%llu bytes)",
+                    q, (unsigned long long)it->offset,
+                    (unsigned long long)(it->offset + it->length), (unsigned long long)src->size);
             return -EINVAL;
         }
     }
@@ -702,8 +704,9 @@ static int describe_items(acc *a, const ingest_source *src, const char *base,
                            &md->tensors[it->tensor].chunks[it->chunk]);
             else
                 snprintf(name, sizeof name, "%s", it->fqn);
-            rc = add_skipped(a, name, "its item is transformed (compressed or encrypted DCP); "
-                                      "kept opaque");
+            rc = add_skipped(a, name,
+                             "its item is transformed (compressed or encrypted DCP); "
+                             "kept opaque");
         } else if (it->kind == DCP_ITEM_TENSOR) {
             rc = describe_chunk(a, src, md, it, fqns, msg, msg_len);
         } else {
@@ -846,8 +849,8 @@ static int dcp_sniff(const char *path, const uint8_t *head, size_t head_len, uin
     return n >= sizeof ext && strcmp(path + n - (sizeof ext - 1), ext) == 0;
 }
 
-static int dcp_describe(const ingest_source *src, const char *path, ingest_layout *out,
-                        char *msg, size_t msg_len)
+static int dcp_describe(const ingest_source *src, const char *path, ingest_layout *out, char *msg,
+                        size_t msg_len)
 {
     memset(out, 0, sizeof *out);
     fmt_msg(msg, msg_len, "%s", "");
@@ -871,7 +874,7 @@ static int dcp_describe(const ingest_source *src, const char *path, ingest_layou
             } else if (r != -ENOMEM) {
                 size_t pl = strlen(MSG_PREFIX);
                 fmt_msg(note, sizeof note, "ignored: %s",
-                         strncmp(why, MSG_PREFIX, pl) == 0 ? why + pl : why);
+                        strncmp(why, MSG_PREFIX, pl) == 0 ? why + pl : why);
             } else {
                 rc = -ENOMEM;
             }

@@ -83,8 +83,8 @@ typedef struct dcp_tensor {
     uint32_t ndim;
     const uint64_t *size; /* ndim values: the global size */
     size_t n_chunks;
-    dcp_chunk *chunks;    /* sorted by offsets; within the global size, distinct */
-    uint64_t *dims;       /* private: the size and the chunks' offsets and sizes */
+    dcp_chunk *chunks; /* sorted by offsets; within the global size, distinct */
+    uint64_t *dims;    /* private: the size and the chunks' offsets and sizes */
 } dcp_tensor;
 
 typedef enum dcp_item_kind { DCP_ITEM_TENSOR, DCP_ITEM_BYTES } dcp_item_kind;
@@ -103,9 +103,9 @@ typedef struct dcp_metadata {
     dcp_tensor *tensors; /* in .metadata's order */
     size_t n_bytes;      /* BytesStorageMetadata entries */
     size_t n_items;
-    dcp_item *items;     /* sorted by relative_path, then offset; the items of
+    dcp_item *items; /* sorted by relative_path, then offset; the items of
                           * one file do not overlap */
-    void *doc;           /* private: the pickle the strings point into */
+    void *doc;       /* private: the pickle the strings point into */
 } dcp_metadata;
 
 /* Parses and validates .metadata's bytes. Returns 0 and fills *md; -EINVAL

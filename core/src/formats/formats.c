@@ -13,17 +13,12 @@
 /* safetensors and npy sniff by extension, the others by their magic bytes
  * (a torch.save zip, GGUF, tensorizer), whatever the file is called. */
 const container_format *const ckpt_container_formats[] = {
-    &ckpt_format_safetensors,
-    &ckpt_format_npy,
-    &ckpt_format_dcp, /* before torch: a .distcp starts with a torch.save zip */
-    &ckpt_format_torch,
-    &ckpt_format_gguf,
-    &ckpt_format_tensorizer,
-    NULL,
+    &ckpt_format_safetensors, &ckpt_format_npy,  &ckpt_format_dcp, /* before torch: a .distcp starts with a torch.save zip */
+    &ckpt_format_torch,       &ckpt_format_gguf, &ckpt_format_tensorizer, NULL,
 };
 
-const container_format *ckpt_container_sniff(const char *path, const uint8_t *head,
-                                             size_t head_len, uint64_t size)
+const container_format *ckpt_container_sniff(const char *path, const uint8_t *head, size_t head_len,
+                                             uint64_t size)
 {
     for (const container_format *const *f = ckpt_container_formats; *f; f++)
         if ((*f)->sniff(path, head, head_len, size))

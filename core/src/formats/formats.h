@@ -56,7 +56,7 @@ typedef struct ingest_layout {
     uint64_t header_bytes; /* bytes before the first tensor */
     size_t n;              /* tensors, sorted by offset */
     ingest_tensor *t;
-    size_t n_regions;      /* typed ranges beside the tensors, sorted by offset */
+    size_t n_regions; /* typed ranges beside the tensors, sorted by offset */
     ingest_region *regions;
     /* ---- added for torch.save archives (formats/torch.c) ----
      * Tensors found but not in t[], in the order found; each name is
@@ -104,8 +104,8 @@ typedef struct container_format {
 extern const container_format *const ckpt_container_formats[];
 
 /* The first format whose sniff() claims the file, or NULL. */
-const container_format *ckpt_container_sniff(const char *path, const uint8_t *head,
-                                             size_t head_len, uint64_t size);
+const container_format *ckpt_container_sniff(const char *path, const uint8_t *head, size_t head_len,
+                                             uint64_t size);
 
 /* ---- the head-based parsers, kept for their callers and tests ---- */
 
@@ -113,8 +113,8 @@ const container_format *ckpt_container_sniff(const char *path, const uint8_t *he
  * bytes (at least 8 + header length bytes, or the whole file if shorter).
  * Returns 0, or -EINVAL with a message in msg. If more bytes are needed it
  * returns -EAGAIN and sets *need to the number of leading bytes required. */
-int ingest_safetensors(const uint8_t *head, size_t head_len, uint64_t file_size,
-                       ingest_layout *out, uint64_t *need, char *msg, size_t msg_len);
+int ingest_safetensors(const uint8_t *head, size_t head_len, uint64_t file_size, ingest_layout *out,
+                       uint64_t *need, char *msg, size_t msg_len);
 
 /* npy versions 1-3, C order, little-endian or byte-order-free dtypes. Same
  * contract as above. A valid npy that cannot be presented as a raw tensor

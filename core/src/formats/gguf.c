@@ -40,18 +40,29 @@
  * model has ~1100 tensors and ~40 keys; a vocabulary is one array). */
 #define GGUF_MAX_TENSORS (1u << 20)
 #define GGUF_MAX_KV (1u << 20)
-#define GGUF_MAX_NAME 65535u   /* tensor names; llama.cpp itself stops at 63 */
-#define GGUF_MAX_DEPTH 8u      /* arrays of arrays */
+#define GGUF_MAX_NAME 65535u /* tensor names; llama.cpp itself stops at 63 */
+#define GGUF_MAX_DEPTH 8u    /* arrays of arrays */
 #define GGUF_MAX_ALIGNMENT (1u << 30)
 /* Smallest encodings, for bounding counts by the bytes left. */
-#define GGUF_MIN_KV_BYTES 13u  /* empty key, type, one-byte value */
-#define GGUF_MIN_TI_BYTES 24u  /* empty name, n_dims 0, type, offset */
-#define GGUF_KEY_SHOWN 256u    /* key bytes kept for messages and comparison */
+#define GGUF_MIN_KV_BYTES 13u /* empty key, type, one-byte value */
+#define GGUF_MIN_TI_BYTES 24u /* empty name, n_dims 0, type, offset */
+#define GGUF_KEY_SHOWN 256u   /* key bytes kept for messages and comparison */
 
 enum {
-    GGUF_T_UINT8, GGUF_T_INT8, GGUF_T_UINT16, GGUF_T_INT16, GGUF_T_UINT32, GGUF_T_INT32,
-    GGUF_T_FLOAT32, GGUF_T_BOOL, GGUF_T_STRING, GGUF_T_ARRAY, GGUF_T_UINT64, GGUF_T_INT64,
-    GGUF_T_FLOAT64, GGUF_T_COUNT
+    GGUF_T_UINT8,
+    GGUF_T_INT8,
+    GGUF_T_UINT16,
+    GGUF_T_INT16,
+    GGUF_T_UINT32,
+    GGUF_T_INT32,
+    GGUF_T_FLOAT32,
+    GGUF_T_BOOL,
+    GGUF_T_STRING,
+    GGUF_T_ARRAY,
+    GGUF_T_UINT64,
+    GGUF_T_INT64,
+    GGUF_T_FLOAT64,
+    GGUF_T_COUNT
 };
 
 /* Bytes of a fixed-size value type; 0 for string, array and unknown. */
@@ -72,23 +83,18 @@ typedef struct ggml_type_info {
 } ggml_type_info;
 
 static const ggml_type_info ggml_types[] = {
-    {0, "F32", 1, 4, "F32"},         {1, "F16", 1, 2, "F16"},
-    {2, "Q4_0", 32, 18, NULL},       {3, "Q4_1", 32, 20, NULL},
-    {6, "Q5_0", 32, 22, NULL},       {7, "Q5_1", 32, 24, NULL},
-    {8, "Q8_0", 32, 34, NULL},       {9, "Q8_1", 32, 40, NULL},
-    {10, "Q2_K", 256, 84, NULL},     {11, "Q3_K", 256, 110, NULL},
-    {12, "Q4_K", 256, 144, NULL},    {13, "Q5_K", 256, 176, NULL},
-    {14, "Q6_K", 256, 210, NULL},    {15, "Q8_K", 256, 292, NULL},
-    {16, "IQ2_XXS", 256, 66, NULL},  {17, "IQ2_XS", 256, 74, NULL},
-    {18, "IQ3_XXS", 256, 98, NULL},  {19, "IQ1_S", 256, 50, NULL},
-    {20, "IQ4_NL", 32, 18, NULL},    {21, "IQ3_S", 256, 110, NULL},
-    {22, "IQ2_S", 256, 82, NULL},    {23, "IQ4_XS", 256, 136, NULL},
-    {24, "I8", 1, 1, "I8"},          {25, "I16", 1, 2, "I16"},
-    {26, "I32", 1, 4, "I32"},        {27, "I64", 1, 8, "I64"},
-    {28, "F64", 1, 8, "F64"},        {29, "IQ1_M", 256, 56, NULL},
-    {30, "BF16", 1, 2, "BF16"},      {34, "TQ1_0", 256, 54, NULL},
-    {35, "TQ2_0", 256, 66, NULL},    {39, "MXFP4", 32, 17, NULL},
-    {40, "NVFP4", 64, 36, NULL},     {41, "Q1_0", 128, 18, NULL},
+    {0, "F32", 1, 4, "F32"},        {1, "F16", 1, 2, "F16"},        {2, "Q4_0", 32, 18, NULL},
+    {3, "Q4_1", 32, 20, NULL},      {6, "Q5_0", 32, 22, NULL},      {7, "Q5_1", 32, 24, NULL},
+    {8, "Q8_0", 32, 34, NULL},      {9, "Q8_1", 32, 40, NULL},      {10, "Q2_K", 256, 84, NULL},
+    {11, "Q3_K", 256, 110, NULL},   {12, "Q4_K", 256, 144, NULL},   {13, "Q5_K", 256, 176, NULL},
+    {14, "Q6_K", 256, 210, NULL},   {15, "Q8_K", 256, 292, NULL},   {16, "IQ2_XXS", 256, 66, NULL},
+    {17, "IQ2_XS", 256, 74, NULL},  {18, "IQ3_XXS", 256, 98, NULL}, {19, "IQ1_S", 256, 50, NULL},
+    {20, "IQ4_NL", 32, 18, NULL},   {21, "IQ3_S", 256, 110, NULL},  {22, "IQ2_S", 256, 82, NULL},
+    {23, "IQ4_XS", 256, 136, NULL}, {24, "I8", 1, 1, "I8"},         {25, "I16", 1, 2, "I16"},
+    {26, "I32", 1, 4, "I32"},       {27, "I64", 1, 8, "I64"},       {28, "F64", 1, 8, "F64"},
+    {29, "IQ1_M", 256, 56, NULL},   {30, "BF16", 1, 2, "BF16"},     {34, "TQ1_0", 256, 54, NULL},
+    {35, "TQ2_0", 256, 66, NULL},   {39, "MXFP4", 32, 17, NULL},    {40, "NVFP4", 64, 36, NULL},
+    {41, "Q1_0", 128, 18, NULL},
 };
 
 static const ggml_type_info *ggml_type_lookup(uint32_t id)
@@ -178,7 +184,8 @@ static bool skip_value(gguf_parse *p, uint32_t type, unsigned depth, const char 
     if (min_elem == 0)
         return fail(p, "key '%s': array of unknown value type %u", key, et);
     if (count > left / min_elem)
-        return fail(p, "key '%s': array of %llu elements of type %u runs past the end of the "
+        return fail(p,
+                    "key '%s': array of %llu elements of type %u runs past the end of the "
                     "%llu-byte file",
                     key, (unsigned long long)count, et, (unsigned long long)p->r.src->size);
     if (esz)
@@ -268,8 +275,7 @@ static bool read_ti(gguf_parse *p, uint64_t index, gguf_ti *ti)
     if (!binread_u32(&p->r, &ti->n_dims))
         return fail_read(p, what);
     if (ti->n_dims > GGML_MAX_DIMS)
-        return fail(p, "tensor '%s' has %u dimensions, more than %u", q, ti->n_dims,
-                    GGML_MAX_DIMS);
+        return fail(p, "tensor '%s' has %u dimensions, more than %u", q, ti->n_dims, GGML_MAX_DIMS);
     for (uint32_t d = 0; d < ti->n_dims; d++) {
         if (!binread_u64(&p->r, &ti->ne[d]))
             return fail_read(p, what);
@@ -369,8 +375,10 @@ static bool emit(gguf_parse *p, gguf_ti *ti, uint64_t n, uint64_t data_start, ui
             ingest_skipped *k = &out->skipped[out->n_skipped++];
             k->name = ti[i].name;
             ti[i].name = NULL;
-            snprintf(k->reason, sizeof k->reason,
-                     "quantized type %s has no element dtype: its blocks stay in the file as they are", ty->name);
+            snprintf(
+                k->reason, sizeof k->reason,
+                "quantized type %s has no element dtype: its blocks stay in the file as they are",
+                ty->name);
         }
     }
     return true;
@@ -383,8 +391,8 @@ static int gguf_sniff(const char *path, const uint8_t *head, size_t head_len, ui
     return head_len >= 4 && memcmp(head, "GGUF", 4) == 0;
 }
 
-static int gguf_describe(const ingest_source *src, const char *path, ingest_layout *out,
-                         char *msg, size_t msg_len)
+static int gguf_describe(const ingest_source *src, const char *path, ingest_layout *out, char *msg,
+                         size_t msg_len)
 {
     (void)path;
     memset(out, 0, sizeof *out);
@@ -434,14 +442,16 @@ static int gguf_describe(const ingest_source *src, const char *path, ingest_layo
     }
     uint64_t left = binread_left(&p->r);
     if (n_tensors > GGUF_MAX_TENSORS || n_tensors > left / GGUF_MIN_TI_BYTES) {
-        fail(p, "tensor count %llu is absurd: the %llu-byte file holds at most %llu tensor "
+        fail(p,
+             "tensor count %llu is absurd: the %llu-byte file holds at most %llu tensor "
              "infos (limit %u)",
              (unsigned long long)n_tensors, (unsigned long long)src->size,
              (unsigned long long)(left / GGUF_MIN_TI_BYTES), GGUF_MAX_TENSORS);
         goto done;
     }
     if (n_kv > GGUF_MAX_KV || n_kv > left / GGUF_MIN_KV_BYTES) {
-        fail(p, "key/value count %llu is absurd: the %llu-byte file holds at most %llu (limit "
+        fail(p,
+             "key/value count %llu is absurd: the %llu-byte file holds at most %llu (limit "
              "%u)",
              (unsigned long long)n_kv, (unsigned long long)src->size,
              (unsigned long long)(left / GGUF_MIN_KV_BYTES), GGUF_MAX_KV);

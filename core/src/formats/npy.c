@@ -23,7 +23,7 @@
 /* What the header dict says, once parsed. */
 typedef struct npy_header {
     char descr[16];
-    bool descr_is_string;  /* false for structured (list) descrs */
+    bool descr_is_string; /* false for structured (list) descrs */
     bool descr_too_long;
     bool fortran_order;
     uint32_t ndim;
@@ -50,8 +50,7 @@ static void lex_fail(npy_lex *lx, const char *what)
 
 static void lex_skip_space(npy_lex *lx)
 {
-    while (lx->p < lx->end &&
-           (*lx->p == ' ' || *lx->p == '\t' || *lx->p == '\n' || *lx->p == '\r'))
+    while (lx->p < lx->end && (*lx->p == ' ' || *lx->p == '\t' || *lx->p == '\n' || *lx->p == '\r'))
         lx->p++;
 }
 
@@ -111,8 +110,7 @@ static bool lex_word(npy_lex *lx, const char *w)
         return false;
     const char *after = lx->p + n;
     if (after < lx->end && (*after == '_' || (*after >= 'a' && *after <= 'z') ||
-                            (*after >= 'A' && *after <= 'Z') ||
-                            (*after >= '0' && *after <= '9')))
+                            (*after >= 'A' && *after <= 'Z') || (*after >= '0' && *after <= '9')))
         return false;
     lx->p = after;
     return true;
@@ -310,9 +308,8 @@ static const char *npy_dtype_for(const char *descr)
     static const struct {
         const char *code, *dtype;
     } map[] = {
-        {"b1", "BOOL"}, {"i1", "I8"},  {"u1", "U8"},  {"i2", "I16"}, {"u2", "U16"},
-        {"f2", "F16"},  {"i4", "I32"}, {"u4", "U32"}, {"f4", "F32"}, {"i8", "I64"},
-        {"u8", "U64"},  {"f8", "F64"},
+        {"b1", "BOOL"}, {"i1", "I8"},  {"u1", "U8"},  {"i2", "I16"}, {"u2", "U16"}, {"f2", "F16"},
+        {"i4", "I32"},  {"u4", "U32"}, {"f4", "F32"}, {"i8", "I64"}, {"u8", "U64"}, {"f8", "F64"},
     };
     char order = descr[0];
     const char *code = descr;
@@ -345,7 +342,7 @@ int ingest_npy(const uint8_t *head, size_t head_len, uint64_t file_size, const c
 
     if (file_size < 8) {
         ingest_msg(msg, msg_len, "npy header: file is %llu bytes, too short for the npy preamble",
-                (unsigned long long)file_size);
+                   (unsigned long long)file_size);
         return -EINVAL;
     }
     if (head_len < 8) {
@@ -367,7 +364,7 @@ int ingest_npy(const uint8_t *head, size_t head_len, uint64_t file_size, const c
     uint64_t prefix = 8 + len_bytes;
     if (file_size < prefix) {
         ingest_msg(msg, msg_len, "npy header: file is %llu bytes, too short for the npy preamble",
-                (unsigned long long)file_size);
+                   (unsigned long long)file_size);
         return -EINVAL;
     }
     if (head_len < prefix) {
@@ -379,8 +376,8 @@ int ingest_npy(const uint8_t *head, size_t head_len, uint64_t file_size, const c
     uint64_t header_bytes = prefix + dict_len;
     if (header_bytes > file_size) {
         ingest_msg(msg, msg_len,
-                "npy header: header length %llu runs past the end of the %llu-byte file",
-                (unsigned long long)dict_len, (unsigned long long)file_size);
+                   "npy header: header length %llu runs past the end of the %llu-byte file",
+                   (unsigned long long)dict_len, (unsigned long long)file_size);
         return -EINVAL;
     }
     if (head_len < header_bytes) {
@@ -412,14 +409,14 @@ int ingest_npy(const uint8_t *head, size_t head_len, uint64_t file_size, const c
     uint64_t nbytes;
     if (elem_size == 0 || !ingest_tensor_nbytes(h.shape, h.ndim, elem_size, &nbytes)) {
         ingest_msg(msg, msg_len, "npy header: size of shape (%s%s) %s overflows 64 bits", st,
-                tuple_comma, h.descr);
+                   tuple_comma, h.descr);
         return -EINVAL;
     }
     uint64_t data_len = file_size - header_bytes;
     if (data_len != nbytes) {
         ingest_msg(msg, msg_len, "npy data is %llu bytes but shape (%s%s) %s needs %llu",
-                (unsigned long long)data_len, st, tuple_comma, h.descr,
-                (unsigned long long)nbytes);
+                   (unsigned long long)data_len, st, tuple_comma, h.descr,
+                   (unsigned long long)nbytes);
         return -EINVAL;
     }
 
@@ -463,8 +460,8 @@ static int npy_describe(const ingest_source *src, const char *path, ingest_layou
         ingest_msg(msg, msg_len, "out of memory");
         return -ENOMEM;
     }
-    int rc = ingest_describe_head(src, ingest_npy, name, NPY_MAX_HEADER, "npy file", out, msg,
-                                  msg_len);
+    int rc =
+        ingest_describe_head(src, ingest_npy, name, NPY_MAX_HEADER, "npy file", out, msg, msg_len);
     free(name);
     return rc;
 }

@@ -50,8 +50,7 @@ void ingest_shape_text(char *dst, size_t cap, const uint64_t *shape, uint32_t nd
     size_t o = 0;
     dst[0] = '\0';
     for (uint32_t i = 0; i < ndim; i++) {
-        int n = snprintf(dst + o, cap - o, "%s%llu", i ? ", " : "",
-                         (unsigned long long)shape[i]);
+        int n = snprintf(dst + o, cap - o, "%s%llu", i ? ", " : "", (unsigned long long)shape[i]);
         if (n < 0 || (size_t)n >= cap - o) {
             /* Too long to show whole; mark the cut so it is not misread. */
             if (cap > 4)

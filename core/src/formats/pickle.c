@@ -355,8 +355,8 @@ static int op_float(parser *ps)
 static pk_value *global_node(parser *ps, const char *mod, size_t ml, const char *name, size_t nl)
 {
     if (ml == 0 || nl == 0 || ml > MAX_GLOBAL_PART || nl > MAX_GLOBAL_PART ||
-        memchr(mod, '\0', ml) || memchr(name, '\0', nl) ||
-        !utf8_ok((const uint8_t *)mod, ml) || !utf8_ok((const uint8_t *)name, nl)) {
+        memchr(mod, '\0', ml) || memchr(name, '\0', nl) || !utf8_ok((const uint8_t *)mod, ml) ||
+        !utf8_ok((const uint8_t *)name, nl)) {
         fail(ps, -EINVAL, "bad global name");
         return NULL;
     }
@@ -445,8 +445,7 @@ static int op_call(parser *ps, bool newobj, bool has_kwargs)
     if (!fn)
         return ps->err;
     if (args->kind != PK_TUPLE)
-        return fail(ps, -EINVAL, "call arguments are a %s, not a tuple",
-                    pk_kind_name(args->kind));
+        return fail(ps, -EINVAL, "call arguments are a %s, not a tuple", pk_kind_name(args->kind));
     pk_value *v = node(ps, PK_CALL);
     if (!v)
         return ps->err;
@@ -538,8 +537,8 @@ static int memo_put(parser *ps, uint64_t idx)
     if (!v)
         return ps->err;
     if (idx >= ps->lim.max_memo)
-        return fail(ps, -EINVAL, "memo index %llu is past the %zu allowed",
-                    (unsigned long long)idx, ps->lim.max_memo);
+        return fail(ps, -EINVAL, "memo index %llu is past the %zu allowed", (unsigned long long)idx,
+                    ps->lim.max_memo);
     size_t old = ps->memo_cap;
     int rc = grow(ps, (void **)&ps->memo, &ps->memo_cap, (size_t)idx + 1, sizeof *ps->memo);
     if (rc)
@@ -643,7 +642,8 @@ static int step(parser *ps)
     case '.': /* STOP */
         ps->doc->root = pop(ps);
         return ps->doc->root ? 1 : ps->err;
-    case '(': return op_mark(ps);
+    case '(':
+        return op_mark(ps);
     case '0': /* POP: at a mark, Python pops the mark */
         if (ps->sp == floor_of(ps) && ps->n_marks)
             return pop_mark(ps, &from);
@@ -655,36 +655,56 @@ static int step(parser *ps)
         return 0;
     case '2': /* DUP */
         return top(ps) ? push(ps, top(ps)) : ps->err;
-    case 'N': return push(ps, node(ps, PK_NONE));
-    case 0x88: /* NEWTRUE */
+    case 'N':
+        return push(ps, node(ps, PK_NONE));
+    case 0x88:   /* NEWTRUE */
     case 0x89: { /* NEWFALSE */
         pk_value *v = node(ps, PK_BOOL);
         if (v)
             v->u.b = ps->op == 0x88;
         return push(ps, v);
     }
-    case 'J': return op_int(ps, 4, true);
-    case 'K': return op_int(ps, 1, false);
-    case 'M': return op_int(ps, 2, false);
-    case 0x8a: return op_long(ps, 1);
-    case 0x8b: return op_long(ps, 4);
-    case 'G': return op_float(ps);
-    case 0x8c: return op_string(ps, PK_STR, 1);
-    case 'X': return op_string(ps, PK_STR, 4);
-    case 0x8d: return op_string(ps, PK_STR, 8);
-    case 'U': return op_binstring(ps, 1);
-    case 'T': return op_binstring(ps, 4);
-    case 'C': return op_string(ps, PK_BYTES, 1);
-    case 'B': return op_string(ps, PK_BYTES, 4);
+    case 'J':
+        return op_int(ps, 4, true);
+    case 'K':
+        return op_int(ps, 1, false);
+    case 'M':
+        return op_int(ps, 2, false);
+    case 0x8a:
+        return op_long(ps, 1);
+    case 0x8b:
+        return op_long(ps, 4);
+    case 'G':
+        return op_float(ps);
+    case 0x8c:
+        return op_string(ps, PK_STR, 1);
+    case 'X':
+        return op_string(ps, PK_STR, 4);
+    case 0x8d:
+        return op_string(ps, PK_STR, 8);
+    case 'U':
+        return op_binstring(ps, 1);
+    case 'T':
+        return op_binstring(ps, 4);
+    case 'C':
+        return op_string(ps, PK_BYTES, 1);
+    case 'B':
+        return op_string(ps, PK_BYTES, 4);
     case 0x8e: /* BINBYTES8 */
     case 0x96: /* BYTEARRAY8 */
         return op_string(ps, PK_BYTES, 8);
-    case ')': return push(ps, node(ps, PK_TUPLE));
-    case 't': return op_tuple_mark(ps);
-    case 0x85: return op_tuple_n(ps, 1);
-    case 0x86: return op_tuple_n(ps, 2);
-    case 0x87: return op_tuple_n(ps, 3);
-    case ']': return push(ps, node(ps, PK_LIST));
+    case ')':
+        return push(ps, node(ps, PK_TUPLE));
+    case 't':
+        return op_tuple_mark(ps);
+    case 0x85:
+        return op_tuple_n(ps, 1);
+    case 0x86:
+        return op_tuple_n(ps, 2);
+    case 0x87:
+        return op_tuple_n(ps, 3);
+    case ']':
+        return push(ps, node(ps, PK_LIST));
     case 'a': /* APPEND */
         if (ps->sp - floor_of(ps) < 2)
             return fail(ps, -EINVAL, "stack underflow");
@@ -693,7 +713,8 @@ static int step(parser *ps)
         if ((rc = pop_mark(ps, &from)))
             return rc;
         return append_items(ps, from, false);
-    case '}': return push(ps, node(ps, PK_DICT));
+    case '}':
+        return push(ps, node(ps, PK_DICT));
     case 's': /* SETITEM */
         if (ps->sp - floor_of(ps) < 3)
             return fail(ps, -EINVAL, "stack underflow");
@@ -702,25 +723,36 @@ static int step(parser *ps)
         if ((rc = pop_mark(ps, &from)))
             return rc;
         return set_items(ps, from);
-    case 0x8f: return push(ps, node(ps, PK_SET)); /* EMPTY_SET */
-    case 0x90: /* ADDITEMS */
+    case 0x8f:
+        return push(ps, node(ps, PK_SET)); /* EMPTY_SET */
+    case 0x90:                             /* ADDITEMS */
         if ((rc = pop_mark(ps, &from)))
             return rc;
         return append_items(ps, from, true);
-    case 0x91: return op_frozenset(ps);
-    case 'c': return op_global(ps);
-    case 0x93: return op_stack_global(ps);
-    case 'R': return op_call(ps, false, false);
-    case 0x81: return op_call(ps, true, false);
-    case 0x92: return op_call(ps, true, true);
-    case 'b': return op_build(ps);
-    case 'Q': return op_binpersid(ps);
-    case 'P': return op_persid_text(ps);
+    case 0x91:
+        return op_frozenset(ps);
+    case 'c':
+        return op_global(ps);
+    case 0x93:
+        return op_stack_global(ps);
+    case 'R':
+        return op_call(ps, false, false);
+    case 0x81:
+        return op_call(ps, true, false);
+    case 0x92:
+        return op_call(ps, true, true);
+    case 'b':
+        return op_build(ps);
+    case 'Q':
+        return op_binpersid(ps);
+    case 'P':
+        return op_persid_text(ps);
     case 'q':
         return (rc = op_u(ps, 1, &u)) ? rc : memo_put(ps, u);
     case 'r':
         return (rc = op_u(ps, 4, &u)) ? rc : memo_put(ps, u);
-    case 0x94: return memo_put(ps, ps->memo_len);
+    case 0x94:
+        return memo_put(ps, ps->memo_len);
     case 'h':
         return (rc = op_u(ps, 1, &u)) ? rc : memo_get(ps, u);
     case 'j':
@@ -837,10 +869,12 @@ const pk_value *pickle_node(const pickle_doc *d, size_t i)
 const char *pk_kind_name(pk_kind k)
 {
     static const char *const names[] = {
-        [PK_NONE] = "None",   [PK_BOOL] = "bool",       [PK_INT] = "int",
-        [PK_BIGINT] = "int",  [PK_FLOAT] = "float",     [PK_STR] = "str",
-        [PK_BYTES] = "bytes", [PK_TUPLE] = "tuple",     [PK_LIST] = "list",
-        [PK_DICT] = "dict",   [PK_SET] = "set",         [PK_GLOBAL] = "global",
+        [PK_NONE] = "None",   [PK_BOOL] = "bool",
+        [PK_INT] = "int",     [PK_BIGINT] = "int",
+        [PK_FLOAT] = "float", [PK_STR] = "str",
+        [PK_BYTES] = "bytes", [PK_TUPLE] = "tuple",
+        [PK_LIST] = "list",   [PK_DICT] = "dict",
+        [PK_SET] = "set",     [PK_GLOBAL] = "global",
         [PK_CALL] = "call",   [PK_PERSID] = "persistent id",
     };
     return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
@@ -848,7 +882,8 @@ const char *pk_kind_name(pk_kind k)
 
 bool pk_is_str(const pk_value *v, const char *s)
 {
-    return v && v->kind == PK_STR && v->u.s.len == strlen(s) && memcmp(v->u.s.p, s, v->u.s.len) == 0;
+    return v && v->kind == PK_STR && v->u.s.len == strlen(s) &&
+           memcmp(v->u.s.p, s, v->u.s.len) == 0;
 }
 
 bool pk_is_global(const pk_value *v, const char *module, const char *name)

@@ -42,12 +42,13 @@ static int st_check_metadata(json_t *meta, char *msg, size_t msg_len)
     }
     const char *key;
     json_t *val;
-    json_object_foreach(meta, key, val) {
+    json_object_foreach(meta, key, val)
+    {
         if (!json_is_string(val)) {
             char q[QUOTED_NAME_BUF];
             ingest_quote_name(q, sizeof q, key);
             ingest_msg(msg, msg_len,
-                    "safetensors header: __metadata__ value for '%s' is not a string", q);
+                       "safetensors header: __metadata__ value for '%s' is not a string", q);
             return -EINVAL;
         }
     }
@@ -63,8 +64,8 @@ static bool json_to_u64(json_t *v, uint64_t *out)
 }
 
 /* Checks one tensor object on its own: dtype, shape, offsets and size. */
-static int st_parse_tensor(const char *name, size_t name_len, json_t *obj, st_entry *e,
-                           char *msg, size_t msg_len)
+static int st_parse_tensor(const char *name, size_t name_len, json_t *obj, st_entry *e, char *msg,
+                           size_t msg_len)
 {
     char q[QUOTED_NAME_BUF];
     ingest_quote_name(q, sizeof q, name);
@@ -85,7 +86,7 @@ static int st_parse_tensor(const char *name, size_t name_len, json_t *obj, st_en
     json_t *dtype = json_object_get(obj, "dtype");
     if (!json_is_string(dtype)) {
         ingest_msg(msg, msg_len, "safetensors header: tensor '%s': %s", q,
-                dtype ? "dtype is not a string" : "no dtype");
+                   dtype ? "dtype is not a string" : "no dtype");
         return -EINVAL;
     }
     const char *dt = json_string_value(dtype);
@@ -101,14 +102,14 @@ static int st_parse_tensor(const char *name, size_t name_len, json_t *obj, st_en
     json_t *shape = json_object_get(obj, "shape");
     if (!json_is_array(shape)) {
         ingest_msg(msg, msg_len, "safetensors header: tensor '%s': %s", q,
-                shape ? "shape is not an array" : "no shape");
+                   shape ? "shape is not an array" : "no shape");
         return -EINVAL;
     }
     size_t ndim = json_array_size(shape);
     if (ndim > CKPT_MAX_NDIM) {
         ingest_msg(msg, msg_len,
-                "safetensors header: tensor '%s': shape has %zu dimensions, more than %d", q,
-                ndim, CKPT_MAX_NDIM);
+                   "safetensors header: tensor '%s': shape has %zu dimensions, more than %d", q,
+                   ndim, CKPT_MAX_NDIM);
         return -EINVAL;
     }
     e->t.ndim = (uint32_t)ndim;
@@ -117,12 +118,12 @@ static int st_parse_tensor(const char *name, size_t name_len, json_t *obj, st_en
         if (!json_to_u64(d, &e->t.shape[i])) {
             if (json_is_integer(d))
                 ingest_msg(msg, msg_len,
-                        "safetensors header: tensor '%s': shape[%zu] is %lld, not a "
-                        "non-negative integer",
-                        q, i, (long long)json_integer_value(d));
+                           "safetensors header: tensor '%s': shape[%zu] is %lld, not a "
+                           "non-negative integer",
+                           q, i, (long long)json_integer_value(d));
             else
                 ingest_msg(msg, msg_len,
-                        "safetensors header: tensor '%s': shape[%zu] is not an integer", q, i);
+                           "safetensors header: tensor '%s': shape[%zu] is not an integer", q, i);
             return -EINVAL;
         }
     }
@@ -131,17 +132,16 @@ static int st_parse_tensor(const char *name, size_t name_len, json_t *obj, st_en
     if (!json_is_array(offs) || json_array_size(offs) != 2 ||
         !json_to_u64(json_array_get(offs, 0), &e->begin) ||
         !json_to_u64(json_array_get(offs, 1), &e->end)) {
-        ingest_msg(msg, msg_len,
-                "safetensors header: tensor '%s': %s", q,
-                offs ? "data_offsets is not a pair of non-negative integers [begin, end]"
-                     : "no data_offsets");
+        ingest_msg(msg, msg_len, "safetensors header: tensor '%s': %s", q,
+                   offs ? "data_offsets is not a pair of non-negative integers [begin, end]"
+                        : "no data_offsets");
         return -EINVAL;
     }
     if (e->end < e->begin) {
         ingest_msg(msg, msg_len,
-                "safetensors header: tensor '%s': data_offsets [%llu, %llu] end before they "
-                "begin",
-                q, (unsigned long long)e->begin, (unsigned long long)e->end);
+                   "safetensors header: tensor '%s': data_offsets [%llu, %llu] end before they "
+                   "begin",
+                   q, (unsigned long long)e->begin, (unsigned long long)e->end);
         return -EINVAL;
     }
 
@@ -149,17 +149,17 @@ static int st_parse_tensor(const char *name, size_t name_len, json_t *obj, st_en
     ingest_shape_text(st, sizeof st, e->t.shape, e->t.ndim);
     if (!ingest_tensor_nbytes(e->t.shape, e->t.ndim, elem_size, &e->t.nbytes)) {
         ingest_msg(msg, msg_len,
-                "safetensors header: tensor '%s': size of %s[%s] overflows 64 bits", q,
-                e->t.dtype, st);
+                   "safetensors header: tensor '%s': size of %s[%s] overflows 64 bits", q,
+                   e->t.dtype, st);
         return -EINVAL;
     }
     if (e->end - e->begin != e->t.nbytes) {
         ingest_msg(msg, msg_len,
-                "safetensors header: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes "
-                "but %s[%s] needs %llu",
-                q, (unsigned long long)e->begin, (unsigned long long)e->end,
-                (unsigned long long)(e->end - e->begin), e->t.dtype, st,
-                (unsigned long long)e->t.nbytes);
+                   "safetensors header: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes "
+                   "but %s[%s] needs %llu",
+                   q, (unsigned long long)e->begin, (unsigned long long)e->end,
+                   (unsigned long long)(e->end - e->begin), e->t.dtype, st,
+                   (unsigned long long)e->t.nbytes);
         return -EINVAL;
     }
     e->t.name = strdup(name);
@@ -181,41 +181,41 @@ static int st_check_tiling(const st_entry *e, size_t n, uint64_t data_len, char 
             ingest_quote_name(q, sizeof q, e[i].t.name);
             if (i == 0)
                 ingest_msg(msg, msg_len,
-                        "safetensors header: tensor data must start at offset 0, but the "
-                        "first tensor '%s' starts at %llu",
-                        q, (unsigned long long)e[i].begin);
+                           "safetensors header: tensor data must start at offset 0, but the "
+                           "first tensor '%s' starts at %llu",
+                           q, (unsigned long long)e[i].begin);
             else if (e[i].begin < expect)
                 ingest_msg(msg, msg_len,
-                        "safetensors header: tensor '%s': data_offsets [%llu, %llu] overlap "
-                        "the previous tensor, which ends at %llu",
-                        q, (unsigned long long)e[i].begin, (unsigned long long)e[i].end,
-                        (unsigned long long)expect);
+                           "safetensors header: tensor '%s': data_offsets [%llu, %llu] overlap "
+                           "the previous tensor, which ends at %llu",
+                           q, (unsigned long long)e[i].begin, (unsigned long long)e[i].end,
+                           (unsigned long long)expect);
             else
                 ingest_msg(msg, msg_len,
-                        "safetensors header: gap of %llu bytes before tensor '%s' "
-                        "(data_offsets [%llu, %llu], previous tensor ends at %llu)",
-                        (unsigned long long)(e[i].begin - expect), q,
-                        (unsigned long long)e[i].begin, (unsigned long long)e[i].end,
-                        (unsigned long long)expect);
+                           "safetensors header: gap of %llu bytes before tensor '%s' "
+                           "(data_offsets [%llu, %llu], previous tensor ends at %llu)",
+                           (unsigned long long)(e[i].begin - expect), q,
+                           (unsigned long long)e[i].begin, (unsigned long long)e[i].end,
+                           (unsigned long long)expect);
             return -EINVAL;
         }
         if (e[i].end > data_len) {
             ingest_quote_name(q, sizeof q, e[i].t.name);
             ingest_msg(msg, msg_len,
-                    "safetensors header: tensor '%s': data_offsets [%llu, %llu] run past the "
-                    "end of the file, which holds %llu bytes of data",
-                    q, (unsigned long long)e[i].begin, (unsigned long long)e[i].end,
-                    (unsigned long long)data_len);
+                       "safetensors header: tensor '%s': data_offsets [%llu, %llu] run past the "
+                       "end of the file, which holds %llu bytes of data",
+                       q, (unsigned long long)e[i].begin, (unsigned long long)e[i].end,
+                       (unsigned long long)data_len);
             return -EINVAL;
         }
         expect = e[i].end;
     }
     if (expect != data_len) {
         ingest_msg(msg, msg_len,
-                "safetensors header: %llu trailing bytes after the last tensor (tensor data "
-                "ends at %llu, the file holds %llu bytes of data)",
-                (unsigned long long)(data_len - expect), (unsigned long long)expect,
-                (unsigned long long)data_len);
+                   "safetensors header: %llu trailing bytes after the last tensor (tensor data "
+                   "ends at %llu, the file holds %llu bytes of data)",
+                   (unsigned long long)(data_len - expect), (unsigned long long)expect,
+                   (unsigned long long)data_len);
         return -EINVAL;
     }
     return 0;
@@ -246,7 +246,8 @@ static int st_parse_header(json_t *root, uint64_t header_bytes, uint64_t data_le
     const char *key;
     size_t key_len;
     json_t *val;
-    json_object_keylen_foreach(root, key, key_len, val) {
+    json_object_keylen_foreach(root, key, key_len, val)
+    {
         if (key_len == strlen("__metadata__") && strcmp(key, "__metadata__") == 0) {
             rc = st_check_metadata(val, msg, msg_len);
         } else {
@@ -282,8 +283,8 @@ fail:
     return rc;
 }
 
-int ingest_safetensors(const uint8_t *head, size_t head_len, uint64_t file_size,
-                       ingest_layout *out, uint64_t *need, char *msg, size_t msg_len)
+int ingest_safetensors(const uint8_t *head, size_t head_len, uint64_t file_size, ingest_layout *out,
+                       uint64_t *need, char *msg, size_t msg_len)
 {
     memset(out, 0, sizeof *out);
     ingest_msg(msg, msg_len, "%s", "");
@@ -292,9 +293,9 @@ int ingest_safetensors(const uint8_t *head, size_t head_len, uint64_t file_size,
 
     if (file_size < 8) {
         ingest_msg(msg, msg_len,
-                "safetensors header: file is %llu bytes, too short to hold the 8-byte header "
-                "length",
-                (unsigned long long)file_size);
+                   "safetensors header: file is %llu bytes, too short to hold the 8-byte header "
+                   "length",
+                   (unsigned long long)file_size);
         return -EINVAL;
     }
     if (head_len < 8) {
@@ -305,16 +306,16 @@ int ingest_safetensors(const uint8_t *head, size_t head_len, uint64_t file_size,
     uint64_t hlen = ingest_read_le(head, 8);
     if (hlen > CKPT_SAFETENSORS_MAX_HEADER) {
         ingest_msg(msg, msg_len,
-                "safetensors header: header length %llu exceeds the limit of %llu bytes",
-                (unsigned long long)hlen, (unsigned long long)CKPT_SAFETENSORS_MAX_HEADER);
+                   "safetensors header: header length %llu exceeds the limit of %llu bytes",
+                   (unsigned long long)hlen, (unsigned long long)CKPT_SAFETENSORS_MAX_HEADER);
         return -EINVAL;
     }
     uint64_t header_bytes = 8 + hlen;
     if (header_bytes > file_size) {
         ingest_msg(msg, msg_len,
-                "safetensors header: header length %llu runs past the end of the %llu-byte "
-                "file",
-                (unsigned long long)hlen, (unsigned long long)file_size);
+                   "safetensors header: header length %llu runs past the end of the %llu-byte "
+                   "file",
+                   (unsigned long long)hlen, (unsigned long long)file_size);
         return -EINVAL;
     }
     if (head_len < header_bytes) {
@@ -329,11 +330,10 @@ int ingest_safetensors(const uint8_t *head, size_t head_len, uint64_t file_size,
     }
 
     json_error_t jerr;
-    json_t *root = json_loadb((const char *)head + 8, (size_t)hlen, JSON_REJECT_DUPLICATES,
-                              &jerr);
+    json_t *root = json_loadb((const char *)head + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        ingest_msg(msg, msg_len, "safetensors header: invalid JSON at byte %d: %s",
-                jerr.position, jerr.text);
+        ingest_msg(msg, msg_len, "safetensors header: invalid JSON at byte %d: %s", jerr.position,
+                   jerr.text);
         return -EINVAL;
     }
     int rc = st_parse_header(root, header_bytes, file_size - header_bytes, out, msg, msg_len);

@@ -91,8 +91,7 @@ static bool fail_read(tzr_parse *p, const char *what)
         return fail(p, "%s runs past the end of the %llu-byte file", what,
                     (unsigned long long)p->r.src->size);
     p->rc = p->r.err;
-    binread_msg(p->msg, p->msg_len, "tensorizer: read failed in %s: %s", what,
-                strerror(-p->r.err));
+    binread_msg(p->msg, p->msg_len, "tensorizer: read failed in %s: %s", what, strerror(-p->r.err));
     return false;
 }
 
@@ -113,18 +112,28 @@ typedef struct tzr_dtype {
     bool region;
 } tzr_dtype;
 
-#define TZR_DT(code, dtype, elem, region) {code, sizeof code - 1, dtype, elem, region}
+#define TZR_DT(code, dtype, elem, region)                                                          \
+    {                                                                                              \
+        code, sizeof code - 1, dtype, elem, region                                                 \
+    }
 static const tzr_dtype tzr_dtypes[] = {
-    TZR_DT("<f4", "F32", 4, false),   TZR_DT("<f2", "F16", 2, false),
-    TZR_DT("<f8", "F64", 8, false),   TZR_DT("<i8", "I64", 8, false),
-    TZR_DT("<i4", "I32", 4, false),   TZR_DT("<i2", "I16", 2, false),
-    TZR_DT("|i1", "I8", 1, false),    TZR_DT("|u1", "U8", 1, false),
-    TZR_DT("<u2", "U16", 2, false),   TZR_DT("<u4", "U32", 4, false),
-    TZR_DT("<u8", "U64", 8, false),   TZR_DT("|b1", "BOOL", 1, false),
+    TZR_DT("<f4", "F32", 4, false),
+    TZR_DT("<f2", "F16", 2, false),
+    TZR_DT("<f8", "F64", 8, false),
+    TZR_DT("<i8", "I64", 8, false),
+    TZR_DT("<i4", "I32", 4, false),
+    TZR_DT("<i2", "I16", 2, false),
+    TZR_DT("|i1", "I8", 1, false),
+    TZR_DT("|u1", "U8", 1, false),
+    TZR_DT("<u2", "U16", 2, false),
+    TZR_DT("<u4", "U32", 4, false),
+    TZR_DT("<u8", "U64", 8, false),
+    TZR_DT("|b1", "BOOL", 1, false),
     TZR_DT("<V2\0torch.bfloat16", "BF16", 2, false),
     TZR_DT("|V1\0torch.float8_e5m2", "F8_E5M2", 1, false),
     TZR_DT("|V1\0torch.float8_e4m3fn", "F8_E4M3", 1, false),
-    TZR_DT("<c8", "F32", 8, true),    TZR_DT("<c16", "F64", 16, true),
+    TZR_DT("<c8", "F32", 8, true),
+    TZR_DT("<c16", "F64", 16, true),
     TZR_DT("<V4\0torch.complex32", "F16", 4, true),
 };
 
@@ -221,7 +230,8 @@ static char *tensor_name(tzr_parse *p, const tzr_entry *e, size_t index)
     }
     size_t i;
     json_t *item;
-    json_array_foreach(path, i, item) {
+    json_array_foreach(path, i, item)
+    {
         char num[24];
         const char *s;
         size_t n;
@@ -265,8 +275,7 @@ static char *tensor_name(tzr_parse *p, const tzr_entry *e, size_t index)
 }
 
 /* Reads one index entry at the cursor. */
-static bool read_entry(tzr_parse *p, size_t index, bool versioned, uint64_t meta_end,
-                       tzr_entry *e)
+static bool read_entry(tzr_parse *p, size_t index, bool versioned, uint64_t meta_end, tzr_entry *e)
 {
     char what[64];
     snprintf(what, sizeof what, "metadata entry %zu", index);
@@ -284,8 +293,8 @@ static bool read_entry(tzr_parse *p, size_t index, bool versioned, uint64_t meta
         !binread_u64(&p->r, &e->data_len))
         return fail_read(p, what);
     if (p->r.pos > meta_end)
-        return fail(p, "metadata entry %zu runs past the end of the metadata section (%llu)",
-                    index, (unsigned long long)meta_end);
+        return fail(p, "metadata entry %zu runs past the end of the metadata section (%llu)", index,
+                    (unsigned long long)meta_end);
     return true;
 }
 
@@ -300,7 +309,8 @@ static bool check_header(tzr_parse *p, size_t index, bool crypt_info, const tzr_
         return fail_read(p, what);
     uint64_t hend;
     if (__builtin_add_overflow(e->header_off, hsize, &hend) || hend > p->r.src->size)
-        return fail(p, "tensor '%s': header of %llu bytes at %llu runs past the end of the "
+        return fail(p,
+                    "tensor '%s': header of %llu bytes at %llu runs past the end of the "
                     "%llu-byte file",
                     qname, (unsigned long long)hsize, (unsigned long long)e->header_off,
                     (unsigned long long)p->r.src->size);
@@ -314,8 +324,8 @@ static bool check_header(tzr_parse *p, size_t index, bool crypt_info, const tzr_
     bool ok = binread_u16(&p->r, &module) || fail_read(p, what);
     ok = ok && read_name_dtype_shape(p, &h, true, what);
     uint16_t hash_len;
-    ok = ok && ((binread_u16(&p->r, &hash_len) && binread_skip(&p->r, hash_len)) ||
-                fail_read(p, what));
+    ok = ok &&
+         ((binread_u16(&p->r, &hash_len) && binread_skip(&p->r, hash_len)) || fail_read(p, what));
     if (ok && crypt_info) {
         uint64_t clen;
         ok = (binread_u64(&p->r, &clen) && binread_skip(&p->r, clen)) || fail_read(p, what);
@@ -324,16 +334,14 @@ static bool check_header(tzr_parse *p, size_t index, bool crypt_info, const tzr_
     if (ok && (p->r.pos > hend || hend - p->r.pos < 8))
         ok = fail(p, "tensor '%s': header fields run past its %llu-byte header size", qname,
                   (unsigned long long)hsize);
-    ok = ok && ((binread_seek(&p->r, hend - 8) && binread_u64(&p->r, &dlen)) ||
-                fail_read(p, what));
+    ok = ok && ((binread_seek(&p->r, hend - 8) && binread_u64(&p->r, &dlen)) || fail_read(p, what));
     if (ok && (h.raw_len != e->raw_len || memcmp(h.raw_name, e->raw_name, e->raw_len) != 0 ||
                h.type != e->type))
-        ok = fail(p, "tensor %zu: header name or type differs from the index ('%s')", index,
-                  qname);
+        ok = fail(p, "tensor %zu: header name or type differs from the index ('%s')", index, qname);
     if (ok && (h.dtype_len != e->dtype_len || memcmp(h.dtype, e->dtype, e->dtype_len) != 0 ||
                h.ndim != e->ndim ||
-               memcmp(h.shape, e->shape, sizeof h.shape[0] *
-                                             (e->ndim < CKPT_MAX_NDIM ? e->ndim : CKPT_MAX_NDIM))))
+               memcmp(h.shape, e->shape,
+                      sizeof h.shape[0] * (e->ndim < CKPT_MAX_NDIM ? e->ndim : CKPT_MAX_NDIM))))
         ok = fail(p, "tensor '%s': header dtype or shape differs from the index", qname);
     if (ok && dlen != e->data_len)
         ok = fail(p, "tensor '%s': header says %lld data bytes, the index %llu", qname,
@@ -343,8 +351,8 @@ static bool check_header(tzr_parse *p, size_t index, bool crypt_info, const tzr_
 }
 
 /* Adds entry e to out as a tensor or region, or leaves it out. */
-static bool add_entry(tzr_parse *p, tzr_entry *e, char *name, const char *qname,
-                      ingest_layout *out, size_t *cap_t, size_t *cap_r)
+static bool add_entry(tzr_parse *p, tzr_entry *e, char *name, const char *qname, ingest_layout *out,
+                      size_t *cap_t, size_t *cap_r)
 {
     const tzr_dtype *dt = tzr_dtype_lookup(e->dtype, e->dtype_len);
     if (!dt || e->ndim > CKPT_MAX_NDIM) {
@@ -367,8 +375,8 @@ static bool add_entry(tzr_parse *p, tzr_entry *e, char *name, const char *qname,
         over = ckpt_tensor_bytes(dt->dtype, e->ndim, e->shape, &check) != 0 || check != nbytes;
     if (over || nbytes != e->data_len) {
         free(name);
-        return fail(p, "tensor '%s': %llu data bytes, but its dtype and shape need %s%llu",
-                    qname, (unsigned long long)e->data_len, over ? "more than " : "",
+        return fail(p, "tensor '%s': %llu data bytes, but its dtype and shape need %s%llu", qname,
+                    (unsigned long long)e->data_len, over ? "more than " : "",
                     over ? (unsigned long long)UINT64_MAX : (unsigned long long)nbytes);
     }
     if (dt->region) {
@@ -403,8 +411,8 @@ static int tzr_sniff(const char *path, const uint8_t *head, size_t head_len, uin
     return head_len >= 5 && memcmp(head, TZR_MAGIC, 5) == 0;
 }
 
-static int tzr_describe(const ingest_source *src, const char *path, ingest_layout *out,
-                        char *msg, size_t msg_len)
+static int tzr_describe(const ingest_source *src, const char *path, ingest_layout *out, char *msg,
+                        size_t msg_len)
 {
     (void)path;
     memset(out, 0, sizeof *out);
@@ -475,7 +483,8 @@ static int tzr_describe(const ingest_source *src, const char *path, ingest_layou
     }
     uint64_t meta_end = meta_start + meta_len;
     if (count > TZR_MAX_TENSORS || count > meta_len / TZR_MIN_ENTRY_BYTES) {
-        fail(p, "tensor count %llu is absurd: %llu bytes of metadata hold at most %llu entries "
+        fail(p,
+             "tensor count %llu is absurd: %llu bytes of metadata hold at most %llu entries "
              "(limit %u)",
              (unsigned long long)count, (unsigned long long)meta_len,
              (unsigned long long)(meta_len / TZR_MIN_ENTRY_BYTES), TZR_MAX_TENSORS);
@@ -498,14 +507,16 @@ static int tzr_describe(const ingest_source *src, const char *path, ingest_layou
         binread_quote(q, sizeof q, e->raw_name, e->raw_len);
         uint64_t end;
         if (__builtin_add_overflow(e->data_off, e->data_len, &end) || end > src->size) {
-            fail(p, "tensor '%s': %llu data bytes at %llu run past the end of the %llu-byte "
+            fail(p,
+                 "tensor '%s': %llu data bytes at %llu run past the end of the %llu-byte "
                  "file",
                  q, (unsigned long long)e->data_len, (unsigned long long)e->data_off,
                  (unsigned long long)src->size);
             goto done;
         }
         if (e->header_off < meta_end || e->data_off < e->header_off) {
-            fail(p, "tensor '%s': header offset %llu lies outside the tensor section "
+            fail(p,
+                 "tensor '%s': header offset %llu lies outside the tensor section "
                  "[%llu, %llu]",
                  q, (unsigned long long)e->header_off, (unsigned long long)meta_end,
                  (unsigned long long)e->data_off);

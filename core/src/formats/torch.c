@@ -21,10 +21,10 @@
 #include "formats/pickle.h"
 #include "formats/zip.h"
 
-#define MAX_NAME 1024          /* a dotted tensor name */
-#define MAX_KEY 64             /* a storage key ("0", "1", ...) */
-#define MAX_WALK_DEPTH 64      /* state dicts nest a handful of levels */
-#define MAX_VISITS (1u << 22)  /* nodes visited by the naming walk */
+#define MAX_NAME 1024         /* a dotted tensor name */
+#define MAX_KEY 64            /* a storage key ("0", "1", ...) */
+#define MAX_WALK_DEPTH 64     /* state dicts nest a handful of levels */
+#define MAX_VISITS (1u << 22) /* nodes visited by the naming walk */
 /* Tensors found (presented or skipped): each costs an ingest_tensor (about
  * 300 bytes) and its name, so a pickle that names one tensor a million ways
  * through the memo is refused rather than allowed to take gigabytes. Real
@@ -36,21 +36,36 @@
 static const struct {
     const char *cls, *dtype;
 } storage_classes[] = {
-    {"FloatStorage", "F32"}, {"DoubleStorage", "F64"}, {"HalfStorage", "F16"},
-    {"BFloat16Storage", "BF16"}, {"LongStorage", "I64"}, {"IntStorage", "I32"},
-    {"ShortStorage", "I16"}, {"CharStorage", "I8"}, {"ByteStorage", "U8"},
+    {"FloatStorage", "F32"},     {"DoubleStorage", "F64"}, {"HalfStorage", "F16"},
+    {"BFloat16Storage", "BF16"}, {"LongStorage", "I64"},   {"IntStorage", "I32"},
+    {"ShortStorage", "I16"},     {"CharStorage", "I8"},    {"ByteStorage", "U8"},
     {"BoolStorage", "BOOL"},
 };
 
 static const struct {
     const char *torch, *dtype;
 } torch_dtypes[] = {
-    {"float32", "F32"}, {"float", "F32"}, {"float64", "F64"}, {"double", "F64"},
-    {"float16", "F16"}, {"half", "F16"}, {"bfloat16", "BF16"}, {"int64", "I64"},
-    {"long", "I64"}, {"int32", "I32"}, {"int", "I32"}, {"int16", "I16"},
-    {"short", "I16"}, {"int8", "I8"}, {"uint8", "U8"}, {"bool", "BOOL"},
-    {"uint16", "U16"}, {"uint32", "U32"}, {"uint64", "U64"},
-    {"float8_e4m3fn", "F8_E4M3"}, {"float8_e5m2", "F8_E5M2"},
+    {"float32", "F32"},
+    {"float", "F32"},
+    {"float64", "F64"},
+    {"double", "F64"},
+    {"float16", "F16"},
+    {"half", "F16"},
+    {"bfloat16", "BF16"},
+    {"int64", "I64"},
+    {"long", "I64"},
+    {"int32", "I32"},
+    {"int", "I32"},
+    {"int16", "I16"},
+    {"short", "I16"},
+    {"int8", "I8"},
+    {"uint8", "U8"},
+    {"bool", "BOOL"},
+    {"uint16", "U16"},
+    {"uint32", "U32"},
+    {"uint64", "U64"},
+    {"float8_e4m3fn", "F8_E4M3"},
+    {"float8_e5m2", "F8_E5M2"},
 };
 
 /* The dtype a storage class names, "" for an untyped storage, NULL if not
@@ -89,10 +104,10 @@ typedef struct storage {
     const pk_value *type; /* the storage class global */
     int64_t numel;
     bool untyped;
-    char dtype[16];       /* "" while unknown */
-    bool conflict;        /* used with two dtypes: not understood */
-    const zip_entry *e;   /* its record, when usable */
-    const char *problem;  /* why it is not usable */
+    char dtype[16];      /* "" while unknown */
+    bool conflict;       /* used with two dtypes: not understood */
+    const zip_entry *e;  /* its record, when usable */
+    const char *problem; /* why it is not usable */
 } storage;
 
 typedef struct torch_ctx {
@@ -106,13 +121,12 @@ typedef struct torch_ctx {
     size_t n_sk, cap_sk;
     size_t visits;
     char name[MAX_NAME + 1];
-    int err; /* -ENOMEM once out of memory */
+    int err;         /* -ENOMEM once out of memory */
     bool big_endian; /* <dir>/byteorder says "big": no tensor is presented */
 } torch_ctx;
 
 /* ('storage', storage_type, key, location, numel) */
-static bool parse_persid(const pk_value *p, const char **key, const pk_value **type,
-                         int64_t *numel)
+static bool parse_persid(const pk_value *p, const char **key, const pk_value **type, int64_t *numel)
 {
     const pk_value *pid = p && p->kind == PK_PERSID ? p->u.persid : NULL;
     if (!pid || pid->kind != PK_TUPLE || pk_len(pid) != 5 || !pk_is_str(pk_at(pid, 0), "storage"))
@@ -177,8 +191,7 @@ static int collect_storages(torch_ctx *c, const pickle_doc *doc)
         const char *dt = storage_class_dtype(s->type);
         if (out > 0 && strcmp(c->st[out - 1].key, s->key) == 0) {
             storage *first = &c->st[out - 1];
-            if (!pk_is_global(s->type, first->type->u.global.module,
-                              first->type->u.global.name) ||
+            if (!pk_is_global(s->type, first->type->u.global.module, first->type->u.global.name) ||
                 s->numel != first->numel)
                 first->conflict = true, first->dtype[0] = '\0';
             continue;
@@ -259,9 +272,9 @@ static int resolve_storages(torch_ctx *c)
             s->problem = "its storage is used with several dtypes";
         else if (!es)
             s->problem = "its storage's dtype is not supported";
-        else if (s->untyped ? (uint64_t)s->numel != e->size || e->size % es
-                            : __builtin_mul_overflow((uint64_t)s->numel, es, &want) ||
-                                  want != e->size)
+        else if (s->untyped
+                     ? (uint64_t)s->numel != e->size || e->size % es
+                     : __builtin_mul_overflow((uint64_t)s->numel, es, &want) || want != e->size)
             s->problem = "its storage record's size does not match the storage";
         else
             s->e = e;
@@ -489,8 +502,8 @@ static void walk(torch_ctx *c, const pk_value *v, size_t depth)
             pk_is_call_of(v, "torch._utils", "_rebuild_parameter_with_state")) {
             walk(c, pk_at(v->u.call.args, 0), depth + 1);
         } else if (pk_is_call_of(v, "collections", "OrderedDict")) {
-            walk_items(c, (const pk_value *const *)v->u.call.dictitems.v,
-                       v->u.call.dictitems.n, true, depth);
+            walk_items(c, (const pk_value *const *)v->u.call.dictitems.v, v->u.call.dictitems.n,
+                       true, depth);
         }
         return;
     default:
@@ -658,9 +671,14 @@ static void layout_clear(ingest_layout *l)
 static bool allowed_global(const char *m, const char *n)
 {
     static const char *const pairs[][2] = {
-        {"collections", "OrderedDict"}, {"collections", "Counter"}, {"builtins", "set"},
-        {"builtins", "bytearray"},      {"builtins", "complex"},    {"_codecs", "encode"},
-        {"numpy", "dtype"},             {"numpy", "ndarray"},
+        {"collections", "OrderedDict"},
+        {"collections", "Counter"},
+        {"builtins", "set"},
+        {"builtins", "bytearray"},
+        {"builtins", "complex"},
+        {"_codecs", "encode"},
+        {"numpy", "dtype"},
+        {"numpy", "ndarray"},
     };
     if (strcmp(m, "torch") == 0 || strncmp(m, "torch.", 6) == 0)
         return true;
@@ -727,8 +745,8 @@ static int torch_sniff(const char *path, const uint8_t *head, size_t head_len, u
            memchr(name, '/', nlen - (sizeof pkl - 1)) == NULL && !memchr(name, '\0', nlen);
 }
 
-static int torch_describe(const ingest_source *src, const char *path, ingest_layout *out,
-                          char *msg, size_t msg_len)
+static int torch_describe(const ingest_source *src, const char *path, ingest_layout *out, char *msg,
+                          size_t msg_len)
 {
     memset(out, 0, sizeof *out);
     fmt_msg(msg, msg_len, "%s", "");
@@ -785,8 +803,10 @@ static int torch_describe(const ingest_source *src, const char *path, ingest_lay
         goto out;
     }
     /* Python itself needs more than this to load such a pickle. */
-    pickle_limits lim = {.max_input = TORCH_MAX_PICKLE, .max_depth = 128,
-                         .max_nodes = (size_t)4 << 20, .max_bytes = (size_t)256 << 20};
+    pickle_limits lim = {.max_input = TORCH_MAX_PICKLE,
+                         .max_depth = 128,
+                         .max_nodes = (size_t)4 << 20,
+                         .max_bytes = (size_t)256 << 20};
     rc = pickle_parse(pkl, (size_t)pe->size, &lim, &doc, why, sizeof why);
     if (rc == -ENOMEM)
         goto oom;
@@ -802,7 +822,8 @@ static int torch_describe(const ingest_source *src, const char *path, ingest_lay
         fmt_quote(qn, sizeof qn, bad->u.global.name);
         fmt_msg(msg, msg_len,
                 "torch archive: %s names the global %s.%s, which torch.load(weights_only=True) "
-                "refuses", q, qm, qn);
+                "refuses",
+                q, qm, qn);
         rc = -EINVAL;
         goto out;
     }

@@ -103,22 +103,23 @@ static int read_end(const ingest_source *src, zip_archive *z, uint64_t *n_entrie
     bool saturated = n_here == 0xFFFF || n_all == 0xFFFF || z->cd_size == 0xFFFFFFFFu ||
                      z->cd_offset == 0xFFFFFFFFu || disk == 0xFFFF || cd_disk == 0xFFFF;
     if (saturated && !have_loc) {
-        fmt_msg(msg, msg_len, "end of central directory needs zip64 values but has no zip64 "
-                              "locator");
+        fmt_msg(msg, msg_len,
+                "end of central directory needs zip64 values but has no zip64 "
+                "locator");
         return -EINVAL;
     }
     if (have_loc) {
         uint64_t rec_disk = le(loc + 4, 4), rec_at = le(loc + 8, 8), disks = le(loc + 16, 4);
         uint64_t loc_at = eocd_at - LOCATOR64_LEN;
         if (rec_disk != 0 || disks > 1) {
-            fmt_msg(msg, msg_len, "zip64 locator names %llu disks: multi-disk archives are not "
-                                  "supported",
+            fmt_msg(msg, msg_len,
+                    "zip64 locator names %llu disks: multi-disk archives are not "
+                    "supported",
                     (unsigned long long)disks);
             return -EINVAL;
         }
         if (rec_at > loc_at || loc_at - rec_at < EOCD64_LEN) {
-            fmt_msg(msg, msg_len,
-                    "zip64 locator points at %llu, not before the locator at %llu",
+            fmt_msg(msg, msg_len, "zip64 locator points at %llu, not before the locator at %llu",
                     (unsigned long long)rec_at, (unsigned long long)loc_at);
             return -EINVAL;
         }
@@ -150,8 +151,7 @@ static int read_end(const ingest_source *src, zip_archive *z, uint64_t *n_entrie
         return -EINVAL;
     }
     if (z->cd_offset > *cd_limit || z->cd_size > *cd_limit - z->cd_offset) {
-        fmt_msg(msg, msg_len,
-                "central directory [%llu, +%llu) runs past its end record at %llu",
+        fmt_msg(msg, msg_len, "central directory [%llu, +%llu) runs past its end record at %llu",
                 (unsigned long long)z->cd_offset, (unsigned long long)z->cd_size,
                 (unsigned long long)*cd_limit);
         return -EINVAL;
@@ -173,9 +173,8 @@ static int read_end(const ingest_source *src, zip_archive *z, uint64_t *n_entrie
 
 /* Takes the zip64 values (extra field 0x0001) for the saturated fields, in
  * the order the format fixes: size, compressed size, header offset. */
-static int zip64_extra(const uint8_t *x, size_t xlen, zip_entry *e, bool want_size,
-                       bool want_comp, bool want_off, const char *qname, char *msg,
-                       size_t msg_len)
+static int zip64_extra(const uint8_t *x, size_t xlen, zip_entry *e, bool want_size, bool want_comp,
+                       bool want_off, const char *qname, char *msg, size_t msg_len)
 {
     if (!want_size && !want_comp && !want_off)
         return 0;
@@ -209,13 +208,12 @@ static int zip64_extra(const uint8_t *x, size_t xlen, zip_entry *e, bool want_si
 }
 
 /* Parses the central entry at *pos of the directory into e. */
-static int parse_central(const uint8_t *cd, size_t cd_len, size_t *pos, size_t idx,
-                         zip_entry *e, char *msg, size_t msg_len)
+static int parse_central(const uint8_t *cd, size_t cd_len, size_t *pos, size_t idx, zip_entry *e,
+                         char *msg, size_t msg_len)
 {
     const uint8_t *c = cd + *pos;
     if (cd_len - *pos < CENTRAL_LEN || le(c, 4) != SIG_CENTRAL) {
-        fmt_msg(msg, msg_len, "central directory entry %zu is missing or has a bad signature",
-                idx);
+        fmt_msg(msg, msg_len, "central directory entry %zu is missing or has a bad signature", idx);
         return -EINVAL;
     }
     e->flags = (uint16_t)le(c + 8, 2);
@@ -223,8 +221,7 @@ static int parse_central(const uint8_t *cd, size_t cd_len, size_t *pos, size_t i
     e->crc32 = (uint32_t)le(c + 16, 4);
     e->comp_size = le(c + 20, 4);
     e->size = le(c + 24, 4);
-    size_t nlen = (size_t)le(c + 28, 2), xlen = (size_t)le(c + 30, 2),
-           clen = (size_t)le(c + 32, 2);
+    size_t nlen = (size_t)le(c + 28, 2), xlen = (size_t)le(c + 30, 2), clen = (size_t)le(c + 32, 2);
     uint64_t disk = le(c + 34, 2);
     e->header_offset = le(c + 42, 4);
     if (CENTRAL_LEN + nlen + xlen + clen > cd_len - *pos) {
@@ -235,19 +232,20 @@ static int parse_central(const uint8_t *cd, size_t cd_len, size_t *pos, size_t i
     char q[FMT_QUOTE_BUF];
     fmt_quote_n(q, sizeof q, name, nlen);
     if (nlen == 0 || nlen > ZIP_MAX_NAME || memchr(name, '\0', nlen)) {
-        fmt_msg(msg, msg_len, "central directory entry %zu has a bad name '%s' (%zu bytes)", idx,
-                q, nlen);
+        fmt_msg(msg, msg_len, "central directory entry %zu has a bad name '%s' (%zu bytes)", idx, q,
+                nlen);
         return -EINVAL;
     }
     if (disk != 0 && disk != 0xFFFF) {
-        fmt_msg(msg, msg_len, "entry '%s' lies on disk %llu: multi-disk archives are not "
-                              "supported",
+        fmt_msg(msg, msg_len,
+                "entry '%s' lies on disk %llu: multi-disk archives are not "
+                "supported",
                 q, (unsigned long long)disk);
         return -EINVAL;
     }
-    int rc = zip64_extra(c + CENTRAL_LEN + nlen, xlen, e, e->size == 0xFFFFFFFFu,
-                         e->comp_size == 0xFFFFFFFFu, e->header_offset == 0xFFFFFFFFu, q, msg,
-                         msg_len);
+    int rc =
+        zip64_extra(c + CENTRAL_LEN + nlen, xlen, e, e->size == 0xFFFFFFFFu,
+                    e->comp_size == 0xFFFFFFFFu, e->header_offset == 0xFFFFFFFFu, q, msg, msg_len);
     if (rc)
         return rc;
     e->name = malloc(nlen + 1);
@@ -263,8 +261,8 @@ static int parse_central(const uint8_t *cd, size_t cd_len, size_t *pos, size_t i
 
 /* Checks the entry's local header against its central entry and sets its
  * data offset; everything must lie before the central directory. */
-static int check_local(const ingest_source *src, const zip_archive *z, zip_entry *e,
-                       uint8_t *buf, char *msg, size_t msg_len)
+static int check_local(const ingest_source *src, const zip_archive *z, zip_entry *e, uint8_t *buf,
+                       char *msg, size_t msg_len)
 {
     char q[FMT_QUOTE_BUF];
     fmt_quote(q, sizeof q, e->name);
@@ -290,9 +288,8 @@ static int check_local(const ingest_source *src, const zip_archive *z, zip_entry
         return -EINVAL;
     }
     if (le(buf + 8, 2) != e->method) {
-        fmt_msg(msg, msg_len,
-                "entry '%s': local header says method %u, the central directory %u", q,
-                (unsigned)le(buf + 8, 2), (unsigned)e->method);
+        fmt_msg(msg, msg_len, "entry '%s': local header says method %u, the central directory %u",
+                q, (unsigned)le(buf + 8, 2), (unsigned)e->method);
         return -EINVAL;
     }
     if (!(e->flags & FLAG_DESCRIPTOR)) {
@@ -300,8 +297,7 @@ static int check_local(const ingest_source *src, const zip_archive *z, zip_entry
         if (le(buf + 14, 4) != e->crc32 || (lcomp != 0xFFFFFFFFu && lcomp != e->comp_size) ||
             (lsize != 0xFFFFFFFFu && lsize != e->size)) {
             fmt_msg(msg, msg_len,
-                    "entry '%s': local header's CRC or sizes differ from the central directory",
-                    q);
+                    "entry '%s': local header's CRC or sizes differ from the central directory", q);
             return -EINVAL;
         }
     }
@@ -315,8 +311,7 @@ static int check_local(const ingest_source *src, const zip_archive *z, zip_entry
                 (unsigned long long)limit);
         return -EINVAL;
     }
-    if (e->method == ZIP_METHOD_STORED && !(e->flags & FLAG_ENCRYPTED) &&
-        e->comp_size != e->size) {
+    if (e->method == ZIP_METHOD_STORED && !(e->flags & FLAG_ENCRYPTED) && e->comp_size != e->size) {
         fmt_msg(msg, msg_len, "entry '%s' is stored but its sizes differ (%llu and %llu)", q,
                 (unsigned long long)e->comp_size, (unsigned long long)e->size);
         return -EINVAL;
@@ -356,9 +351,8 @@ static int check_layout(zip_archive *z, char *msg, size_t msg_len)
             char qp[FMT_QUOTE_BUF], qc[FMT_QUOTE_BUF];
             fmt_quote(qp, sizeof qp, p->name);
             fmt_quote(qc, sizeof qc, c->name);
-            fmt_msg(msg, msg_len,
-                    "entry '%s' at %llu overlaps entry '%s', whose data ends at %llu", qc,
-                    (unsigned long long)c->header_offset, qp,
+            fmt_msg(msg, msg_len, "entry '%s' at %llu overlaps entry '%s', whose data ends at %llu",
+                    qc, (unsigned long long)c->header_offset, qp,
                     (unsigned long long)(p->data_offset + p->comp_size));
             free(ix);
             return -EINVAL;
@@ -411,8 +405,7 @@ int zip_open(const ingest_source *src, zip_archive *z, char *msg, size_t msg_len
             goto out;
     }
     if (pos != z->cd_size) {
-        fmt_msg(msg, msg_len,
-                "central directory holds %llu bytes after its %llu entries",
+        fmt_msg(msg, msg_len, "central directory holds %llu bytes after its %llu entries",
                 (unsigned long long)(z->cd_size - pos), (unsigned long long)n_entries);
         rc = -EINVAL;
         goto out;

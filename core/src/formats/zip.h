@@ -39,9 +39,9 @@
 #define ZIP_METHOD_STORED 0
 
 typedef struct zip_entry {
-    char *name;             /* NUL-terminated, no NUL inside */
-    uint16_t method;        /* 0 stored, 8 deflate, ... */
-    uint16_t flags;         /* general purpose flags; bit 0: encrypted */
+    char *name;      /* NUL-terminated, no NUL inside */
+    uint16_t method; /* 0 stored, 8 deflate, ... */
+    uint16_t flags;  /* general purpose flags; bit 0: encrypted */
     uint32_t crc32;
     uint64_t header_offset; /* local header */
     uint64_t data_offset;   /* first byte of the entry's (stored) data */
@@ -51,11 +51,11 @@ typedef struct zip_entry {
 
 typedef struct zip_archive {
     size_t n;
-    zip_entry *e;        /* in central directory order */
-    size_t *by_name;     /* indices into e, sorted by name (zip_find) */
-    uint64_t cd_offset;  /* the central directory: [cd_offset, cd_offset + cd_size) */
+    zip_entry *e;       /* in central directory order */
+    size_t *by_name;    /* indices into e, sorted by name (zip_find) */
+    uint64_t cd_offset; /* the central directory: [cd_offset, cd_offset + cd_size) */
     uint64_t cd_size;
-    bool zip64;          /* a zip64 end record was used */
+    bool zip64; /* a zip64 end record was used */
 } zip_archive;
 
 /* Reads and validates the archive's directory. Returns 0, -EINVAL with a

@@ -40,7 +40,7 @@ typedef struct local_upload {
     store_upload base;
     local_store *store;
     int fd;
-    char *name, *tmp;           /* relative to the store */
+    char *name, *tmp;             /* relative to the store */
     char *shown_name, *shown_tmp; /* for messages */
 } local_upload;
 
@@ -88,8 +88,7 @@ static void id_from_stat(const struct stat *st, ckpt_object_id *id)
 
 /* ---------------------------------------------------------------- reading */
 
-static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off,
-                              ckpt_err *err)
+static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off, ckpt_err *err)
 {
     ssize_t n = ckpt_pread_full(((local_reader *)r)->fd, buf, len, off);
     if (n < 0)
@@ -97,7 +96,10 @@ static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t o
     return n;
 }
 
-static int reader_fd(const store_reader *r) { return ((const local_reader *)r)->fd; }
+static int reader_fd(const store_reader *r)
+{
+    return ((const local_reader *)r)->fd;
+}
 
 static void reader_close(store_reader *r)
 {
@@ -454,8 +456,12 @@ static void local_free(ckpt_store *s)
 }
 
 static const store_ops local_ops = {
-    local_list,   local_open_read, local_create, local_remove,
-    local_rename, local_lock_take, local_unlock, NULL, local_free, NULL, NULL,
+    local_list,   local_open_read,
+    local_create, local_remove,
+    local_rename, local_lock_take,
+    local_unlock, NULL,
+    local_free,   NULL,
+    NULL,
 };
 
 static local_store *local_new(int dirfd, const char *where)

@@ -54,14 +54,13 @@ typedef struct s3_reader {
     store_reader base;
     s3_store *s;
     char *key;
-    int cached;                    /* has a tag: reads go through the cache */
+    int cached; /* has a tag: reads go through the cache */
     char tag[S3_CACHE_TAG_LEN];
 } s3_reader;
 
 static ssize_t get_range(s3_reader *sr, void *buf, size_t len, uint64_t off, ckpt_err *err);
 
-static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off,
-                              ckpt_err *err)
+static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off, ckpt_err *err)
 {
     s3_reader *sr = (s3_reader *)r;
     uint64_t size = r->id.size;
@@ -90,8 +89,12 @@ static ssize_t get_range(s3_reader *sr, void *buf, size_t len, uint64_t off, ckp
              (unsigned long long)last);
     snprintf(match, sizeof match, "If-Match: %s", r->id.etag);
     const char *hdrs[] = {range, r->id.etag[0] ? match : NULL, NULL};
-    s3_req rq = {.method = "GET", .bucket = sr->s->url.bucket, .key = sr->key,
-                 .headers = hdrs, .dst = buf, .dst_len = len};
+    s3_req rq = {.method = "GET",
+                 .bucket = sr->s->url.bucket,
+                 .key = sr->key,
+                 .headers = hdrs,
+                 .dst = buf,
+                 .dst_len = len};
     s3_resp rs;
     int rc = s3_request(sr->s->http, &rq, &rs);
     char what[64];
@@ -103,12 +106,15 @@ static ssize_t get_range(s3_reader *sr, void *buf, size_t len, uint64_t off, ckp
                  (unsigned long long)last, (unsigned long long)size);
         int whole = rs.status == 200 && off == 0 && len == size;
         if (rs.etag[0] && r->id.etag[0] && strcmp(rs.etag, r->id.etag) != 0)
-            rc = ckpt_fail(err, -ESTALE, "%s: %s failed: the object was replaced since it was "
-                           "opened (ETag %s, was %s)", r->name, what, rs.etag, r->id.etag);
+            rc = ckpt_fail(err, -ESTALE,
+                           "%s: %s failed: the object was replaced since it was "
+                           "opened (ETag %s, was %s)",
+                           r->name, what, rs.etag, r->id.etag);
         else if (rs.overflow || rs.dst_got != len || (!whole && strcmp(rs.content_range, want)))
-            rc = ckpt_fail(err, -EIO, "%s: %s failed: the answer (HTTP %ld, %zu bytes, "
-                           "Content-Range '%s') is not the range asked for", r->name, what,
-                           rs.status, rs.dst_got, rs.content_range);
+            rc = ckpt_fail(err, -EIO,
+                           "%s: %s failed: the answer (HTTP %ld, %zu bytes, "
+                           "Content-Range '%s') is not the range asked for",
+                           r->name, what, rs.status, rs.dst_got, rs.content_range);
         else
             rc = 0;
     } else {
@@ -118,7 +124,10 @@ static ssize_t get_range(s3_reader *sr, void *buf, size_t len, uint64_t off, ckp
     return rc < 0 ? rc : (ssize_t)len;
 }
 
-static int reader_fd(const store_reader *r) { return -1; }
+static int reader_fd(const store_reader *r)
+{
+    return -1;
+}
 
 static void reader_close(store_reader *r)
 {
@@ -260,8 +269,8 @@ static int s3_remove(ckpt_store *base, const char *name, ckpt_err *err)
     if (rc == 0 && (simple(s, "HEAD", key, NULL, &rs) < 0 || rs.status != 200))
         rc = s3_fail(err, s->http, shown, "remove", &rs);
     s3_resp_free(&rs);
-    if (rc == 0 && (simple(s, "DELETE", key, NULL, &rs) < 0 ||
-                    (rs.status != 204 && rs.status != 200)))
+    if (rc == 0 &&
+        (simple(s, "DELETE", key, NULL, &rs) < 0 || (rs.status != 204 && rs.status != 200)))
         rc = s3_fail(err, s->http, shown, "remove", &rs);
     s3_resp_free(&rs);
     free(key);
@@ -287,8 +296,10 @@ static int s3_rename(ckpt_store *base, const char *from, const char *to, ckpt_er
         goto out;
     }
     if (rs.content_length > (5ull << 30)) {
-        rc = ckpt_fail(err, -EFBIG, "%s: rename failed: objects over 5 GiB cannot be copied in "
-                       "one request, and renaming them is not supported on S3", sf);
+        rc = ckpt_fail(err, -EFBIG,
+                       "%s: rename failed: objects over 5 GiB cannot be copied in "
+                       "one request, and renaming them is not supported on S3",
+                       sf);
         goto out;
     }
     s3_resp_free(&rs);
@@ -333,7 +344,7 @@ typedef struct s3_lock {
     pthread_cond_t cv;
     pthread_t renewer;
     int stop, lost;
-    int running;    /* renewer started (not in a child of a fork until restarted) */
+    int running; /* renewer started (not in a child of a fork until restarted) */
 } s3_lock;
 
 static void lock_body(const s3_lock *l, char *buf, size_t cap)
@@ -348,8 +359,12 @@ static long lock_put(s3_lock *l, const char *cond, ckpt_err *err)
     char body[512];
     lock_body(l, body, sizeof body);
     const char *hdrs[] = {cond, NULL};
-    s3_req rq = {.method = "PUT", .bucket = l->s->url.bucket, .key = l->key, .headers = hdrs,
-                 .body = body, .body_len = strlen(body)};
+    s3_req rq = {.method = "PUT",
+                 .bucket = l->s->url.bucket,
+                 .key = l->key,
+                 .headers = hdrs,
+                 .body = body,
+                 .body_len = strlen(body)};
     s3_resp rs;
     long status = -1;
     if (s3_request(l->s->http, &rq, &rs) == 0)
@@ -447,7 +462,10 @@ static int s3_lock_take(ckpt_store *base, const char *name, ckpt_store_lock **ou
     if (st == 412) {
         /* Held, or left behind: read the lease. */
         char lease[512] = "";
-        s3_req rq = {.method = "GET", .bucket = s->url.bucket, .key = l->key, .dst = lease,
+        s3_req rq = {.method = "GET",
+                     .bucket = s->url.bucket,
+                     .key = l->key,
+                     .dst = lease,
                      .dst_len = sizeof lease - 1};
         s3_resp rs;
         char holder[300] = "another writer", etag[80] = "";
@@ -466,13 +484,17 @@ static int s3_lock_take(ckpt_store *base, const char *name, ckpt_store_lock **ou
         if (expires > now && holder_is_dead(holder))
             expires = 0; /* a crashed writer of this host: no need to wait out its lease */
         if (expires > now || !etag[0]) {
-            rc = ckpt_fail(err, -EBUSY, "%s: locked by %s (lease ends in %lld s; one writer per "
-                           "prefix)", l->shown, holder, expires > now ? expires - now : 0);
+            rc = ckpt_fail(err, -EBUSY,
+                           "%s: locked by %s (lease ends in %lld s; one writer per "
+                           "prefix)",
+                           l->shown, holder, expires > now ? expires - now : 0);
         } else {
             st = lock_put_if_match(l, etag, err);
             if (st == 412)
-                rc = ckpt_fail(err, -EBUSY, "%s: locked by another writer (it took over the "
-                               "expired lease of %s just now)", l->shown, holder);
+                rc = ckpt_fail(err, -EBUSY,
+                               "%s: locked by another writer (it took over the "
+                               "expired lease of %s just now)",
+                               l->shown, holder);
             else if (st != 200)
                 rc = err && err->code ? err->code : -EIO;
         }
@@ -506,7 +528,10 @@ static void s3_unlock(ckpt_store_lock *base)
     if (!l->lost) {
         /* Only our own lease: a DELETE cannot be conditional, so check first. */
         char lease[512] = "";
-        s3_req rq = {.method = "GET", .bucket = l->s->url.bucket, .key = l->key, .dst = lease,
+        s3_req rq = {.method = "GET",
+                     .bucket = l->s->url.bucket,
+                     .key = l->key,
+                     .dst = lease,
                      .dst_len = sizeof lease - 1};
         s3_resp rs;
         int ours = s3_request(l->s->http, &rq, &rs) == 0 && rs.status == 200 && !rs.overflow &&
@@ -543,8 +568,7 @@ static int s3_lock_after_fork(ckpt_store_lock *base, ckpt_err *err)
     if (st != 200) {
         l->lost = 1;
         if (st == 412)
-            return ckpt_fail(err, -EBUSY, "%s: the lease was taken over while starting",
-                             l->shown);
+            return ckpt_fail(err, -EBUSY, "%s: the lease was taken over while starting", l->shown);
         return err && err->code ? err->code : -EIO;
     }
     if (pthread_create(&l->renewer, NULL, lock_renewer, l) != 0) {
@@ -588,10 +612,10 @@ long s3_abort_stale(ckpt_store *base, const char *name, uint64_t older_than_s, c
     long n = 0;
     int rc = pe ? 0 : ckpt_fail(err, -ENOMEM, "out of memory");
     while (rc == 0) {
-        char *q = NULL, *kme = km ? s3_uri_encode(km, 0) : NULL, *ume = um ? s3_uri_encode(um, 0) : NULL;
-        if (asprintf(&q, "%s%s%sprefix=%s%s%s%suploads=", kme ? "key-marker=" : "",
-                     kme ? kme : "", kme ? "&" : "", pe, ume ? "&upload-id-marker=" : "",
-                     ume ? ume : "", "&") < 0)
+        char *q = NULL, *kme = km ? s3_uri_encode(km, 0) : NULL,
+             *ume = um ? s3_uri_encode(um, 0) : NULL;
+        if (asprintf(&q, "%s%s%sprefix=%s%s%s%suploads=", kme ? "key-marker=" : "", kme ? kme : "",
+                     kme ? "&" : "", pe, ume ? "&upload-id-marker=" : "", ume ? ume : "", "&") < 0)
             q = NULL;
         free(kme);
         free(ume);
@@ -661,8 +685,8 @@ static void s3_stats(ckpt_store *base, ckpt_store_cache_stats *out)
 }
 
 static const store_ops s3_ops = {
-    s3_list_objects, s3_open_read, s3_create,   s3_remove,         s3_rename,
-    s3_lock_take,    s3_unlock,    s3_lock_after_fork, s3_free,     s3_abort_stale,    s3_stats,
+    s3_list_objects, s3_open_read,       s3_create, s3_remove,      s3_rename, s3_lock_take,
+    s3_unlock,       s3_lock_after_fork, s3_free,   s3_abort_stale, s3_stats,
 };
 
 int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out, ckpt_err *err)

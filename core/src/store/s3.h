@@ -35,7 +35,7 @@ int s3_url_parse(const char *url, s3_url *out, ckpt_err *err);
 void s3_url_free(s3_url *u);
 
 typedef struct s3_config {
-    char *endpoint;      /* "http[s]://host[:port][/path]", no trailing '/' */
+    char *endpoint; /* "http[s]://host[:port][/path]", no trailing '/' */
     char *region;
     char *access_key;
     char *secret_key;    /* secret: wiped on free */
@@ -164,24 +164,24 @@ const s3_config *s3_client_config(const s3_client *c);
 void s3_client_set_retry(s3_client *c, const s3_retry_policy *p);
 
 typedef struct s3_req {
-    const char *method;          /* GET HEAD PUT POST DELETE */
+    const char *method; /* GET HEAD PUT POST DELETE */
     const char *bucket;
-    const char *key;             /* unencoded; NULL: the bucket itself */
-    const char *query;           /* canonical: sorted, encoded, "k=v&..." */
-    const char *const *headers;  /* "Name: value", NULL-terminated, or NULL */
-    const void *body;            /* request body (PUT, POST) */
+    const char *key;            /* unencoded; NULL: the bucket itself */
+    const char *query;          /* canonical: sorted, encoded, "k=v&..." */
+    const char *const *headers; /* "Name: value", NULL-terminated, or NULL */
+    const void *body;           /* request body (PUT, POST) */
     size_t body_len;
-    void *dst;                   /* 2xx body into dst[0..dst_len) (ranged reads) */
+    void *dst; /* 2xx body into dst[0..dst_len) (ranged reads) */
     size_t dst_len;
-    const s3_retry_policy *retry;/* NULL: the client's */
+    const s3_retry_policy *retry; /* NULL: the client's */
 } s3_req;
 
 typedef struct s3_resp {
-    long status;          /* 0: no HTTP answer (transport failure) */
-    char *body;           /* captured body (non-2xx, or 2xx without dst), NUL-ended */
+    long status; /* 0: no HTTP answer (transport failure) */
+    char *body;  /* captured body (non-2xx, or 2xx without dst), NUL-ended */
     size_t body_len;
-    size_t dst_got;       /* bytes written to dst */
-    int overflow;         /* the body did not fit dst or S3_XML_MAX */
+    size_t dst_got; /* bytes written to dst */
+    int overflow;   /* the body did not fit dst or S3_XML_MAX */
     char etag[80];
     uint64_t content_length;
     int has_length;
@@ -222,8 +222,7 @@ int s3_cache_open(const char *dir, uint64_t max_bytes, s3_cache **out, ckpt_err 
 void s3_cache_free(s3_cache *c);
 /* The name of one version of an object in the cache; -1 without an ETag
  * (then it is not cached). */
-int s3_cache_tag(const char *bucket, const char *key, const char *etag,
-                 char out[S3_CACHE_TAG_LEN]);
+int s3_cache_tag(const char *bucket, const char *key, const char *etag, char out[S3_CACHE_TAG_LEN]);
 /* 1 and buf filled when the range is cached, else 0. Thread-safe. */
 int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len);
 /* Keeps a range just read from the store; failures only cost a later miss. */
@@ -235,9 +234,9 @@ void s3_cache_stats(s3_cache *c, ckpt_store_cache_stats *out);
 typedef struct s3_store {
     ckpt_store base;
     s3_client *http;
-    s3_cache *cache;      /* NULL: none */
+    s3_cache *cache; /* NULL: none */
     s3_url url;
-    unsigned part_size;   /* first part size for multipart uploads */
+    unsigned part_size; /* first part size for multipart uploads */
     unsigned parts_in_flight;
 } s3_store;
 

@@ -43,7 +43,7 @@ struct s3_cache {
     pthread_mutex_t evict_lock;
     uint64_t total; /* atomic: bytes the directory holds, as counted */
     uint64_t hits, misses, hit_bytes, miss_bytes; /* atomic */
-    uint64_t seq; /* atomic: names temporary files apart */
+    uint64_t seq;                                 /* atomic: names temporary files apart */
 };
 
 /* Cache files, as named by entry_name; other files are left alone. */
@@ -126,13 +126,14 @@ int s3_cache_open(const char *dir, uint64_t max_bytes, s3_cache **out, ckpt_err 
                          strerror(errno));
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
-        return ckpt_fail(err, -errno, "cache directory %s: cannot open: %s", dir,
-                         strerror(errno));
+        return ckpt_fail(err, -errno, "cache directory %s: cannot open: %s", dir, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 022)) {
         close(fd);
-        return ckpt_fail(err, -EPERM, "cache directory %s: must be owned by this user and "
-                         "writable by no one else (chmod 700)", dir);
+        return ckpt_fail(err, -EPERM,
+                         "cache directory %s: must be owned by this user and "
+                         "writable by no one else (chmod 700)",
+                         dir);
     }
     s3_cache *c = calloc(1, sizeof *c);
     if (!c || !(c->path = strdup(dir))) {

@@ -47,8 +47,7 @@ int s3_url_parse(const char *url, s3_url *out, ckpt_err *err)
     if (plen && !ckpt_path_is_safe(out->prefix)) {
         s3_url_free(out);
         return ckpt_fail(err, -EINVAL,
-                         "%s: bad prefix (no empty, '.' or '..' components, no leading '/')",
-                         url);
+                         "%s: bad prefix (no empty, '.' or '..' components, no leading '/')", url);
     }
     return 0;
 }
@@ -297,7 +296,8 @@ int s3_config_resolve(const ckpt_store_opts *opts, s3_config *out, ckpt_err *err
     } else {
         const char *from_id = NULL, *from_secret = NULL, *from_token = NULL;
         if ((rc = profile_get(&f, "aws_access_key_id", 1, &out->access_key, &from_id)) < 0 ||
-            (rc = profile_get(&f, "aws_secret_access_key", 1, &out->secret_key, &from_secret)) < 0 ||
+            (rc = profile_get(&f, "aws_secret_access_key", 1, &out->secret_key, &from_secret)) <
+                0 ||
             (rc = profile_get(&f, "aws_session_token", 1, &out->session_token, &from_token)) < 0) {
             from = from_id ? from_id : from_secret ? from_secret : f.cred;
             goto unreadable;
@@ -314,8 +314,8 @@ int s3_config_resolve(const ckpt_store_opts *opts, s3_config *out, ckpt_err *err
     }
     if (strpbrk(out->access_key, ":\r\n") || strpbrk(out->secret_key, "\r\n") ||
         (out->session_token && strpbrk(out->session_token, "\r\n"))) {
-        rc = ckpt_fail(err, -EINVAL, "S3 credentials from %s contain a newline or ':'",
-                       out->source);
+        rc =
+            ckpt_fail(err, -EINVAL, "S3 credentials from %s contain a newline or ':'", out->source);
         goto fail;
     }
     files_free(&f);

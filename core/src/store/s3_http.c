@@ -38,8 +38,8 @@ const s3_retry_policy s3_retry_default = {7, 250, 8000, 30000};
 
 struct s3_client {
     s3_config cfg;
-    char *sigv4;          /* "aws:amz:REGION:s3" */
-    char *token_header;   /* "x-amz-security-token: ..." (secret) or NULL */
+    char *sigv4;        /* "aws:amz:REGION:s3" */
+    char *token_header; /* "x-amz-security-token: ..." (secret) or NULL */
     s3_retry_policy retry;
     pthread_mutex_t mu;
     struct conn *idle[POOL_MAX];
@@ -60,7 +60,10 @@ static void conn_free(conn *k)
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
-static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void curl_init(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
 
 int s3_retryable(long status, int curl_code)
 {
@@ -84,8 +87,7 @@ int s3_retryable(long status, int curl_code)
     }
 }
 
-long s3_retry_delay(const s3_retry_policy *p, unsigned attempts, uint64_t elapsed_ms,
-                    double jitter)
+long s3_retry_delay(const s3_retry_policy *p, unsigned attempts, uint64_t elapsed_ms, double jitter)
 {
     if (attempts == 0)
         return 0;
@@ -152,9 +154,15 @@ void s3_client_free(s3_client *c)
     free(c);
 }
 
-const s3_config *s3_client_config(const s3_client *c) { return &c->cfg; }
+const s3_config *s3_client_config(const s3_client *c)
+{
+    return &c->cfg;
+}
 
-void s3_client_set_retry(s3_client *c, const s3_retry_policy *p) { c->retry = *p; }
+void s3_client_set_retry(s3_client *c, const s3_retry_policy *p)
+{
+    c->retry = *p;
+}
 
 static conn *handle_get(s3_client *c)
 {
@@ -196,8 +204,8 @@ typedef struct xfer {
     conn *k;
     const s3_req *rq;
     s3_resp *rs;
-    size_t sent;   /* of the request body */
-    size_t cap;    /* of rs->body */
+    size_t sent; /* of the request body */
+    size_t cap;  /* of rs->body */
 } xfer;
 
 static size_t on_read(char *buf, size_t size, size_t n, void *ud)

@@ -35,19 +35,19 @@ typedef struct s3_up {
     store_upload base;
     s3_store *s;
     char *key, *shown, *upload_id, *id_query_value; /* uploadId, URI-encoded */
-    part cur;                  /* being filled */
-    unsigned next_num;         /* number of cur */
-    unsigned n_sent;           /* parts handed to the threads */
+    part cur;                                       /* being filled */
+    unsigned next_num;                              /* number of cur */
+    unsigned n_sent;                                /* parts handed to the threads */
     uint64_t total;
 
     pthread_mutex_t mu;
-    pthread_cond_t cv;         /* queue changed, a part finished, stop */
-    part *queue;               /* FIFO of parts_in_flight slots */
+    pthread_cond_t cv; /* queue changed, a part finished, stop */
+    part *queue;       /* FIFO of parts_in_flight slots */
     size_t q_head, q_len;
-    unsigned busy;             /* parts queued or uploading */
-    part *spare;               /* finished buffers for reuse */
+    unsigned busy; /* parts queued or uploading */
+    part *spare;   /* finished buffers for reuse */
     size_t n_spare;
-    char (*etags)[80];         /* by part number - 1 */
+    char (*etags)[80]; /* by part number - 1 */
     size_t etags_cap;
     pthread_t threads[16];
     unsigned n_threads;
@@ -101,8 +101,12 @@ static int put_part(s3_up *u, part *p, char etag[80], ckpt_err *err)
     char *q = NULL;
     if (asprintf(&q, "partNumber=%u&uploadId=%s", p->num, u->id_query_value) < 0)
         return ckpt_fail(err, -ENOMEM, "out of memory");
-    s3_req rq = {.method = "PUT", .bucket = u->s->url.bucket, .key = u->key, .query = q,
-                 .body = p->buf, .body_len = p->len};
+    s3_req rq = {.method = "PUT",
+                 .bucket = u->s->url.bucket,
+                 .key = u->key,
+                 .query = q,
+                 .body = p->buf,
+                 .body_len = p->len};
     s3_resp rs;
     int rc = s3_request(u->s->http, &rq, &rs);
     char what[64];
@@ -188,8 +192,10 @@ static int submit(s3_up *u, int last, ckpt_err *err)
             return rc;
     }
     if (u->cur.num > MAX_PARTS)
-        return ckpt_fail(err, -EFBIG, "%s: more than %d parts: the object is too large for "
-                         "S3 at this part size", u->shown, MAX_PARTS);
+        return ckpt_fail(err, -EFBIG,
+                         "%s: more than %d parts: the object is too large for "
+                         "S3 at this part size",
+                         u->shown, MAX_PARTS);
     pthread_mutex_lock(&u->mu);
     if (u->cur.num > u->etags_cap) {
         size_t cap = u->etags_cap ? u->etags_cap * 2 : 64;
@@ -291,8 +297,11 @@ static void up_abort(store_upload *su)
 
 static int put_whole(s3_up *u, ckpt_err *err)
 {
-    s3_req rq = {.method = "PUT", .bucket = u->s->url.bucket, .key = u->key,
-                 .body = u->cur.buf ? u->cur.buf : (const uint8_t *)"", .body_len = u->cur.len};
+    s3_req rq = {.method = "PUT",
+                 .bucket = u->s->url.bucket,
+                 .key = u->key,
+                 .body = u->cur.buf ? u->cur.buf : (const uint8_t *)"",
+                 .body_len = u->cur.len};
     s3_resp rs;
     int rc = s3_request(u->s->http, &rq, &rs);
     if (rc < 0 || rs.status != 200)
@@ -329,16 +338,21 @@ static int complete(s3_up *u, ckpt_err *err)
                                 u->etags[i]);
     len += (size_t)snprintf(xml + len, cap - len, "</CompleteMultipartUpload>");
     const char *hdrs[] = {"Content-Type: application/xml", NULL};
-    s3_req rq = {.method = "POST", .bucket = u->s->url.bucket, .key = u->key, .query = q,
-                 .headers = hdrs, .body = xml, .body_len = len};
+    s3_req rq = {.method = "POST",
+                 .bucket = u->s->url.bucket,
+                 .key = u->key,
+                 .query = q,
+                 .headers = hdrs,
+                 .body = xml,
+                 .body_len = len};
     s3_resp rs;
     int rc = s3_request(u->s->http, &rq, &rs);
     if (rc == 0 && rs.status == 200 && !rs.overflow) {
         s3_error e;
         int r = s3_xml_complete(rs.body, rs.body_len, "CompleteMultipartUploadResult", &e, err);
         if (r == 1)
-            rc = ckpt_fail(err, -EIO, "%s: completing the upload failed: %s%s%s", u->shown,
-                           e.code, e.message[0] ? ": " : "", e.message);
+            rc = ckpt_fail(err, -EIO, "%s: completing the upload failed: %s%s%s", u->shown, e.code,
+                           e.message[0] ? ": " : "", e.message);
         else if (r < 0)
             rc = ckpt_fail_prefix(err, u->shown);
     } else if (rc == 0 && rs.status == 404 && rs.attempts > 1 && completed_anyway(u)) {

@@ -22,7 +22,10 @@
 #define KEY_MAX 1024 /* S3's own limit on a key, in bytes */
 
 static pthread_once_t xml_once = PTHREAD_ONCE_INIT;
-static void xml_init(void) { xmlInitParser(); }
+static void xml_init(void)
+{
+    xmlInitParser();
+}
 
 static xmlDocPtr parse(const char *body, size_t len)
 {
@@ -97,7 +100,10 @@ static int parse_u64(const char *s, uint64_t *out)
     return 0;
 }
 
-static int is_true(const char *s) { return strcmp(s, "true") == 0; }
+static int is_true(const char *s)
+{
+    return strcmp(s, "true") == 0;
+}
 
 /* Control bytes would let a server draw on the user's terminal. */
 static void clean(char *s)
@@ -157,7 +163,10 @@ int s3_xml_error(const char *body, size_t len, s3_error *out)
     return rc;
 }
 
-static int bad_doc(ckpt_err *err, const char *what) { return ckpt_fail(err, -EINVAL, "%s", what); }
+static int bad_doc(ckpt_err *err, const char *what)
+{
+    return ckpt_fail(err, -EINVAL, "%s", what);
+}
 
 /* The root of a document that must be a `want`, or NULL with err set. */
 static xmlNode *root_of(xmlDocPtr d, const char *want, ckpt_err *err)
@@ -271,8 +280,7 @@ int s3_xml_upload_id(const char *body, size_t len, char **out, ckpt_err *err)
     return rc;
 }
 
-int s3_xml_complete(const char *body, size_t len, const char *root_name, s3_error *e,
-                    ckpt_err *err)
+int s3_xml_complete(const char *body, size_t len, const char *root_name, s3_error *e, ckpt_err *err)
 {
     memset(e, 0, sizeof *e);
     int r = s3_xml_error(body, len, e);

@@ -26,10 +26,12 @@ char *store_display_name(const ckpt_store *s, const char *name)
     return asprintf(&out, "%s/%s", s->where, name) < 0 ? NULL : out;
 }
 
-const char *ckpt_store_where(const ckpt_store *s) { return s->where ? s->where : "."; }
+const char *ckpt_store_where(const ckpt_store *s)
+{
+    return s->where ? s->where : ".";
+}
 
-int ckpt_store_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out,
-                    ckpt_err *err)
+int ckpt_store_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out, ckpt_err *err)
 {
     *out = NULL;
     if (!url || !*url)
@@ -38,8 +40,6 @@ int ckpt_store_open(const char *url, const ckpt_store_opts *opts, ckpt_store **o
         return store_s3_open(url, opts, out, err);
     return ckpt_store_open_local(url, out, err);
 }
-
-
 
 void ckpt_store_free(ckpt_store *s)
 {
@@ -57,8 +57,7 @@ static int check_name(const ckpt_store *s, const char *name, ckpt_err *err)
                      name ? name : "(null)");
 }
 
-int ckpt_store_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *ud,
-                    ckpt_err *err)
+int ckpt_store_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *ud, ckpt_err *err)
 {
     if (!fn)
         return ckpt_fail(err, -EINVAL, "%s: list without a callback", ckpt_store_where(s));

@@ -19,14 +19,10 @@ typedef struct tl_tensor {
 } tl_tensor;
 
 static const tl_tensor tl_tensors[] = {
-    {"model.bin", "emb", "F32", 2, {300, 100}},
-    {"model.bin", "a.bias", "BF16", 1, {384}},
-    {"model.bin", "a.w", "BF16", 2, {128, 384}},
-    {"model.bin", "empty", "F32", 1, {0}},
-    {"model.bin", "scalar", "F32", 0, {0}},
-    {"model.bin", "u8", "U8", 1, {3}},
-    {"extra.bin", "big", "F16", 1, {200000}},
-    {"extra.bin", "tail", "I64", 1, {5}},
+    {"model.bin", "emb", "F32", 2, {300, 100}},  {"model.bin", "a.bias", "BF16", 1, {384}},
+    {"model.bin", "a.w", "BF16", 2, {128, 384}}, {"model.bin", "empty", "F32", 1, {0}},
+    {"model.bin", "scalar", "F32", 0, {0}},      {"model.bin", "u8", "U8", 1, {3}},
+    {"extra.bin", "big", "F16", 1, {200000}},    {"extra.bin", "tail", "I64", 1, {5}},
 };
 #define TL_N (sizeof tl_tensors / sizeof tl_tensors[0])
 /* Opaque bytes at the start of each file, so tensors start unaligned. */
@@ -146,8 +142,8 @@ static inline void tl_make_mount_dir(const char *dir)
     }
     for (int f = 0; f < 2; f++)
         fclose(files[f]);
-    json_t *root = json_pack("{s:i, s:s, s:o}", "format_version", 1, "name", "fixture",
-                             "tensors", arr);
+    json_t *root =
+        json_pack("{s:i, s:s, s:o}", "format_version", 1, "name", "fixture", "tensors", arr);
     char *mp = tu_join(dir, "manifest.json");
     cr_assert_eq(json_dump_file(root, mp, JSON_INDENT(2)), 0);
     json_decref(root);

@@ -16,7 +16,7 @@ typedef struct fake_op {
     void *dst;
     const void *src;
     size_t len;
-    fake_event *ev;      /* a record, when set; else a copy */
+    fake_event *ev; /* a record, when set; else a copy */
     uint64_t gen;
 } fake_op;
 
@@ -29,7 +29,7 @@ typedef struct alloc {
     uint8_t *p;
     size_t len;
     int dev;
-    void *raw;              /* what malloc returned, when not p */
+    void *raw; /* what malloc returned, when not p */
 } alloc;
 
 typedef struct fake_be {
@@ -39,8 +39,8 @@ typedef struct fake_be {
     pthread_mutex_t mu;
     alloc *allocs;
     size_t n_allocs, cap_allocs;
-    alloc region;           /* cfg->dev_region, as an allocation */
-    fake_stream *streams;   /* live ones, for checks */
+    alloc region;         /* cfg->dev_region, as an allocation */
+    fake_stream *streams; /* live ones, for checks */
     long queries, waits;
 } fake_be;
 
@@ -379,7 +379,8 @@ static int fb_event_wait(cc_backend *b, void *ev, ckpt_err *err)
         run_stream(e->stream, e, e->recorded);
     pthread_mutex_unlock(&f->mu);
     if (f->cfg->fail_wait_at && n == f->cfg->fail_wait_at)
-        return fail(err, -EIO, "copy failed (cudaEventSynchronize): unspecified launch failure (fake)");
+        return fail(err, -EIO,
+                    "copy failed (cudaEventSynchronize): unspecified launch failure (fake)");
     return 0;
 }
 

@@ -16,13 +16,13 @@
 
 typedef struct fake_cfg {
     /* Faults. */
-    int no_driver;          /* open fails like a machine without a driver */
-    int ndev;               /* devices; 0 means 1 */
-    size_t dev_capacity;    /* bytes of "device memory"; 0 = unlimited */
-    int fail_host_alloc;    /* pinned allocations fail */
-    long fail_copy_at;      /* the n-th copy_async fails (1-based; 0 = never) */
-    long fail_wait_at;      /* the n-th event_wait reports an async fault */
-    int immediate;          /* run copies at once instead of deferring them */
+    int no_driver;       /* open fails like a machine without a driver */
+    int ndev;            /* devices; 0 means 1 */
+    size_t dev_capacity; /* bytes of "device memory"; 0 = unlimited */
+    int fail_host_alloc; /* pinned allocations fail */
+    long fail_copy_at;   /* the n-th copy_async fails (1-based; 0 = never) */
+    long fail_wait_at;   /* the n-th event_wait reports an async fault */
+    int immediate;       /* run copies at once instead of deferring them */
     /* Memory the test owns that counts as device memory (the tensors a
      * save is given, which no backend instance allocated). */
     uint8_t *dev_region;
@@ -33,11 +33,11 @@ typedef struct fake_cfg {
     long copies, h2d, d2h, pageable;
     uint64_t h2d_bytes, d2h_bytes;
     long live_dev, live_host, live_streams, live_events;
-    long bad_pointer;       /* a copy outside any live allocation */
-    long freed_under_copy;  /* host/device memory freed with a copy queued on it */
+    long bad_pointer;      /* a copy outside any live allocation */
+    long freed_under_copy; /* host/device memory freed with a copy queued on it */
     long pending_at_destroy;
     long syncs;
-    long bind_depth;        /* binds minus unbinds, summed over threads */
+    long bind_depth; /* binds minus unbinds, summed over threads */
     size_t dev_in_use;
 } fake_cfg;
 

@@ -132,7 +132,8 @@ Test(gpu, save_then_load_round_trip)
     ckpt_pack *p;
     tl_ok(ckpt_open(tp, NULL, &p, &err), &err, "open");
     for (size_t i = 0; i < TL_N; i++) {
-        const ckpt_tensor_info *ti = ckpt_tensor_at(p, (size_t)ckpt_tensor_find(p, tl_tensors[i].name));
+        const ckpt_tensor_info *ti =
+            ckpt_tensor_at(p, (size_t)ckpt_tensor_find(p, tl_tensors[i].name));
         uint8_t *d = tl_data(i), sha[32];
         tu_sha256(d, tl_nbytes(i), sha);
         cr_assert_eq(memcmp(sha, ti->sha256, 32), 0, "%s", tl_tensors[i].name);

@@ -89,7 +89,8 @@ static void check_file(const char *path, size_t n)
     json_t *v;
     size_t i = 0;
     uint64_t pos = 0;
-    json_object_foreach(root, key, v) {
+    json_object_foreach(root, key, v)
+    {
         cr_assert_str_eq(key, tl_tensors[i].name);
         json_t *offs = json_object_get(v, "data_offsets");
         cr_assert_eq((uint64_t)json_integer_value(json_array_get(offs, 0)), pos);
@@ -119,8 +120,7 @@ static void check_file(const char *path, size_t n)
         cr_assert_eq(t->ndim, tl_tensors[k].ndim);
         cr_assert_eq(t->nbytes, tl_nbytes(k));
         uint8_t *want = tl_data(k), *got = malloc(t->nbytes + 1);
-        cr_assert_eq(ckpt_tensor_pread(p, (size_t)ti, got, t->nbytes, 0, &err),
-                     (ssize_t)t->nbytes);
+        cr_assert_eq(ckpt_tensor_pread(p, (size_t)ti, got, t->nbytes, 0, &err), (ssize_t)t->nbytes);
         cr_assert_eq(memcmp(got, want, t->nbytes), 0, "%s differs", t->name);
         free(want);
         free(got);
