@@ -1,7 +1,8 @@
-/* The table of checkpoints.h: scanning the backing directory and its
- * namespaces, opening packs on first use, retiring replaced ones. One job
- * at about 650 lines: the scan, the open and the retirement share the
- * table's lock and each checkpoint's identity check. */
+/* The table of checkpoints.h: scanning the backing store and its
+ * namespaces (a local directory, or an S3 prefix through
+ * remote_listing.c), opening packs on first use, retiring replaced ones.
+ * One job at about 880 lines: the scan, the open and the retirement share
+ * the table's lock and each checkpoint's identity check. */
 #include "checkpoints.h"
 
 #include <dirent.h>
