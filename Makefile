@@ -184,6 +184,7 @@ format-check:
 check:
 	@scripts/deps.sh test
 	@$(MAKE) --no-print-directory lint-layout
+	@$(MAKE) --no-print-directory format-check
 	@$(MAKE) --no-print-directory venv
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory unit

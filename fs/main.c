@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/backing_store.h"
 #include "common/fslog.h"
 #include "common/mount_key.h"
 #include "common/mountinfo.h"
@@ -78,7 +79,7 @@ static void raise_fd_limit(void)
  * mount still serves the packs; but another writable daemon on the same
  * backing directory is an error (-1): its staged data is not ours. */
 static int setup_writing(ckptfs *fs, const fs_options *o, const char *backing_path, int backing_fd,
-                         const mount_key *key, const char *mount_path)
+                         ckpt_store *store, const mount_key *key, const char *mount_path)
 {
     ckpt_err err = {0};
     wtable_opts wo = {
@@ -86,6 +87,7 @@ static int setup_writing(ckptfs *fs, const fs_options *o, const char *backing_pa
         .pack_threads = o->threads,
         .finish_on_stop = o->finish_on_exit,
         .mount_path = mount_path,
+        .store = store,
     };
     int rc = wtable_init(&fs->wtable, backing_path, backing_fd, key, &wo, &err);
     if (rc == -EBUSY) {
@@ -100,6 +102,7 @@ static int setup_writing(ckptfs *fs, const fs_options *o, const char *backing_pa
     }
     fs->wtable.drop_successor = handover_drop_successor;
     fs->wtable.committed = handover_committed;
+    fs->wtable.pack_changed = handover_pack_changed;
     fs->wtable.successor_ud = fs;
     fs->writable = 1;
     raise_fd_limit();
@@ -208,6 +211,9 @@ typedef struct daemon_run {
     mount_key key; /* the key's one owner (mount_key.h) */
     struct fuse_session *se;
     int backing_fd, table_ready, mounted, have_mount_path;
+    ckpt_store *store; /* packs in an object store: the table's and
+                               * the writer's, freed after both */
+    char *stage_dir;   /* with a store: the local staging directory */
     char backing_path[PATH_MAX], mount_path[PATH_MAX];
     sigset_t unblocked;
 } daemon_run;
@@ -234,6 +240,15 @@ static int parse_command_line(daemon_run *d, const char *prog)
             return -1;
         fslog_set_max_priority(LOG_DEBUG);
     }
+    if (backing_is_store_url(d->o.backing_dir)) {
+        d->stage_dir = d->o.stage_dir ? strdup(d->o.stage_dir)
+                                      : backing_default_stage_dir(d->o.backing_dir, d->o.endpoint);
+        if (!d->stage_dir) {
+            fprintf(stderr, "ckptfs: no HOME or XDG_CACHE_HOME for the staging directory; "
+                            "give -o stage_dir=DIR\n");
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -246,7 +261,12 @@ static void use_backing_log(const daemon_run *d)
 {
     char backing[PATH_MAX], *path = NULL;
     int rc = -ENOENT;
-    if (realpath(d->o.backing_dir, backing)) {
+    /* With a store, its local directory holds the log (made now: the log
+     * comes first). */
+    const char *local = d->stage_dir ? d->stage_dir : d->o.backing_dir;
+    if (d->stage_dir)
+        backing_make_dirs(d->stage_dir);
+    if (realpath(local, backing)) {
         char *dir = NULL;
         if (asprintf(&dir, "%s/.ckptfs", backing) >= 0) {
             if (mkdir(dir, 0700) != 0 && errno != EEXIST)
@@ -260,7 +280,7 @@ static void use_backing_log(const daemon_run *d)
         fprintf(stderr,
                 "ckptfs: warning: no syslog (/dev/log) and cannot log to %s/.ckptfs/log "
                 "(%s): the log is lost; use -o log_file=PATH\n",
-                d->o.backing_dir, strerror(-rc));
+                local, strerror(-rc));
     fslog_tee_stderr(1);
     free(path);
 }
@@ -287,10 +307,49 @@ static int open_log(const daemon_run *d)
     return 0;
 }
 
+/* The store named by the URL, proven by one listing (bad credentials, a
+ * missing bucket and an unreachable endpoint fail here, before the
+ * daemon goes to the background), and the local staging directory when
+ * writable. */
+static int open_store(daemon_run *d)
+{
+    ckpt_err err = {0};
+    ckpt_store_opts so = {
+        .endpoint = d->o.endpoint,
+        .region = d->o.region,
+        .profile = d->o.profile,
+        .cache_dir = d->o.cache_dir,
+        .cache_bytes = d->o.cache_dir_bytes,
+    };
+    int rc = ckpt_store_open(d->o.backing_dir, &so, &d->store, &err);
+    if (rc < 0) {
+        fprintf(stderr, "ckptfs: cannot mount %s: %s\n", d->o.backing_dir,
+                err.msg[0] ? err.msg : strerror(-rc));
+        return -1;
+    }
+    snprintf(d->backing_path, sizeof d->backing_path, "%s", d->o.backing_dir);
+    if (d->o.read_only)
+        return 0;
+    rc = backing_make_dirs(d->stage_dir);
+    char real[PATH_MAX];
+    if (rc < 0 || !realpath(d->stage_dir, real) ||
+        (d->backing_fd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        fprintf(stderr, "ckptfs: cannot use staging directory '%s': %s\n", d->stage_dir,
+                strerror(rc < 0 ? -rc : errno));
+        return -1;
+    }
+    free(d->stage_dir);
+    d->stage_dir = strdup(real);
+    return d->stage_dir ? 0 : -1;
+}
+
 static int open_backing_and_key(daemon_run *d)
 {
-    if (!realpath(d->o.backing_dir, d->backing_path) ||
-        (d->backing_fd = open(d->backing_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+    if (d->stage_dir) {
+        if (open_store(d) != 0)
+            return -1;
+    } else if (!realpath(d->o.backing_dir, d->backing_path) ||
+               (d->backing_fd = open(d->backing_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
         fprintf(stderr, "ckptfs: cannot use backing directory '%s': %s\n", d->o.backing_dir,
                 strerror(errno));
         return -1;
@@ -333,16 +392,19 @@ static int build_mount(daemon_run *d)
     fs->uid = getuid();
     fs->gid = getgid();
     fs->cache = chunk_cache_new(d->o.cache_bytes);
-    if (!fs->cache ||
-        checkpoints_init(&fs->table, d->backing_path, d->backing_fd, &d->key, fs->cache) != 0 ||
-        ns_init(&fs->ns) != 0) {
+    int table_rc = !fs->cache ? -ENOMEM
+                   : d->store ? checkpoints_init_store(&fs->table, d->store, d->o.list_interval,
+                                                       d->backing_fd, &d->key, fs->cache)
+                              : checkpoints_init(&fs->table, d->backing_path, d->backing_fd,
+                                                 &d->key, fs->cache);
+    if (table_rc != 0 || ns_init(&fs->ns) != 0) {
         fprintf(stderr, "ckptfs: out of memory\n");
         return -1;
     }
     d->table_ready = 1;
     reader_init(&fs->reader, &fs->table, fs->cache, NULL, d->o.cache_bytes, d->o.threads);
-    if (!d->o.read_only &&
-        setup_writing(fs, &d->o, d->backing_path, d->backing_fd, &d->key, d->cmd.mountpoint) != 0)
+    if (!d->o.read_only && setup_writing(fs, &d->o, d->store ? d->stage_dir : d->backing_path,
+                                         d->backing_fd, d->store, &d->key, d->cmd.mountpoint) != 0)
         return -1;
 
     /* The mode bits we show are enforced; without staging, read-only in
@@ -432,6 +494,17 @@ static void tear_down(daemon_run *d)
         ns_destroy(&fs->ns);
     }
     chunk_cache_free(fs->cache);
+    if (d->store && d->o.cache_dir) {
+        ckpt_store_cache_stats cs;
+        ckpt_store_cache_stats_get(d->store, &cs);
+        fslog_info("cache_dir %s: %llu hits (%.1f MB), %llu misses (%.1f MB); %.1f MB held",
+                   d->o.cache_dir, (unsigned long long)cs.hits, (double)cs.hit_bytes / 1e6,
+                   (unsigned long long)cs.misses, (double)cs.miss_bytes / 1e6,
+                   (double)cs.stored_bytes / 1e6);
+    }
+    /* Last of what uses it: the table and the writer borrow it. */
+    ckpt_store_free(d->store);
+    free(d->stage_dir);
     if (d->key.key)
         ckpt_key_free(d->key.key);
     if (d->backing_fd >= 0)

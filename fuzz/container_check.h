@@ -25,7 +25,7 @@ typedef struct fz_mem {
     size_t max_read;
 } fz_mem;
 
-static ssize_t fz_read(void *ud, void *buf, size_t len, uint64_t off)
+static inline ssize_t fz_read(void *ud, void *buf, size_t len, uint64_t off)
 {
     const fz_mem *m = ud;
     if (off >= m->n)
@@ -41,14 +41,14 @@ typedef struct fz_range {
     uint64_t b, e;
 } fz_range;
 
-static int fz_range_cmp(const void *a, const void *b)
+static inline int fz_range_cmp(const void *a, const void *b)
 {
     const fz_range *x = a, *y = b;
     return x->b < y->b ? -1 : x->b > y->b ? 1 : 0;
 }
 
-static void fz_check_layout(const ingest_layout *l, uint64_t size, uint32_t max_ndim,
-                            const char *region_prefix)
+static inline void fz_check_layout(const ingest_layout *l, uint64_t size, uint32_t max_ndim,
+                                   const char *region_prefix)
 {
     size_t n = l->n + l->n_regions;
     fz_range *r = malloc((n ? n : 1) * sizeof *r);
@@ -101,7 +101,7 @@ static void fz_check_layout(const ingest_layout *l, uint64_t size, uint32_t max_
     free(r);
 }
 
-static void fz_free(ingest_layout *l)
+static inline void fz_free(ingest_layout *l)
 {
     free(l->regions); /* whether or not ingest_layout_free knows regions yet */
     l->regions = NULL;
@@ -109,8 +109,9 @@ static void fz_free(ingest_layout *l)
     ingest_layout_free(l);
 }
 
-static int fz_run(const container_format *f, const uint8_t *data, size_t size, size_t max_read,
-                  uint32_t max_ndim, const char *region_prefix, const char *msg_prefix)
+static inline int fz_run(const container_format *f, const uint8_t *data, size_t size,
+                         size_t max_read, uint32_t max_ndim, const char *region_prefix,
+                         const char *msg_prefix)
 {
     fz_mem m = {data, size, max_read};
     ingest_source src = {.read = fz_read, .ud = &m, .size = size, .name = "fuzz"};
@@ -140,8 +141,9 @@ static int fz_run(const container_format *f, const uint8_t *data, size_t size, s
 }
 
 /* Both read patterns must reach the same verdict. */
-static void fz_container(const container_format *f, const uint8_t *data, size_t size,
-                         uint32_t max_ndim, const char *region_prefix, const char *msg_prefix)
+static inline void fz_container(const container_format *f, const uint8_t *data, size_t size,
+                                uint32_t max_ndim, const char *region_prefix,
+                                const char *msg_prefix)
 {
     int a = fz_run(f, data, size, SIZE_MAX, max_ndim, region_prefix, msg_prefix);
     int b = fz_run(f, data, size, 7, max_ndim, region_prefix, msg_prefix);

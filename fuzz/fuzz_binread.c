@@ -6,6 +6,7 @@
  * operation done directly on the file in memory: the same verdict, the
  * same value, the same position; the first failure sticks (err). Then
  * binread_quote must give one printable line within its buffer. */
+#include "container_check.h" /* fz_mem, fz_read */
 #include "formats/binread.h"
 
 #include <errno.h>
@@ -15,23 +16,6 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define OPS 32
-
-typedef struct mem {
-    const uint8_t *p;
-    size_t n, max_read;
-} mem;
-
-static ssize_t mem_read(void *ud, void *buf, size_t len, uint64_t off)
-{
-    const mem *m = ud;
-    if (off >= m->n)
-        return 0;
-    size_t k = m->n - (size_t)off < len ? m->n - (size_t)off : len;
-    if (k > m->max_read)
-        k = m->max_read;
-    memcpy(buf, m->p + off, k);
-    return (ssize_t)k;
-}
 
 static uint64_t le(const uint8_t *p, size_t n)
 {
@@ -45,8 +29,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1 + OPS)
         return 0;
-    mem m = {data + 1 + OPS, size - 1 - OPS, data[0] ? data[0] : 1};
-    ingest_source src = {.read = mem_read, .ud = &m, .size = m.n, .name = "fuzz"};
+    fz_mem m = {data + 1 + OPS, size - 1 - OPS, data[0] ? data[0] : 1};
+    ingest_source src = {.read = fz_read, .ud = &m, .size = m.n, .name = "fuzz"};
     binread r;
     binread_init(&r, &src, 0);
     uint64_t pos = 0; /* the model */

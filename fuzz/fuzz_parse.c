@@ -5,6 +5,7 @@
  * rounds, never read out of bounds), ingest_msg and ingest_quote_name
  * (one printable line within the buffer, whatever the name), and
  * ingest_shape_text (never past its buffer). */
+#include "container_check.h" /* fz_mem, fz_read */
 #include "formats/parse.h"
 
 #include <errno.h>
@@ -12,21 +13,6 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-typedef struct mem {
-    const uint8_t *p;
-    size_t n;
-} mem;
-
-static ssize_t mem_read(void *ud, void *buf, size_t len, uint64_t off)
-{
-    const mem *m = ud;
-    if (off >= m->n)
-        return 0;
-    size_t k = m->n - (size_t)off < len ? m->n - (size_t)off : len;
-    memcpy(buf, m->p + off, k);
-    return (ssize_t)k;
-}
 
 /* The head's first 8 bytes say how long the head is: more is asked for
  * until the parser has it all; the last head byte must then be readable. */
@@ -65,8 +51,8 @@ static void check_line(const char *s, size_t cap)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    mem m = {data, size};
-    ingest_source src = {.read = mem_read, .ud = &m, .size = size, .name = "fuzz"};
+    fz_mem m = {data, size, SIZE_MAX};
+    ingest_source src = {.read = fz_read, .ud = &m, .size = size, .name = "fuzz"};
     ingest_layout out;
     char msg[256];
     int rc =

@@ -101,6 +101,9 @@ int ckpt_object_id_equal(const ckpt_object_id *a, const ckpt_object_id *b);
 typedef struct ckpt_object_info {
     const char *name;  /* relative to the store */
     ckpt_object_id id; /* size and mtime are in here */
+    /* Only from ckpt_store_list_dirs: a directory (a local subdirectory,
+     * an S3 common prefix), named without a trailing '/'; id is zero. */
+    int is_dir;
 } ckpt_object_info;
 
 /* The directory dir as a store (opened once: renaming dir later does not
@@ -124,6 +127,15 @@ typedef struct ckpt_store_opts {
     unsigned part_size_mib;   /* multipart upload part size, 8..64; 0 = 16 */
     unsigned parts_in_flight; /* parts uploaded at once, 1..16; 0 = 4 */
     unsigned retry_seconds;   /* no retry of a request starts later; 0 = 30 */
+    /* A local directory caching the bytes read from an object store AS
+     * STORED (still compressed and encrypted): one file per range read,
+     * named by a hash of the object's name and ETag and by the range, so
+     * a replaced object is never served from it and nothing in it is
+     * plaintext an encrypted pack did not already put on the wire. Kept
+     * under cache_bytes by evicting the least recently used files. NULL:
+     * no cache. The directory may be shared by several processes. */
+    const char *cache_dir;
+    uint64_t cache_bytes; /* 0 = 10 GiB */
 } ckpt_store_opts;
 
 /* A store named by a URL: "s3://BUCKET/PREFIX" is an S3 bucket (any S3 API:
@@ -160,6 +172,21 @@ const char *ckpt_store_where(const ckpt_store *s);
  * returned. */
 typedef int (*ckpt_object_fn)(void *ud, const ckpt_object_info *info);
 int ckpt_store_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *ud, ckpt_err *err);
+/* ckpt_store_list, and also fn once per directory directly inside the
+ * listed one whose name starts with prefix (info->is_dir set): what a
+ * browser of the store needs to descend. Objects and directories come in
+ * byte order of names, each kind on its own. */
+int ckpt_store_list_dirs(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *ud,
+                         ckpt_err *err);
+
+/* Reads of a store's local cache (ckpt_store_opts.cache_dir) since it was
+ * opened; all 0 without one. */
+typedef struct ckpt_store_cache_stats {
+    uint64_t hits, misses; /* ranges read from the cache, from the store */
+    uint64_t hit_bytes, miss_bytes;
+    uint64_t stored_bytes; /* what the cache directory holds, as counted */
+} ckpt_store_cache_stats;
+void ckpt_store_cache_stats_get(ckpt_store *s, ckpt_store_cache_stats *out);
 
 /* --------------------------------------------------------------- reading */
 

@@ -130,6 +130,12 @@ int ckpt_store_rename(ckpt_store *s, const char *from, const char *to, ckpt_err 
 typedef struct ckpt_store_lock ckpt_store_lock;
 int ckpt_store_lock_take(ckpt_store *s, const char *name, ckpt_store_lock **out, ckpt_err *err);
 void ckpt_store_lock_release(ckpt_store_lock *l);
+/* In the child of a fork (a daemon going to the background): the lock is
+ * this process's now. A local flock needs nothing; an S3 lease, whose
+ * renewing thread did not survive the fork, is renewed at once naming the
+ * new pid, and its renewer started again. 0, or -errno when the lease
+ * could not be renewed (then it is no longer held). */
+int ckpt_store_lock_after_fork(ckpt_store_lock *l, ckpt_err *err);
 
 /* ---------------------------------------------------- pack generations */
 

@@ -51,6 +51,12 @@ void handover_committed(void *ud, const char *name)
         fuse_lowlevel_notify_inval_entry(se, parent, base, strlen(base));
 }
 
+void handover_pack_changed(void *ud, const char *name)
+{
+    ckptfs *fs = ud;
+    checkpoints_changed(&fs->table, name);
+}
+
 void handover_drop_successor(void *ud, void *successor_)
 {
     ckptfs *fs = ud;

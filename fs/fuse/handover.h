@@ -22,5 +22,7 @@ void handover_drop_successor(void *ud, void *successor);
  * inodes of the checkpoint as it was written are forgotten (and freed)
  * once unused; the next lookup finds the pack. */
 void handover_committed(void *ud, const char *name);
+/* wtable's pack_changed: the read side lists NAME's namespace again. */
+void handover_pack_changed(void *ud, const char *name);
 
 #endif

@@ -28,14 +28,7 @@
 /* BACKING/path as a namespace: 1 with its stat, 0 if it is none. */
 static int ns_stat(ckptfs *fs, const char *path, struct stat *st)
 {
-    if (!*path)
-        return fstat(fs->table.backing_fd, st) == 0;
-    int dir = backing_open_parent(fs->table.backing_fd, path, 0);
-    if (dir < 0)
-        return 0;
-    int rc = fstatat(dir, backing_base(path), st, AT_SYMLINK_NOFOLLOW);
-    close(dir);
-    return rc == 0 && S_ISDIR(st->st_mode) && backing_path_ok(path);
+    return checkpoints_ns_stat(&fs->table, path, st);
 }
 
 static void ns_attr(ckptfs *fs, uint64_t ino, const struct stat *backing, struct stat *st)

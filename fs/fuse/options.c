@@ -26,6 +26,13 @@ static const struct fuse_opt ckptfs_opts[] = {
     OPT("log_max=%s", log_max_text),
     OPT("tensors=%s", tensors_text),
     OPT("finish_on_exit", finish_on_exit),
+    OPT("endpoint=%s", endpoint),
+    OPT("region=%s", region),
+    OPT("profile=%s", profile),
+    OPT("cache_dir=%s", cache_dir),
+    OPT("cache_dir_size=%s", cache_dir_size_text),
+    OPT("list_interval=%s", list_interval_text),
+    OPT("stage_dir=%s", stage_dir),
     FUSE_OPT_KEY("ro", KEY_RO),
     FUSE_OPT_END,
 };
@@ -122,6 +129,56 @@ static int make_absolute(char **path, const char *what)
     return 0;
 }
 
+/* Options that only a store URL takes; given with a directory they would
+ * silently do nothing, so they are refused. The endpoint is validated by
+ * the store; here only its shape, so a typo fails before any request. */
+static int parse_store_options(fs_options *o)
+{
+    int is_url = o->backing_dir && strncmp(o->backing_dir, "s3://", 5) == 0;
+    const char *only_url = o->endpoint              ? "endpoint"
+                           : o->region              ? "region"
+                           : o->profile             ? "profile"
+                           : o->cache_dir           ? "cache_dir"
+                           : o->cache_dir_size_text ? "cache_dir_size"
+                           : o->list_interval_text  ? "list_interval"
+                           : o->stage_dir           ? "stage_dir"
+                                                    : NULL;
+    if (!is_url && only_url) {
+        fprintf(stderr, "ckptfs: %s is for a store (s3://BUCKET/PREFIX), not a directory\n",
+                only_url);
+        return -1;
+    }
+    if (o->endpoint && strncmp(o->endpoint, "http://", 7) != 0 &&
+        strncmp(o->endpoint, "https://", 8) != 0) {
+        fprintf(stderr, "ckptfs: bad endpoint '%s' (want http[s]://HOST[:PORT])\n", o->endpoint);
+        return -1;
+    }
+    if (o->cache_dir_size_text && (fs_parse_size(o->cache_dir_size_text, &o->cache_dir_bytes) ||
+                                   o->cache_dir_bytes < CKPTFS_MIN_CACHE)) {
+        fprintf(stderr, "ckptfs: bad cache_dir_size '%s' (want a size of at least 1M, e.g. 20G)\n",
+                o->cache_dir_size_text);
+        return -1;
+    }
+    if (o->cache_dir_size_text && !o->cache_dir) {
+        fprintf(stderr, "ckptfs: cache_dir_size needs cache_dir\n");
+        return -1;
+    }
+    o->list_interval = CKPTFS_DEFAULT_LIST_INTERVAL;
+    if (o->list_interval_text) {
+        char *end;
+        errno = 0;
+        double d = strtod(o->list_interval_text, &end);
+        if (errno || end == o->list_interval_text || *end || !isfinite(d) || d < 0 ||
+            d > CKPTFS_MAX_LIST_INTERVAL) {
+            fprintf(stderr, "ckptfs: bad list_interval '%s' (want seconds, 0 to %d)\n",
+                    o->list_interval_text, CKPTFS_MAX_LIST_INTERVAL);
+            return -1;
+        }
+        o->list_interval = d;
+    }
+    return 0;
+}
+
 int fs_options_parse(struct fuse_args *args, fs_options *o)
 {
     memset(o, 0, sizeof *o);
@@ -178,7 +235,11 @@ int fs_options_parse(struct fuse_args *args, fs_options *o)
         return -1;
     }
     o->hide_tensors = o->tensors_text && strcmp(o->tensors_text, "hide") == 0;
+    if (parse_store_options(o) != 0)
+        return -1;
     if (make_absolute(&o->key_file, "key_file") != 0 ||
+        make_absolute(&o->cache_dir, "cache_dir") != 0 ||
+        make_absolute(&o->stage_dir, "stage_dir") != 0 ||
         make_absolute(&o->passphrase_file, "passphrase_file") != 0 ||
         make_absolute(&o->log_file, "log_file") != 0)
         return -1;
@@ -196,6 +257,13 @@ void fs_options_free(fs_options *o)
     free(o->log_file);
     free(o->log_max_text);
     free(o->tensors_text);
+    free(o->endpoint);
+    free(o->region);
+    free(o->profile);
+    free(o->cache_dir);
+    free(o->cache_dir_size_text);
+    free(o->list_interval_text);
+    free(o->stage_dir);
     memset(o, 0, sizeof *o);
 }
 
@@ -203,6 +271,7 @@ void fs_options_usage(const char *prog)
 {
     printf(
         "usage: %s [options] BACKING_DIR MOUNTPOINT\n"
+        "       %s [options] s3://BUCKET[/PREFIX] MOUNTPOINT\n"
         "\n"
         "Shows every BACKING_DIR/NAME.tpack as a directory MOUNTPOINT/NAME/, and packs\n"
         "new checkpoints written into the mount: mkdir MOUNTPOINT/NAME, copy or save\n"
@@ -230,6 +299,19 @@ void fs_options_usage(const char *prog)
         "                             path (default: show)\n"
         "    -o debug, -d             log every request and its outcome (implies -f)\n"
         "\n"
+        "Packs in an S3 bucket (s3://BUCKET/PREFIX/NAME.tpack; credentials from\n"
+        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws, never options):\n"
+        "    -o endpoint=URL          http[s]://HOST[:PORT] (default AWS_ENDPOINT_URL_S3,\n"
+        "                             AWS_ENDPOINT_URL, the profile's, then AWS)\n"
+        "    -o region=R, profile=P   as the AWS CLI\n"
+        "    -o list_interval=SECONDS new packs under the prefix show within this\n"
+        "                             (default 5)\n"
+        "    -o cache_dir=DIR         keep chunks read, as stored (compressed, encrypted),\n"
+        "                             in DIR; -o cache_dir_size=SIZE bounds it (default 10G)\n"
+        "    -o stage_dir=DIR         where checkpoints being written are staged (default\n"
+        "                             $XDG_CACHE_HOME/ckptfs/HASH-OF-URL); one writable\n"
+        "                             mount per prefix (a lease object); -o ro takes none\n"
+        "\n"
         "Logging: errors, warnings and events (mounted, committed, suspended...) go to\n"
         "stderr with -f, else to syslog (facility daemon) when /dev/log exists, else to\n"
         "BACKING_DIR/.ckptfs/log; or to log_file. Keys and file contents are never logged. Signals: SIGTERM/SIGINT unmount and exit within\n"
@@ -242,5 +324,5 @@ void fs_options_usage(const char *prog)
         "committed, failed); 'rm -r MOUNTPOINT/NAME' deletes one. Written data is staged\n"
         "under BACKING_DIR/.ckptfs (encrypted when a key is given) until it is packed.\n"
         "\n",
-        prog);
+        prog, prog);
 }

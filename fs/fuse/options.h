@@ -12,6 +12,9 @@
 #define CKPTFS_DEFAULT_COMMIT_DELAY 2.0
 #define CKPTFS_MAX_COMMIT_DELAY 86400
 #define CKPTFS_DEFAULT_LOG_MAX (4ull << 20)
+/* A store's listing is answered from memory for this long (s3://). */
+#define CKPTFS_DEFAULT_LIST_INTERVAL 5.0
+#define CKPTFS_MAX_LIST_INTERVAL 3600
 
 typedef struct fs_options {
     char *backing_dir; /* first positional argument */
@@ -31,6 +34,14 @@ typedef struct fs_options {
     int finish_on_exit;  /* finish the pack under way before exiting */
     unsigned threads;
     int positional; /* positional arguments seen */
+    /* A store URL (s3://BUCKET/PREFIX) as the backing: */
+    char *endpoint, *region, *profile;
+    char *cache_dir; /* absolute; NULL: no local cache of stored chunks */
+    char *cache_dir_size_text;
+    uint64_t cache_dir_bytes; /* 0: the store's default */
+    char *list_interval_text;
+    double list_interval;
+    char *stage_dir; /* absolute; NULL: backing_default_stage_dir */
 } fs_options;
 
 /* Takes ckptfs's options out of args and leaves FUSE's (the mountpoint

@@ -1,7 +1,8 @@
-/* The table of checkpoints.h: scanning the backing directory and its
- * namespaces, opening packs on first use, retiring replaced ones. One job
- * at about 650 lines: the scan, the open and the retirement share the
- * table's lock and each checkpoint's identity check. */
+/* The table of checkpoints.h: scanning the backing store and its
+ * namespaces (a local directory, or an S3 prefix through
+ * remote_listing.c), opening packs on first use, retiring replaced ones.
+ * One job at about 880 lines: the scan, the open and the retirement share
+ * the table's lock and each checkpoint's identity check. */
 #include "checkpoints.h"
 
 #include <dirent.h>
@@ -17,6 +18,7 @@
 #include "common/backing_path.h"
 #include "common/fslog.h"
 #include "manifest.h"
+#include "remote_listing.h"
 
 #define SUFFIX_LEN BACKING_SUFFIX_LEN
 /* A pack with this many distinct damaged chunks is hopeless; stop keeping
@@ -41,7 +43,52 @@ int checkpoints_init(checkpoint_table *t, const char *backing_path, int backing_
     t->key = key;
     t->cache = cache;
     t->next_serial = 1;
+    t->own_store = 1;
     return 0;
+}
+
+int checkpoints_init_store(checkpoint_table *t, ckpt_store *store, double list_interval,
+                           int backing_fd, const mount_key *key, chunk_cache *cache)
+{
+    memset(t, 0, sizeof *t);
+    /* Names are "<where>/<name>", as the local table's are paths. */
+    t->backing_path = strdup(ckpt_store_where(store));
+    t->remote = remote_listing_new(store, list_interval);
+    if (!t->backing_path || !t->remote) {
+        free(t->backing_path);
+        remote_listing_free(t->remote);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&t->lock, NULL);
+    t->store = store;
+    t->backing_fd = backing_fd;
+    t->key = key;
+    t->cache = cache;
+    t->next_serial = 1;
+    return 0;
+}
+
+/* A local pack's identity as its store would give it (local.c's
+ * id_from_stat), so the two compare with ckpt_object_id_equal. */
+static void id_of_stat(const struct stat *st, ckpt_object_id *id)
+{
+    memset(id, 0, sizeof *id);
+    id->dev = (uint64_t)st->st_dev;
+    id->ino = (uint64_t)st->st_ino;
+    id->size = (uint64_t)st->st_size;
+    id->mtime_sec = st->st_mtim.tv_sec;
+    id->mtime_nsec = (uint32_t)st->st_mtim.tv_nsec;
+}
+
+/* What the mount shows of an object: a read-only regular file of its size
+ * and time. */
+static void stat_of_id(const ckpt_object_id *id, struct stat *st)
+{
+    memset(st, 0, sizeof *st);
+    st->st_mode = S_IFREG | 0444;
+    st->st_size = (off_t)id->size;
+    st->st_mtim.tv_sec = id->mtime_sec;
+    st->st_mtim.tv_nsec = id->mtime_nsec;
 }
 
 /* One warning per symlink name for the mount's lifetime: a listing
@@ -112,7 +159,9 @@ void checkpoints_destroy(checkpoint_table *t)
         free(t->warned_links[i]);
     free(t->warned_links);
     pthread_mutex_destroy(&t->lock);
-    ckpt_store_free(t->store);
+    if (t->own_store)
+        ckpt_store_free(t->store);
+    remote_listing_free(t->remote);
     free(t->backing_path);
 }
 
@@ -144,7 +193,8 @@ static void drop_pack_file(checkpoint *c)
         return;
     c->file_dropped = 1;
     pthread_mutex_lock(&c->open_lock);
-    if (c->state == CHECKPOINT_OPEN) {
+    /* A store's pack holds no descriptor: nothing to let go of. */
+    if (c->state == CHECKPOINT_OPEN && ckpt_fd(c->pack) >= 0) {
         int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (null_fd < 0 || dup3(null_fd, ckpt_fd(c->pack), O_CLOEXEC) < 0)
             fslog_warn("checkpoint '%s': cannot let go of %s (%s); its space comes back once "
@@ -171,6 +221,11 @@ void checkpoint_removed(checkpoint_table *t, checkpoint *c)
     if (c->current)
         retire(t, c);
     pthread_mutex_unlock(&t->lock);
+}
+
+static int same_object(const checkpoint *c, const ckpt_object_id *id)
+{
+    return ckpt_object_id_equal(&c->oid, id);
 }
 
 static int same_file(const struct stat *a, const struct stat *b)
@@ -206,7 +261,7 @@ uint32_t checkpoint_entry_node(const checkpoint *c)
 }
 
 static checkpoint *checkpoint_new(checkpoint_table *t, const char *name, const char *file_name,
-                                  const struct stat *st)
+                                  const struct stat *st, const ckpt_object_id *id)
 {
     checkpoint *c = calloc(1, sizeof *c);
     if (!c)
@@ -224,6 +279,7 @@ static checkpoint *checkpoint_new(checkpoint_table *t, const char *name, const c
     size_t flen = strlen(file_name);
     c->is_file = strcmp(file_name + flen - SUFFIX_LEN, BACKING_FILE_SUFFIX) == 0;
     c->identity = *st;
+    c->oid = *id;
     c->current = 1;
     c->state = CHECKPOINT_UNOPENED;
     pthread_mutex_init(&c->open_lock, NULL);
@@ -235,21 +291,21 @@ static checkpoint *checkpoint_new(checkpoint_table *t, const char *name, const c
 /* The current checkpoint for name whose file is st, created or replaced as
  * needed. Called with t->lock held. */
 static checkpoint *current_for(checkpoint_table *t, const char *name, const char *file_name,
-                               const struct stat *st)
+                               const struct stat *st, const ckpt_object_id *id)
 {
     size_t flen = strlen(file_name);
     int is_file = strcmp(file_name + flen - SUFFIX_LEN, BACKING_FILE_SUFFIX) == 0;
     for (checkpoint *c = t->all; c; c = c->next) {
         if (!c->current || strcmp(c->name, name) != 0)
             continue;
-        if (same_file(&c->identity, st) && c->is_file == is_file)
+        if (same_object(c, id) && c->is_file == is_file)
             return c;
         retire(t, c);
         break;
     }
     if (t->next_serial >= INODE_WRITE_SERIAL_BASE)
         return NULL;
-    checkpoint *c = checkpoint_new(t, name, file_name, st);
+    checkpoint *c = checkpoint_new(t, name, file_name, st, id);
     if (!c)
         return NULL;
     c->serial = t->next_serial++;
@@ -258,17 +314,46 @@ static checkpoint *current_for(checkpoint_table *t, const char *name, const char
     return c;
 }
 
+/* Is file_name an object of the store? Its identity in *id. */
+static int find_object(checkpoint_table *t, const char *file_name, ckpt_object_id *id,
+                       struct stat *st)
+{
+    const char *slash = strrchr(file_name, '/');
+    char ns[BACKING_PATH_MAX + 1];
+    size_t ns_len = slash ? (size_t)(slash - file_name) : 0;
+    if (ns_len >= sizeof ns)
+        return 0;
+    memcpy(ns, file_name, ns_len);
+    ns[ns_len] = '\0';
+    int found = remote_listing_find(t->remote, ns, slash ? slash + 1 : file_name, 0, id) == 1;
+    if (found)
+        stat_of_id(id, st);
+    return found;
+}
+
+static int find_pack(checkpoint_table *t, const char *file_name, ckpt_object_id *id,
+                     struct stat *st)
+{
+    if (t->remote)
+        return find_object(t, file_name, id, st);
+    if (!stat_pack(t, file_name, st))
+        return 0;
+    id_of_stat(st, id);
+    return 1;
+}
+
 checkpoint *checkpoints_lookup(checkpoint_table *t, const char *name, int count_lookup, int *err)
 {
     char file_name[BACKING_PATH_MAX + SUFFIX_LEN + 1];
     struct stat st;
+    ckpt_object_id id;
     *err = pack_file_name(name, 0, file_name, sizeof file_name);
     if (*err)
         return NULL;
-    int found = stat_pack(t, file_name, &st);
+    int found = find_pack(t, file_name, &id, &st);
     if (!found) {
         pack_file_name(name, 1, file_name, sizeof file_name);
-        found = stat_pack(t, file_name, &st);
+        found = find_pack(t, file_name, &id, &st);
     }
     if (!found) {
         *err = -ENOENT;
@@ -283,7 +368,7 @@ checkpoint *checkpoints_lookup(checkpoint_table *t, const char *name, int count_
         return NULL;
     }
     pthread_mutex_lock(&t->lock);
-    checkpoint *c = current_for(t, name, file_name, &st);
+    checkpoint *c = current_for(t, name, file_name, &st, &id);
     if (c && count_lookup)
         c->nlookup++;
     pthread_mutex_unlock(&t->lock);
@@ -321,9 +406,119 @@ static int in_namespace(const checkpoint *c, const char *ns)
     return dir_len == strlen(ns) && strncmp(c->name, ns, dir_len) == 0;
 }
 
+/* Packs that are gone. One found by a lookup while this scan ran (a newer
+ * serial) was not missed, just not seen yet. */
+static void retire_unseen(checkpoint_table *t, const char *ns, int generation,
+                          uint32_t first_new_serial)
+{
+    pthread_mutex_lock(&t->lock);
+    checkpoint *c = t->all;
+    while (c) {
+        checkpoint *next = c->next;
+        if (c->current && c->scan_seen != generation && c->serial < first_new_serial &&
+            in_namespace(c, ns))
+            retire(t, c);
+        c = next;
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
+static int has_entry(const root_listing *l, const char *name)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->entries[i].name, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* The namespaces of the staging directory of a writable mount on a store:
+ * made with mkdir, not uploaded into yet. */
+static int add_local_namespaces(checkpoint_table *t, const char *ns, root_listing *out, size_t *cap)
+{
+    int fd = backing_open_dir(t->backing_fd, ns, 0);
+    DIR *dir = fd < 0 ? NULL : fdopendir(fd);
+    if (!dir) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    int rc = 0;
+    struct dirent *d;
+    while (rc == 0 && (d = readdir(dir))) {
+        struct stat st;
+        if (backing_name_ok(d->d_name) && !has_entry(out, d->d_name) &&
+            fstatat(dirfd(dir), d->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+            rc = listing_add(out, cap, d->d_name, 0, S_IFDIR, 1);
+    }
+    closedir(dir);
+    return rc;
+}
+
+static int list_remote(checkpoint_table *t, const char *ns, root_listing *out)
+{
+    remote_entry *v;
+    size_t n;
+    int rc = remote_listing_get(t->remote, ns, &v, &n);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&t->lock);
+    int generation = ++t->scan_generation;
+    uint32_t first_new_serial = t->next_serial;
+    pthread_mutex_unlock(&t->lock);
+    size_t cap = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const char *base_name = v[i].name;
+        size_t len = strlen(base_name);
+        if (v[i].is_dir) {
+            if (backing_name_ok(base_name))
+                rc = listing_add(out, &cap, base_name, 0, S_IFDIR, 1);
+            continue;
+        }
+        int is_file =
+            len > SUFFIX_LEN && strcmp(base_name + len - SUFFIX_LEN, BACKING_FILE_SUFFIX) == 0;
+        if (len <= SUFFIX_LEN || len - SUFFIX_LEN > NAME_MAX ||
+            (!is_file && strcmp(base_name + len - SUFFIX_LEN, BACKING_PACK_SUFFIX) != 0))
+            continue;
+        char base[NAME_MAX + 1];
+        memcpy(base, base_name, len - SUFFIX_LEN);
+        base[len - SUFFIX_LEN] = '\0';
+        char *name = backing_join(ns, base);
+        char *file_name = backing_join(ns, base_name);
+        if (!name || !file_name) {
+            rc = -ENOMEM;
+        } else if (backing_path_ok(name)) {
+            struct stat st;
+            stat_of_id(&v[i].id, &st);
+            pthread_mutex_lock(&t->lock);
+            checkpoint *c = current_for(t, name, file_name, &st, &v[i].id);
+            if (c) {
+                c->scan_seen = generation;
+                rc = listing_add(out, &cap, base, checkpoint_ino(c, TREE_ROOT),
+                                 is_file ? 0 : S_IFDIR, 0);
+            } else {
+                rc = -ENOMEM;
+            }
+            pthread_mutex_unlock(&t->lock);
+        }
+        free(name);
+        free(file_name);
+    }
+    remote_entries_free(v, n);
+    if (rc == 0 && t->backing_fd >= 0)
+        rc = add_local_namespaces(t, ns, out, &cap);
+    if (rc) {
+        root_listing_free(out);
+        return rc;
+    }
+    retire_unseen(t, ns, generation, first_new_serial);
+    return 0;
+}
+
 int checkpoints_list(checkpoint_table *t, const char *ns, root_listing *out)
 {
     memset(out, 0, sizeof *out);
+    if (t->remote)
+        return list_remote(t, ns, out);
     int fd = backing_open_dir(t->backing_fd, ns, 0);
     if (fd < 0)
         return fd;
@@ -370,9 +565,11 @@ int checkpoints_list(checkpoint_table *t, const char *ns, root_listing *out)
             rc = -ENOMEM;
             break;
         }
+        ckpt_object_id id;
         if (backing_path_ok(name) && stat_pack(t, file_name, &st)) {
+            id_of_stat(&st, &id);
             pthread_mutex_lock(&t->lock);
-            checkpoint *c = current_for(t, name, file_name, &st);
+            checkpoint *c = current_for(t, name, file_name, &st, &id);
             if (c) {
                 c->scan_seen = generation;
                 /* A single file may be a link: unknown until opened. */
@@ -391,19 +588,57 @@ int checkpoints_list(checkpoint_table *t, const char *ns, root_listing *out)
         root_listing_free(out);
         return rc;
     }
-    /* Packs that are gone. One found by a lookup while this scan ran (a
-     * newer serial) was not missed, just not seen yet. */
-    pthread_mutex_lock(&t->lock);
-    checkpoint *c = t->all;
-    while (c) {
-        checkpoint *next = c->next;
-        if (c->current && c->scan_seen != generation && c->serial < first_new_serial &&
-            in_namespace(c, ns))
-            retire(t, c);
-        c = next;
-    }
-    pthread_mutex_unlock(&t->lock);
+    retire_unseen(t, ns, generation, first_new_serial);
     return 0;
+}
+
+int checkpoints_ns_stat(checkpoint_table *t, const char *path, struct stat *st)
+{
+    if (t->remote) {
+        /* The top, or a prefix of the store; else maybe a namespace made in
+         * the staging directory and not uploaded into yet. */
+        const char *slash = strrchr(path, '/');
+        char ns[BACKING_PATH_MAX + 1];
+        size_t ns_len = slash ? (size_t)(slash - path) : 0;
+        int found = !*path;
+        if (!found && ns_len < sizeof ns && backing_path_ok(path)) {
+            memcpy(ns, path, ns_len);
+            ns[ns_len] = '\0';
+            found = remote_listing_find(t->remote, ns, slash ? slash + 1 : path, 1, NULL) == 1;
+        }
+        if (found) {
+            memset(st, 0, sizeof *st);
+            st->st_mode = S_IFDIR | 0755;
+            return 1;
+        }
+        if (t->backing_fd < 0)
+            return 0;
+    }
+    if (!*path)
+        return fstat(t->backing_fd, st) == 0;
+    int dir = backing_open_parent(t->backing_fd, path, 0);
+    if (dir < 0)
+        return 0;
+    int rc = fstatat(dir, backing_base(path), st, AT_SYMLINK_NOFOLLOW);
+    close(dir);
+    return rc == 0 && S_ISDIR(st->st_mode) && backing_path_ok(path);
+}
+
+void checkpoints_changed(checkpoint_table *t, const char *name)
+{
+    if (!t->remote)
+        return;
+    const char *slash = strrchr(name, '/');
+    char ns[BACKING_PATH_MAX + 1];
+    size_t ns_len = slash ? (size_t)(slash - name) : 0;
+    if (ns_len >= sizeof ns)
+        return;
+    memcpy(ns, name, ns_len);
+    ns[ns_len] = '\0';
+    remote_listing_invalidate(t->remote, ns);
+    /* Its parent's listing names the namespace itself, which may be new. */
+    if (ns_len)
+        checkpoints_changed(t, ns);
 }
 
 void root_listing_free(root_listing *l)
@@ -483,10 +718,7 @@ static int open_pack_nofollow(checkpoint_table *t, checkpoint *c, ckpt_pack **pa
         return rc;
     ckpt_object_id id;
     ckpt_pack_object_id(*pack, &id);
-    const struct stat *was = &c->identity;
-    if (id.dev != (uint64_t)was->st_dev || id.ino != (uint64_t)was->st_ino ||
-        id.size != (uint64_t)was->st_size || id.mtime_sec != (int64_t)was->st_mtim.tv_sec ||
-        id.mtime_nsec != (uint32_t)was->st_mtim.tv_nsec) {
+    if (!same_object(c, &id)) {
         ckpt_close(*pack); /* replaced since it was found */
         *pack = NULL;
         return -ESTALE;
@@ -512,7 +744,7 @@ static int open_pack(checkpoint_table *t, checkpoint *c)
     /* The file we stat'ed may have been replaced since; never show one
      * pack's contents under another's identity. */
     struct stat st;
-    if (fstat(ckpt_fd(pack), &st) || !same_file(&st, &c->identity)) {
+    if (ckpt_fd(pack) >= 0 && (fstat(ckpt_fd(pack), &st) || !same_file(&st, &c->identity))) {
         ckpt_close(pack);
         return -ESTALE;
     }

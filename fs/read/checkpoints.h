@@ -14,7 +14,14 @@
  * Only regular files are packs: a symlink in the backing directory
  * (x.tpack -> /etc/shadow, or to a pack elsewhere) is never followed nor
  * opened; it is left out, with one warning naming it. Packs are opened
- * with O_NOFOLLOW, so a file swapped for a link in between is refused. */
+ * with O_NOFOLLOW, so a file swapped for a link in between is refused.
+ *
+ * The packs may instead be objects of a store with no directory (S3:
+ * NAME.tpack is the key PREFIX/NAME.tpack): then what each namespace
+ * holds comes from remote_listing.h, refreshed every list_interval, and a
+ * pack's identity is its ETag. backing_fd is then the local staging
+ * directory of a writable mount (its namespaces not yet uploaded show
+ * too), or -1. */
 #ifndef CKPTFS_CHECKPOINTS_H
 #define CKPTFS_CHECKPOINTS_H
 
@@ -39,7 +46,9 @@ typedef struct checkpoint {
     char *name;           /* NAME, its path below the mount */
     char *pack_path;      /* absolute path of NAME.tpack or NAME.tfile */
     int is_file;          /* NAME.tfile: shown as its one file */
-    struct stat identity; /* the file as it was when found */
+    struct stat identity; /* the file as it was when found (from a
+                               * store: size, mtime and a mode only) */
+    ckpt_object_id oid;   /* the same, as the store compares it */
     int current;          /* still what NAME means */
     int file_dropped;     /* not current, unused: pack file let go */
     uint64_t nlookup;     /* kernel references to its inodes */
@@ -70,8 +79,10 @@ typedef struct checkpoint_table {
     pthread_mutex_t lock;
     int backing_fd;
     char *backing_path;
-    ckpt_store *store;    /* the backing directory: packs are opened in it */
-    const mount_key *key; /* borrowed from main.c */
+    ckpt_store *store;             /* the backing directory: packs are opened in it */
+    int own_store;                 /* store is freed with the table */
+    struct remote_listing *remote; /* a store without a directory; else NULL */
+    const mount_key *key;          /* borrowed from main.c */
     chunk_cache *cache;
     checkpoint *all;
     uint32_t next_serial;
@@ -95,6 +106,16 @@ typedef struct root_listing {
 
 int checkpoints_init(checkpoint_table *t, const char *backing_path, int backing_fd,
                      const mount_key *key, chunk_cache *cache);
+/* The packs of store (borrowed; an S3 store), listed at most once per
+ * list_interval seconds; backing_fd as above. */
+int checkpoints_init_store(checkpoint_table *t, ckpt_store *store, double list_interval,
+                           int backing_fd, const mount_key *key, chunk_cache *cache);
+/* Is path a namespace (a directory of the backing directory, a prefix of
+ * the store)? 1 with its stat (a store's: made up, mode 0755), else 0. */
+int checkpoints_ns_stat(checkpoint_table *t, const char *path, struct stat *st);
+/* This daemon added or removed NAME's pack: a store's listing of its
+ * namespace is taken again at the next question, not an interval later. */
+void checkpoints_changed(checkpoint_table *t, const char *name);
 void checkpoints_destroy(checkpoint_table *t);
 
 static inline uint64_t checkpoint_ino(const checkpoint *c, uint32_t node)

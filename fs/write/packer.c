@@ -109,6 +109,8 @@ static void on_warn(void *ud, const char *src, const char *reason)
     fslog_warn("%s: stored opaque: %s", src, reason);
 }
 
+static int write_pack(const packer_job *job, const char *pack, const char *tmp, ckpt_err *err);
+
 int packer_run(const packer_job *job, ckpt_err *err)
 {
     char pack[BACKING_PATH_MAX + 64], tmp[BACKING_PATH_MAX + 64];
@@ -116,6 +118,14 @@ int packer_run(const packer_job *job, ckpt_err *err)
                  job->is_file ? BACKING_FILE_SUFFIX : BACKING_PACK_SUFFIX) >= (int)sizeof pack ||
         packer_tmp_name(job->name, tmp, sizeof tmp) != 0)
         return ckpt_fail(err, -ENAMETOOLONG, "checkpoint '%s': name too long", job->name);
+    if (job->remote) {
+        if (!job->replace && packer_store_kind(job->store, job->name) >= PACKER_PACK_DIR)
+            return ckpt_fail(err, -EEXIST,
+                             "checkpoint '%s': %s/%s already exists; not "
+                             "replacing it",
+                             job->name, ckpt_store_where(job->store), pack);
+        return write_pack(job, pack, tmp, err);
+    }
     /* Its namespace may have been removed by hand meanwhile; links are
      * never followed on the way. */
     int dir = backing_open_parent(job->backing_fd, job->name, 1);
@@ -128,6 +138,42 @@ int packer_run(const packer_job *job, ckpt_err *err)
     if (exists && !job->replace)
         return ckpt_fail(err, -EEXIST, "checkpoint '%s': %s/%s already exists; not replacing it",
                          job->name, job->backing_path, pack);
+    return write_pack(job, pack, tmp, err);
+}
+
+typedef struct kind_ud {
+    const char *name;
+    size_t len;
+    int kind;
+} kind_ud;
+
+static int kind_of(void *ud, const ckpt_object_info *info)
+{
+    kind_ud *k = ud;
+    const char *rest = info->name + k->len;
+    if (strncmp(info->name, k->name, k->len) != 0)
+        return 0;
+    if (info->is_dir && !*rest)
+        k->kind = PACKER_NS;
+    else if (!info->is_dir && strcmp(rest, BACKING_PACK_SUFFIX) == 0 && k->kind != PACKER_NS)
+        k->kind = PACKER_PACK_DIR;
+    else if (!info->is_dir && strcmp(rest, BACKING_FILE_SUFFIX) == 0 && !k->kind)
+        k->kind = PACKER_PACK_FILE;
+    return 0;
+}
+
+int packer_store_kind(ckpt_store *s, const char *name)
+{
+    kind_ud k = {name, strlen(name), 0};
+    ckpt_err err = {0};
+    /* One listing of what starts with the name: NAME/, NAME.tpack, ... */
+    if (ckpt_store_list_dirs(s, name, kind_of, &k, &err) < 0)
+        fslog_warn("cannot list %s/%s: %s", ckpt_store_where(s), name, err.msg);
+    return k.kind;
+}
+
+static int write_pack(const packer_job *job, const char *pack, const char *tmp, ckpt_err *err)
+{
     uint64_t total = 0;
     for (size_t i = 0; i < job->n_files; i++)
         total += job->files[i].size;

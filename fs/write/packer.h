@@ -29,6 +29,8 @@ typedef struct packer_job {
     int backing_fd;           /* where the pack goes */
     const char *backing_path; /* the same, for messages */
     ckpt_store *store;        /* the same, as the store the pack is written to */
+    int remote;               /* store is not the backing directory (S3):
+                               * that is only the staging area then */
     const char *name;         /* NAME of NAME.tpack: a path, its directories
                                  made as needed */
     int is_file;              /* NAME.tfile: one file */
@@ -66,6 +68,12 @@ int packer_tmp_name(const char *name, char *out, size_t cap);
  * backing directory and its namespaces: only a packer that died leaves
  * them. Returns how many were removed, or -errno. */
 int packer_remove_leftovers(int backing_fd);
+
+/* What NAME is in a store that is not a directory: PACKER_NS (a prefix
+ * with objects under it), PACKER_PACK_DIR (NAME.tpack), PACKER_PACK_FILE
+ * (NAME.tfile), 0 (nothing, or the store could not be listed). */
+enum { PACKER_NS = 1, PACKER_PACK_DIR = 2, PACKER_PACK_FILE = 3 };
+int packer_store_kind(ckpt_store *s, const char *name);
 
 void packer_files_free(packer_file *files, size_t n);
 

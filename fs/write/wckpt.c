@@ -59,8 +59,29 @@ int wtable_name_ok(const char *name)
     return backing_path_ok(name);
 }
 
+/* A store's packs and prefixes; the staging directory's namespaces (made
+ * with mkdir, nothing uploaded under them yet). */
+static int store_kind(wtable *t, const char *name)
+{
+    int kind = packer_store_kind(t->store, name);
+    if (kind)
+        return kind == PACKER_NS         ? WC_NAMESPACE
+               : kind == PACKER_PACK_DIR ? WC_PACK_DIR
+                                         : WC_PACK_FILE;
+    int dir = backing_open_parent(t->backing_fd, name, 0);
+    struct stat st;
+    if (dir >= 0 && fstatat(dir, backing_base(name), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISDIR(st.st_mode))
+        kind = WC_NAMESPACE;
+    if (dir >= 0)
+        close(dir);
+    return kind;
+}
+
 int wc_backing_kind(wtable *t, const char *name)
 {
+    if (t->opts.store)
+        return store_kind(t, name);
     int dir = backing_open_parent(t->backing_fd, name, 0);
     if (dir < 0)
         return 0;

@@ -137,6 +137,10 @@ typedef struct wtable_opts {
     ckpt_cipher cipher;     /* with a key: NONE means the default */
     int finish_on_stop;     /* wtable_stop finishes the pack under way */
     const char *mount_path; /* borrowed; named in the writer lock */
+    /* Where packs go when not in the backing directory (an S3 store,
+     * borrowed): the backing directory is then only the staging area,
+     * and the store's own lock (a lease object) is taken as well. */
+    ckpt_store *store;
 } wtable_opts;
 
 typedef struct wtable {
@@ -145,8 +149,10 @@ typedef struct wtable {
     int backing_fd;      /* borrowed */
     int lock_fd;         /* the writer lock (backing_lock.h), or -1 */
     char *backing_path;
-    ckpt_store *store;    /* the backing directory, where packs are written */
-    const mount_key *key; /* borrowed from main.c */
+    ckpt_store *store;                  /* where packs are written: the backing
+                               * directory, or opts.store */
+    struct ckpt_store_lock *store_lock; /* opts.store's writer lock */
+    const mount_key *key;               /* borrowed from main.c */
     wtable_opts opts;
     stage_root root;
     int root_ready;
@@ -163,6 +169,9 @@ typedef struct wtable {
     /* Called (from the packer thread) once a checkpoint is committed, so
      * the FUSE layer can make the kernel let go of its old inodes. */
     void (*committed)(void *ud, const char *name);
+    /* Called when this daemon put, removed or renamed NAME's pack (before
+     * the name means it), for a read side that caches listings. */
+    void (*pack_changed)(void *ud, const char *name);
 } wtable;
 
 /* Flags for wckpt_setattr. */

@@ -156,6 +156,7 @@ static void pack_one(wtable *t, wckpt *c)
             .backing_fd = t->backing_fd,
             .backing_path = t->backing_path,
             .store = t->store,
+            .remote = t->opts.store != NULL,
             .name = name,
             .is_file = c->is_file,
             .replace = c->dir.replaces,
@@ -185,6 +186,8 @@ static void pack_one(wtable *t, wckpt *c)
     if (rc == 0) {
         /* From now on the name means the pack. */
         ckpt_err rm_err = {0};
+        if (t->pack_changed)
+            t->pack_changed(t->successor_ud, name);
         pthread_mutex_lock(&t->lock);
         pthread_mutex_lock(&c->lock);
         c->state = WST_COMMITTED;

@@ -28,6 +28,11 @@ int wc_open_base(wtable *t, const char *name, int is_file, ckpt_pack **out, ckpt
     char file[NAME_MAX + 1];
     snprintf(file, sizeof file, "%s%s", backing_base(name),
              is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
+    if (t->opts.store) {
+        char object[BACKING_PATH_MAX + NAME_MAX + 2];
+        snprintf(object, sizeof object, "%s%s", name, is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
+        return ckpt_pack_open_in(t->store, object, mount_key_get(t->key), out, err);
+    }
     int dir = backing_open_parent(t->backing_fd, name, 0);
     int fd = dir < 0 ? dir : openat(dir, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (dir >= 0 && fd < 0)

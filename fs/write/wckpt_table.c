@@ -23,6 +23,26 @@
 #include "backing_lock.h"
 #include "wckpt_internal.h"
 
+/* One writer per store prefix: the store's lease, then the uploads an
+ * earlier writer left unfinished (a crash, kill -9), which only a writer
+ * holding the lock can know to be nobody's. */
+static int take_store_lock(wtable *t, ckpt_err *err)
+{
+    int rc = ckpt_store_lock_take(t->opts.store, STAGE_HIDDEN_DIR "/" BACKING_LOCK_FILE,
+                                  &t->store_lock, err);
+    if (rc)
+        return rc;
+    ckpt_err abort_err = {0};
+    long n = ckpt_store_abort_stale_uploads(t->opts.store, NULL, 0, &abort_err);
+    if (n < 0)
+        fslog_warn("cannot abort the unfinished uploads under %s: %s",
+                   ckpt_store_where(t->opts.store), abort_err.msg);
+    else if (n > 0)
+        fslog_notice("aborted %ld unfinished upload%s left under %s by an earlier writer", n,
+                     n == 1 ? "" : "s", ckpt_store_where(t->opts.store));
+    return 0;
+}
+
 int wtable_init(wtable *t, const char *backing_path, int backing_fd, const mount_key *key,
                 const wtable_opts *o, ckpt_err *err)
 {
@@ -45,10 +65,16 @@ int wtable_init(wtable *t, const char *backing_path, int backing_fd, const mount
         return ckpt_fail(err, -ENOMEM, "out of memory");
     /* First: until it is ours, nothing under .ckptfs is (not even the
      * salt stage_root_open may write). */
-    int rc = backing_lock_take(backing_fd, backing_path, t->opts.mount_path, &t->lock_fd, err);
+    int rc = t->opts.store ? take_store_lock(t, err) : 0;
     if (rc)
         return rc;
-    rc = ckpt_store_open_local(backing_path, &t->store, err);
+    rc = backing_lock_take(backing_fd, backing_path, t->opts.mount_path, &t->lock_fd, err);
+    if (rc)
+        return rc;
+    if (t->opts.store)
+        t->store = t->opts.store;
+    else
+        rc = ckpt_store_open_local(backing_path, &t->store, err);
     if (rc)
         return rc;
     rc = stage_root_open(&t->root, backing_fd, key, err);
@@ -68,6 +94,9 @@ void wtable_note_pid(wtable *t)
     if (rc)
         fslog_warn("%s/%s/%s: cannot record the daemon's pid: %s", t->backing_path,
                    STAGE_HIDDEN_DIR, BACKING_LOCK_FILE, strerror(-rc));
+    ckpt_err err = {0};
+    if (t->store_lock && ckpt_store_lock_after_fork(t->store_lock, &err) != 0)
+        fslog_err("%s; another writer may start on this prefix", err.msg);
 }
 
 int wtable_start(wtable *t)
@@ -154,9 +183,11 @@ void wtable_destroy(wtable *t)
     t->all = NULL;
     if (t->root_ready)
         stage_root_close(&t->root);
-    ckpt_store_free(t->store);
+    if (!t->opts.store)
+        ckpt_store_free(t->store);
     /* Last: the staging area stays ours until nothing here touches it. */
     backing_lock_release(t->lock_fd);
+    ckpt_store_lock_release(t->store_lock);
     pthread_mutex_destroy(&t->lock);
     pthread_cond_destroy(&t->wake);
     pthread_cond_destroy(&t->timer_wake);
@@ -487,14 +518,47 @@ int wtable_remove_pack(wtable *t, const char *name, int is_file)
     if (!wtable_name_ok(name))
         return -ENOENT;
     pack_file(name, is_file, file, sizeof file);
-    int dir = backing_open_parent(t->backing_fd, name, 0);
-    if (dir < 0)
-        return dir;
-    int rc = unlinkat(dir, file, 0) != 0 || fsync(dir) != 0 ? -errno : 0;
-    close(dir);
+    int rc;
+    if (t->opts.store) {
+        char object[BACKING_PATH_MAX + NAME_MAX + 2];
+        ckpt_err err = {0};
+        snprintf(object, sizeof object, "%s%s", name, is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
+        rc = ckpt_store_remove(t->store, object, &err);
+        if (rc && rc != -ENOENT)
+            fslog_err("checkpoint '%s': cannot delete: %s", name, err.msg);
+        if (t->pack_changed)
+            t->pack_changed(t->successor_ud, name);
+    } else {
+        int dir = backing_open_parent(t->backing_fd, name, 0);
+        if (dir < 0)
+            return dir;
+        rc = unlinkat(dir, file, 0) != 0 || fsync(dir) != 0 ? -errno : 0;
+        close(dir);
+    }
     if (rc == 0)
         fslog_info("checkpoint '%s' deleted (%s/%s%s removed)", name, t->backing_path, name,
                    is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
+    return rc;
+}
+
+/* On a store rename is a copy and a delete (not atomic: a reader may see
+ * both names for a moment). */
+static int rename_object(wtable *t, const char *from, const char *to, int is_file, int replace)
+{
+    const char *suffix = is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX;
+    char a[BACKING_PATH_MAX + NAME_MAX + 2], b[BACKING_PATH_MAX + NAME_MAX + 2];
+    snprintf(a, sizeof a, "%s%s", from, suffix);
+    snprintf(b, sizeof b, "%s%s", to, suffix);
+    if (!replace && wc_backing_kind(t, to))
+        return -EEXIST;
+    ckpt_err err = {0};
+    int rc = ckpt_store_rename(t->store, a, b, &err);
+    if (rc)
+        fslog_err("cannot rename checkpoint '%s' to '%s': %s", from, to, err.msg);
+    if (t->pack_changed) {
+        t->pack_changed(t->successor_ud, from);
+        t->pack_changed(t->successor_ud, to);
+    }
     return rc;
 }
 
@@ -505,6 +569,8 @@ static int rename_pack(wtable *t, const char *from, const char *to, int is_file,
     char a[NAME_MAX + 1], b[NAME_MAX + 1];
     pack_file(from, is_file, a, sizeof a);
     pack_file(to, is_file, b, sizeof b);
+    if (t->opts.store)
+        return rename_object(t, from, to, is_file, replace);
     int fd_a = backing_open_parent(t->backing_fd, from, 0);
     int fd_b = fd_a < 0 ? fd_a : backing_open_parent(t->backing_fd, to, 0);
     int rc = fd_a < 0 ? fd_a : fd_b < 0 ? fd_b : 0;

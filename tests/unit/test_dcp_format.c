@@ -24,6 +24,7 @@
 #include "formats/formats.h"
 #include "formats/torch.h"
 #include "testutil.h"
+#include "torch_fixtures.h"
 
 /* ------------------------------------------------------------ sources */
 
@@ -144,69 +145,6 @@ static const ingest_skipped *find_skipped(const ingest_layout *l, const char *na
 
 /* ------------------------------------------------------------ real torch */
 
-static const char *srcdir(void)
-{
-    const char *d = getenv("CKPT_SRCDIR");
-    return d && d[0] ? d : ".";
-}
-
-static int run(const char *cmd)
-{
-    int st = system(cmd);
-    cr_assert_neq(st, -1, "system(%s): %s", cmd, strerror(errno));
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
-/* $CKPT_PYTHON, else the venv's python (scripts/venv.sh). */
-static char *venv_python(void)
-{
-    const char *env = getenv("CKPT_PYTHON");
-    if (env && env[0]) {
-        char *py = env[0] == '/' ? strdup(env) : tu_join(srcdir(), env);
-        /* A build without the venv (the Debian package's) has none. */
-        if (access(py, X_OK) != 0) {
-            free(py);
-            cr_skip_test("CKPT_PYTHON=%s is not there (no venv): real DCP test skipped", env);
-        }
-        return py;
-    }
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "cd '%s' && scripts/venv.sh 2>/dev/null", srcdir());
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    char buf[1024] = "";
-    char *got = fgets(buf, sizeof buf, p);
-    int st = pclose(p);
-    cr_assert(got && st == 0, "scripts/venv.sh failed (exit %d)", st);
-    buf[strcspn(buf, "\n")] = '\0';
-    return buf[0] == '/' ? strdup(buf) : tu_join(srcdir(), buf);
-}
-
-static char *generate(const char *python)
-{
-    char *dir = tu_mkdtemp();
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/unit/gen_dcp_fixtures.py' '%s' 2>'%s/gen.log'",
-             python, srcdir(), dir, dir);
-    int rc = run(cmd);
-    if (rc != 0) {
-        char *log_path = tu_join(dir, "gen.log");
-        char *log = (char *)tu_read_file(log_path, NULL);
-        if (rc == 3) {
-            tu_rm_rf(dir);
-            cr_skip_test("%s has no torch: %s", python, log);
-        }
-        cr_assert_fail("%s: exit %d: %s", cmd, rc, log);
-    }
-    return dir;
-}
-
-static void hex(const uint8_t *d, size_t n, char *out)
-{
-    for (size_t i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", d[i]);
-}
-
 typedef struct loaded {
     char key[512]; /* "dir/file" */
     uint8_t *file, *meta;
@@ -315,7 +253,7 @@ static size_t check_fixtures(const char *root)
         uint8_t sum[32];
         char sx[65];
         tu_sha256(x.file + t->offset, (size_t)t->nbytes, sum);
-        hex(sum, 32, sx);
+        tf_hex(sum, 32, sx);
         cr_assert_str_eq(sx, f[6], "%s: %s bytes differ from torch's", key, f[3]);
         checked++;
     }
@@ -351,8 +289,8 @@ static const dcp_tensor *md_tensor(const dcp_metadata *md, const char *fqn)
 
 Test(dcp_real, torch2_checkpoints, .timeout = 600)
 {
-    char *py = venv_python();
-    char *dir = generate(py);
+    char *py = tf_venv_python();
+    char *dir = tf_generate(py, "gen_dcp_fixtures.py");
     size_t n = check_fixtures(dir);
     cr_assert_geq(n, 3 * 28 + 9, "only %zu tensors checked", n);
 

@@ -260,12 +260,17 @@ Test(s3_xml, list_objects)
     s3_list l;
     ckpt_err err = {0};
     cr_assert_eq(s3_xml_list_objects(XS(doc), &l, &err), 0, "%s", err.msg);
-    cr_assert_eq(l.n, 2);
+    /* Objects and common prefixes (the namespaces below p/), in order. */
+    cr_assert_eq(l.n, 3);
     cr_assert_str_eq(l.v[0].key, "p/a.tpack");
     cr_assert_eq(l.v[0].size, 1234);
     cr_assert_str_eq(l.v[0].etag, "\"abc-2\"");
     cr_assert_eq(l.v[0].mtime, 1714564800);
-    cr_assert_str_eq(l.v[1].key, "p/b & c");
+    cr_assert(!l.v[0].is_prefix);
+    cr_assert_str_eq(l.v[1].key, "p/dir/");
+    cr_assert(l.v[1].is_prefix);
+    cr_assert_str_eq(l.v[2].key, "p/b & c");
+    cr_assert(!l.v[2].is_prefix);
     cr_assert(l.truncated);
     cr_assert_str_eq(l.next_token, "tok+/=");
     s3_list_free(&l);

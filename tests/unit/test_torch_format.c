@@ -23,6 +23,7 @@
 #include "formats/torch.h"
 #include "formats/zip.h"
 #include "testutil.h"
+#include "torch_fixtures.h"
 
 /* ------------------------------------------------------------ sources */
 
@@ -136,49 +137,6 @@ static const ingest_skipped *find_skipped(const ingest_layout *l, const char *na
 
 /* ------------------------------------------------------------ real torch */
 
-static const char *srcdir(void)
-{
-    const char *d = getenv("CKPT_SRCDIR");
-    return d && d[0] ? d : ".";
-}
-
-/* Runs a shell command; its exit status. */
-static int run(const char *cmd)
-{
-    int st = system(cmd);
-    cr_assert_neq(st, -1, "system(%s): %s", cmd, strerror(errno));
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
-/* Generates the fixtures with python into a new directory; NULL (after
- * cr_skip_test) when that interpreter has no torch. */
-static char *generate(const char *python)
-{
-    char *dir = tu_mkdtemp();
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/unit/gen_torch_fixtures.py' '%s' 2>'%s/gen.log'",
-             python, srcdir(), dir, dir);
-    int rc = run(cmd);
-    if (rc == 3) {
-        char *log_path = tu_join(dir, "gen.log");
-        char *log = (char *)tu_read_file(log_path, NULL);
-        tu_rm_rf(dir);
-        cr_skip_test("%s has no torch: %s", python, log);
-    }
-    if (rc != 0) {
-        char *log_path = tu_join(dir, "gen.log");
-        char *log = (char *)tu_read_file(log_path, NULL);
-        cr_assert_fail("%s: exit %d: %s", cmd, rc, log);
-    }
-    return dir;
-}
-
-static void hex(const uint8_t *d, size_t n, char *out)
-{
-    for (size_t i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", d[i]);
-}
-
 /* Checks every fact of dir/expect.tsv; returns how many tensors it checked. */
 static size_t check_fixtures(const char *dir)
 {
@@ -237,7 +195,7 @@ static size_t check_fixtures(const char *dir)
             uint8_t sum[32];
             char sx[65];
             tu_sha256(file + t->offset, (size_t)t->nbytes, sum);
-            hex(sum, 32, sx);
+            tf_hex(sum, 32, sx);
             cr_assert_str_eq(sx, f[5], "%s: %s bytes differ from torch's", cur, f[2]);
             checked++;
         }
@@ -249,27 +207,10 @@ static size_t check_fixtures(const char *dir)
     return checked;
 }
 
-/* The venv's python (scripts/venv.sh builds build/venv with torch 2.x). */
-static char *venv_python(void)
-{
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "cd '%s' && scripts/venv.sh 2>/dev/null", srcdir());
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    char buf[1024] = "";
-    char *got = fgets(buf, sizeof buf, p);
-    int st = pclose(p);
-    cr_assert(got && st == 0, "scripts/venv.sh failed (exit %d)", st);
-    buf[strcspn(buf, "\n")] = '\0';
-    char *path = buf[0] == '/' ? strdup(buf) : tu_join(srcdir(), buf);
-    cr_assert_not_null(path);
-    return path;
-}
-
 Test(torch_real, torch2_archives, .timeout = 300)
 {
-    char *py = venv_python();
-    char *dir = generate(py);
+    char *py = tf_venv_python();
+    char *dir = tf_generate(py, "gen_torch_fixtures.py");
     size_t n = check_fixtures(dir);
     cr_assert_gt(n, 40, "only %zu tensors checked", n);
     tu_rm_rf(dir);
@@ -279,7 +220,7 @@ Test(torch_real, torch2_archives, .timeout = 300)
 
 Test(torch_real, torch1_archives, .timeout = 300)
 {
-    char *dir = generate("/usr/bin/python3");
+    char *dir = tf_generate("/usr/bin/python3", "gen_torch_fixtures.py");
     size_t n = check_fixtures(dir);
     cr_assert_gt(n, 40, "only %zu tensors checked", n);
     tu_rm_rf(dir);

@@ -272,11 +272,6 @@ out:
 
 void binread_layout_free(ingest_layout *out)
 {
-    if (!out)
-        return;
-    for (size_t i = 0; i < out->n; i++)
-        free(out->t[i].name);
-    free(out->t);
-    free(out->regions);
-    memset(out, 0, sizeof *out);
+    /* Skipped tensors (GGUF's quantized ones) too: one freeing rule. */
+    ingest_layout_free(out);
 }

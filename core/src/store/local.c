@@ -179,7 +179,8 @@ static int info_cmp(const void *a, const void *b)
     return strcmp(((const ckpt_object_info *)a)->name, ((const ckpt_object_info *)b)->name);
 }
 
-static int local_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *ud, ckpt_err *err)
+static int local_list(ckpt_store *s, const char *prefix, int dirs, ckpt_object_fn fn, void *ud,
+                      ckpt_err *err)
 {
     local_store *ls = (local_store *)s;
     /* "a/b": the directory "a", the names starting with "b". */
@@ -200,7 +201,7 @@ static int local_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void
         free(dir);
         return rc;
     }
-    listing l = {0};
+    listing l = {0}, subdirs = {0};
     int rc = 0;
     struct dirent *de;
     while (rc == 0 && (errno = 0, de = readdir(d))) {
@@ -209,22 +210,29 @@ static int local_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void
             continue;
         struct stat st;
         /* Only regular files are objects; links and directories are not. */
-        if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+        if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
             continue;
+        int is_dir = S_ISDIR(st.st_mode);
+        if (!S_ISREG(st.st_mode) && !(dirs && is_dir))
+            continue;
+        listing *into = is_dir ? &subdirs : &l;
         char *name;
         if ((slash ? asprintf(&name, "%s/%s", dir, de->d_name)
                    : asprintf(&name, "%s", de->d_name)) < 0) {
             rc = -ENOMEM;
             break;
         }
-        if (grow_array((void **)&l.v, &l.cap, l.n, sizeof *l.v) < 0) {
+        if (grow_array((void **)&into->v, &into->cap, into->n, sizeof *into->v) < 0) {
             free(name);
             rc = -ENOMEM;
             break;
         }
-        l.v[l.n].name = name;
-        id_from_stat(&st, &l.v[l.n].id);
-        l.n++;
+        memset(&into->v[into->n], 0, sizeof into->v[0]);
+        into->v[into->n].name = name;
+        into->v[into->n].is_dir = is_dir;
+        if (!is_dir)
+            id_from_stat(&st, &into->v[into->n].id);
+        into->n++;
     }
     if (rc == 0 && errno)
         rc = ckpt_fail(err, -errno, "%s: cannot list: %s", sd, strerror(errno));
@@ -237,8 +245,13 @@ static int local_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void
             qsort(l.v, l.n, sizeof *l.v, info_cmp);
         for (size_t i = 0; rc == 0 && i < l.n; i++)
             rc = fn(ud, &l.v[i]);
+        if (subdirs.n)
+            qsort(subdirs.v, subdirs.n, sizeof *subdirs.v, info_cmp);
+        for (size_t i = 0; rc == 0 && i < subdirs.n; i++)
+            rc = fn(ud, &subdirs.v[i]);
     }
     listing_free(&l);
+    listing_free(&subdirs);
     return rc;
 }
 
@@ -443,8 +456,12 @@ static void local_free(ckpt_store *s)
 }
 
 static const store_ops local_ops = {
-    local_list,      local_open_read, local_create, local_remove, local_rename,
-    local_lock_take, local_unlock,    local_free,   NULL,
+    local_list,   local_open_read,
+    local_create, local_remove,
+    local_rename, local_lock_take,
+    local_unlock, NULL,
+    local_free,   NULL,
+    NULL,
 };
 
 static local_store *local_new(int dirfd, const char *where)

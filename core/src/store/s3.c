@@ -30,6 +30,7 @@
 #include "s3.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +54,11 @@ typedef struct s3_reader {
     store_reader base;
     s3_store *s;
     char *key;
+    int cached; /* has a tag: reads go through the cache */
+    char tag[S3_CACHE_TAG_LEN];
 } s3_reader;
+
+static ssize_t get_range(s3_reader *sr, void *buf, size_t len, uint64_t off, ckpt_err *err);
 
 static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off, ckpt_err *err)
 {
@@ -63,6 +68,21 @@ static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t o
         return 0;
     if (len > size - off)
         len = (size_t)(size - off);
+    if (!sr->cached)
+        return get_range(sr, buf, len, off, err);
+    if (s3_cache_get(sr->s->cache, sr->tag, off, buf, len))
+        return (ssize_t)len;
+    ssize_t got = get_range(sr, buf, len, off, err);
+    if (got == (ssize_t)len)
+        s3_cache_put(sr->s->cache, sr->tag, off, buf, len);
+    return got;
+}
+
+/* One ranged GET of exactly len bytes (within the object) at off. */
+static ssize_t get_range(s3_reader *sr, void *buf, size_t len, uint64_t off, ckpt_err *err)
+{
+    store_reader *r = &sr->base;
+    uint64_t size = r->id.size;
     uint64_t last = off + len - 1;
     char range[64], match[100];
     snprintf(range, sizeof range, "Range: bytes=%llu-%llu", (unsigned long long)off,
@@ -138,6 +158,7 @@ static int s3_open_read(ckpt_store *base, const char *name, store_reader **out, 
         r->base.id.size = rs.content_length;
         r->base.id.mtime_sec = rs.last_modified;
         snprintf(r->base.id.etag, sizeof r->base.id.etag, "%s", rs.etag);
+        r->cached = s->cache && s3_cache_tag(s->url.bucket, r->key, rs.etag, r->tag) == 0;
     } else if (rc == 0 && rs.status == 200) {
         rc = ckpt_fail(err, -EIO, "%s: the server gave no Content-Length", r->base.name);
     } else {
@@ -186,8 +207,8 @@ static int list_page(s3_store *s, const char *key_prefix, const char *token, uns
     return rc;
 }
 
-static int s3_list_objects(ckpt_store *base, const char *prefix, ckpt_object_fn fn, void *ud,
-                           ckpt_err *err)
+static int s3_list_objects(ckpt_store *base, const char *prefix, int dirs, ckpt_object_fn fn,
+                           void *ud, ckpt_err *err)
 {
     s3_store *s = (s3_store *)base;
     size_t skip = s->url.prefix[0] ? strlen(s->url.prefix) + 1 : 0;
@@ -204,13 +225,16 @@ static int s3_list_objects(ckpt_store *base, const char *prefix, ckpt_object_fn 
         if (rc < 0)
             break;
         for (size_t i = 0; rc == 0 && i < page.n; i++) {
-            const s3_entry *e = &page.v[i];
-            if (strlen(e->key) <= skip || strncmp(e->key, kp, strlen(kp)) != 0)
+            s3_entry *e = &page.v[i];
+            if (strlen(e->key) <= skip || strncmp(e->key, kp, strlen(kp)) != 0 ||
+                (e->is_prefix && !dirs))
                 continue;
+            if (e->is_prefix)
+                e->key[strlen(e->key) - 1] = '\0'; /* parse_prefix: ends in '/' */
             const char *name = e->key + skip;
-            if (!ckpt_path_is_safe(name))
+            if (!*name || !ckpt_path_is_safe(name))
                 continue; /* a key no local name could have ("a//b") */
-            ckpt_object_info info = {.name = name};
+            ckpt_object_info info = {.name = name, .is_dir = e->is_prefix};
             info.id.size = e->size;
             info.id.mtime_sec = e->mtime;
             snprintf(info.id.etag, sizeof info.id.etag, "%s", e->etag);
@@ -320,6 +344,7 @@ typedef struct s3_lock {
     pthread_cond_t cv;
     pthread_t renewer;
     int stop, lost;
+    int running; /* renewer started (not in a child of a fork until restarted) */
 } s3_lock;
 
 static void lock_body(const s3_lock *l, char *buf, size_t cap)
@@ -392,6 +417,23 @@ static void *lock_renewer(void *arg)
     return NULL;
 }
 
+/* "HOST:PID" naming this host and a process that no longer exists. Only
+ * this host can tell; a PID namespace shared under one host name (two
+ * containers with the same hostname) would mistake another's writer. */
+static int holder_is_dead(const char *holder)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    size_t n = strlen(host);
+    if (!n || strncmp(holder, host, n) != 0 || holder[n] != ':')
+        return 0;
+    char *end;
+    long pid = strtol(holder + n + 1, &end, 10);
+    if (*end || pid <= 0 || pid == (long)getpid())
+        return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
 static int s3_lock_take(ckpt_store *base, const char *name, ckpt_store_lock **out, ckpt_err *err)
 {
     s3_store *s = (s3_store *)base;
@@ -439,6 +481,8 @@ static int s3_lock_take(ckpt_store *base, const char *name, ckpt_store_lock **ou
         }
         s3_resp_free(&rs);
         long long now = (long long)time(NULL);
+        if (expires > now && holder_is_dead(holder))
+            expires = 0; /* a crashed writer of this host: no need to wait out its lease */
         if (expires > now || !etag[0]) {
             rc = ckpt_fail(err, -EBUSY,
                            "%s: locked by %s (lease ends in %lld s; one writer per "
@@ -459,6 +503,7 @@ static int s3_lock_take(ckpt_store *base, const char *name, ckpt_store_lock **ou
     }
     if (rc == 0 && pthread_create(&l->renewer, NULL, lock_renewer, l) != 0)
         rc = ckpt_fail(err, -EAGAIN, "%s: cannot start the lease renewer", l->shown);
+    l->running = rc == 0;
     if (rc < 0) {
         pthread_mutex_destroy(&l->mu);
         pthread_cond_destroy(&l->cv);
@@ -478,7 +523,8 @@ static void s3_unlock(ckpt_store_lock *base)
     l->stop = 1;
     pthread_cond_signal(&l->cv);
     pthread_mutex_unlock(&l->mu);
-    pthread_join(l->renewer, NULL);
+    if (l->running)
+        pthread_join(l->renewer, NULL);
     if (!l->lost) {
         /* Only our own lease: a DELETE cannot be conditional, so check first. */
         char lease[512] = "";
@@ -501,6 +547,36 @@ static void s3_unlock(ckpt_store_lock *base)
     free(l->key);
     free(l->shown);
     free(l);
+}
+
+/* The parent's renewer thread and any state of its mutex stay behind in
+ * the parent; only this thread runs here, so they are made anew. */
+static int s3_lock_after_fork(ckpt_store_lock *base, ckpt_err *err)
+{
+    s3_lock *l = (s3_lock *)base;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    l->stop = 0;
+    l->running = 0;
+    char host[256] = "unknown";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    snprintf(l->holder, sizeof l->holder, "%s:%ld", host, (long)getpid());
+    char etag[80];
+    snprintf(etag, sizeof etag, "%s", l->etag);
+    long st = lock_put_if_match(l, etag, err);
+    if (st != 200) {
+        l->lost = 1;
+        if (st == 412)
+            return ckpt_fail(err, -EBUSY, "%s: the lease was taken over while starting", l->shown);
+        return err && err->code ? err->code : -EIO;
+    }
+    if (pthread_create(&l->renewer, NULL, lock_renewer, l) != 0) {
+        l->lost = 1;
+        return ckpt_fail(err, -EAGAIN, "%s: cannot start the lease renewer", l->shown);
+    }
+    l->running = 1;
+    return 0;
 }
 
 /* ----------------------------------------------------------- stale uploads */
@@ -597,14 +673,20 @@ static void s3_free(ckpt_store *base)
 {
     s3_store *s = (s3_store *)base;
     s3_client_free(s->http);
+    s3_cache_free(s->cache);
     s3_url_free(&s->url);
     free(s->base.where);
     free(s);
 }
 
+static void s3_stats(ckpt_store *base, ckpt_store_cache_stats *out)
+{
+    s3_cache_stats(((s3_store *)base)->cache, out);
+}
+
 static const store_ops s3_ops = {
-    s3_list_objects, s3_open_read, s3_create, s3_remove,      s3_rename,
-    s3_lock_take,    s3_unlock,    s3_free,   s3_abort_stale,
+    s3_list_objects, s3_open_read,       s3_create, s3_remove,      s3_rename, s3_lock_take,
+    s3_unlock,       s3_lock_after_fork, s3_free,   s3_abort_stale, s3_stats,
 };
 
 int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out, ckpt_err *err)
@@ -644,6 +726,8 @@ int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out
         p.deadline_ms = opts->retry_seconds * 1000u;
         s3_client_set_retry(s->http, &p);
     }
+    if (rc == 0 && opts->cache_dir)
+        rc = s3_cache_open(opts->cache_dir, opts->cache_bytes, &s->cache, err);
     if (rc == 0) {
         /* One listing proves the endpoint, the keys and the bucket. */
         char *kp = s3_key(s, "");

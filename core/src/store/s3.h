@@ -86,6 +86,7 @@ typedef struct s3_entry {
     uint64_t size;
     int64_t mtime; /* seconds since the epoch */
     char etag[80]; /* as the server quotes it */
+    int is_prefix; /* a CommonPrefixes entry: key ends in '/', no size */
 } s3_entry;
 
 typedef struct s3_list {
@@ -95,7 +96,7 @@ typedef struct s3_list {
     char *next_token; /* NextContinuationToken, when truncated */
 } s3_list;
 
-/* ListObjectsV2 (ListBucketResult); CommonPrefixes are skipped. 0 or
+/* ListObjectsV2 (ListBucketResult): Contents, then CommonPrefixes (is_prefix). 0 or
  * -EINVAL with err saying what is wrong. */
 int s3_xml_list_objects(const char *body, size_t len, s3_list *out, ckpt_err *err);
 void s3_list_free(s3_list *l);
@@ -210,9 +211,30 @@ void s3_scrub(const s3_client *c, ckpt_err *err);
 
 /* ----------------------------------------------------------- store */
 
+/* ---------------------------------------------------- local cache (s3_cache.c) */
+
+typedef struct s3_cache s3_cache;
+#define S3_CACHE_TAG_LEN 33 /* 32 hex digits and the NUL */
+
+/* dir created mode 0700 if missing; refused unless ours and not writable
+ * by others. max_bytes 0: 10 GiB. */
+int s3_cache_open(const char *dir, uint64_t max_bytes, s3_cache **out, ckpt_err *err);
+void s3_cache_free(s3_cache *c);
+/* The name of one version of an object in the cache; -1 without an ETag
+ * (then it is not cached). */
+int s3_cache_tag(const char *bucket, const char *key, const char *etag, char out[S3_CACHE_TAG_LEN]);
+/* 1 and buf filled when the range is cached, else 0. Thread-safe. */
+int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len);
+/* Keeps a range just read from the store; failures only cost a later miss. */
+void s3_cache_put(s3_cache *c, const char *tag, uint64_t off, const void *buf, size_t len);
+void s3_cache_stats(s3_cache *c, ckpt_store_cache_stats *out);
+
+/* ----------------------------------------------------------- store */
+
 typedef struct s3_store {
     ckpt_store base;
     s3_client *http;
+    s3_cache *cache; /* NULL: none */
     s3_url url;
     unsigned part_size; /* first part size for multipart uploads */
     unsigned parts_in_flight;

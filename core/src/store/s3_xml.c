@@ -211,6 +211,20 @@ static int parse_entry(xmlNode *c, s3_entry *e, ckpt_err *err)
     return 0;
 }
 
+static int parse_prefix(xmlNode *c, s3_entry *e, ckpt_err *err)
+{
+    int bad = 0;
+    memset(e, 0, sizeof *e);
+    e->is_prefix = 1;
+    e->key = child_dup(c, "Prefix", KEY_MAX, &bad);
+    if (bad == 2)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    size_t n = e->key ? strlen(e->key) : 0;
+    if (n < 2 || e->key[n - 1] != '/')
+        return bad_doc(err, "listing: a common prefix without a valid <Prefix>");
+    return 0;
+}
+
 int s3_xml_list_objects(const char *body, size_t len, s3_list *out, ckpt_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -220,13 +234,14 @@ int s3_xml_list_objects(const char *body, size_t len, s3_list *out, ckpt_err *er
     size_t cap = 0;
     char flag[16];
     for (xmlNode *c = root ? root->children : NULL; rc == 0 && c; c = c->next) {
-        if (!is(c, "Contents"))
+        int prefix = is(c, "CommonPrefixes");
+        if (!prefix && !is(c, "Contents"))
             continue;
         if (grow_array((void **)&out->v, &cap, out->n, sizeof *out->v) < 0) {
             rc = ckpt_fail(err, -ENOMEM, "out of memory");
             break;
         }
-        rc = parse_entry(c, &out->v[out->n], err);
+        rc = prefix ? parse_prefix(c, &out->v[out->n], err) : parse_entry(c, &out->v[out->n], err);
         out->n++; /* freed with the list even when half-filled */
     }
     if (rc == 0) {

@@ -61,7 +61,22 @@ int ckpt_store_list(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *
 {
     if (!fn)
         return ckpt_fail(err, -EINVAL, "%s: list without a callback", ckpt_store_where(s));
-    return s->ops->list(s, prefix ? prefix : "", fn, ud, err);
+    return s->ops->list(s, prefix ? prefix : "", 0, fn, ud, err);
+}
+
+int ckpt_store_list_dirs(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *ud,
+                         ckpt_err *err)
+{
+    if (!fn)
+        return ckpt_fail(err, -EINVAL, "%s: list without a callback", ckpt_store_where(s));
+    return s->ops->list(s, prefix ? prefix : "", 1, fn, ud, err);
+}
+
+void ckpt_store_cache_stats_get(ckpt_store *s, ckpt_store_cache_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (s && s->ops->cache_stats)
+        s->ops->cache_stats(s, out);
 }
 
 int ckpt_store_remove(ckpt_store *s, const char *name, ckpt_err *err)
@@ -89,6 +104,13 @@ void ckpt_store_lock_release(ckpt_store_lock *l)
 {
     if (l)
         l->store->ops->unlock(l);
+}
+
+int ckpt_store_lock_after_fork(ckpt_store_lock *l, ckpt_err *err)
+{
+    if (!l || !l->store->ops->lock_after_fork)
+        return 0;
+    return l->store->ops->lock_after_fork(l, err);
 }
 
 long ckpt_store_abort_stale_uploads(ckpt_store *s, const char *name, uint64_t older_than_s,

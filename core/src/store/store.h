@@ -36,7 +36,9 @@ struct ckpt_store {
 };
 
 struct store_ops {
-    int (*list)(ckpt_store *s, const char *prefix, ckpt_object_fn fn, void *ud, ckpt_err *err);
+    /* dirs: also directories (ckpt_store_list_dirs). */
+    int (*list)(ckpt_store *s, const char *prefix, int dirs, ckpt_object_fn fn, void *ud,
+                ckpt_err *err);
     int (*open_read)(ckpt_store *s, const char *name, store_reader **out, ckpt_err *err);
     /* tmp_name: where a store with renames writes until commit (NULL:
      * "<name>.tmp"); stores without renames ignore it. */
@@ -46,9 +48,13 @@ struct store_ops {
     int (*rename)(ckpt_store *s, const char *from, const char *to, ckpt_err *err);
     int (*lock)(ckpt_store *s, const char *name, ckpt_store_lock **out, ckpt_err *err);
     void (*unlock)(ckpt_store_lock *l);
+    /* NULL when a lock survives fork as it is. */
+    int (*lock_after_fork)(ckpt_store_lock *l, ckpt_err *err);
     void (*free)(ckpt_store *s);
     /* Aborts unfinished uploads; NULL when a store leaves none behind. */
     long (*abort_stale)(ckpt_store *s, const char *name, uint64_t older_than_s, ckpt_err *err);
+    /* NULL when a store has no local cache. */
+    void (*cache_stats)(ckpt_store *s, ckpt_store_cache_stats *out);
 };
 
 typedef struct store_reader_ops {

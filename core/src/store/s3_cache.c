@@ -1,0 +1,231 @@
+/* The local cache of an S3 store: ranges of objects as the store holds
+ * them (a pack's chunks still compressed and encrypted), one file per
+ * range read, so that a second read of a chunk costs a local pread
+ * instead of a GET.
+ *
+ *   name    "<tag>-<offset>-<length>" in hex; tag is a BLAKE2b hash of
+ *           bucket, key and ETag, so a replaced object (a new ETag) never
+ *           reads an older version's bytes, and two buckets never mix
+ *   put     written to a temporary file, then renamed: a reader in
+ *           another process sees a whole file or none
+ *   hit     a file of exactly the length asked for; anything else is a
+ *           miss (a damaged file is then replaced). Its mtime is touched,
+ *           which is what eviction orders by
+ *   evict   when the total passes the limit, one scan of the directory
+ *           removes the least recently used files down to 90% of it; the
+ *           scan also corrects the count for what other processes sharing
+ *           the directory added or removed
+ *
+ * The directory must be ours and writable by us alone (as ssh asks of
+ * ~/.ssh): a file planted by someone else would be served as the store's
+ * bytes. An encrypted pack's chunks are authenticated anyway; an
+ * unencrypted one's are only checksummed. */
+#include "s3.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEFAULT_CACHE_BYTES (10ull << 30)
+#define TAG_BYTES 16
+
+struct s3_cache {
+    int dirfd;
+    char *path;
+    uint64_t max_bytes;
+    pthread_mutex_t evict_lock;
+    uint64_t total; /* atomic: bytes the directory holds, as counted */
+    uint64_t hits, misses, hit_bytes, miss_bytes; /* atomic */
+    uint64_t seq;                                 /* atomic: names temporary files apart */
+};
+
+/* Cache files, as named by entry_name; other files are left alone. */
+static int is_entry(const char *name)
+{
+    size_t n = strspn(name, "0123456789abcdef");
+    return n == TAG_BYTES * 2 && name[n] == '-';
+}
+
+static void entry_name(const char *tag, uint64_t off, size_t len, char out[96])
+{
+    snprintf(out, 96, "%s-%llx-%zx", tag, (unsigned long long)off, len);
+}
+
+typedef struct entry {
+    char name[96];
+    struct timespec used;
+    uint64_t size;
+} entry;
+
+static int by_use(const void *a, const void *b)
+{
+    const entry *x = a, *y = b;
+    if (x->used.tv_sec != y->used.tv_sec)
+        return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
+    return (x->used.tv_nsec > y->used.tv_nsec) - (x->used.tv_nsec < y->used.tv_nsec);
+}
+
+/* Scans the directory: its total, and (when keep_below) removes the least
+ * recently used entries until the total is below keep_below. */
+static uint64_t scan(s3_cache *c, uint64_t keep_below)
+{
+    int fd = openat(c->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return __atomic_load_n(&c->total, __ATOMIC_RELAXED);
+    }
+    entry *v = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t total = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        struct stat st;
+        if (!is_entry(de->d_name) || strlen(de->d_name) >= sizeof v->name ||
+            fstatat(c->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        total += (uint64_t)st.st_size;
+        if (!keep_below)
+            continue;
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 256;
+            entry *g = realloc(v, ncap * sizeof *v);
+            if (!g)
+                break;
+            v = g;
+            cap = ncap;
+        }
+        snprintf(v[n].name, sizeof v[n].name, "%s", de->d_name);
+        v[n].used = st.st_mtim;
+        v[n].size = (uint64_t)st.st_size;
+        n++;
+    }
+    closedir(d);
+    if (n)
+        qsort(v, n, sizeof *v, by_use);
+    for (size_t i = 0; i < n && total > keep_below; i++)
+        if (unlinkat(c->dirfd, v[i].name, 0) == 0)
+            total -= v[i].size;
+    free(v);
+    return total;
+}
+
+int s3_cache_open(const char *dir, uint64_t max_bytes, s3_cache **out, ckpt_err *err)
+{
+    *out = NULL;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return ckpt_fail(err, -errno, "cache directory %s: cannot create: %s", dir,
+                         strerror(errno));
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return ckpt_fail(err, -errno, "cache directory %s: cannot open: %s", dir, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 022)) {
+        close(fd);
+        return ckpt_fail(err, -EPERM,
+                         "cache directory %s: must be owned by this user and "
+                         "writable by no one else (chmod 700)",
+                         dir);
+    }
+    s3_cache *c = calloc(1, sizeof *c);
+    if (!c || !(c->path = strdup(dir))) {
+        free(c);
+        close(fd);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    c->dirfd = fd;
+    c->max_bytes = max_bytes ? max_bytes : DEFAULT_CACHE_BYTES;
+    pthread_mutex_init(&c->evict_lock, NULL);
+    c->total = scan(c, 0);
+    *out = c;
+    return 0;
+}
+
+void s3_cache_free(s3_cache *c)
+{
+    if (!c)
+        return;
+    close(c->dirfd);
+    pthread_mutex_destroy(&c->evict_lock);
+    free(c->path);
+    free(c);
+}
+
+int s3_cache_tag(const char *bucket, const char *key, const char *etag, char out[S3_CACHE_TAG_LEN])
+{
+    if (!etag || !etag[0])
+        return -1; /* no version to tell: never cached */
+    uint8_t h[TAG_BYTES];
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, sizeof h);
+    crypto_generichash_update(&st, (const uint8_t *)bucket, strlen(bucket) + 1);
+    crypto_generichash_update(&st, (const uint8_t *)key, strlen(key) + 1);
+    crypto_generichash_update(&st, (const uint8_t *)etag, strlen(etag));
+    crypto_generichash_final(&st, h, sizeof h);
+    sodium_bin2hex(out, S3_CACHE_TAG_LEN, h, sizeof h);
+    return 0;
+}
+
+int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len)
+{
+    char name[96];
+    entry_name(tag, off, len, name);
+    int fd = openat(c->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    int hit = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+              (uint64_t)st.st_size == len && pread(fd, buf, len, 0) == (ssize_t)len;
+    if (hit)
+        futimens(fd, NULL); /* recently used: evicted last */
+    if (fd >= 0)
+        close(fd);
+    __atomic_add_fetch(hit ? &c->hits : &c->misses, 1, __ATOMIC_RELAXED);
+    if (hit)
+        __atomic_add_fetch(&c->hit_bytes, len, __ATOMIC_RELAXED);
+    return hit;
+}
+
+void s3_cache_put(s3_cache *c, const char *tag, uint64_t off, const void *buf, size_t len)
+{
+    __atomic_add_fetch(&c->miss_bytes, len, __ATOMIC_RELAXED);
+    if (len > c->max_bytes / 4)
+        return; /* it would push out a quarter of the cache at once */
+    char name[96], tmp[64];
+    entry_name(tag, off, len, name);
+    snprintf(tmp, sizeof tmp, ".tmp.%ld.%llx", (long)getpid(),
+             (unsigned long long)__atomic_add_fetch(&c->seq, 1, __ATOMIC_RELAXED));
+    int fd = openat(c->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    int ok = ckpt_write_full(fd, buf, len) == (ssize_t)len;
+    ok = close(fd) == 0 && ok;
+    if (!ok || renameat(c->dirfd, tmp, c->dirfd, name) != 0) {
+        unlinkat(c->dirfd, tmp, 0); /* a full disk: the cache is only a cache */
+        return;
+    }
+    if (__atomic_add_fetch(&c->total, len, __ATOMIC_RELAXED) <= c->max_bytes)
+        return;
+    if (pthread_mutex_trylock(&c->evict_lock) != 0)
+        return; /* another thread is evicting already */
+    uint64_t left = scan(c, c->max_bytes / 10 * 9);
+    __atomic_store_n(&c->total, left, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&c->evict_lock);
+}
+
+void s3_cache_stats(s3_cache *c, ckpt_store_cache_stats *out)
+{
+    if (!c)
+        return;
+    out->hits = __atomic_load_n(&c->hits, __ATOMIC_RELAXED);
+    out->misses = __atomic_load_n(&c->misses, __ATOMIC_RELAXED);
+    out->hit_bytes = __atomic_load_n(&c->hit_bytes, __ATOMIC_RELAXED);
+    out->miss_bytes = __atomic_load_n(&c->miss_bytes, __ATOMIC_RELAXED);
+    out->stored_bytes = __atomic_load_n(&c->total, __ATOMIC_RELAXED);
+}

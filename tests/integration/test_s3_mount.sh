@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# The mount on S3 (ckptfs s3://BUCKET/PREFIX MNT) against a real Ceph RADOS
+# Gateway (../shared/services/ceph-rgw.sh), with boto3 (s3_client.py) as
+# the independent client that checks what landed in the bucket:
+#   - wrong credentials and a missing bucket fail the mount at once
+#   - packs made by ckpt pack -o s3://, namespaces included, read back
+#     byte-identical through a read-only mount; cache_dir fills, serves hits,
+#     and holds no plaintext of an encrypted pack
+#   - a writable mount packs a checkpoint to PREFIX/NAME.tpack with no
+#     upload left behind; a second read-only mount sees it within
+#     list_interval; a second writable mount is refused naming the holder;
+#     rm -r deletes the object
+#   - the gateway killed in a read through the mount: completes or EIO
+#     within the retry bound
+#   - the daemon SIGKILLed in an upload: no object; the next writable
+#     mount aborts the upload
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/mount_lib.sh"
+
+RGW_SH=$ROOT/../shared/services/ceph-rgw.sh
+[ "$(id -u)" -eq 0 ] || skip_all "needs root to run the Ceph daemons of the gateway"
+[ -f /etc/debian_version ] || skip_all "needs Debian's ceph packages"
+[ -f "$RGW_SH" ] || { fail "gateway script present" "$RGW_SH is missing"; finish; }
+
+free_port() {
+    local p
+    for p in $(shuf -i 20000-29999 -n 50); do
+        ss -Hltn "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
+    done
+    echo 17480
+}
+RGW_PORT=$(free_port)
+MON_PORT=$(free_port)
+RGW=$TMP/rgw
+stop_gateway() { RGW_PORT=$RGW_PORT MON_PORT=$MON_PORT bash "$RGW_SH" stop "$RGW" >/dev/null 2>&1; }
+trap 'unmount_all; stop_gateway; cleanup_tmp' EXIT
+if ! RGW_PORT=$RGW_PORT MON_PORT=$MON_PORT bash "$RGW_SH" start "$RGW" >"$TMP/rgw-start.log" 2>&1; then
+    fail "gateway starts" "$(tail -n 5 "$TMP/rgw-start.log")"
+    finish
+fi
+pass "gateway starts on 127.0.0.1:$RGW_PORT"
+# shellcheck disable=SC1091
+. "$RGW/env"
+export AWS_ENDPOINT_URL=$S3_ENDPOINT
+unset AWS_PROFILE AWS_ENDPOINT_URL_S3 AWS_REGION AWS_SESSION_TOKEN
+export XDG_CACHE_HOME=$TMP/xdg
+if ! PYS3=$(B=$B "$ROOT/scripts/venv.sh" s3 2>"$TMP/venv.log"); then
+    fail "boto3 venv" "$(tail -n 5 "$TMP/venv.log")"
+    finish
+fi
+case $PYS3 in /*) ;; *) PYS3=$ROOT/$PYS3 ;; esac
+s3py() { "$PYS3" "$ROOT/tests/integration/s3_client.py" "$@"; }
+BK=ckpt-mnt
+s3py mkbucket $BK 2>"$TMP/mk.err" && pass "boto3 creates the bucket" || { fail "boto3 creates the bucket" "$(tail -n 3 "$TMP/mk.err")"; finish; }
+
+cd "$TMP" || exit 1
+"$CKPT_GEN" tiny >/dev/null
+"$CKPT_GEN" big --preset gpt2 >/dev/null
+"$CKPT" keygen -o key >/dev/null
+LOG=$TMP/ckptfs.log
+
+# sha256 of every file of the source, in the source and in the mount (which
+# also shows manifest.json and tensors/).
+sha_tree() { (cd "$1" && find . -type f -printf '%P\n' | LC_ALL=C sort | while IFS= read -r f; do printf '%s %s\n' "$f" "$(sha256sum <"$2/$f" | cut -d' ' -f1)"; done); }
+expect_same_files() {
+    local d
+    if d=$(diff <(sha_tree "$2" "$PWD/$2") <(sha_tree "$2" "$PWD/$3")); then pass "$1 ($(find "$2" -type f | wc -l) files)"; else fail "$1" "$(printf '%s\n' "$d" | head -n 6)"; fi
+}
+# Every tensor of the mount's tensors/ against the source's bytes.
+expect_tensors_ok() {
+    if $PY - "$2" "$3" >tensors.out 2>&1 <<'EOF'
+import json, struct, sys, os, hashlib
+src, mnt = sys.argv[1], sys.argv[2]
+n = 0
+for f in sorted(os.listdir(src)):
+    if not f.endswith(".safetensors"):
+        continue
+    raw = open(os.path.join(src, f), "rb").read()
+    hl = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + hl])
+    for name, t in hdr.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        want = raw[8 + hl + a: 8 + hl + b]
+        cands = [os.path.join(mnt, "tensors", name), os.path.join(mnt, "tensors", f, name)]
+        got = next((open(c, "rb").read() for c in cands if os.path.isfile(c)), None)
+        if got is None or hashlib.sha256(got).digest() != hashlib.sha256(want).digest():
+            sys.exit("tensor %s differs or is missing" % name)
+        n += 1
+print(n)
+EOF
+    then pass "$1 ($(cat tensors.out) tensors)"; else fail "$1" "$(tail -n 2 tensors.out)"; fi
+}
+
+expect_ok "pack big to s3://$BK/m/big.tpack" "$CKPT" pack big -o s3://$BK/m/big.tpack
+expect_ok "pack tiny to the namespace s3://$BK/m/run1/tiny.tpack" "$CKPT" pack tiny -o s3://$BK/m/run1/tiny.tpack
+expect_ok "pack big encrypted to s3://$BK/e/big.tpack" "$CKPT" pack big -o s3://$BK/e/big.tpack --key-file key
+
+# ------------------------------------------------------- failing at mount
+mkdir -p mnt-bad
+run_cmd env AWS_SECRET_ACCESS_KEY=wrong-secret "$CKPTFS" -f -o ro s3://$BK/m mnt-bad
+if [ "$LAST_RC" -ne 0 ] && ! mountpoint -q mnt-bad; then pass "wrong credentials: the mount fails (exit $LAST_RC)"; else fail "wrong credentials: the mount fails" "exit $LAST_RC"; fi
+last_stderr_has "wrong credentials say so" "cannot mount s3://$BK/m"
+grep -q "wrong-secret" "$LAST_ERR" && fail "the secret is not shown" || pass "the secret is not shown"
+run_cmd "$CKPTFS" -f -o ro s3://no-such-bucket-$$/m mnt-bad
+if [ "$LAST_RC" -ne 0 ] && ! mountpoint -q mnt-bad; then pass "a missing bucket: the mount fails"; else fail "a missing bucket: the mount fails" "exit $LAST_RC"; fi
+last_stderr_has "a missing bucket says so" "no such bucket"
+run_cmd "$CKPTFS" -f -o endpoint=ftp://x s3://$BK/m mnt-bad
+if [ "$LAST_RC" -eq 2 ]; then pass "a bad endpoint is a usage error"; else fail "a bad endpoint is a usage error" "exit $LAST_RC"; fi
+
+# ------------------------------------------------------ read-only mount
+if mount_ckptfs s3://$BK/m mnt-ro "$LOG" -o ro,cache_dir="$TMP/cache",cache_size=1M,list_interval=2; then pass "read-only mount of s3://$BK/m"; else fail "read-only mount" "$(tail -n 5 "$LOG")"; finish; fi
+ls mnt-ro >ls.out 2>&1
+grep -qx big ls.out && grep -qx run1 ls.out && pass "the root shows big/ and the namespace run1/" || fail "the root shows big/ and run1/" "$(cat ls.out)"
+expect_same_files "big read through the mount is byte-identical" big mnt-ro/big
+expect_same_files "run1/tiny (a namespace) is byte-identical" tiny mnt-ro/run1/tiny
+expect_tensors_ok "every tensor of big is byte-identical" big mnt-ro/big
+n1=$(find cache -type f | wc -l)
+[ "$n1" -gt 0 ] && pass "cache_dir holds $n1 stored chunks after the first read" || fail "cache_dir fills" "empty"
+cat mnt-ro/big/model.safetensors >/dev/null
+n2=$(find cache -type f | wc -l)
+[ "$n2" -eq "$n1" ] && pass "a second read adds nothing to the cache" || fail "a second read adds nothing" "$n1 -> $n2"
+unmount_ckptfs mnt-ro
+hits=$(sed -nE 's/.*cache_dir .*: ([0-9]+) hits.*/\1/p' "$LOG" | tail -n 1)
+[ "${hits:-0}" -gt 0 ] && pass "cache hits are counted ($(grep -o 'cache_dir.*held' "$LOG" | tail -n 1))" || fail "cache hits counted" "$(grep cache_dir "$LOG" | tail -n 1)"
+# The decoded-chunk memory cache is gone with the daemon: this read is the
+# disk cache's.
+mount_ckptfs s3://$BK/m mnt-ro "$LOG" -o ro,cache_dir="$TMP/cache",cache_size=1M || fail "remount" "$(tail -n 3 "$LOG")"
+expect_same_files "a remount reads big from the cache byte-identical" big mnt-ro/big
+unmount_ckptfs mnt-ro
+grep "cache_dir" "$LOG" | tail -n 1 | grep -q " 0 misses" && pass "the remount's reads were all cache hits ($(grep -o 'cache_dir.*held' "$LOG" | tail -n 1))" || fail "the remount's reads were all cache hits" "$(grep -o 'cache_dir.*held' "$LOG" | tail -n 1)"
+
+# ----------------------------------- encrypted: no plaintext in the cache
+mount_ckptfs s3://$BK/e mnt-enc "$LOG" -o ro,key_file="$TMP/key",cache_dir="$TMP/cache-enc" || fail "encrypted mount" "$(tail -n 3 "$LOG")"
+expect_same_files "the encrypted pack reads byte-identical" big mnt-enc/big
+unmount_ckptfs mnt-enc
+s3py get $BK e/big.tpack enc-object.bin
+$PY - big/model.safetensors enc-object.bin cache-enc >scan.txt <<'EOF'
+import os, sys
+src, enc, cdir = sys.argv[1:4]
+src = open(src, 'rb').read()
+name = b"h.0.attn.c_attn.weight"
+hdr = int.from_bytes(src[:8], 'little') + 8
+needle = src[hdr + 1000003: hdr + 1000003 + 64]
+cache = b"".join(open(os.path.join(cdir, f), 'rb').read() for f in os.listdir(cdir))
+print("cache-bytes", len(cache))
+print("cache-name", cache.find(name) >= 0)
+print("cache-data", cache.find(needle) >= 0)
+print("object-name", open(enc, 'rb').read().find(name) >= 0)
+EOF
+grep -q "cache-name False" scan.txt && grep -q "cache-data False" scan.txt && grep -q "object-name False" scan.txt &&
+    pass "cache_dir and the object hold no tensor name and no plaintext ($(sed -n 1p scan.txt))" || fail "no plaintext in the cache" "$(cat scan.txt)"
+rm -f enc-object.bin
+
+# --------------------------------------------------------- writable mount
+if mount_ckptfs s3://$BK/w mnt-w "$LOG" -o commit_delay=0,stage_dir="$TMP/stage"; then pass "writable mount of s3://$BK/w"; else fail "writable mount" "$(tail -n 5 "$LOG")"; finish; fi
+mount_ckptfs s3://$BK/w mnt-ro2 "$LOG" -o ro,list_interval=2 || fail "second read-only mount" "$(tail -n 3 "$LOG")"
+ls mnt-ro2 >/dev/null
+cp -r tiny mnt-w/new && pass "cp -r a safetensors checkpoint into the mount" || fail "cp -r into the mount"
+expect_ok "ckpt commit --wait" "$CKPT" commit --wait mnt-w/new
+s3py keys $BK w/ >keys.out
+grep -qx "w/new.tpack" keys.out && pass "boto3 sees w/new.tpack" || fail "boto3 sees w/new.tpack" "$(cat keys.out)"
+s3py uploads $BK w/ >ups.out
+[ ! -s ups.out ] && pass "no multipart upload is left" || fail "no multipart upload is left" "$(cat ups.out)"
+expect_same_files "the committed checkpoint reads byte-identical in the writable mount" tiny mnt-w/new
+t0=$(date +%s.%N)
+for _ in $(seq 100); do [ -d mnt-ro2/new ] && break; sleep 0.1; done
+secs=$($PY -c "import time; print(round(time.time() - $t0, 1))")
+if [ -d mnt-ro2/new ]; then pass "the second (read-only) mount sees it after ${secs} s (list_interval 2)"; else fail "the second mount sees it" "after ${secs} s"; fi
+expect_same_files "and reads it byte-identical" tiny mnt-ro2/new
+mkdir -p mnt-w2
+run_cmd "$CKPTFS" -f -o stage_dir="$TMP/stage2" s3://$BK/w mnt-w2
+if [ "$LAST_RC" -ne 0 ] && ! mountpoint -q mnt-w2; then pass "a second writable mount of the prefix fails"; else fail "a second writable mount fails" "exit $LAST_RC"; fi
+last_stderr_has "and names the holder" "locked by $(hostname):"
+mkdir mnt-w/ns && cp -r tiny mnt-w/ns/deep && "$CKPT" commit --wait mnt-w/ns/deep >/dev/null 2>&1
+s3py keys $BK w/ns/ | grep -qx "w/ns/deep.tpack" && pass "a namespace: w/ns/deep.tpack" || fail "a namespace: w/ns/deep.tpack" "$(s3py keys $BK w/)"
+rm -r mnt-w/new && pass "rm -r the checkpoint" || fail "rm -r the checkpoint"
+s3py keys $BK w/ | grep -qx "w/new.tpack" && fail "rm -r deletes the object" "still there" || pass "rm -r deletes the object"
+unmount_ckptfs mnt-ro2
+
+# --------------------------------------- the daemon killed in an upload
+# Polled with curl (boto3 starts too slowly); one packing thread makes the
+# upload last long enough to be caught.
+upload_started() {
+    curl -s --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+        -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$S3_ENDPOINT/$BK?prefix=w%2F&uploads=" |
+        grep -q "<Upload>"
+}
+unmount_ckptfs mnt-w
+mount_ckptfs s3://$BK/w mnt-w "$LOG" -o commit_delay=0,threads=1,stage_dir="$TMP/stage" || fail "writable remount, one thread" "$(tail -n 3 "$LOG")"
+cp -r big mnt-w/crash
+"$CKPT" commit mnt-w/crash >/dev/null 2>&1
+for _ in $(seq 400); do upload_started && break; sleep 0.02; done
+if upload_started; then
+    kill -9 "${DAEMON_OF[mnt-w]}"
+    sleep 0.5
+    fusermount3 -u -z mnt-w 2>/dev/null
+    unset "DAEMON_OF[mnt-w]"
+    pass "the daemon is SIGKILLed in the middle of the upload"
+    s3py keys $BK w/ | grep -qx "w/crash.tpack" && fail "no partial pack is visible" "w/crash.tpack exists" || pass "no partial pack is visible"
+    mount_ckptfs s3://$BK/w mnt-w "$LOG" -o commit_delay=0,stage_dir="$TMP/stage" || fail "writable remount" "$(tail -n 3 "$LOG")"
+    grep -q "aborted 1 unfinished upload" "$LOG" && pass "the next writable mount aborts the upload" || fail "the next mount aborts the upload" "$(grep -i upload "$LOG" | tail -n 2)"
+    expect_ok "the staged checkpoint is packed again and committed" "$CKPT" commit --wait mnt-w/crash
+    s3py uploads $BK w/ >ups.out
+    [ ! -s ups.out ] && pass "boto3: no multipart upload left (the killed one aborted, the new one completed)" || fail "boto3: no multipart upload left" "$(cat ups.out)"
+    expect_same_files "and reads byte-identical" big mnt-w/crash
+    unmount_ckptfs mnt-w
+else
+    fail "the upload started" "no upload seen"
+    unmount_ckptfs mnt-w
+fi
+
+# ------------------------------ the gateway killed in a read through the mount
+rgw_pid() { cat "$RGW/run/client.rgw.a.pid" 2>/dev/null; }
+restart_rgw() { radosgw -c "$RGW/ceph.conf" -n client.rgw.a 2>>"$RGW/log/rgw-stderr.log"; }
+mount_ckptfs s3://$BK/m mnt-k "$LOG" -o ro,threads=1 || fail "mount for the gateway kill" "$(tail -n 3 "$LOG")"
+t0=$(date +%s.%N)
+dd if=mnt-k/big/model.safetensors of=kill.bin bs=1M iflag=direct 2>kill.err &
+rd=$!
+sleep 0.2
+kill -9 "$(rgw_pid)"
+sleep 2
+restart_rgw
+wait $rd
+rc=$?
+secs=$($PY -c "import time; print(round(time.time() - $t0, 1))")
+if [ $rc -eq 0 ] && cmp -s kill.bin big/model.safetensors; then pass "a read with the gateway killed completes byte-identical (${secs} s)"
+elif [ $rc -ne 0 ] && grep -q "Input/output error" kill.err; then pass "a read with the gateway killed fails cleanly with EIO (${secs} s)"
+else fail "a read with the gateway killed completes or fails with EIO" "rc $rc: $(head -c 200 kill.err)"; fi
+$PY -c "import sys; sys.exit(0 if $secs < 45 else 1)" && pass "within the retry bound: ${secs} s" || fail "within the retry bound" "${secs} s"
+for _ in $(seq 100); do curl -s -o /dev/null "$S3_ENDPOINT/" && break; sleep 0.2; done
+unmount_ckptfs mnt-k
+finish
