@@ -16,7 +16,7 @@
  * store_upload (store/store.h): nothing is visible under its name until
  * finish commits it.
  *
- * One job at about 950 lines: the pipeline's stages share the slot ring and
+ * One job at about 1,240 lines: the pipeline's stages share the slot ring and
  * its one lock (writer_state.h), and the index written at finish is the
  * record of what they produced, so splitting them would spread one state
  * machine over files. Feeding it from disk is ingest_files.c; files copied
