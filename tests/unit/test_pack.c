@@ -504,11 +504,12 @@ static void duplicate_path(uint8_t *idx, size_t len)
 }
 static void chunk_offset_huge(uint8_t *idx, size_t len)
 {
-    /* Chunk records are the last n_chunks * 24 bytes of the index. */
+    /* Chunk records are the n_chunks * 24 bytes before the skipped records
+     * (none here) and the version-5 assembled count (zero). */
     uint64_t nc = 0;
     for (int i = 7; i >= 0; i--)
         nc = nc << 8 | idx[24 + i];
-    uint8_t *c0 = idx + len - nc * 24;
+    uint8_t *c0 = idx + len - 4 - nc * 24;
     memset(c0, 0xff, 8);
 }
 

@@ -43,6 +43,9 @@ static void pack_reader_free(cc_source *s, void *p)
     }
 }
 
+static int read_stretch(pack_src *ps, pack_reader *rd, size_t file, uint64_t pos, uint64_t end,
+                        uint8_t **dstp, ckpt_err *err);
+
 static int pack_read(cc_source *s, void *p, size_t i, uint64_t off, void *buf, size_t len,
                      ckpt_err *err)
 {
@@ -51,11 +54,33 @@ static int pack_read(cc_source *s, void *p, size_t i, uint64_t off, void *buf, s
     const ckpt_tensor_info *t = ckpt_tensor_at(ps->p, i);
     if (!t || off > t->nbytes || len > t->nbytes - off)
         return cc_fail(err, -EINVAL, "%s: read past the end of tensor %zu", s->origin, i);
-    uint64_t pos = t->file_offset + off, end = pos + len;
     uint8_t *dst = buf;
+    /* One stretch of one file at a time: a stored tensor is one, an
+     * assembled one (a DCP tensor saved in chunks) one per part. */
+    for (uint64_t done = 0; done < len;) {
+        size_t file;
+        uint64_t pos, run;
+        int rc = ckpt_tensor_locate(ps->p, i, off + done, &file, &pos, &run, err);
+        if (rc < 0)
+            return rc;
+        uint64_t end = pos + (run < len - done ? run : len - done);
+        done += end - pos;
+        rc = read_stretch(ps, rd, file, pos, end, &dst, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Bytes [pos, end) of file into *dst, which moves past them. */
+static int read_stretch(pack_src *ps, pack_reader *rd, size_t file, uint64_t pos, uint64_t end,
+                        uint8_t **dstp, ckpt_err *err)
+{
+    cc_source *s = &ps->base;
+    uint8_t *dst = *dstp;
     while (pos < end) {
         ckpt_chunk_ref ref;
-        int rc = ckpt_chunk_locate(ps->p, t->file_index, pos, &ref, err);
+        int rc = ckpt_chunk_locate(ps->p, file, pos, &ref, err);
         if (rc < 0)
             return rc;
         uint64_t cend = ref.file_offset + ref.size;
@@ -80,6 +105,7 @@ static int pack_read(cc_source *s, void *p, size_t i, uint64_t off, void *buf, s
         dst += n;
         pos += n;
     }
+    *dstp = dst;
     return 0;
 }
 
