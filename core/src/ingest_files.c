@@ -631,9 +631,13 @@ static void pathlist_free(pathlist *l)
     free(l->v);
 }
 
+/* Pack order: numbers in names by value (glibc's strverscmp), so that a
+ * DCP save's __2_0.distcp comes before __10_0.distcp, and the chunks of a
+ * tensor sharded over more than ten ranks come in row order and assemble
+ * (pack_write.c). */
 static int cmp_str(const void *a, const void *b)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    return strverscmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* Collects regular files below root/rel; anything else is an error, so

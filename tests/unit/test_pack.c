@@ -806,3 +806,33 @@ Test(pack, keys)
     free(kf);
     free(hex);
 }
+
+/* ckpt pack's order: numbers in names by value, so that a DCP save of more
+ * than ten ranks packs __2_0 before __10_0 and its chunks come in row order
+ * (the condition for assembling them, pack_write.c). */
+Test(pack, add_tree_orders_numbers_by_value)
+{
+    char *src = tu_join(dir, "ranks");
+    mkdir(src, 0755);
+    const char *names[] = {"__10_0.distcp", "__2_0.distcp", "__0_0.distcp", ".metadata", "b"};
+    for (size_t i = 0; i < 5; i++) {
+        char *f = tu_join(src, names[i]);
+        tu_write_file(f, names[i], strlen(names[i]));
+        free(f);
+    }
+    char *path = tu_join(dir, "ranks.tpack");
+    ckpt_err e = {0};
+    ckpt_writer *w;
+    cr_assert_eq(ckpt_writer_open(path, NULL, NULL, &w, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_add_tree(w, src, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(path, NULL, &p, &e), 0, "%s", e.msg);
+    const char *want[] = {".metadata", "__0_0.distcp", "__2_0.distcp", "__10_0.distcp", "b"};
+    cr_assert_eq(ckpt_file_count(p), 5);
+    for (size_t i = 0; i < 5; i++)
+        cr_assert_str_eq(ckpt_file_at(p, i)->path, want[i]);
+    ckpt_close(p);
+    free(path);
+    free(src);
+}
