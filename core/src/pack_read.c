@@ -308,6 +308,37 @@ fail:
     return rc;
 }
 
+/* The head both kinds of tensor record share: name, dtype, rank and shape
+ * (what names "tensor" or "assembled tensor" in messages). A rank below
+ * min_ndim or above 64 is refused; the caller checks the dtype once the
+ * rest of its record is known not to be truncated. */
+static int read_tensor_head(rd *r, char **arena, tensor_rec *t, const char *what, size_t i,
+                            unsigned min_ndim, ckpt_err *err)
+{
+    int rc = 0;
+    uint16_t nlen = rd_u16(r);
+    t->info.name = rd_str(r, nlen, arena);
+    uint8_t dlen = rd_u8(r);
+    const uint8_t *d = rd_take(r, dlen);
+    uint8_t ndim = rd_u8(r);
+    if (r->bad)
+        BAD("index: %s record %zu is truncated", what, i);
+    if (nlen == 0)
+        BAD("index: %s %zu has an empty name", what, i);
+    if (dlen >= sizeof t->dtype || memchr(d, 0, dlen) || ndim < min_ndim || ndim > 64)
+        BAD("index: %s '%s' has an invalid dtype or rank", what, t->info.name);
+    memcpy(t->dtype, d, dlen);
+    t->dtype[dlen] = 0;
+    t->info.ndim = ndim;
+    t->shape = calloc(ndim ? ndim : 1, sizeof *t->shape);
+    if (!t->shape)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    for (unsigned j = 0; j < ndim; j++)
+        t->shape[j] = rd_u64(r);
+fail:
+    return rc;
+}
+
 /* Tensor records: each owns exactly one tensor extent of its file, of the
  * size its dtype and shape need; every tensor extent has its tensor. */
 static int index_tensors(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
@@ -316,24 +347,9 @@ static int index_tensors(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
     size_t nf = p->n_files, ne = p->n_extents;
     for (size_t i = 0; i < p->n_tensors; i++) {
         tensor_rec *t = &p->tensors[i];
-        uint16_t nlen = rd_u16(r);
-        t->info.name = rd_str(r, nlen, arena);
-        uint8_t dlen = rd_u8(r);
-        const uint8_t *d = rd_take(r, dlen);
-        uint8_t ndim = rd_u8(r);
-        if (r->bad)
-            BAD("index: tensor record %zu is truncated", i);
-        if (nlen == 0)
-            BAD("index: tensor %zu has an empty name", i);
-        if (dlen >= sizeof t->dtype || memchr(d, 0, dlen) || ndim > 64)
-            BAD("index: tensor '%s' has an invalid dtype or rank", t->info.name);
-        memcpy(t->dtype, d, dlen);
-        t->dtype[dlen] = 0;
-        t->shape = calloc(ndim ? ndim : 1, sizeof *t->shape);
-        if (!t->shape)
-            return ckpt_fail(err, -ENOMEM, "out of memory");
-        for (unsigned j = 0; j < ndim; j++)
-            t->shape[j] = rd_u64(r);
+        if ((rc = read_tensor_head(r, arena, t, "tensor", i, 0, err)) < 0)
+            goto fail;
+        uint8_t ndim = (uint8_t)t->info.ndim;
         uint32_t fi = rd_u32(r);
         uint64_t ei = rd_u64(r);
         uint64_t eoff = p->version >= 2 ? rd_u64(r) : 0;
@@ -465,25 +481,11 @@ static int index_assembled(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
     for (size_t k = 0; k < na; k++) {
         tensor_rec *t = &p->tensors[ns + k];
         p->n_tensors = ns + k + 1; /* so that ckpt_close frees what was read */
-        uint16_t nlen = rd_u16(r);
-        t->info.name = rd_str(r, nlen, arena);
-        uint8_t dlen = rd_u8(r);
-        const uint8_t *d = rd_take(r, dlen);
-        uint8_t ndim = rd_u8(r);
-        if (r->bad)
-            BAD("index: assembled tensor record %zu is truncated", k);
-        if (nlen == 0)
-            BAD("index: assembled tensor %zu has an empty name", k);
-        if (dlen >= sizeof t->dtype || memchr(d, 0, dlen) || ndim < 1 || ndim > 64)
-            BAD("index: assembled tensor '%s' has an invalid dtype or rank", t->info.name);
-        memcpy(t->dtype, d, dlen);
-        t->dtype[dlen] = 0;
+        if ((rc = read_tensor_head(r, arena, t, "assembled tensor", k, 1, err)) < 0)
+            goto fail;
+        uint8_t ndim = (uint8_t)t->info.ndim;
         if (!ckpt_dtype_valid(t->dtype))
             BAD("index: assembled tensor '%s' has unknown dtype '%s'", t->info.name, t->dtype);
-        if (!(t->shape = calloc(ndim, sizeof *t->shape)))
-            return ckpt_fail(err, -ENOMEM, "out of memory");
-        for (unsigned j = 0; j < ndim; j++)
-            t->shape[j] = rd_u64(r);
         uint64_t np = rd_u32(r);
         if (r->bad || np == 0 || np > ns || np > (r->len - r->pos) / 4)
             BAD("index: assembled tensor '%s' has an invalid part count", t->info.name);

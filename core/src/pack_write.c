@@ -1192,6 +1192,21 @@ void ckpt_writer_abort(ckpt_writer *w)
     writer_free(w); /* stops the threads first, then removes the temporary file */
 }
 
+/* The head of a tensor record, stored and assembled alike: name, dtype,
+ * rank, shape (FORMAT.md section 4). */
+static void bb_tensor_head(bytebuf *b, const char *name, const char *dtype, uint32_t ndim,
+                           const uint64_t *shape)
+{
+    size_t len = strlen(name), dl = strlen(dtype);
+    bb_u16(b, (uint16_t)len);
+    bb_put(b, name, len);
+    bb_u8(b, (uint8_t)dl);
+    bb_put(b, dtype, dl);
+    bb_u8(b, (uint8_t)ndim);
+    for (uint32_t j = 0; j < ndim; j++)
+        bb_u64(b, shape[j]);
+}
+
 static void build_index(ckpt_writer *w, size_t n_assembled, bytebuf *b)
 {
     bb_u32(b, TPACK_INDEX_MAGIC);
@@ -1228,14 +1243,7 @@ static void build_index(ckpt_writer *w, size_t n_assembled, bytebuf *b)
     }
     for (size_t i = 0; i < w->n_tensors; i++) {
         const wtensor *t = &w->tensors[i];
-        size_t len = strlen(t->name), dl = strlen(t->dtype);
-        bb_u16(b, (uint16_t)len);
-        bb_put(b, t->name, len);
-        bb_u8(b, (uint8_t)dl);
-        bb_put(b, t->dtype, dl);
-        bb_u8(b, (uint8_t)t->ndim);
-        for (uint32_t j = 0; j < t->ndim; j++)
-            bb_u64(b, t->shape[j]);
+        bb_tensor_head(b, t->name, t->dtype, t->ndim, t->shape);
         bb_u32(b, t->file_index);
         bb_u64(b, t->extent_index);
         bb_u64(b, t->extent_offset);
@@ -1266,14 +1274,7 @@ static void build_index(ckpt_writer *w, size_t n_assembled, bytebuf *b)
         const wgroup *g = &w->groups[i];
         if (!g->assembled)
             continue;
-        size_t len = strlen(g->whole), dl = strlen(g->dtype);
-        bb_u16(b, (uint16_t)len);
-        bb_put(b, g->whole, len);
-        bb_u8(b, (uint8_t)dl);
-        bb_put(b, g->dtype, dl);
-        bb_u8(b, (uint8_t)g->ndim);
-        for (uint32_t j = 0; j < g->ndim; j++)
-            bb_u64(b, g->shape[j]);
+        bb_tensor_head(b, g->whole, g->dtype, g->ndim, g->shape);
         bb_u32(b, (uint32_t)g->n_parts);
         for (size_t j = 0; j < g->n_parts; j++)
             bb_u32(b, (uint32_t)g->parts[j]);

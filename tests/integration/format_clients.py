@@ -202,6 +202,45 @@ def write_dcp_ranks(d, seed, dim):
     mp.spawn(_rank_main, args=(2, free_port(), d, seed, dim), nprocs=2, join=True)
 
 
+def _rank_load(rank, world, port, d, seed, dim, out):
+    """One rank of a 2-rank dcp.load: each rank asks for its own shard
+    (Shard(dim) DTensors, as the save made them) and writes the names of the
+    tensors whose local shard differs from the source's to out.RANK."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    want = {k: distribute_tensor(v, mesh, [Shard(dim if v.dim() > dim else 0)]) for k, v in model_sd(seed).items()}
+    got = {k: distribute_tensor(torch.zeros_like(v), mesh, [Shard(dim if v.dim() > dim else 0)])
+           for k, v in model_sd(seed).items()}
+    dcp.load(got, checkpoint_id=d)
+    bad = [k for k in want if not torch.equal(bits(got[k].to_local()), bits(want[k].to_local()))]
+    with open("%s.%d" % (out, rank), "w") as f:
+        f.write(json.dumps({"bad": bad, "n": len(want)}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def check_dcp_load_ranks(d, seed, dim, label):
+    """2 gloo ranks dcp.load their shards through the mount."""
+    import tempfile
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rank")
+        try:
+            mp.spawn(_rank_load, args=(2, free_port(), d, seed, dim, out), nprocs=2, join=True)
+            res = [json.load(open("%s.%d" % (out, r))) for r in range(2)]
+        except Exception as e:  # noqa: BLE001
+            return report(False, label + ": dcp.load by 2 ranks through the mount", repr(e))
+    bad = res[0]["bad"] + res[1]["bad"]
+    report(not bad, label + ": dcp.load by 2 ranks through the mount: each rank's shards equal the source's (%d tensors)"
+           % res[0]["n"], bad[:5])
+
+
 def expected_dcp(src, seed, fmt):
     """{name: tensor} tensors/ must show for a DCP save, from torch's own
     reading of its .metadata: a tensor whose chunks are cut along dim 0
@@ -496,6 +535,8 @@ def check(fmt, ckpt, src, seed):
                 if n in want:
                     check_tensor(ckpt, e, want[n], fmt)
         check_dcp_load(ckpt, seed, fmt)
+        if fmt in ("dcp_ranks", "dcp_ranks_dim1"):
+            check_dcp_load_ranks(ckpt, seed, 0 if fmt == "dcp_ranks" else 1, fmt)
     else:
         CLIENTS[fmt](ckpt, src, seed)
 
