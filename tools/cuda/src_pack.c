@@ -16,6 +16,7 @@ typedef struct pack_src {
     cc_source base;
     ckpt_pack *p;
     cc_tensor *tensors;
+    size_t *index; /* tensors[k] is the pack's tensor index[k] */
     uint32_t chunk_size;
 } pack_src;
 
@@ -51,9 +52,10 @@ static int pack_read(cc_source *s, void *p, size_t i, uint64_t off, void *buf, s
 {
     pack_src *ps = (pack_src *)s;
     pack_reader *rd = p;
-    const ckpt_tensor_info *t = ckpt_tensor_at(ps->p, i);
+    const ckpt_tensor_info *t = i < s->n ? ckpt_tensor_at(ps->p, ps->index[i]) : NULL;
     if (!t || off > t->nbytes || len > t->nbytes - off)
         return cc_fail(err, -EINVAL, "%s: read past the end of tensor %zu", s->origin, i);
+    i = ps->index[i];
     uint8_t *dst = buf;
     /* One stretch of one file at a time: a stored tensor is one, an
      * assembled one (a DCP tensor saved in chunks) one per part. */
@@ -114,6 +116,7 @@ static void pack_close(cc_source *s)
     pack_src *ps = (pack_src *)s;
     ckpt_close(ps->p);
     free(ps->tensors);
+    free(ps->index);
     free(ps);
 }
 
@@ -133,15 +136,25 @@ int cc_source_open_pack(const char *path, const ckpt_key *key, cc_source **out, 
     ps->chunk_size = info.chunk_size;
     size_t n = ckpt_tensor_count(ps->p);
     ps->tensors = calloc(n ? n : 1, sizeof *ps->tensors);
-    if (!ps->tensors) {
+    ps->index = calloc(n ? n : 1, sizeof *ps->index);
+    if (!ps->tensors || !ps->index) {
         ckpt_close(ps->p);
+        free(ps->tensors);
+        free(ps->index);
         free(ps);
         return cc_fail(err, -ENOMEM, "%s: out of memory", path);
     }
-    /* The strings live in the open pack, which outlives the source's users. */
+    /* The strings live in the open pack, which outlives the source's users.
+     * The tensors are the mount's: a chunk of an assembled tensor (a DCP
+     * tensor saved in dim-0 shards) is loaded as part of it, not again on
+     * its own. */
+    size_t shown = 0;
     for (size_t i = 0; i < n; i++) {
         const ckpt_tensor_info *t = ckpt_tensor_at(ps->p, i);
-        cc_tensor *d = &ps->tensors[i];
+        if (t->part_of != SIZE_MAX)
+            continue;
+        ps->index[shown] = i;
+        cc_tensor *d = &ps->tensors[shown++];
         d->name = t->name;
         d->dtype = t->dtype;
         d->ndim = t->ndim;
@@ -153,7 +166,7 @@ int cc_source_open_pack(const char *path, const ckpt_key *key, cc_source **out, 
     ps->base.origin = ckpt_path(ps->p);
     ps->base.kind = "pack";
     ps->base.granule = info.chunk_size;
-    ps->base.n = n;
+    ps->base.n = shown;
     ps->base.tensors = ps->tensors;
     ps->base.reader_new = pack_reader_new;
     ps->base.reader_free = pack_reader_free;
