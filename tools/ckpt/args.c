@@ -1,6 +1,6 @@
-/* Command-line values and usage errors. Every usage error ends in a pointer
- * to the help, and exits with EXIT_USAGE so scripts can tell a typo from a
- * failed operation. */
+/* Command lines, their values and usage errors. Every usage error ends in a
+ * pointer to the help, and exits with EXIT_USAGE so scripts can tell a typo
+ * from a failed operation. */
 #include "cli.h"
 
 #include <errno.h>
@@ -71,5 +71,51 @@ int cli_parse_chunk_size(const char *s, uint32_t *out)
     if (v < CKPT_CHUNK_MIN || v > CKPT_CHUNK_MAX || (v & (v - 1)) != 0)
         return -1;
     *out = (uint32_t)v;
+    return 0;
+}
+
+/* The next free slot of the positionals takes arg; none left is an error. */
+static int take_positional(const cli_args *a, const char *arg)
+{
+    for (size_t i = 0; i < sizeof a->pos / sizeof a->pos[0] && a->pos[i]; i++) {
+        if (!*a->pos[i]) {
+            *a->pos[i] = arg;
+            return 0;
+        }
+    }
+    return cli_usage_error(a->cmd, "unexpected argument '%s'%s", arg, a->surplus ? a->surplus : "");
+}
+
+int cli_parse_args(int argc, char **argv, const cli_args *a)
+{
+    int c, rc;
+    optind = 0;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, a->optstring, a->longopts, NULL)) != -1) {
+        if (cli_keyopt(c, optarg, a->keys))
+            continue;
+        if (c == 1) {
+            rc = take_positional(a, optarg);
+        } else if (c == OPT_THREADS && a->threads) {
+            rc = cli_parse_uint(optarg, 0, 1024, a->threads) < 0
+                     ? cli_usage_error(a->cmd, "bad --threads '%s': expected 0..1024", optarg)
+                     : 0;
+        } else if (c == 'h') {
+            fputs(a->help, stdout);
+            return -1;
+        } else if (c == '?' || c == ':' || !a->own) {
+            rc = cli_bad_option(a->cmd, c, argv);
+        } else {
+            rc = a->own(a->ud, c, optarg);
+        }
+        if (rc)
+            return rc;
+    }
+    /* What follows "--" is positional too. */
+    for (; optind < argc; optind++)
+        if ((rc = take_positional(a, argv[optind])))
+            return rc;
+    if (!*a->pos[0])
+        return cli_usage_error(a->cmd, "missing %s", a->pos0_name);
     return 0;
 }

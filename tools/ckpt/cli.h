@@ -97,6 +97,30 @@ int cli_open_pack(const char *path, const cli_keyopts *k, ckpt_pack **out, ckpt_
 int cli_resolve_pack(const char **path, char *buf, size_t cap);
 void cli_close_pack(ckpt_pack *p, ckpt_key *key);
 
+/* ------------------------------------------------- a command's options */
+
+/* How cli_parse_args reads a command line. What the pack commands share is
+ * handled there: positionals, the key and S3 options, --threads and -h;
+ * every other option of the table goes to own. Messages name cmd. */
+typedef struct cli_args {
+    const char *cmd;
+    const char *help;      /* what -h prints */
+    const char *optstring; /* CLI_OPTSTRING_PREFIX and the short options */
+    const struct option *longopts;
+    const char **pos[2];   /* the positionals, in order; pos[1] may be NULL */
+    const char *pos0_name; /* pos[0] is required: "missing PACK" */
+    const char *surplus;   /* appended to "unexpected argument 'X'", or NULL */
+    cli_keyopts *keys;
+    unsigned *threads; /* NULL: the command has no --threads */
+    /* 0, or an exit status after saying why. NULL: no options of its own. */
+    int (*own)(void *ud, int c, const char *arg);
+    void *ud;
+} cli_args;
+
+/* 0 when the command should run, -1 after printing the help, or EXIT_USAGE.
+ * The command's own checks of the result follow, cli_keyopts_check last. */
+int cli_parse_args(int argc, char **argv, const cli_args *a);
+
 /* ----------------------------------------------------- packs by URL */
 
 /* Whether a pack name is an S3 URL (s3://BUCKET/[PREFIX/]NAME). */

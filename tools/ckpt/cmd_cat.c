@@ -33,6 +33,14 @@ struct cat_opts {
     unsigned threads;
 };
 
+static int cat_opt(void *ud, int c, const char *arg)
+{
+    struct cat_opts *o = ud;
+    if (c == OPT_TENSOR)
+        o->tensor = arg;
+    return 0;
+}
+
 static int parse_cat_opts(int argc, char **argv, struct cat_opts *o)
 {
     static const struct option opts[] = {
@@ -42,45 +50,21 @@ static int parse_cat_opts(int argc, char **argv, struct cat_opts *o)
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
-    int c;
-    optind = 0;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, CLI_OPTSTRING_PREFIX "h", opts, NULL)) != -1) {
-        if (cli_keyopt(c, optarg, &o->keys))
-            continue;
-        switch (c) {
-        case 1:
-            if (!o->pack)
-                o->pack = optarg;
-            else if (!o->path)
-                o->path = optarg;
-            else
-                return cli_usage_error("cat", "unexpected argument '%s'", optarg);
-            break;
-        case OPT_TENSOR:
-            o->tensor = optarg;
-            break;
-        case OPT_THREADS:
-            if (cli_parse_uint(optarg, 0, 1024, &o->threads) < 0)
-                return cli_usage_error("cat", "bad --threads '%s': expected 0..1024", optarg);
-            break;
-        case 'h':
-            fputs(cat_help, stdout);
-            return -1;
-        default:
-            return cli_bad_option("cat", c, argv);
-        }
-    }
-    for (; optind < argc; optind++) {
-        if (!o->pack)
-            o->pack = argv[optind];
-        else if (!o->path)
-            o->path = argv[optind];
-        else
-            return cli_usage_error("cat", "unexpected argument '%s'", argv[optind]);
-    }
-    if (!o->pack)
-        return cli_usage_error("cat", "missing PACK");
+    const cli_args a = {
+        .cmd = "cat",
+        .help = cat_help,
+        .optstring = CLI_OPTSTRING_PREFIX "h",
+        .longopts = opts,
+        .pos = {&o->pack, &o->path},
+        .pos0_name = "PACK",
+        .keys = &o->keys,
+        .threads = &o->threads,
+        .own = cat_opt,
+        .ud = o,
+    };
+    int rc = cli_parse_args(argc, argv, &a);
+    if (rc)
+        return rc;
     if (o->path && o->tensor)
         return cli_usage_error("cat", "give either PATH or --tensor NAME, not both");
     if (!o->path && !o->tensor)

@@ -54,6 +54,39 @@ struct pack_opts {
     int force;
 };
 
+static int pack_opt(void *ud, int c, const char *arg)
+{
+    struct pack_opts *o = ud;
+    unsigned level;
+    switch (c) {
+    case 'o':
+        o->out = arg;
+        break;
+    case OPT_CIPHER:
+        o->cipher = arg;
+        break;
+    case OPT_CHUNK_SIZE:
+        if (cli_parse_chunk_size(arg, &o->chunk_size) < 0)
+            return cli_usage_error("pack",
+                                   "bad --chunk-size '%s': expected a power of two "
+                                   "from 64K to 16M",
+                                   arg);
+        break;
+    case OPT_LEVEL:
+        if (cli_parse_uint(arg, 1, 9, &level) < 0)
+            return cli_usage_error("pack", "bad --level '%s': expected 1..9", arg);
+        o->level = (int)level;
+        break;
+    case OPT_NO_COMPRESS:
+        o->no_compress = 1;
+        break;
+    case 'f':
+        o->force = 1;
+        break;
+    }
+    return 0;
+}
+
 static int parse_pack_opts(int argc, char **argv, struct pack_opts *o)
 {
     static const struct option opts[] = {
@@ -68,60 +101,22 @@ static int parse_pack_opts(int argc, char **argv, struct pack_opts *o)
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
-    unsigned level;
-    int c;
-    optind = 0;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, CLI_OPTSTRING_PREFIX "o:fh", opts, NULL)) != -1) {
-        if (cli_keyopt(c, optarg, &o->keys))
-            continue;
-        switch (c) {
-        case 1:
-            if (o->src)
-                return cli_usage_error("pack", "unexpected argument '%s' (one SRC only)", optarg);
-            o->src = optarg;
-            break;
-        case 'o':
-            o->out = optarg;
-            break;
-        case OPT_CIPHER:
-            o->cipher = optarg;
-            break;
-        case OPT_CHUNK_SIZE:
-            if (cli_parse_chunk_size(optarg, &o->chunk_size) < 0)
-                return cli_usage_error("pack",
-                                       "bad --chunk-size '%s': expected a power of two "
-                                       "from 64K to 16M",
-                                       optarg);
-            break;
-        case OPT_LEVEL:
-            if (cli_parse_uint(optarg, 1, 9, &level) < 0)
-                return cli_usage_error("pack", "bad --level '%s': expected 1..9", optarg);
-            o->level = (int)level;
-            break;
-        case OPT_NO_COMPRESS:
-            o->no_compress = 1;
-            break;
-        case OPT_THREADS:
-            if (cli_parse_uint(optarg, 0, 1024, &o->threads) < 0)
-                return cli_usage_error("pack", "bad --threads '%s': expected 0..1024", optarg);
-            break;
-        case 'f':
-            o->force = 1;
-            break;
-        case 'h':
-            fputs(pack_help, stdout);
-            return -1;
-        default:
-            return cli_bad_option("pack", c, argv);
-        }
-    }
-    if (optind < argc && !o->src)
-        o->src = argv[optind++];
-    if (optind < argc)
-        return cli_usage_error("pack", "unexpected argument '%s' (one SRC only)", argv[optind]);
-    if (!o->src)
-        return cli_usage_error("pack", "missing SRC");
+    const cli_args a = {
+        .cmd = "pack",
+        .help = pack_help,
+        .optstring = CLI_OPTSTRING_PREFIX "o:fh",
+        .longopts = opts,
+        .pos = {&o->src},
+        .pos0_name = "SRC",
+        .surplus = " (one SRC only)",
+        .keys = &o->keys,
+        .threads = &o->threads,
+        .own = pack_opt,
+        .ud = o,
+    };
+    int rc = cli_parse_args(argc, argv, &a);
+    if (rc)
+        return rc;
     if (!o->out)
         return cli_usage_error("pack", "missing -o OUT.tpack");
     if (o->no_compress && o->level > 0)

@@ -41,6 +41,16 @@ struct unpack_opts {
     int force;
 };
 
+static int unpack_opt(void *ud, int c, const char *arg)
+{
+    struct unpack_opts *o = ud;
+    if (c == 'o')
+        o->dir = arg;
+    else if (c == 'f')
+        o->force = 1;
+    return 0;
+}
+
 static int parse_unpack_opts(int argc, char **argv, struct unpack_opts *o)
 {
     static const struct option opts[] = {
@@ -51,41 +61,21 @@ static int parse_unpack_opts(int argc, char **argv, struct unpack_opts *o)
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
-    int c;
-    optind = 0;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, CLI_OPTSTRING_PREFIX "o:fh", opts, NULL)) != -1) {
-        if (cli_keyopt(c, optarg, &o->keys))
-            continue;
-        switch (c) {
-        case 1:
-            if (o->pack)
-                return cli_usage_error("unpack", "unexpected argument '%s'", optarg);
-            o->pack = optarg;
-            break;
-        case 'o':
-            o->dir = optarg;
-            break;
-        case OPT_THREADS:
-            if (cli_parse_uint(optarg, 0, 1024, &o->threads) < 0)
-                return cli_usage_error("unpack", "bad --threads '%s': expected 0..1024", optarg);
-            break;
-        case 'f':
-            o->force = 1;
-            break;
-        case 'h':
-            fputs(unpack_help, stdout);
-            return -1;
-        default:
-            return cli_bad_option("unpack", c, argv);
-        }
-    }
-    if (optind < argc && !o->pack)
-        o->pack = argv[optind++];
-    if (optind < argc)
-        return cli_usage_error("unpack", "unexpected argument '%s'", argv[optind]);
-    if (!o->pack)
-        return cli_usage_error("unpack", "missing PACK");
+    const cli_args a = {
+        .cmd = "unpack",
+        .help = unpack_help,
+        .optstring = CLI_OPTSTRING_PREFIX "o:fh",
+        .longopts = opts,
+        .pos = {&o->pack},
+        .pos0_name = "PACK",
+        .keys = &o->keys,
+        .threads = &o->threads,
+        .own = unpack_opt,
+        .ud = o,
+    };
+    int rc = cli_parse_args(argc, argv, &a);
+    if (rc)
+        return rc;
     if (!o->dir)
         return cli_usage_error("unpack", "missing -o DIR");
     return cli_keyopts_check("unpack", &o->keys);

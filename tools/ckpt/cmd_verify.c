@@ -36,36 +36,18 @@ static int parse_verify_opts(int argc, char **argv, struct verify_opts *o)
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
-    int c;
-    optind = 0;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, CLI_OPTSTRING_PREFIX "h", opts, NULL)) != -1) {
-        if (cli_keyopt(c, optarg, &o->keys))
-            continue;
-        switch (c) {
-        case 1:
-            if (o->pack)
-                return cli_usage_error("verify", "unexpected argument '%s'", optarg);
-            o->pack = optarg;
-            break;
-        case OPT_THREADS:
-            if (cli_parse_uint(optarg, 0, 1024, &o->threads) < 0)
-                return cli_usage_error("verify", "bad --threads '%s': expected 0..1024", optarg);
-            break;
-        case 'h':
-            fputs(verify_help, stdout);
-            return -1;
-        default:
-            return cli_bad_option("verify", c, argv);
-        }
-    }
-    if (optind < argc && !o->pack)
-        o->pack = argv[optind++];
-    if (optind < argc)
-        return cli_usage_error("verify", "unexpected argument '%s'", argv[optind]);
-    if (!o->pack)
-        return cli_usage_error("verify", "missing PACK");
-    return cli_keyopts_check("verify", &o->keys);
+    const cli_args a = {
+        .cmd = "verify",
+        .help = verify_help,
+        .optstring = CLI_OPTSTRING_PREFIX "h",
+        .longopts = opts,
+        .pos = {&o->pack},
+        .pos0_name = "PACK",
+        .keys = &o->keys,
+        .threads = &o->threads,
+    };
+    int rc = cli_parse_args(argc, argv, &a);
+    return rc ? rc : cli_keyopts_check("verify", &o->keys);
 }
 
 struct fault_ctx {
