@@ -2,6 +2,8 @@
  * test_tensorizer_format.c): run a Python generator from the pinned venv
  * into a scratch directory, read its manifest, parse a file from memory
  * and compare every tensor and region with what the generator recorded.
+ * The in-memory source, the layout lookups and the byte builder serve the
+ * torch and DCP tests too (through torch_fixtures.h).
  *
  * The venv's python is $CKPT_PYTHON, else $B/venv/bin/python (B defaults to
  * build), relative to the repository root the tests run from; make it with
@@ -74,6 +76,56 @@ static inline void ff_expect_fault(const container_format *f, const uint8_t *p, 
     cr_assert_eq(r.l.n, 0);
     cr_assert_null(r.l.t);
     ff_layout_free(&r.l);
+}
+
+static inline const ingest_tensor *ff_find_tensor(const ingest_layout *l, const char *name)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->t[i].name, name) == 0)
+            return &l->t[i];
+    return NULL;
+}
+
+static inline const ingest_skipped *ff_find_skipped(const ingest_layout *l, const char *name)
+{
+    for (size_t i = 0; i < l->n_skipped; i++)
+        if (strcmp(l->skipped[i].name, name) == 0)
+            return &l->skipped[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------ builder */
+
+/* Hostile files are written byte by byte into one of these. */
+typedef struct ff_buf {
+    uint8_t *p;
+    size_t len, cap;
+} ff_buf;
+
+static inline void ff_put(ff_buf *b, const void *d, size_t n)
+{
+    if (b->len + n > b->cap) {
+        b->cap = (b->len + n) * 2 + 64;
+        b->p = realloc(b->p, b->cap);
+        cr_assert_not_null(b->p);
+    }
+    if (n)
+        memcpy(b->p + b->len, d, n);
+    b->len += n;
+}
+
+static inline void ff_byte(ff_buf *b, uint8_t c)
+{
+    ff_put(b, &c, 1);
+}
+
+/* v as n bytes, little-endian. */
+static inline void ff_le(ff_buf *b, uint64_t v, unsigned n)
+{
+    uint8_t t[8];
+    for (unsigned i = 0; i < n; i++)
+        t[i] = (uint8_t)(v >> (8 * i));
+    ff_put(b, t, n);
 }
 
 /* ------------------------------------------------------------ generator */

@@ -28,23 +28,13 @@
 
 /* ------------------------------------------------------------ sources */
 
+/* A .distcp file and its sibling .metadata, in memory. */
 typedef struct mem {
-    const uint8_t *p;
-    size_t len;
-    const uint8_t *meta; /* the sibling .metadata, or NULL for none */
+    ff_mem file;
+    const uint8_t *meta; /* NULL: no .metadata */
     size_t meta_len;
     int meta_err; /* returned instead when non-zero */
 } mem;
-
-static ssize_t mem_read(void *ud, void *buf, size_t len, uint64_t off)
-{
-    const mem *m = ud;
-    if (off >= m->len)
-        return 0;
-    size_t n = m->len - (size_t)off < len ? m->len - (size_t)off : len;
-    memcpy(buf, m->p + off, n);
-    return (ssize_t)n;
-}
 
 static int mem_sibling(void *ud, const char *name, uint8_t **out, size_t *len, size_t max)
 {
@@ -63,84 +53,24 @@ static int mem_sibling(void *ud, const char *name, uint8_t **out, size_t *len, s
     return 0;
 }
 
-typedef struct result {
-    int rc;
-    char msg[512];
-    ingest_layout l;
-} result;
-
-static void check_invariants(const ingest_layout *l, uint64_t size)
-{
-    for (size_t i = 0; i < l->n_regions; i++) {
-        const ingest_region *r = &l->regions[i];
-        unsigned es = ckpt_dtype_size(r->dtype);
-        cr_assert_gt(es, 0, "region dtype %s", r->dtype);
-        cr_assert(r->offset <= size && r->length <= size - r->offset);
-        cr_assert_eq(r->length % es, 0);
-        if (i)
-            cr_assert_geq(r->offset, l->regions[i - 1].offset + l->regions[i - 1].length);
-    }
-    for (size_t i = 0; i < l->n; i++) {
-        const ingest_tensor *t = &l->t[i];
-        uint64_t n = ckpt_dtype_size(t->dtype);
-        for (uint32_t d = 0; d < t->ndim; d++)
-            n *= t->shape[d];
-        cr_assert_eq(n, t->nbytes, "%s: nbytes", t->name);
-        if (i)
-            cr_assert_geq(t->offset, l->t[i - 1].offset);
-        bool inside = false;
-        for (size_t r = 0; r < l->n_regions; r++) {
-            const ingest_region *g = &l->regions[r];
-            inside |= t->offset >= g->offset && t->offset + t->nbytes <= g->offset + g->length &&
-                      strcmp(g->dtype, t->dtype) == 0;
-        }
-        cr_assert(inside, "tensor %s lies in no %s region", t->name, t->dtype);
-    }
-    if (l->n)
-        cr_assert_eq(l->header_bytes, l->t[0].offset);
-}
-
 /* describe() of file p as path, with meta as its sibling .metadata (NULL:
  * no sibling reader at all). */
-static result describe(const uint8_t *p, size_t len, const char *path, const uint8_t *meta,
-                       size_t meta_len, bool with_reader)
+static tf_result describe(const uint8_t *p, size_t len, const char *path, const uint8_t *meta,
+                          size_t meta_len, bool with_reader)
 {
-    result r;
-    memset(&r, 0, sizeof r);
-    mem m = {p, len, meta, meta_len, 0};
-    ingest_source src = {.read = mem_read, .ud = &m, .size = len, .name = path};
+    mem m = {{p, len}, meta, meta_len, 0};
+    ingest_source src = {.read = ff_mem_read, .ud = &m.file, .size = len, .name = path};
     if (with_reader) {
         src.read_sibling = mem_sibling;
         src.sibling_ud = &m;
     }
-    cr_assert(ckpt_format_dcp.sniff(path, p, len < 4096 ? len : 4096, len));
-    r.rc = ckpt_format_dcp.describe(&src, path, &r.l, r.msg, sizeof r.msg);
-    if (r.rc == 0)
-        check_invariants(&r.l, len);
+    tf_result r = tf_describe(&ckpt_format_dcp, &src, p, len, path);
+    cr_assert(r.sniff);
     if (r.rc < 0) {
-        cr_assert_eq(r.l.n, 0);
-        cr_assert_eq(r.l.n_regions, 0);
         cr_assert_eq(r.l.n_skipped, 0);
-        cr_assert_null(strchr(r.msg, '\n'));
         cr_assert(strncmp(r.msg, "dcp: ", 5) == 0, "message: %s", r.msg);
     }
     return r;
-}
-
-static const ingest_tensor *find_tensor(const ingest_layout *l, const char *name)
-{
-    for (size_t i = 0; i < l->n; i++)
-        if (strcmp(l->t[i].name, name) == 0)
-            return &l->t[i];
-    return NULL;
-}
-
-static const ingest_skipped *find_skipped(const ingest_layout *l, const char *name)
-{
-    for (size_t i = 0; i < l->n_skipped; i++)
-        if (strcmp(l->skipped[i].name, name) == 0)
-            return &l->skipped[i];
-    return NULL;
 }
 
 /* ------------------------------------------------------------ real torch */
@@ -149,7 +79,7 @@ typedef struct loaded {
     char key[512]; /* "dir/file" */
     uint8_t *file, *meta;
     size_t flen, mlen;
-    result with, without;
+    tf_result with, without;
 } loaded;
 
 static void load(loaded *x, const char *root, const char *d, const char *f)
@@ -167,7 +97,7 @@ static void load(loaded *x, const char *root, const char *d, const char *f)
     /* without .metadata (no reader; a reader but no file): the scan finds
      * the same storage regions, and names nothing */
     for (int k = 0; k < 2; k++) {
-        result *w = &x->without;
+        tf_result *w = &x->without;
         *w = describe(x->file, x->flen, x->key, NULL, 0, k == 1);
         cr_assert_eq(w->rc, 0, "%s: scan rc %d: %s", x->key, w->rc, w->msg);
         cr_assert_eq(w->l.n, 0);
@@ -185,10 +115,10 @@ static void load(loaded *x, const char *root, const char *d, const char *f)
     }
     /* a .metadata that is not DCP's: scanned, and the manifest says why */
     static const uint8_t junk[] = {0x80, 2, 'N', '.'};
-    result j = describe(x->file, x->flen, x->key, junk, sizeof junk, true);
+    tf_result j = describe(x->file, x->flen, x->key, junk, sizeof junk, true);
     cr_assert_eq(j.rc, 0, "%s: %s", x->key, j.msg);
     cr_assert_eq(j.l.n_regions, x->with.l.n_regions);
-    const ingest_skipped *s = find_skipped(&j.l, ".metadata");
+    const ingest_skipped *s = ff_find_skipped(&j.l, ".metadata");
     cr_assert_not_null(s);
     cr_assert_str_eq(s->reason, "ignored: the pickle holds a None, not a "
                                 "torch.distributed.checkpoint.metadata.Metadata");
@@ -241,20 +171,7 @@ static size_t check_fixtures(const char *root)
             continue;
         }
         cr_assert_eq(nf, 7, "bad expect line");
-        const ingest_tensor *t = find_tensor(l, f[3]);
-        cr_assert_not_null(t, "%s: tensor '%s' not found", key, f[3]);
-        cr_assert_str_eq(t->dtype, f[4], "%s: %s", key, f[3]);
-        char shape[512] = "";
-        for (uint32_t d = 0; d < t->ndim; d++)
-            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%llu", d ? "," : "",
-                     (unsigned long long)t->shape[d]);
-        cr_assert_str_eq(shape, f[5], "%s: %s shape", key, f[3]);
-        cr_assert(t->offset <= x.flen && t->nbytes <= x.flen - t->offset);
-        uint8_t sum[32];
-        char sx[65];
-        tu_sha256(x.file + t->offset, (size_t)t->nbytes, sum);
-        tf_hex(sum, 32, sx);
-        cr_assert_str_eq(sx, f[6], "%s: %s bytes differ from torch's", key, f[3]);
+        tf_check_tensor(l, x.file, x.flen, key, &f[3]);
         checked++;
     }
     if (x.file)
@@ -327,13 +244,13 @@ Test(dcp_real, torch2_checkpoints, .timeout = 600)
     char *mdir = tu_join(dir, "megatron"), *common = tu_join(mdir, "common.pt");
     size_t clen;
     uint8_t *c = tu_read_file(common, &clen);
-    mem m = {c, clen, NULL, 0, 0};
-    ingest_source src = {.read = mem_read, .ud = &m, .size = clen, .name = "common.pt"};
+    ff_mem m = {c, clen};
+    ingest_source src = {.read = ff_mem_read, .ud = &m, .size = clen, .name = "common.pt"};
     ingest_layout l;
     char msg[512];
     cr_assert(ckpt_format_torch.sniff("common.pt", c, clen < 4096 ? clen : 4096, clen));
     cr_assert_eq(ckpt_format_torch.describe(&src, "common.pt", &l, msg, sizeof msg), 0, "%s", msg);
-    cr_assert_not_null(find_tensor(&l, "rng"));
+    cr_assert_not_null(ff_find_tensor(&l, "rng"));
     ingest_layout_free(&l);
     cr_assert_not(ckpt_format_dcp.sniff("megatron/metadata.json", c, 0, 0));
     cr_assert_not(ckpt_format_dcp.sniff("megatron/.metadata", c, 0, 0));
@@ -348,54 +265,32 @@ Test(dcp_real, torch2_checkpoints, .timeout = 600)
 
 /* ------------------------------------------------------------ pickle assembly */
 
-typedef struct buf {
-    uint8_t *p;
-    size_t len, cap;
-} buf;
-
-static void put(buf *b, const void *d, size_t n)
+/* One opcode (or argument byte): the listings below read as pickle. */
+static void op(ff_buf *b, uint8_t c)
 {
-    if (b->len + n > b->cap) {
-        b->cap = (b->len + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        cr_assert_not_null(b->p);
-    }
-    if (n)
-        memcpy(b->p + b->len, d, n);
-    b->len += n;
+    ff_byte(b, c);
 }
 
-static void op(buf *b, uint8_t c)
-{
-    put(b, &c, 1);
-}
-
-static void le(buf *b, uint64_t v, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++)
-        op(b, (uint8_t)(v >> (8 * i)));
-}
-
-static void str(buf *b, const char *s)
+static void str(ff_buf *b, const char *s)
 {
     op(b, 'X');
-    le(b, strlen(s), 4);
-    put(b, s, strlen(s));
+    ff_le(b, strlen(s), 4);
+    ff_put(b, s, strlen(s));
 }
 
-static void num(buf *b, int64_t v)
+static void num(ff_buf *b, int64_t v)
 {
     op(b, 0x8a); /* LONG1 */
     op(b, 8);
-    le(b, (uint64_t)v, 8);
+    ff_le(b, (uint64_t)v, 8);
 }
 
-static void global(buf *b, const char *m, const char *n)
+static void global(ff_buf *b, const char *m, const char *n)
 {
     op(b, 'c');
-    put(b, m, strlen(m));
+    ff_put(b, m, strlen(m));
     op(b, '\n');
-    put(b, n, strlen(n));
+    ff_put(b, n, strlen(n));
     op(b, '\n');
 }
 
@@ -404,7 +299,7 @@ static void global(buf *b, const char *m, const char *n)
 
 /* cls.__new__(cls) whose state dict the caller fills between MARK and
  * end_obj(). */
-static void obj(buf *b, const char *m, const char *n)
+static void obj(ff_buf *b, const char *m, const char *n)
 {
     global(b, m, n);
     op(b, ')');
@@ -413,13 +308,13 @@ static void obj(buf *b, const char *m, const char *n)
     op(b, '(');
 }
 
-static void end_obj(buf *b)
+static void end_obj(ff_buf *b)
 {
     op(b, 'u'); /* SETITEMS */
     op(b, 'b'); /* BUILD */
 }
 
-static void size(buf *b, uint32_t n, const uint64_t *d)
+static void size(ff_buf *b, uint32_t n, const uint64_t *d)
 {
     global(b, "torch", "Size");
     op(b, '(');
@@ -430,7 +325,7 @@ static void size(buf *b, uint32_t n, const uint64_t *d)
     op(b, 'R');
 }
 
-static void props(buf *b, const char *dtype)
+static void props(ff_buf *b, const char *dtype)
 {
     global(b, MD, "TensorProperties");
     op(b, ')');
@@ -447,8 +342,8 @@ static void props(buf *b, const char *dtype)
 
 /* A TensorStorageMetadata of n dims with one chunk per entry of offs (each
  * chunk's sizes = csize). */
-static void tensor_md(buf *b, const char *dtype, uint32_t n, const uint64_t *gsize, size_t nchunks,
-                      const uint64_t (*offs)[4], const uint64_t *csize)
+static void tensor_md(ff_buf *b, const char *dtype, uint32_t n, const uint64_t *gsize,
+                      size_t nchunks, const uint64_t (*offs)[4], const uint64_t *csize)
 {
     obj(b, MD, "TensorStorageMetadata");
     str(b, "properties");
@@ -471,7 +366,7 @@ static void tensor_md(buf *b, const char *dtype, uint32_t n, const uint64_t *gsi
 }
 
 /* MetadataIndex(fqn, offsets) : _StorageInfo(path, offset, length) */
-static void item(buf *b, const char *fqn, uint32_t n, const uint64_t *offs, const char *path,
+static void item(ff_buf *b, const char *fqn, uint32_t n, const uint64_t *offs, const char *path,
                  int64_t off, int64_t len, bool transformed)
 {
     obj(b, MD, "MetadataIndex");
@@ -501,7 +396,7 @@ static void item(buf *b, const char *fqn, uint32_t n, const uint64_t *offs, cons
     end_obj(b);
 }
 
-static void md_begin(buf *b)
+static void md_begin(ff_buf *b)
 {
     op(b, 0x80);
     op(b, 2);
@@ -511,7 +406,7 @@ static void md_begin(buf *b)
     op(b, '(');
 }
 
-static void md_mid(buf *b)
+static void md_mid(ff_buf *b)
 {
     op(b, 'u');
     str(b, "storage_data");
@@ -519,7 +414,7 @@ static void md_mid(buf *b)
     op(b, '(');
 }
 
-static void md_end(buf *b)
+static void md_end(ff_buf *b)
 {
     op(b, 'u');
     end_obj(b);
@@ -532,9 +427,9 @@ static const uint64_t O0[4] = {0, 0}, O2[4] = {2, 0};
 
 /* Two chunks of "w" (rows 0-1 and 2-3) in __0_0.distcp at [a0, a0+l0) and
  * [a1, a1+l1), and a bytes item "step" at [s, s+sl). */
-static buf two_chunks(int64_t a0, int64_t l0, int64_t a1, int64_t l1, int64_t s, int64_t sl)
+static ff_buf two_chunks(int64_t a0, int64_t l0, int64_t a1, int64_t l1, int64_t s, int64_t sl)
 {
-    buf b = {0};
+    ff_buf b = {0};
     const uint64_t offs[2][4] = {{0, 0}, {2, 0}};
     md_begin(&b);
     str(&b, "w");
@@ -550,7 +445,7 @@ static buf two_chunks(int64_t a0, int64_t l0, int64_t a1, int64_t l1, int64_t s,
     return b;
 }
 
-static int parse(const buf *b, dcp_metadata *md, char *msg, size_t cap)
+static int parse(const ff_buf *b, dcp_metadata *md, char *msg, size_t cap)
 {
     int rc = dcp_metadata_parse(b->p, b->len, md, msg, cap);
     if (rc) {
@@ -574,7 +469,7 @@ static int parse(const buf *b, dcp_metadata *md, char *msg, size_t cap)
 
 Test(dcp_metadata, assembled_metadata_parses)
 {
-    buf b = two_chunks(0, 100, 100, 50, 150, 10);
+    ff_buf b = two_chunks(0, 100, 100, 50, 150, 10);
     dcp_metadata md;
     char msg[512];
     cr_assert_eq(parse(&b, &md, msg, sizeof msg), 0, "%s", msg);
@@ -593,7 +488,7 @@ Test(dcp_metadata, assembled_metadata_parses)
 
 Test(dcp_metadata, overlapping_items_are_refused)
 {
-    buf b = two_chunks(0, 100, 99, 50, 150, 10);
+    ff_buf b = two_chunks(0, 100, 99, 50, 150, 10);
     REFUSED(b, "items of '__0_0.distcp' overlap: 'w' at [0, 100) and 'w' at [99, 149)");
     b = two_chunks(0, 100, 100, 50, 120, 10);
     REFUSED(b, "'w' at [100, 150) and 'step' at [120, 130)");
@@ -601,14 +496,14 @@ Test(dcp_metadata, overlapping_items_are_refused)
 
 Test(dcp_metadata, bad_items_are_refused)
 {
-    buf b = two_chunks(-1, 100, 100, 50, 150, 10);
+    ff_buf b = two_chunks(-1, 100, 100, 50, 150, 10);
     REFUSED(b, "'w': its offset or length is not an integer >= 0");
     b = two_chunks(0, 100, 100, 50, 150, 10);
     free(b.p);
 
     /* a chunk past the tensor, an unknown fqn, a chunk named twice */
     const uint64_t offs[1][4] = {{3, 0}};
-    b = (buf){0};
+    b = (ff_buf){0};
     md_begin(&b);
     str(&b, "w");
     tensor_md(&b, "float32", 2, G, 1, offs, HALF);
@@ -616,7 +511,7 @@ Test(dcp_metadata, bad_items_are_refused)
     md_end(&b);
     REFUSED(b, "'w': chunk 0 runs past the tensor's size in dimension 0");
 
-    b = (buf){0};
+    b = (ff_buf){0};
     md_begin(&b);
     md_mid(&b);
     item(&b, "ghost", 0, NULL, "__0_0.distcp", 0, 1, false);
@@ -624,7 +519,7 @@ Test(dcp_metadata, bad_items_are_refused)
     REFUSED(b, "a storage item names 'ghost', which state_dict_metadata does not");
 
     const uint64_t one[1][4] = {{0, 0}};
-    b = (buf){0};
+    b = (ff_buf){0};
     md_begin(&b);
     str(&b, "w");
     tensor_md(&b, "float32", 2, G, 1, one, G);
@@ -634,7 +529,7 @@ Test(dcp_metadata, bad_items_are_refused)
     md_end(&b);
     REFUSED(b, "'w': two storage items name the same chunk");
 
-    b = (buf){0};
+    b = (ff_buf){0};
     md_begin(&b);
     str(&b, "w");
     tensor_md(&b, "float32", 2, G, 1, one, G);
@@ -646,7 +541,7 @@ Test(dcp_metadata, bad_items_are_refused)
 
 Test(dcp_metadata, unknown_globals_are_refused)
 {
-    buf b = {0};
+    ff_buf b = {0};
     op(&b, 0x80);
     op(&b, 2);
     global(&b, "os", "system");
@@ -656,7 +551,7 @@ Test(dcp_metadata, unknown_globals_are_refused)
     op(&b, '.');
     REFUSED(b, "the pickle holds os.system, not a torch.distributed.checkpoint.metadata.Metadata");
 
-    b = (buf){0};
+    b = (ff_buf){0};
     md_begin(&b);
     str(&b, "w");
     global(&b, "builtins", "eval");
@@ -667,7 +562,7 @@ Test(dcp_metadata, unknown_globals_are_refused)
     md_end(&b);
     REFUSED(b, "'w': unknown storage metadata builtins.eval");
 
-    b = (buf){0};
+    b = (ff_buf){0};
     md_begin(&b);
     str(&b, "w");
     tensor_md(&b, "float32", 2, G, 0, NULL, G);
@@ -683,7 +578,7 @@ Test(dcp_metadata, unknown_globals_are_refused)
     REFUSED(b, "'w': its storage is subprocess.Popen, not a _StorageInfo");
 
     /* a dtype that is not torch's */
-    b = (buf){0};
+    b = (ff_buf){0};
     md_begin(&b);
     str(&b, "w");
     obj(&b, MD, "TensorStorageMetadata");
@@ -705,7 +600,7 @@ Test(dcp_metadata, absurd_counts_through_shared_nodes_are_refused)
 {
     /* one chunks list of 1024 chunks, memoized, shared by 5000 tensors:
      * a small pickle that would make 5 million chunks */
-    buf b = {0};
+    ff_buf b = {0};
     md_begin(&b);
     const uint64_t g1[1] = {1024}, c1[1] = {1};
     str(&b, "t0");
@@ -757,7 +652,7 @@ Test(dcp_metadata, absurd_counts_through_shared_nodes_are_refused)
     uint64_t d33[33];
     for (int i = 0; i < 33; i++)
         d33[i] = 1;
-    b = (buf){0};
+    b = (ff_buf){0};
     md_begin(&b);
     str(&b, "w");
     obj(&b, MD, "TensorStorageMetadata");
@@ -772,7 +667,7 @@ Test(dcp_metadata, absurd_counts_through_shared_nodes_are_refused)
 
     /* a size whose bytes overflow */
     const uint64_t huge[2] = {1ull << 40, 1ull << 22};
-    b = (buf){0};
+    b = (ff_buf){0};
     md_begin(&b);
     str(&b, "w");
     tensor_md(&b, "float32", 2, huge, 0, NULL, huge);
@@ -783,7 +678,7 @@ Test(dcp_metadata, absurd_counts_through_shared_nodes_are_refused)
 
 Test(dcp_metadata, deep_nesting_and_cycles_are_refused)
 {
-    buf b = {0};
+    ff_buf b = {0};
     op(&b, 0x80);
     op(&b, 2);
     for (int i = 0; i < 200; i++)
@@ -794,7 +689,7 @@ Test(dcp_metadata, deep_nesting_and_cycles_are_refused)
     REFUSED(b, "values nest deeper than 64");
 
     /* a chunks list that contains itself */
-    b = (buf){0};
+    b = (ff_buf){0};
     md_begin(&b);
     str(&b, "w");
     obj(&b, MD, "TensorStorageMetadata");
@@ -815,7 +710,7 @@ Test(dcp_metadata, deep_nesting_and_cycles_are_refused)
     REFUSED(b, "'w': chunk 0 is a list, not a ChunkStorageMetadata");
 
     /* the Metadata's state dict holds the Metadata itself */
-    b = (buf){0};
+    b = (ff_buf){0};
     op(&b, 0x80);
     op(&b, 2);
     global(&b, MD, "Metadata");
@@ -838,9 +733,9 @@ Test(dcp_metadata, deep_nesting_and_cycles_are_refused)
 
 Test(dcp_describe, items_past_the_file_are_refused)
 {
-    buf b = two_chunks(0, 100, 100, 50, 150, 60);
+    ff_buf b = two_chunks(0, 100, 100, 50, 150, 60);
     uint8_t file[200] = {0};
-    result r = describe(file, sizeof file, "ckpt/__0_0.distcp", b.p, b.len, true);
+    tf_result r = describe(file, sizeof file, "ckpt/__0_0.distcp", b.p, b.len, true);
     cr_assert_eq(r.rc, -EINVAL);
     cr_assert_str_eq(r.msg, "dcp: .metadata places 'step' at [150, 210), past the end of the "
                             "file (200 bytes)");
@@ -859,16 +754,16 @@ Test(dcp_describe, unusable_items_are_skipped_not_fatal)
 {
     /* garbage where the archives should be: every item is skipped, the
      * file stays opaque; transformed items say so */
-    buf b = two_chunks(0, 100, 100, 50, 150, 10);
+    ff_buf b = two_chunks(0, 100, 100, 50, 150, 10);
     uint8_t file[160];
     memset(file, 0xAB, sizeof file);
-    result r = describe(file, sizeof file, "__0_0.distcp", b.p, b.len, true);
+    tf_result r = describe(file, sizeof file, "__0_0.distcp", b.p, b.len, true);
     cr_assert_eq(r.rc, 1, "rc %d: %s", r.rc, r.msg);
     cr_assert_eq(r.l.n, 0);
     free(b.p);
 
     const uint64_t one[1][4] = {{0, 0}};
-    b = (buf){0};
+    b = (ff_buf){0};
     md_begin(&b);
     str(&b, "w");
     tensor_md(&b, "float32", 2, G, 1, one, G);
@@ -880,9 +775,9 @@ Test(dcp_describe, unusable_items_are_skipped_not_fatal)
     cr_assert_eq(dcp_metadata_parse(b.p, b.len, &md, msg, sizeof msg), 0, "%s", msg);
     cr_assert(md.items[0].transformed);
     dcp_metadata_free(&md);
-    mem m = {file, sizeof file, b.p, b.len, 0};
-    ingest_source src = {.read = mem_read,
-                         .ud = &m,
+    mem m = {{file, sizeof file}, b.p, b.len, 0};
+    ingest_source src = {.read = ff_mem_read,
+                         .ud = &m.file,
                          .size = sizeof file,
                          .name = "x",
                          .read_sibling = mem_sibling,
@@ -898,11 +793,11 @@ Test(dcp_describe, invalid_or_unreadable_metadata_falls_back_to_the_scan)
     /* a tiny archive-free file: the scan finds nothing; no error */
     uint8_t file[64] = {'P', 'K', 3, 4};
     static const uint8_t junk[] = {0x80, 2, 'N', '.'};
-    result r = describe(file, sizeof file, "__0_0.distcp", junk, sizeof junk, true);
+    tf_result r = describe(file, sizeof file, "__0_0.distcp", junk, sizeof junk, true);
     cr_assert_eq(r.rc, 1, "rc %d: %s", r.rc, r.msg);
-    mem m = {file, sizeof file, NULL, 0, -EACCES};
-    ingest_source src = {.read = mem_read,
-                         .ud = &m,
+    mem m = {{file, sizeof file}, NULL, 0, -EACCES};
+    ingest_source src = {.read = ff_mem_read,
+                         .ud = &m.file,
                          .size = sizeof file,
                          .name = "x",
                          .read_sibling = mem_sibling,

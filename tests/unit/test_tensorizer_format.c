@@ -12,31 +12,6 @@
 
 /* ------------------------------------------------------------ builder */
 
-typedef struct gb {
-    uint8_t *p;
-    size_t len, cap;
-} gb;
-
-static void gb_put(gb *b, const void *d, size_t n)
-{
-    if (b->len + n > b->cap) {
-        b->cap = (b->len + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        cr_assert_not_null(b->p);
-    }
-    if (n)
-        memcpy(b->p + b->len, d, n);
-    b->len += n;
-}
-
-static void gb_le(gb *b, uint64_t v, int bytes)
-{
-    uint8_t x[8];
-    for (int i = 0; i < bytes; i++)
-        x[i] = (uint8_t)(v >> (8 * i));
-    gb_put(b, x, (size_t)bytes);
-}
-
 static void put_le(uint8_t *p, uint64_t v, int bytes)
 {
     for (int i = 0; i < bytes; i++)
@@ -56,61 +31,61 @@ typedef struct tz_t {
 
 /* A version-1 file as TensorSerializer lays it out, minus the reserved
  * slack in the index and with an empty hash block. */
-static gb tz_build(uint32_t version, uint8_t flags, uint64_t count, tz_t *t, size_t n)
+static ff_buf tz_build(uint32_t version, uint8_t flags, uint64_t count, tz_t *t, size_t n)
 {
-    gb b = {0};
-    gb_put(&b, "|TZR|", 5);
-    gb_le(&b, version, 4);
+    ff_buf b = {0};
+    ff_put(&b, "|TZR|", 5);
+    ff_le(&b, version, 4);
     uint8_t fl[32] = {flags};
-    gb_put(&b, fl, 32);
-    gb_le(&b, 0, 8);
-    gb_le(&b, 0, 8);
-    gb_le(&b, count, 8);
+    ff_put(&b, fl, 32);
+    ff_le(&b, 0, 8);
+    ff_le(&b, 0, 8);
+    ff_le(&b, count, 8);
     size_t meta_len = 0;
     for (size_t i = 0; i < n; i++)
         meta_len += 2 + strlen(t[i].name) + 1 + 1 + t[i].dtype_len + 1 + 4 * t[i].ndim + 24;
-    gb_le(&b, meta_len, 8);
+    ff_le(&b, meta_len, 8);
     size_t at = b.len + meta_len;
     for (size_t i = 0; i < n; i++) {
         size_t nl = strlen(t[i].name);
         size_t hsize = 8 + 2 + 1 + 2 + nl + 1 + t[i].dtype_len + 1 + 4 * t[i].ndim + 2 + 1 + 8;
-        gb_le(&b, nl, 2);
-        gb_put(&b, t[i].name, nl);
-        gb_le(&b, 2, 1);
-        gb_le(&b, t[i].dtype_len, 1);
-        gb_put(&b, t[i].dtype, t[i].dtype_len);
-        gb_le(&b, t[i].ndim, 1);
+        ff_le(&b, nl, 2);
+        ff_put(&b, t[i].name, nl);
+        ff_le(&b, 2, 1);
+        ff_le(&b, t[i].dtype_len, 1);
+        ff_put(&b, t[i].dtype, t[i].dtype_len);
+        ff_le(&b, t[i].ndim, 1);
         t[i].idx_shape = b.len;
         for (uint32_t d = 0; d < t[i].ndim; d++)
-            gb_le(&b, t[i].shape[d], 4);
+            ff_le(&b, t[i].shape[d], 4);
         t[i].idx_loc = b.len;
-        gb_le(&b, at, 8);
-        gb_le(&b, at + hsize, 8);
-        gb_le(&b, t[i].data_len, 8);
+        ff_le(&b, at, 8);
+        ff_le(&b, at + hsize, 8);
+        ff_le(&b, t[i].data_len, 8);
         at += hsize + t[i].data_len;
     }
     for (size_t i = 0; i < n; i++) {
         size_t nl = strlen(t[i].name);
         size_t hsize = 8 + 2 + 1 + 2 + nl + 1 + t[i].dtype_len + 1 + 4 * t[i].ndim + 2 + 1 + 8;
         t[i].hdr = b.len;
-        gb_le(&b, hsize, 8);
-        gb_le(&b, 0, 2);
-        gb_le(&b, 2, 1);
-        gb_le(&b, nl, 2);
-        gb_put(&b, t[i].name, nl);
-        gb_le(&b, t[i].dtype_len, 1);
-        gb_put(&b, t[i].dtype, t[i].dtype_len);
-        gb_le(&b, t[i].ndim, 1);
+        ff_le(&b, hsize, 8);
+        ff_le(&b, 0, 2);
+        ff_le(&b, 2, 1);
+        ff_le(&b, nl, 2);
+        ff_put(&b, t[i].name, nl);
+        ff_le(&b, t[i].dtype_len, 1);
+        ff_put(&b, t[i].dtype, t[i].dtype_len);
+        ff_le(&b, t[i].ndim, 1);
         for (uint32_t d = 0; d < t[i].ndim; d++)
-            gb_le(&b, t[i].shape[d], 4);
-        gb_le(&b, 1, 2); /* hash block: one byte, zero hashes */
-        gb_le(&b, 0, 1);
+            ff_le(&b, t[i].shape[d], 4);
+        ff_le(&b, 1, 2); /* hash block: one byte, zero hashes */
+        ff_le(&b, 0, 1);
         t[i].hdr_dlen = b.len;
-        gb_le(&b, t[i].data_len, 8);
+        ff_le(&b, t[i].data_len, 8);
         uint8_t *d = malloc(t[i].data_len ? t[i].data_len : 1);
         cr_assert_not_null(d);
         tu_fill_pattern(d, t[i].data_len, (uint32_t)i + 1);
-        gb_put(&b, d, t[i].data_len);
+        ff_put(&b, d, t[i].data_len);
         free(d);
     }
     return b;
@@ -118,14 +93,14 @@ static gb tz_build(uint32_t version, uint8_t flags, uint64_t count, tz_t *t, siz
 
 #define DT(s) s, sizeof s - 1
 
-static gb two_tensors(tz_t *t)
+static ff_buf two_tensors(tz_t *t)
 {
     t[0] = (tz_t){.name = "w", DT("<f4"), .ndim = 2, .shape = {2, 3}, .data_len = 24};
     t[1] = (tz_t){.name = "h", DT("<V2\0torch.bfloat16"), .ndim = 1, .shape = {5}, .data_len = 10};
     return tz_build(1, 0, 2, t, 2);
 }
 
-static void expect_fault(gb *b, const char *fragment)
+static void expect_fault(ff_buf *b, const char *fragment)
 {
     ff_expect_fault(&ckpt_format_tensorizer, b->p, b->len, fragment);
     free(b->p);
@@ -175,7 +150,7 @@ Test(tensorizer_format, sniff_by_magic)
 Test(tensorizer_format, hand_made_file)
 {
     tz_t t[2];
-    gb b = two_tensors(t);
+    ff_buf b = two_tensors(t);
     ff_result r = ff_parse(&ckpt_format_tensorizer, b.p, b.len);
     cr_assert_eq(r.rc, 0, "%s", r.msg);
     cr_assert_eq(r.l.n, 2);
@@ -194,7 +169,7 @@ Test(tensorizer_format, hand_made_file)
 Test(tensorizer_format, encrypted_flag_keeps_file_opaque)
 {
     tz_t t[2];
-    gb b = two_tensors(t);
+    ff_buf b = two_tensors(t);
     put_le(b.p + 5, 4, 4); /* data version 4 with the encrypted flag */
     b.p[9] = 1;
     cr_assert_eq(ff_parse(&ckpt_format_tensorizer, b.p, b.len).rc, 1);
@@ -211,7 +186,7 @@ Test(tensorizer_format, unknown_dtype_and_meta_tensor_are_left_out)
         {.name = "hollow", DT("<f4"), .ndim = 2, .shape = {3, 4}, .data_len = 0},
         {.name = "kept", DT("<i8"), .ndim = 1, .shape = {2}, .data_len = 16},
     };
-    gb b = tz_build(4, 0, 3, t, 3);
+    ff_buf b = tz_build(4, 0, 3, t, 3);
     ff_result r = ff_parse(&ckpt_format_tensorizer, b.p, b.len);
     cr_assert_eq(r.rc, 0, "%s", r.msg);
     cr_assert_eq(r.l.n, 1);
@@ -224,7 +199,7 @@ Test(tensorizer_format, unknown_dtype_and_meta_tensor_are_left_out)
 Test(tensorizer_format, every_truncation_is_refused_cleanly)
 {
     tz_t t[2];
-    gb b = two_tensors(t);
+    ff_buf b = two_tensors(t);
     for (size_t n = 0; n < b.len; n++) {
         ff_result r = ff_parse(&ckpt_format_tensorizer, b.p, n);
         cr_assert_eq(r.rc, -EINVAL, "cut at %zu: rc %d", n, r.rc);
@@ -239,7 +214,7 @@ Test(tensorizer_format, every_truncation_is_refused_cleanly)
 Test(tensorizer_format, absurd_tensor_count)
 {
     tz_t t[2];
-    gb b = two_tensors(t);
+    ff_buf b = two_tensors(t);
     put_le(b.p + 57, 1ull << 40, 8);
     expect_fault(&b, "tensorizer: tensor count 1099511627776 is absurd");
 }
@@ -247,7 +222,7 @@ Test(tensorizer_format, absurd_tensor_count)
 Test(tensorizer_format, metadata_length_past_eof)
 {
     tz_t t[2];
-    gb b = two_tensors(t);
+    ff_buf b = two_tensors(t);
     put_le(b.p + 65, 1ull << 33, 8);
     expect_fault(&b, "tensorizer: metadata length 8589934592 runs past the end");
 }
@@ -255,7 +230,7 @@ Test(tensorizer_format, metadata_length_past_eof)
 Test(tensorizer_format, name_length_past_eof)
 {
     tz_t t[1] = {{.name = "w", DT("<f4"), .ndim = 1, .shape = {1}, .data_len = 4}};
-    gb b = tz_build(1, 0, 1, t, 1);
+    ff_buf b = tz_build(1, 0, 1, t, 1);
     put_le(b.p + 73, 60000, 2);
     expect_fault(&b, "tensorizer: metadata entry 0 runs past the end of the");
 }
@@ -263,7 +238,7 @@ Test(tensorizer_format, name_length_past_eof)
 Test(tensorizer_format, entry_past_metadata_section)
 {
     tz_t t[2];
-    gb b = two_tensors(t);
+    ff_buf b = two_tensors(t);
     /* Shrink the index by one byte: the second entry no longer fits. */
     put_le(b.p + 65, (t[1].idx_loc + 24 - 73) - 1, 8);
     expect_fault(&b, "tensorizer: metadata entry 1 runs past the end of the metadata section");
@@ -276,7 +251,7 @@ Test(tensorizer_format, dims_overflow)
                   .ndim = 4,
                   .shape = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu},
                   .data_len = 8}};
-    gb b = tz_build(1, 0, 1, t, 1);
+    ff_buf b = tz_build(1, 0, 1, t, 1);
     expect_fault(&b, "tensorizer: tensor 'big': 8 data bytes, but its dtype and shape need more "
                      "than");
 }
@@ -284,14 +259,14 @@ Test(tensorizer_format, dims_overflow)
 Test(tensorizer_format, size_mismatch)
 {
     tz_t t[1] = {{.name = "w", DT("<f4"), .ndim = 1, .shape = {3}, .data_len = 8}};
-    gb b = tz_build(1, 0, 1, t, 1);
+    ff_buf b = tz_build(1, 0, 1, t, 1);
     expect_fault(&b, "tensorizer: tensor 'w': 8 data bytes, but its dtype and shape need 12");
 }
 
 Test(tensorizer_format, data_offset_past_eof)
 {
     tz_t t[2];
-    gb b = two_tensors(t);
+    ff_buf b = two_tensors(t);
     put_le(b.p + t[1].idx_loc + 8, 1u << 30, 8);
     expect_fault(&b, "tensorizer: tensor 'h': 10 data bytes at 1073741824 run past the end");
 }
@@ -299,7 +274,7 @@ Test(tensorizer_format, data_offset_past_eof)
 Test(tensorizer_format, data_length_wraps)
 {
     tz_t t[2];
-    gb b = two_tensors(t);
+    ff_buf b = two_tensors(t);
     put_le(b.p + t[1].idx_loc + 16, UINT64_MAX, 8);
     expect_fault(&b, "tensorizer: tensor 'h': 18446744073709551615 data bytes at");
 }
@@ -307,7 +282,7 @@ Test(tensorizer_format, data_length_wraps)
 Test(tensorizer_format, header_disagrees_with_index)
 {
     tz_t t[2];
-    gb b = two_tensors(t);
+    ff_buf b = two_tensors(t);
     put_le(b.p + t[1].hdr_dlen, 12, 8);
     expect_fault(&b, "tensorizer: tensor 'h': header says 12 data bytes, the index 10");
     b = two_tensors(t);
@@ -321,7 +296,7 @@ Test(tensorizer_format, header_disagrees_with_index)
 Test(tensorizer_format, header_size_past_eof)
 {
     tz_t t[2];
-    gb b = two_tensors(t);
+    ff_buf b = two_tensors(t);
     put_le(b.p + t[1].hdr, 1u << 20, 8);
     expect_fault(&b, "tensorizer: tensor 'h': header of 1048576 bytes at");
 }
@@ -334,7 +309,7 @@ Test(tensorizer_format, overlapping_tensors)
         {.name = "a", DT("|u1"), .ndim = 1, .shape = {16}, .data_len = 16},
         {.name = "b", DT("<f4"), .ndim = 1, .shape = {2}, .data_len = 8},
     };
-    gb b = tz_build(1, 0, 2, t, 2);
+    ff_buf b = tz_build(1, 0, 2, t, 2);
     uint64_t a_data = t[0].hdr_dlen + 8;
     uint64_t stretched = b.len - a_data;
     put_le(b.p + t[0].idx_shape, stretched, 4);
@@ -347,7 +322,7 @@ Test(tensorizer_format, overlapping_tensors)
 Test(tensorizer_format, unknown_flags_and_versions)
 {
     tz_t t[2];
-    gb b = two_tensors(t);
+    ff_buf b = two_tensors(t);
     b.p[9] = 4;
     expect_fault(&b, "tensorizer: unknown feature flags 0x04");
     b = two_tensors(t);
@@ -368,7 +343,7 @@ Test(tensorizer_format, names)
         {.name = "\x1e[\"layers\",3,\"w\"]", DT("<f4"), .ndim = 1, .shape = {1}, .data_len = 4},
         {.name = "\x1e{\"no\":1}", DT("<f4"), .ndim = 1, .shape = {1}, .data_len = 4},
     };
-    gb b = tz_build(1, 0, 1, t, 1);
+    ff_buf b = tz_build(1, 0, 1, t, 1);
     ff_result r = ff_parse(&ckpt_format_tensorizer, b.p, b.len);
     cr_assert_eq(r.rc, 0, "%s", r.msg);
     cr_assert_str_eq(r.l.t[0].name, "layers.3.w");
@@ -395,7 +370,7 @@ Test(tensorizer_format, zero_dim_that_overflows_in_c_order)
                   .ndim = 4,
                   .shape = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0},
                   .data_len = 0}};
-    gb b = tz_build(1, 0, 1, t, 1);
+    ff_buf b = tz_build(1, 0, 1, t, 1);
     expect_fault(&b, "tensorizer: tensor 'zero': 0 data bytes, but its dtype and shape need "
                      "more than");
 }

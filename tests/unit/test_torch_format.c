@@ -25,114 +25,13 @@
 #include "testutil.h"
 #include "torch_fixtures.h"
 
-/* ------------------------------------------------------------ sources */
+/* ------------------------------------------------------------ parsing */
 
-typedef struct mem {
-    const uint8_t *p;
-    size_t len;
-} mem;
-
-static ssize_t mem_read(void *ud, void *buf, size_t len, uint64_t off)
+static tf_result describe(const uint8_t *p, size_t len, const char *path)
 {
-    const mem *m = ud;
-    if (off >= m->len)
-        return 0;
-    size_t n = m->len - (size_t)off < len ? m->len - (size_t)off : len;
-    memcpy(buf, m->p + off, n);
-    return (ssize_t)n;
-}
-
-typedef struct result {
-    int rc;
-    int sniff;
-    char msg[512];
-    ingest_layout l;
-} result;
-
-/* Frees what describe() allocated; ingest_layout_free() may not yet know
- * regions and skipped, so they are released here first. */
-static void layout_release(ingest_layout *l)
-{
-    free(l->regions);
-    l->regions = NULL;
-    l->n_regions = 0;
-    for (size_t i = 0; i < l->n_skipped; i++)
-        free(l->skipped[i].name);
-    free(l->skipped);
-    l->skipped = NULL;
-    l->n_skipped = 0;
-    ingest_layout_free(l);
-}
-
-/* The promises of formats.h, and torch's: regions sorted, disjoint and in
- * the file; tensors sorted, in the file, each inside one region of its
- * dtype, with nbytes = elements * element size. */
-static void check_invariants(const ingest_layout *l, uint64_t size)
-{
-    for (size_t i = 0; i < l->n_regions; i++) {
-        const ingest_region *r = &l->regions[i];
-        unsigned es = ckpt_dtype_size(r->dtype);
-        cr_assert_gt(es, 0, "region dtype %s", r->dtype);
-        cr_assert(r->offset <= size && r->length <= size - r->offset);
-        cr_assert_eq(r->length % es, 0);
-        if (i)
-            cr_assert_geq(r->offset, l->regions[i - 1].offset + l->regions[i - 1].length);
-    }
-    for (size_t i = 0; i < l->n; i++) {
-        const ingest_tensor *t = &l->t[i];
-        uint64_t n = ckpt_dtype_size(t->dtype);
-        cr_assert_gt(n, 0);
-        for (uint32_t d = 0; d < t->ndim; d++)
-            n *= t->shape[d];
-        cr_assert_eq(n, t->nbytes, "%s: nbytes", t->name);
-        if (i)
-            cr_assert_geq(t->offset, l->t[i - 1].offset);
-        bool inside = false;
-        for (size_t r = 0; r < l->n_regions; r++) {
-            const ingest_region *g = &l->regions[r];
-            if (t->offset >= g->offset && t->offset + t->nbytes <= g->offset + g->length &&
-                strcmp(g->dtype, t->dtype) == 0)
-                inside = true;
-        }
-        cr_assert(inside, "tensor %s [%llu, +%llu) lies in no %s region", t->name,
-                  (unsigned long long)t->offset, (unsigned long long)t->nbytes, t->dtype);
-    }
-    if (l->n)
-        cr_assert_eq(l->header_bytes, l->t[0].offset);
-}
-
-static result describe(const uint8_t *p, size_t len, const char *path)
-{
-    result r;
-    memset(&r, 0, sizeof r);
-    mem m = {p, len};
-    ingest_source src = {.read = mem_read, .ud = &m, .size = len, .name = path};
-    r.sniff = ckpt_format_torch.sniff(path, p, len < 4096 ? len : 4096, len);
-    r.rc = ckpt_format_torch.describe(&src, path, &r.l, r.msg, sizeof r.msg);
-    if (r.rc == 0)
-        check_invariants(&r.l, len);
-    if (r.rc < 0) {
-        cr_assert_eq(r.l.n, 0);
-        cr_assert_eq(r.l.n_regions, 0);
-        cr_assert_null(strchr(r.msg, '\n'));
-    }
-    return r;
-}
-
-static const ingest_tensor *find_tensor(const ingest_layout *l, const char *name)
-{
-    for (size_t i = 0; i < l->n; i++)
-        if (strcmp(l->t[i].name, name) == 0)
-            return &l->t[i];
-    return NULL;
-}
-
-static const ingest_skipped *find_skipped(const ingest_layout *l, const char *name)
-{
-    for (size_t i = 0; i < l->n_skipped; i++)
-        if (strcmp(l->skipped[i].name, name) == 0)
-            return &l->skipped[i];
-    return NULL;
+    ff_mem m = {p, len};
+    ingest_source src = {.read = ff_mem_read, .ud = &m, .size = len, .name = path};
+    return tf_describe(&ckpt_format_torch, &src, p, len, path);
 }
 
 /* ------------------------------------------------------------ real torch */
@@ -146,7 +45,7 @@ static size_t check_fixtures(const char *dir)
     char cur[256] = "";
     uint8_t *file = NULL;
     size_t flen = 0;
-    result r;
+    tf_result r;
     memset(&r, 0, sizeof r);
     size_t checked = 0;
     for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
@@ -163,7 +62,7 @@ static size_t check_fixtures(const char *dir)
         cr_assert_geq(nf, 3);
         if (strcmp(cur, f[1]) != 0) {
             if (file)
-                layout_release(&r.l);
+                ingest_layout_free(&r.l);
             free(file);
             snprintf(cur, sizeof cur, "%s", f[1]);
             char *path = tu_join(dir, cur);
@@ -177,31 +76,18 @@ static size_t check_fixtures(const char *dir)
             cr_assert_eq(r.l.n, (size_t)strtoul(f[2], NULL, 10), "%s: %zu tensors, want %s", cur,
                          r.l.n, f[2]);
         } else if (f[0][0] == 'S') {
-            const ingest_skipped *s = find_skipped(&r.l, f[2]);
+            const ingest_skipped *s = ff_find_skipped(&r.l, f[2]);
             cr_assert_not_null(s, "%s: '%s' not skipped", cur, f[2]);
             tu_assert_contains(s->reason, f[3]);
-            cr_assert_null(find_tensor(&r.l, f[2]));
+            cr_assert_null(ff_find_tensor(&r.l, f[2]));
         } else {
             cr_assert_eq(nf, 6, "bad expect line");
-            const ingest_tensor *t = find_tensor(&r.l, f[2]);
-            cr_assert_not_null(t, "%s: tensor '%s' not found", cur, f[2]);
-            cr_assert_str_eq(t->dtype, f[3], "%s: %s", cur, f[2]);
-            char shape[512] = "";
-            for (uint32_t d = 0; d < t->ndim; d++)
-                snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%llu",
-                         d ? "," : "", (unsigned long long)t->shape[d]);
-            cr_assert_str_eq(shape, f[4], "%s: %s shape", cur, f[2]);
-            cr_assert(t->offset <= flen && t->nbytes <= flen - t->offset);
-            uint8_t sum[32];
-            char sx[65];
-            tu_sha256(file + t->offset, (size_t)t->nbytes, sum);
-            tf_hex(sum, 32, sx);
-            cr_assert_str_eq(sx, f[5], "%s: %s bytes differ from torch's", cur, f[2]);
+            tf_check_tensor(&r.l, file, flen, cur, &f[2]);
             checked++;
         }
     }
     if (file)
-        layout_release(&r.l);
+        ingest_layout_free(&r.l);
     free(file);
     free(text);
     return checked;
@@ -229,36 +115,6 @@ Test(torch_real, torch1_archives, .timeout = 300)
 
 /* ------------------------------------------------------------ builders */
 
-typedef struct buf {
-    uint8_t *p;
-    size_t len, cap;
-} buf;
-
-static void put(buf *b, const void *d, size_t n)
-{
-    if (b->len + n > b->cap) {
-        b->cap = (b->len + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        cr_assert_not_null(b->p);
-    }
-    if (n)
-        memcpy(b->p + b->len, d, n);
-    b->len += n;
-}
-
-static void put_le(buf *b, uint64_t v, unsigned n)
-{
-    uint8_t t[8];
-    for (unsigned i = 0; i < n; i++)
-        t[i] = (uint8_t)(v >> (8 * i));
-    put(b, t, n);
-}
-
-static void put_byte(buf *b, uint8_t c)
-{
-    put(b, &c, 1);
-}
-
 typedef struct zent {
     const char *name;
     const void *data;
@@ -267,108 +123,108 @@ typedef struct zent {
 
 /* A stored zip of the entries, as torch lays it out (data after each local
  * header, then the central directory, zip64 end records, end record). */
-static buf zip_build(const zent *e, size_t n, bool zip64)
+static ff_buf zip_build(const zent *e, size_t n, bool zip64)
 {
-    buf b = {0};
+    ff_buf b = {0};
     uint64_t *off = calloc(n ? n : 1, sizeof *off);
     for (size_t i = 0; i < n; i++) {
         off[i] = b.len;
         size_t nl = strlen(e[i].name);
-        put_le(&b, 0x04034b50, 4);
-        put_le(&b, 20, 2);
-        put_le(&b, 0, 2);
-        put_le(&b, 0, 2); /* stored */
-        put_le(&b, 0, 4); /* time, date */
-        put_le(&b, crc32(0, e[i].data, (uInt)e[i].len), 4);
-        put_le(&b, e[i].len, 4);
-        put_le(&b, e[i].len, 4);
-        put_le(&b, nl, 2);
-        put_le(&b, 0, 2);
-        put(&b, e[i].name, nl);
-        put(&b, e[i].data, e[i].len);
+        ff_le(&b, 0x04034b50, 4);
+        ff_le(&b, 20, 2);
+        ff_le(&b, 0, 2);
+        ff_le(&b, 0, 2); /* stored */
+        ff_le(&b, 0, 4); /* time, date */
+        ff_le(&b, crc32(0, e[i].data, (uInt)e[i].len), 4);
+        ff_le(&b, e[i].len, 4);
+        ff_le(&b, e[i].len, 4);
+        ff_le(&b, nl, 2);
+        ff_le(&b, 0, 2);
+        ff_put(&b, e[i].name, nl);
+        ff_put(&b, e[i].data, e[i].len);
     }
     uint64_t cd = b.len;
     for (size_t i = 0; i < n; i++) {
         size_t nl = strlen(e[i].name);
-        put_le(&b, 0x02014b50, 4);
-        put_le(&b, 20, 2);
-        put_le(&b, 20, 2);
-        put_le(&b, 0, 2);
-        put_le(&b, 0, 2);
-        put_le(&b, 0, 4);
-        put_le(&b, crc32(0, e[i].data, (uInt)e[i].len), 4);
-        put_le(&b, e[i].len, 4);
-        put_le(&b, e[i].len, 4);
-        put_le(&b, nl, 2);
-        put_le(&b, 0, 2);
-        put_le(&b, 0, 2);
-        put_le(&b, 0, 2);
-        put_le(&b, 0, 2);
-        put_le(&b, 0, 4);
-        put_le(&b, off[i], 4);
-        put(&b, e[i].name, nl);
+        ff_le(&b, 0x02014b50, 4);
+        ff_le(&b, 20, 2);
+        ff_le(&b, 20, 2);
+        ff_le(&b, 0, 2);
+        ff_le(&b, 0, 2);
+        ff_le(&b, 0, 4);
+        ff_le(&b, crc32(0, e[i].data, (uInt)e[i].len), 4);
+        ff_le(&b, e[i].len, 4);
+        ff_le(&b, e[i].len, 4);
+        ff_le(&b, nl, 2);
+        ff_le(&b, 0, 2);
+        ff_le(&b, 0, 2);
+        ff_le(&b, 0, 2);
+        ff_le(&b, 0, 2);
+        ff_le(&b, 0, 4);
+        ff_le(&b, off[i], 4);
+        ff_put(&b, e[i].name, nl);
     }
     uint64_t cd_size = b.len - cd;
     if (zip64) {
         uint64_t rec = b.len;
-        put_le(&b, 0x06064b50, 4);
-        put_le(&b, 44, 8);
-        put_le(&b, 45, 2);
-        put_le(&b, 45, 2);
-        put_le(&b, 0, 4);
-        put_le(&b, 0, 4);
-        put_le(&b, n, 8);
-        put_le(&b, n, 8);
-        put_le(&b, cd_size, 8);
-        put_le(&b, cd, 8);
-        put_le(&b, 0x07064b50, 4);
-        put_le(&b, 0, 4);
-        put_le(&b, rec, 8);
-        put_le(&b, 1, 4);
+        ff_le(&b, 0x06064b50, 4);
+        ff_le(&b, 44, 8);
+        ff_le(&b, 45, 2);
+        ff_le(&b, 45, 2);
+        ff_le(&b, 0, 4);
+        ff_le(&b, 0, 4);
+        ff_le(&b, n, 8);
+        ff_le(&b, n, 8);
+        ff_le(&b, cd_size, 8);
+        ff_le(&b, cd, 8);
+        ff_le(&b, 0x07064b50, 4);
+        ff_le(&b, 0, 4);
+        ff_le(&b, rec, 8);
+        ff_le(&b, 1, 4);
     }
-    put_le(&b, 0x06054b50, 4);
-    put_le(&b, 0, 2);
-    put_le(&b, 0, 2);
-    put_le(&b, zip64 ? 0xFFFF : n, 2);
-    put_le(&b, zip64 ? 0xFFFF : n, 2);
-    put_le(&b, zip64 ? 0xFFFFFFFFu : cd_size, 4);
-    put_le(&b, zip64 ? 0xFFFFFFFFu : cd, 4);
-    put_le(&b, 0, 2);
+    ff_le(&b, 0x06054b50, 4);
+    ff_le(&b, 0, 2);
+    ff_le(&b, 0, 2);
+    ff_le(&b, zip64 ? 0xFFFF : n, 2);
+    ff_le(&b, zip64 ? 0xFFFF : n, 2);
+    ff_le(&b, zip64 ? 0xFFFFFFFFu : cd_size, 4);
+    ff_le(&b, zip64 ? 0xFFFFFFFFu : cd, 4);
+    ff_le(&b, 0, 2);
     free(off);
     return b;
 }
 
 /* Pickle assembly. */
-static void pk_op(buf *b, char op)
+static void pk_op(ff_buf *b, char op)
 {
-    put_byte(b, (uint8_t)op);
+    ff_byte(b, (uint8_t)op);
 }
 
-static void pk_str(buf *b, const char *s)
+static void pk_str(ff_buf *b, const char *s)
 {
     pk_op(b, 'X');
-    put_le(b, strlen(s), 4);
-    put(b, s, strlen(s));
+    ff_le(b, strlen(s), 4);
+    ff_put(b, s, strlen(s));
 }
 
-static void pk_global(buf *b, const char *m, const char *n)
+static void pk_global(ff_buf *b, const char *m, const char *n)
 {
     pk_op(b, 'c');
-    put(b, m, strlen(m));
-    put_byte(b, '\n');
-    put(b, n, strlen(n));
-    put_byte(b, '\n');
+    ff_put(b, m, strlen(m));
+    ff_byte(b, '\n');
+    ff_put(b, n, strlen(n));
+    ff_byte(b, '\n');
 }
 
-static void pk_k(buf *b, uint8_t v)
+static void pk_k(ff_buf *b, uint8_t v)
 {
     pk_op(b, 'K');
-    put_byte(b, v);
+    ff_byte(b, v);
 }
 
 /* _rebuild_tensor_v2(persid('storage', cls, key, 'cpu', numel), offset,
  * (rows, cols), (stride0, stride1), False, OrderedDict()) */
-static void pk_tensor(buf *b, const char *cls, const char *key, uint8_t numel, uint8_t offset,
+static void pk_tensor(ff_buf *b, const char *cls, const char *key, uint8_t numel, uint8_t offset,
                       uint8_t rows, uint8_t cols, uint8_t s0, uint8_t s1)
 {
     pk_global(b, "torch._utils", "_rebuild_tensor_v2");
@@ -384,11 +240,11 @@ static void pk_tensor(buf *b, const char *cls, const char *key, uint8_t numel, u
     pk_k(b, offset);
     pk_k(b, rows);
     pk_k(b, cols);
-    put_byte(b, 0x86);
+    ff_byte(b, 0x86);
     pk_k(b, s0);
     pk_k(b, s1);
-    put_byte(b, 0x86);
-    put_byte(b, 0x89);
+    ff_byte(b, 0x86);
+    ff_byte(b, 0x89);
     pk_global(b, "collections", "OrderedDict");
     pk_op(b, ')');
     pk_op(b, 'R');
@@ -397,7 +253,7 @@ static void pk_tensor(buf *b, const char *cls, const char *key, uint8_t numel, u
 }
 
 /* An archive of "archive/data.pkl" = pkl and "archive/data/0" = 24 floats. */
-static buf archive_with(const buf *pkl)
+static ff_buf archive_with(const ff_buf *pkl)
 {
     static float data[24];
     for (int i = 0; i < 24; i++)
@@ -409,11 +265,11 @@ static buf archive_with(const buf *pkl)
 }
 
 /* {"w": a 4x6 float tensor over storage 0} */
-static buf simple_pickle(void)
+static ff_buf simple_pickle(void)
 {
-    buf p = {0};
-    put_byte(&p, 0x80);
-    put_byte(&p, 2);
+    ff_buf p = {0};
+    ff_byte(&p, 0x80);
+    ff_byte(&p, 2);
     pk_op(&p, '}');
     pk_str(&p, "w");
     pk_tensor(&p, "FloatStorage", "0", 24, 0, 4, 6, 6, 1);
@@ -426,12 +282,12 @@ static buf simple_pickle(void)
 
 Test(torch_built, simple_archive_and_zip32)
 {
-    buf p = simple_pickle();
+    ff_buf p = simple_pickle();
     for (int z64 = 0; z64 < 2; z64++) {
         static float data[24];
         zent e[] = {{"archive/data.pkl", p.p, p.len}, {"archive/data/0", data, sizeof data}};
-        buf a = zip_build(e, 2, z64);
-        result r = describe(a.p, a.len, "m.pt");
+        ff_buf a = zip_build(e, 2, z64);
+        tf_result r = describe(a.p, a.len, "m.pt");
         cr_assert_eq(r.sniff, 1);
         cr_assert_eq(r.rc, 0, "%s", r.msg);
         cr_assert_eq(r.l.n, 1);
@@ -439,7 +295,7 @@ Test(torch_built, simple_archive_and_zip32)
         cr_assert_str_eq(r.l.t[0].dtype, "F32");
         cr_assert_eq(r.l.t[0].nbytes, 96);
         cr_assert_eq(r.l.n_regions, 1);
-        layout_release(&r.l);
+        ingest_layout_free(&r.l);
         free(a.p);
     }
     free(p.p);
@@ -447,16 +303,16 @@ Test(torch_built, simple_archive_and_zip32)
 
 Test(torch_built, sniff_claims_only_torch_zips)
 {
-    buf p = simple_pickle();
-    buf a = archive_with(&p);
+    ff_buf p = simple_pickle();
+    ff_buf a = archive_with(&p);
     cr_assert_eq(ckpt_format_torch.sniff("x.bin", a.p, a.len, a.len), 1);
     zent other[] = {{"archive/code.py", "x", 1}};
-    buf o = zip_build(other, 1, false);
+    ff_buf o = zip_build(other, 1, false);
     cr_assert_eq(ckpt_format_torch.sniff("x.pt", o.p, o.len, o.len), 0);
     static const uint8_t st[] = "\x08\0\0\0\0\0\0\0{}      ";
     cr_assert_eq(ckpt_format_torch.sniff("x.pt", st, sizeof st - 1, sizeof st - 1), 0);
     zent nested[] = {{"a/b/data.pkl", p.p, p.len}};
-    buf n = zip_build(nested, 1, false);
+    ff_buf n = zip_build(nested, 1, false);
     cr_assert_eq(ckpt_format_torch.sniff("x.pt", n.p, n.len, n.len), 0);
     free(a.p);
     free(o.p);
@@ -467,8 +323,8 @@ Test(torch_built, sniff_claims_only_torch_zips)
 Test(torch_built, zip_without_data_pkl_is_opaque)
 {
     zent e[] = {{"archive/other.txt", "hi", 2}};
-    buf a = zip_build(e, 1, false);
-    result r = describe(a.p, a.len, "x.pt");
+    ff_buf a = zip_build(e, 1, false);
+    tf_result r = describe(a.p, a.len, "x.pt");
     cr_assert_eq(r.rc, 1, "rc %d: %s", r.rc, r.msg);
     free(a.p);
 }
@@ -486,9 +342,9 @@ Test(torch_built, unknown_globals_are_inert)
     char cmd[128];
     snprintf(cmd, sizeof cmd, "touch %s", marker);
 
-    buf p = {0};
-    put_byte(&p, 0x80);
-    put_byte(&p, 2);
+    ff_buf p = {0};
+    ff_byte(&p, 0x80);
+    ff_byte(&p, 2);
     pk_op(&p, '}');
     pk_str(&p, "evil");
     pk_global(&p, "os", "system");
@@ -498,13 +354,13 @@ Test(torch_built, unknown_globals_are_inert)
     pk_op(&p, 'R');
     pk_op(&p, 's');
     pk_str(&p, "builtins");
-    put_byte(&p, 0x8c); /* SHORT_BINUNICODE + STACK_GLOBAL: builtins.eval */
-    put_byte(&p, 8);
-    put(&p, "builtins", 8);
-    put_byte(&p, 0x8c);
-    put_byte(&p, 4);
-    put(&p, "eval", 4);
-    put_byte(&p, 0x93);
+    ff_byte(&p, 0x8c); /* SHORT_BINUNICODE + STACK_GLOBAL: builtins.eval */
+    ff_byte(&p, 8);
+    ff_put(&p, "builtins", 8);
+    ff_byte(&p, 0x8c);
+    ff_byte(&p, 4);
+    ff_put(&p, "eval", 4);
+    ff_byte(&p, 0x93);
     pk_op(&p, '(');
     pk_str(&p, "__import__('os').system('true')");
     pk_op(&p, 't');
@@ -514,19 +370,19 @@ Test(torch_built, unknown_globals_are_inert)
     pk_tensor(&p, "FloatStorage", "0", 24, 0, 4, 6, 6, 1);
     pk_op(&p, 's');
     pk_op(&p, '.');
-    buf a = archive_with(&p);
-    result r = describe(a.p, a.len, "evil.pt");
+    ff_buf a = archive_with(&p);
+    tf_result r = describe(a.p, a.len, "evil.pt");
     cr_assert_eq(r.rc, -EINVAL, "rc %d: %s", r.rc, r.msg);
     cr_assert(strstr(r.msg, "names the global os.system"), "%s", r.msg);
     cr_assert_eq(r.l.n, 0);
     cr_assert_neq(access(marker, F_OK), 0, "the pickle ran a command");
-    layout_release(&r.l);
+    ingest_layout_free(&r.l);
     free(a.p);
 
     /* Only the evil call: refused the same way. */
-    buf q = {0};
-    put_byte(&q, 0x80);
-    put_byte(&q, 2);
+    ff_buf q = {0};
+    ff_byte(&q, 0x80);
+    ff_byte(&q, 2);
     pk_global(&q, "os", "system");
     pk_op(&q, '(');
     pk_str(&q, cmd);
@@ -548,9 +404,9 @@ Test(torch_built, unknown_globals_are_inert)
  * with no tensor presented. */
 Test(torch_built, not_understood_is_not_an_error)
 {
-    buf p = {0};
-    put_byte(&p, 0x80);
-    put_byte(&p, 2);
+    ff_buf p = {0};
+    ff_byte(&p, 0x80);
+    ff_byte(&p, 2);
     pk_op(&p, '}');
     pk_str(&p, "q");
     pk_tensor(&p, "QInt8Storage", "0", 96, 0, 4, 6, 6, 1);
@@ -559,15 +415,15 @@ Test(torch_built, not_understood_is_not_an_error)
     pk_tensor(&p, "FloatStorage", "7", 24, 0, 4, 6, 6, 1);
     pk_op(&p, 's');
     pk_op(&p, '.');
-    buf a = archive_with(&p);
-    result r = describe(a.p, a.len, "x.pt");
+    ff_buf a = archive_with(&p);
+    tf_result r = describe(a.p, a.len, "x.pt");
     cr_assert_eq(r.rc, 1, "rc %d: %s", r.rc, r.msg); /* nothing usable */
     free(a.p);
     free(p.p);
 
-    buf p2 = {0};
-    put_byte(&p2, 0x80);
-    put_byte(&p2, 2);
+    ff_buf p2 = {0};
+    ff_byte(&p2, 0x80);
+    ff_byte(&p2, 2);
     pk_op(&p2, ']');
     pk_tensor(&p2, "FloatStorage", "0", 24, 20, 2, 3, 3, 1); /* 20 + 6 > 24 */
     pk_op(&p2, 'a');
@@ -581,7 +437,7 @@ Test(torch_built, not_understood_is_not_an_error)
     cr_assert_eq(r.l.n_skipped, 1);
     cr_assert_str_eq(r.l.skipped[0].name, "0");
     tu_assert_contains(r.l.skipped[0].reason, "runs past its storage");
-    layout_release(&r.l);
+    ingest_layout_free(&r.l);
     free(a.p);
     free(p2.p);
 }
@@ -590,9 +446,9 @@ Test(torch_built, not_understood_is_not_an_error)
  * keeps it, the others are skipped. Found by fuzz_torch. */
 Test(torch_built, repeated_names)
 {
-    buf p = {0};
-    put_byte(&p, 0x80);
-    put_byte(&p, 2);
+    ff_buf p = {0};
+    ff_byte(&p, 0x80);
+    ff_byte(&p, 2);
     pk_op(&p, '}');
     pk_op(&p, '(');
     for (int i = 0; i < 3; i++) {
@@ -601,8 +457,8 @@ Test(torch_built, repeated_names)
     }
     pk_op(&p, 'u');
     pk_op(&p, '.');
-    buf a = archive_with(&p);
-    result r = describe(a.p, a.len, "x.pt");
+    ff_buf a = archive_with(&p);
+    tf_result r = describe(a.p, a.len, "x.pt");
     cr_assert_eq(r.rc, 0, "%s", r.msg);
     cr_assert_eq(r.l.n, 1);
     cr_assert_eq(r.l.t[0].offset, r.l.regions[0].offset, "the first keeps the name");
@@ -611,7 +467,7 @@ Test(torch_built, repeated_names)
         cr_assert_str_eq(r.l.skipped[i].name, "w");
         tu_assert_contains(r.l.skipped[i].reason, "same name");
     }
-    layout_release(&r.l);
+    ingest_layout_free(&r.l);
     free(a.p);
     free(p.p);
 }
@@ -619,19 +475,19 @@ Test(torch_built, repeated_names)
 /* A big-endian archive: its storage stays a region, its tensor is skipped. */
 Test(torch_built, big_endian_archive)
 {
-    buf p = simple_pickle();
+    ff_buf p = simple_pickle();
     static float data[24];
     zent e[] = {{"archive/data.pkl", p.p, p.len},
                 {"archive/byteorder", "big", 3},
                 {"archive/data/0", data, sizeof data}};
-    buf a = zip_build(e, 3, true);
-    result r = describe(a.p, a.len, "x.pt");
+    ff_buf a = zip_build(e, 3, true);
+    tf_result r = describe(a.p, a.len, "x.pt");
     cr_assert_eq(r.rc, 0, "%s", r.msg);
     cr_assert_eq(r.l.n, 0);
     cr_assert_eq(r.l.n_regions, 1);
     cr_assert_eq(r.l.n_skipped, 1);
     tu_assert_contains(r.l.skipped[0].reason, "big-endian");
-    layout_release(&r.l);
+    ingest_layout_free(&r.l);
     free(a.p);
     e[1].data = "middle";
     e[1].len = 6;
@@ -645,7 +501,7 @@ Test(torch_built, big_endian_archive)
 
 static void expect_fault(const uint8_t *p, size_t len, const char *fragment)
 {
-    result r = describe(p, len, "bad.pt");
+    tf_result r = describe(p, len, "bad.pt");
     cr_assert_eq(r.rc, -EINVAL, "rc %d (msg: %s), want -EINVAL with '%s'", r.rc, r.msg, fragment);
     tu_assert_contains(r.msg, "torch archive: ");
     tu_assert_contains(r.msg, fragment);
@@ -653,13 +509,13 @@ static void expect_fault(const uint8_t *p, size_t len, const char *fragment)
 
 Test(torch_hostile, truncated_zip)
 {
-    buf p = simple_pickle();
-    buf a = archive_with(&p);
+    ff_buf p = simple_pickle();
+    ff_buf a = archive_with(&p);
     expect_fault(a.p, a.len - 1, "no zip end of central directory record");
     expect_fault(a.p, 10, "too short for a zip end of central directory record");
     /* Every prefix is refused cleanly. */
     for (size_t n = 0; n < a.len; n++) {
-        result r = describe(a.p, n, "bad.pt");
+        tf_result r = describe(a.p, n, "bad.pt");
         cr_assert_eq(r.rc, -EINVAL, "prefix %zu: rc %d", n, r.rc);
         tu_assert_contains(r.msg, "torch archive: ");
     }
@@ -668,7 +524,7 @@ Test(torch_hostile, truncated_zip)
 }
 
 /* Offset of central entry i's local-header-offset field in a zip_build. */
-static size_t cd_entry_at(const buf *a, size_t i)
+static size_t cd_entry_at(const ff_buf *a, size_t i)
 {
     size_t at = 0;
     for (size_t k = 0; k + 4 <= a->len; k++) {
@@ -683,8 +539,8 @@ static size_t cd_entry_at(const buf *a, size_t i)
 
 Test(torch_hostile, entry_outside_the_file)
 {
-    buf p = simple_pickle();
-    buf a = archive_with(&p);
+    ff_buf p = simple_pickle();
+    ff_buf a = archive_with(&p);
     size_t c = cd_entry_at(&a, 1);
     a.p[c + 42] = 0xF0; /* local header offset far past the end */
     a.p[c + 43] = 0xFF;
@@ -712,9 +568,9 @@ Test(torch_hostile, entry_outside_the_file)
 
 Test(torch_hostile, overlapping_entries)
 {
-    buf p = simple_pickle();
+    ff_buf p = simple_pickle();
     zent e[] = {{"archive/data.pkl", p.p, p.len}, {"archive/data/0", "abcd", 4}};
-    buf a = zip_build(e, 2, false);
+    ff_buf a = zip_build(e, 2, false);
     /* data.pkl's central entry grows over the next entry's local header; a
      * data descriptor flag spares it the local size check. */
     size_t c = cd_entry_at(&a, 0);
@@ -732,9 +588,9 @@ Test(torch_hostile, overlapping_entries)
 
 Test(torch_hostile, duplicate_names_and_local_header_mismatch)
 {
-    buf p = simple_pickle();
+    ff_buf p = simple_pickle();
     zent e[] = {{"archive/data.pkl", p.p, p.len}, {"archive/data.pkl", "x", 1}};
-    buf a = zip_build(e, 2, false);
+    ff_buf a = zip_build(e, 2, false);
     expect_fault(a.p, a.len, "two entries are named 'archive/data.pkl'");
     free(a.p);
 
@@ -749,8 +605,8 @@ Test(torch_hostile, duplicate_names_and_local_header_mismatch)
 
 Test(torch_hostile, huge_counts)
 {
-    buf p = simple_pickle();
-    buf a = archive_with(&p);
+    ff_buf p = simple_pickle();
+    ff_buf a = archive_with(&p);
     /* zip64 end record claims 2^40 entries */
     size_t rec = a.len - 22 - 20 - 56;
     cr_assert_eq(a.p[rec], 'P');
@@ -770,12 +626,12 @@ Test(torch_hostile, huge_counts)
     free(a.p);
 
     /* a pickle memo index of 2^31 */
-    buf q = {0};
-    put_byte(&q, 0x80);
-    put_byte(&q, 2);
+    ff_buf q = {0};
+    ff_byte(&q, 0x80);
+    ff_byte(&q, 2);
     pk_op(&q, '}');
     pk_op(&q, 'r');
-    put_le(&q, 0x80000000u, 4);
+    ff_le(&q, 0x80000000u, 4);
     pk_op(&q, '.');
     a = archive_with(&q);
     expect_fault(a.p, a.len, "memo index 2147483648 is past");
@@ -787,21 +643,21 @@ Test(torch_hostile, huge_counts)
 /* One tensor named 300000 ways through the memo (3 bytes each). */
 Test(torch_hostile, too_many_tensors)
 {
-    buf q = {0};
-    put_byte(&q, 0x80);
-    put_byte(&q, 2);
+    ff_buf q = {0};
+    ff_byte(&q, 0x80);
+    ff_byte(&q, 2);
     pk_op(&q, ']');
     pk_tensor(&q, "FloatStorage", "0", 24, 0, 4, 6, 6, 1);
     pk_op(&q, 'q');
-    put_byte(&q, 1);
+    ff_byte(&q, 1);
     pk_op(&q, 'a');
     for (int i = 0; i < 300000; i++) {
         pk_op(&q, 'h');
-        put_byte(&q, 1);
+        ff_byte(&q, 1);
         pk_op(&q, 'a');
     }
     pk_op(&q, '.');
-    buf a = archive_with(&q);
+    ff_buf a = archive_with(&q);
     expect_fault(a.p, a.len, "archive/data.pkl names more than 262144 tensors");
     free(a.p);
     free(q.p);
@@ -809,30 +665,30 @@ Test(torch_hostile, too_many_tensors)
 
 Test(torch_hostile, deep_nesting)
 {
-    buf q = {0};
-    put_byte(&q, 0x80);
-    put_byte(&q, 2);
+    ff_buf q = {0};
+    ff_byte(&q, 0x80);
+    ff_byte(&q, 2);
     for (int i = 0; i < 100000; i++)
         pk_op(&q, ']');
     for (int i = 0; i < 99999; i++)
         pk_op(&q, 'a');
     pk_op(&q, '.');
-    buf a = archive_with(&q);
+    ff_buf a = archive_with(&q);
     expect_fault(a.p, a.len, "values nest deeper than 128");
     free(a.p);
 
     /* Deep but legal for the parser (within 128): the naming walk stops at
      * its own bound and nothing fails. */
-    buf d = {0};
-    put_byte(&d, 0x80);
-    put_byte(&d, 2);
+    ff_buf d = {0};
+    ff_byte(&d, 0x80);
+    ff_byte(&d, 2);
     for (int i = 0; i < 120; i++)
         pk_op(&d, ']');
     for (int i = 0; i < 119; i++)
         pk_op(&d, 'a');
     pk_op(&d, '.');
     a = archive_with(&d);
-    result r = describe(a.p, a.len, "x.pt");
+    tf_result r = describe(a.p, a.len, "x.pt");
     cr_assert_eq(r.rc, 1, "rc %d: %s", r.rc, r.msg);
     free(a.p);
     free(d.p);
@@ -872,9 +728,9 @@ Test(torch_hostile, broken_pickles)
             "BUILD on a dict"),
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        buf q = {0};
-        put(&q, cases[i].bytes, cases[i].len);
-        buf a = archive_with(&q);
+        ff_buf q = {0};
+        ff_put(&q, cases[i].bytes, cases[i].len);
+        ff_buf a = archive_with(&q);
         expect_fault(a.p, a.len, cases[i].fragment);
         expect_fault(a.p, a.len, "torch archive: archive/data.pkl: ");
         free(a.p);
@@ -889,39 +745,39 @@ Test(pickle, value_graph)
     pickle_doc *d;
     char msg[256];
     int rc;
-    buf q = {0};
-    put_byte(&q, 0x80);
-    put_byte(&q, 4);
-    put_byte(&q, 0x95); /* FRAME */
-    put_le(&q, 0, 8);
+    ff_buf q = {0};
+    ff_byte(&q, 0x80);
+    ff_byte(&q, 4);
+    ff_byte(&q, 0x95); /* FRAME */
+    ff_le(&q, 0, 8);
     pk_op(&q, '}');
     pk_op(&q, 'q');
-    put_byte(&q, 0);
+    ff_byte(&q, 0);
     pk_op(&q, '(');
     pk_str(&q, "i");
     pk_op(&q, 'J');
-    put_le(&q, (uint32_t)-5, 4);
+    ff_le(&q, (uint32_t)-5, 4);
     pk_str(&q, "big");
-    put_byte(&q, 0x8a);
-    put_byte(&q, 9);
-    put(&q, "\x01\x02\x03\x04\x05\x06\x07\x08\x09", 9);
+    ff_byte(&q, 0x8a);
+    ff_byte(&q, 9);
+    ff_put(&q, "\x01\x02\x03\x04\x05\x06\x07\x08\x09", 9);
     pk_str(&q, "neg");
-    put_byte(&q, 0x8a);
-    put_byte(&q, 2);
-    put(&q, "\x00\xff", 2);
+    ff_byte(&q, 0x8a);
+    ff_byte(&q, 2);
+    ff_put(&q, "\x00\xff", 2);
     pk_str(&q, "f");
     pk_op(&q, 'G');
-    put(&q, "\x3f\xf8\x00\x00\x00\x00\x00\x00", 8);
+    ff_put(&q, "\x3f\xf8\x00\x00\x00\x00\x00\x00", 8);
     pk_str(&q, "b");
     pk_op(&q, 'C');
-    put_byte(&q, 3);
-    put(&q, "a\0b", 3);
+    ff_byte(&q, 3);
+    ff_put(&q, "a\0b", 3);
     pk_str(&q, "self");
     pk_op(&q, 'N');
-    put_byte(&q, 0x88);
+    ff_byte(&q, 0x88);
     pk_op(&q, 'h');
-    put_byte(&q, 0);
-    put_byte(&q, 0x87);
+    ff_byte(&q, 0);
+    ff_byte(&q, 0x87);
     pk_str(&q, "i");
     pk_k(&q, 7); /* a repeated key: the last wins in pk_dict_get */
     pk_op(&q, 'u');
@@ -956,9 +812,9 @@ Test(pickle, value_graph)
 Test(pickle, limits)
 {
     /* 2000 open marks against a stack of 1000 */
-    buf q = {0};
-    put_byte(&q, 0x80);
-    put_byte(&q, 2);
+    ff_buf q = {0};
+    ff_byte(&q, 0x80);
+    ff_byte(&q, 2);
     for (int i = 0; i < 2000; i++)
         pk_op(&q, '(');
     pk_op(&q, '.');
@@ -970,9 +826,9 @@ Test(pickle, limits)
     free(q.p);
 
     /* 5000 values against 1000 nodes; then against 64 KiB of memory */
-    q = (buf){0};
-    put_byte(&q, 0x80);
-    put_byte(&q, 2);
+    q = (ff_buf){0};
+    ff_byte(&q, 0x80);
+    ff_byte(&q, 2);
     pk_op(&q, ']');
     for (int i = 0; i < 5000; i++) {
         pk_op(&q, 'N');
@@ -999,9 +855,9 @@ Test(pickle, limits)
 Test(zip, entries_and_find)
 {
     zent e[] = {{"a/x", "hello", 5}, {"a/y", "", 0}, {"a/z", "0123456789", 10}};
-    buf b = zip_build(e, 3, false);
-    mem m = {b.p, b.len};
-    ingest_source src = {.read = mem_read, .ud = &m, .size = b.len, .name = "t.zip"};
+    ff_buf b = zip_build(e, 3, false);
+    ff_mem m = {b.p, b.len};
+    ingest_source src = {.read = ff_mem_read, .ud = &m, .size = b.len, .name = "t.zip"};
     zip_archive z;
     char msg[256];
     cr_assert_eq(zip_open(&src, &z, msg, sizeof msg), 0, "%s", msg);
