@@ -5,7 +5,11 @@
  * of formats.h: a verdict that depends on read sizes, an error without a
  * one-line message, a layout left behind on error, a tensor or region
  * outside the file or overlapping another, a tensor whose size is not its
- * dtype times its shape, or header_bytes past the first range. */
+ * dtype times its shape, or header_bytes past the first range.
+ *
+ * The torch-family targets (fuzz_torch.c, fuzz_dcp_metadata.c) check their
+ * layouts with fz_check_torch_layout instead: their tensors may share a
+ * storage, so they overlap, but each lies inside a region of its dtype. */
 #ifndef CKPT_FUZZ_CONTAINER_CHECK_H
 #define CKPT_FUZZ_CONTAINER_CHECK_H
 
@@ -99,6 +103,61 @@ static inline void fz_check_layout(const ingest_layout *l, uint64_t size, uint32
     if (l->header_bytes > first)
         abort();
     free(r);
+}
+
+/* A torch.save or DCP layout: regions of known dtypes, sorted, disjoint,
+ * inside the file; tensors sorted by offset, of known dtypes, nbytes =
+ * elements x element size, each inside a region of its dtype; skipped
+ * tensors named, with a reason; header_bytes the first tensor's offset. */
+static inline void fz_check_torch_layout(const ingest_layout *l, uint64_t size)
+{
+    for (size_t i = 0; i < l->n_regions; i++) {
+        const ingest_region *r = &l->regions[i];
+        unsigned es = ckpt_dtype_size(r->dtype);
+        if (!es || r->offset > size || r->length > size - r->offset || r->length % es)
+            abort();
+        if (i && r->offset < l->regions[i - 1].offset + l->regions[i - 1].length)
+            abort();
+    }
+    for (size_t i = 0; i < l->n; i++) {
+        const ingest_tensor *t = &l->t[i];
+        uint64_t n = ckpt_dtype_size(t->dtype);
+        if (!t->name || !t->name[0] || !n || t->ndim > CKPT_MAX_NDIM)
+            abort();
+        for (uint32_t d = 0; d < t->ndim; d++)
+            n *= t->shape[d]; /* cannot overflow: the parser proved it fits */
+        if (n != t->nbytes || t->offset > size || t->nbytes > size - t->offset)
+            abort();
+        if (i && t->offset < l->t[i - 1].offset)
+            abort();
+        int inside = 0;
+        for (size_t r = 0; r < l->n_regions && !inside; r++) {
+            const ingest_region *g = &l->regions[r];
+            inside = t->offset >= g->offset && t->offset + t->nbytes <= g->offset + g->length &&
+                     strcmp(g->dtype, t->dtype) == 0;
+        }
+        if (!inside)
+            abort();
+    }
+    for (size_t i = 0; i < l->n_skipped; i++)
+        if (!l->skipped[i].name || !l->skipped[i].reason[0])
+            abort();
+    if (l->n && l->header_bytes != l->t[0].offset)
+        abort();
+}
+
+/* What describe() owes any input but an accepted one: a refusal (rc < 0;
+ * which codes are allowed is the caller's to check) says why in one line
+ * starting with msg_prefix and leaves the layout empty, and a file kept
+ * opaque (1) describes nothing. */
+static inline void fz_check_verdict(int rc, const char *msg, const ingest_layout *l,
+                                    const char *msg_prefix)
+{
+    if (rc < 0 && (strncmp(msg, msg_prefix, strlen(msg_prefix)) != 0 || strchr(msg, '\n') || l->n ||
+                   l->t || l->n_regions || l->regions || l->n_skipped || l->skipped))
+        abort();
+    if (rc == 1 && (l->n || l->n_regions))
+        abort();
 }
 
 static inline void fz_free(ingest_layout *l)
