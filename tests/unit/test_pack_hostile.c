@@ -140,6 +140,16 @@ static void expect_refused(const char *path, const char *words)
     tu_assert_contains(e.msg, path);
 }
 
+/* A fresh pack from build with its index patched: the reader must refuse
+ * it, naming the pack and saying words. */
+static void expect_patch_refused(char *(*build)(void), void (*patch)(idx_map *m), const char *words)
+{
+    char *path = build();
+    patch_index(path, patch);
+    expect_refused(path, words);
+    free(path);
+}
+
 /* ------------------------------------------------------------ footer */
 
 /* index_stored_size just under the file size: file_size - 64 - stored wraps
@@ -174,10 +184,7 @@ static void dtype_nul(idx_map *m)
 }
 Test(hostile, dtype_with_nul_refused)
 {
-    char *path = build_pack();
-    patch_index(path, dtype_nul);
-    expect_refused(path, "invalid dtype");
-    free(path);
+    expect_patch_refused(build_pack, dtype_nul, "invalid dtype");
 }
 
 /* FORMAT.md: kind 0 (opaque data) has elem_size 1. */
@@ -189,10 +196,8 @@ static void data_extent_elem2(idx_map *m)
 }
 Test(hostile, data_extent_with_element_size_refused)
 {
-    char *path = build_pack();
-    patch_index(path, data_extent_elem2);
-    expect_refused(path, "extent 0 has an invalid kind or element size");
-    free(path);
+    expect_patch_refused(build_pack, data_extent_elem2,
+                         "extent 0 has an invalid kind or element size");
 }
 
 /* FORMAT.md: a chunk's elem_size is its extent's, whatever the codec (it is
@@ -205,10 +210,7 @@ static void chunk_elem4(idx_map *m)
 }
 Test(hostile, chunk_element_size_differs_from_extent)
 {
-    char *path = build_pack();
-    patch_index(path, chunk_elem4);
-    expect_refused(path, "chunk 0 element size mismatch");
-    free(path);
+    expect_patch_refused(build_pack, chunk_elem4, "chunk 0 element size mismatch");
 }
 
 /* ------------------------------------------------ version-2 records */
@@ -232,10 +234,8 @@ static void container_7(idx_map *m)
 }
 Test(hostile, unknown_container_refused)
 {
-    char *path = build_pack();
-    patch_index(path, container_7);
-    expect_refused(path, "index: file 'model.bin' has unknown container 7");
-    free(path);
+    expect_patch_refused(build_pack, container_7,
+                         "index: file 'model.bin' has unknown container 7");
 }
 
 /* FORMAT.md: a note is at most 1024 bytes. */
@@ -247,10 +247,8 @@ static void note_2000(idx_map *m)
 }
 Test(hostile, note_too_long_refused)
 {
-    char *path = build_pack();
-    patch_index(path, note_2000);
-    expect_refused(path, "index: file 'data.bin' has a note of 2000 bytes (at most 1024)");
-    free(path);
+    expect_patch_refused(build_pack, note_2000,
+                         "index: file 'data.bin' has a note of 2000 bytes (at most 1024)");
 }
 
 /* A pack whose one file carries the note "ok!". */
@@ -275,10 +273,8 @@ static void note_not_utf8(idx_map *m)
 }
 Test(hostile, note_not_utf8_refused)
 {
-    char *path = note_pack();
-    patch_index(path, note_not_utf8);
-    expect_refused(path, "index: file 'f.bin' has a note that is not UTF-8");
-    free(path);
+    expect_patch_refused(note_pack, note_not_utf8,
+                         "index: file 'f.bin' has a note that is not UTF-8");
 }
 
 /* Offset of tensor i's extent_offset field. */
@@ -303,15 +299,10 @@ static void view_offset_wraps(idx_map *m)
 }
 Test(hostile, view_out_of_bounds_refused)
 {
-    char *path = build_pack();
-    patch_index(path, view_past_extent);
-    expect_refused(
-        path, "index: tensor 'w' ([2, +80000) of extent 2) lies outside its extent of 80000 bytes");
-    free(path);
-    path = build_pack();
-    patch_index(path, view_offset_wraps);
-    expect_refused(path, "lies outside its extent");
-    free(path);
+    expect_patch_refused(
+        build_pack, view_past_extent,
+        "index: tensor 'w' ([2, +80000) of extent 2) lies outside its extent of 80000 bytes");
+    expect_patch_refused(build_pack, view_offset_wraps, "lies outside its extent");
 }
 
 /* FORMAT.md: a tensor's dtype has its extent's element size. */
@@ -324,10 +315,8 @@ static void dtype_bool(idx_map *m)
 }
 Test(hostile, view_dtype_width_differs_from_extent)
 {
-    char *path = build_pack();
-    patch_index(path, dtype_bool);
-    expect_refused(path, "index: tensor 'w' is BOOL but its extent holds 2-byte elements");
-    free(path);
+    expect_patch_refused(build_pack, dtype_bool,
+                         "index: tensor 'w' is BOOL but its extent holds 2-byte elements");
 }
 
 /* FORMAT.md: an opaque chunk may be byte-grouped, but only by 2, 4 or 8. */
@@ -339,10 +328,8 @@ static void opaque_group_3(idx_map *m)
 }
 Test(hostile, opaque_chunk_grouped_by_3_refused)
 {
-    char *path = build_pack();
-    patch_index(path, opaque_group_3);
-    expect_refused(path, "index: chunk 0 has an invalid codec or stored size");
-    free(path);
+    expect_patch_refused(build_pack, opaque_group_3,
+                         "index: chunk 0 has an invalid codec or stored size");
 }
 
 /* ------------------------------------- indexes built against the reader */
@@ -729,10 +716,6 @@ Test(hostile, assembled_tensors_are_checked)
         {as_rank0, "index: assembled tensor 'w' has an invalid dtype or rank"},
         {as_no_parts, "index: assembled tensor 'w' has an invalid part count"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char *path = assembled_pack();
-        patch_index(path, cases[i].patch);
-        expect_refused(path, cases[i].words);
-        free(path);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        expect_patch_refused(assembled_pack, cases[i].patch, cases[i].words);
 }
