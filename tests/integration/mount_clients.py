@@ -30,6 +30,8 @@ import sys
 
 import numpy as np
 
+from clients_common import fail, ok, write_safetensors
+
 # Tensor names that are not usable path components, to check the escaping.
 ODD_NAMES = ["a//b", "/lead", "trail/", "..", ".", "x%y", "ctl\x01c", "sub/./x",
              "deep/er/name", "sp ace"]
@@ -44,32 +46,7 @@ NUMPY_DTYPES = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32, "F64": 
                 "BOOL": np.bool_}
 
 
-def fail(msg):
-    print("FAIL " + msg)
-    sys.exit(1)
-
-
-def ok(msg):
-    print("ok " + msg)
-
-
 # ------------------------------------------------------------------ sources
-
-def write_safetensors(path, tensors):
-    """tensors: list of (name, dtype name, shape, raw bytes)."""
-    header, offset = {}, 0
-    for name, dtype, shape, raw in tensors:
-        header[name] = {"dtype": dtype, "shape": list(shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        offset += len(raw)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for _, _, _, raw in tensors:
-            f.write(raw)
-
 
 def bf16_bytes(rng, shape):
     f32 = rng.standard_normal(shape).astype(np.float32)
@@ -130,6 +107,13 @@ def make_data(out):
     ok("wrote sources to " + out)
 
 
+def all_files(src):
+    """The sources' paths, relative to src."""
+    for root, _, files in os.walk(src):
+        for fname in files:
+            yield os.path.relpath(os.path.join(root, fname), src)
+
+
 def source_tensors(src):
     """{name: (file, offset, nbytes, dtype, shape)} parsed from the sources."""
     found = {}
@@ -175,12 +159,10 @@ def torch_tensors(src):
             for k, v in obj.items():
                 walk(v, "%s.%s" % (prefix, k) if prefix else str(k), rel)
 
-    for root, _, files in os.walk(src):
-        for fname in files:
-            if fname.endswith(".pt"):
-                rel = os.path.relpath(os.path.join(root, fname), src)
-                obj = torch.load(os.path.join(root, fname))
-                walk(obj, os.path.splitext(rel)[0] if isinstance(obj, torch.Tensor) else "", rel)
+    for rel in all_files(src):
+        if rel.endswith(".pt"):
+            obj = torch.load(os.path.join(src, rel))
+            walk(obj, os.path.splitext(rel)[0] if isinstance(obj, torch.Tensor) else "", rel)
     return found
 
 
@@ -290,16 +272,14 @@ def check_tensors(ckpt, src):
 
 def check_npy(ckpt, src):
     n = 0
-    for root, _, files in os.walk(src):
-        for fname in files:
-            if not fname.endswith(".npy"):
-                continue
-            rel = os.path.relpath(os.path.join(root, fname), src)
-            want = np.load(os.path.join(src, rel))
-            got = np.load(os.path.join(ckpt, rel), mmap_mode="r")
-            if got.dtype != want.dtype or got.shape != want.shape or not np.array_equal(got, want):
-                fail("np.load(mmap_mode='r') of %s differs" % rel)
-            n += 1
+    for rel in all_files(src):
+        if not rel.endswith(".npy"):
+            continue
+        want = np.load(os.path.join(src, rel))
+        got = np.load(os.path.join(ckpt, rel), mmap_mode="r")
+        if got.dtype != want.dtype or got.shape != want.shape or not np.array_equal(got, want):
+            fail("np.load(mmap_mode='r') of %s differs" % rel)
+        n += 1
     ok("np.load(mmap_mode='r') of %d .npy files" % n)
 
 
@@ -323,50 +303,40 @@ def check_torch_file(ckpt, src):
 def check_torch_load(ckpt, src):
     import torch
     n = 0
-    for root, _, files in os.walk(src):
-        for fname in files:
-            if not fname.endswith(".pt"):
-                continue
-            rel = os.path.relpath(os.path.join(root, fname), src)
-            want = torch.load(os.path.join(src, rel))
-            got = torch.load(os.path.join(ckpt, rel))
-            if isinstance(want, dict):
-                same = want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
-            else:
-                same = torch.equal(want, got)
-            if not same:
-                fail("torch.load of %s differs" % rel)
-            n += 1
+    for rel in all_files(src):
+        if not rel.endswith(".pt"):
+            continue
+        want = torch.load(os.path.join(src, rel))
+        got = torch.load(os.path.join(ckpt, rel))
+        if isinstance(want, dict):
+            same = want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+        else:
+            same = torch.equal(want, got)
+        if not same:
+            fail("torch.load of %s differs" % rel)
+        n += 1
     ok("torch.load of %d .pt files" % n)
 
 
 def check_safetensors(ckpt, src):
     n = 0
-    for root, _, files in os.walk(src):
-        for fname in files:
-            if not fname.endswith(".safetensors"):
-                continue
-            rel = os.path.relpath(os.path.join(root, fname), src)
-            with open(os.path.join(ckpt, rel), "rb") as f, \
-                    mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                hlen = struct.unpack("<Q", mm[:8])[0]
-                header = json.loads(mm[8:8 + hlen])
-                source = open(os.path.join(src, rel), "rb").read()
-                for name, t in header.items():
-                    if name == "__metadata__":
-                        continue
-                    start, end = t["data_offsets"]
-                    a, b = 8 + hlen + start, 8 + hlen + end
-                    if mm[a:b] != source[a:b]:
-                        fail("mmap of %s: tensor %r differs" % (rel, name))
-                    n += 1
+    for rel in all_files(src):
+        if not rel.endswith(".safetensors"):
+            continue
+        with open(os.path.join(ckpt, rel), "rb") as f, \
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            hlen = struct.unpack("<Q", mm[:8])[0]
+            header = json.loads(mm[8:8 + hlen])
+            source = open(os.path.join(src, rel), "rb").read()
+            for name, t in header.items():
+                if name == "__metadata__":
+                    continue
+                start, end = t["data_offsets"]
+                a, b = 8 + hlen + start, 8 + hlen + end
+                if mm[a:b] != source[a:b]:
+                    fail("mmap of %s: tensor %r differs" % (rel, name))
+                n += 1
     ok("mmap of .safetensors files: %d tensors" % n)
-
-
-def all_files(src):
-    for root, _, files in os.walk(src):
-        for fname in files:
-            yield os.path.relpath(os.path.join(root, fname), src)
 
 
 def shown_path(rel):

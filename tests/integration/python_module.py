@@ -25,14 +25,7 @@ import time
 
 import numpy as np
 
-
-def fail(msg):
-    print("FAIL " + msg)
-    sys.exit(1)
-
-
-def ok(msg):
-    print("ok " + msg)
+from clients_common import fail, ok, write_safetensors
 
 
 def expect_raises(what, exc, fn, *args, contains=(), **kw):
@@ -63,24 +56,12 @@ NPY_DESCR = {"|b1": "BOOL", "|i1": "I8", "|u1": "U8", "<i2": "I16", "<u2": "U16"
 COMMON = ["F32", "F16", "BF16", "I64", "BOOL", "F64", "I32", "I16", "I8", "U8"]
 # Names that are not usable path components: the manifest's path escapes them.
 ODD_NAMES = ["a//b", "x%y", "sp ace", "ctl\x01c", "deep/er/name", ".."]
+# The header metadata of every safetensors file written here; transformers'
+# save_pretrained marks its files the same way.
+PT_METADATA = {"format": "pt"}
 
 
 # ------------------------------------------------------------------ sources
-
-def write_safetensors(path, tensors):
-    """tensors: list of (name, dtype, shape, raw bytes); written by hand."""
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
-    for name, dtype, shape, raw in tensors:
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(raw)]}
-        offset += len(raw)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for _, _, _, raw in tensors:
-            f.write(raw)
-
 
 def values(rng, dtype, shape):
     """Raw little-endian bytes of a tensor: real values, no NaN (so that
@@ -117,8 +98,8 @@ def make_set(out, dtypes, rng):
     tensors.append(("vector.bf16", "BF16", (4096,), values(rng, "BF16", (4096,))))
     for i, name in enumerate(ODD_NAMES):
         tensors.append((name, "I32", (2, i + 1), np.arange(2 * (i + 1), dtype="<i4").tobytes()))
-    write_safetensors(os.path.join(out, "model.safetensors"), tensors[: len(tensors) // 2])
-    write_safetensors(os.path.join(out, "model-2.safetensors"), tensors[len(tensors) // 2:])
+    write_safetensors(os.path.join(out, "model.safetensors"), tensors[: len(tensors) // 2], PT_METADATA)
+    write_safetensors(os.path.join(out, "model-2.safetensors"), tensors[len(tensors) // 2:], PT_METADATA)
     # numpy's own files, for the dtypes .npy can hold.
     for dt in dtypes:
         if dt in NPY_DESCR.values():
@@ -339,7 +320,7 @@ def check_write(mnt, prefix, back):
     os.mkdir(ck)
     rng = np.random.default_rng(2)
     raw = values(rng, "BF16", (64, 32))
-    write_safetensors(os.path.join(ck, "model.safetensors"), [("w", "BF16", (64, 32), raw)])
+    write_safetensors(os.path.join(ck, "model.safetensors"), [("w", "BF16", (64, 32), raw)], PT_METADATA)
     np.save(os.path.join(ck, "b.npy"), np.arange(10, dtype=np.int64))
     st = ckptfs.status(ck)
     if st.state != "writing" or st.name != prefix + "pyw" or st.size <= 0:
