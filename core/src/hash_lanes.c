@@ -19,6 +19,21 @@ struct hash_lanes {
     unsigned n;
 };
 
+/* ckpt_pread_full's contract from a job's read callback. */
+static ssize_t read_full(const hash_job *j, uint8_t *buf, size_t n, uint64_t off)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = j->read(j->ud, buf + done, n - done, off + done);
+        if (r < 0)
+            return r;
+        if (r == 0)
+            break;
+        done += (size_t)r;
+    }
+    return (ssize_t)done;
+}
+
 static void run_job(hash_lanes *h, hash_job *j, uint8_t *buf)
 {
     ckpt_sha256 st;
@@ -35,7 +50,7 @@ static void run_job(hash_lanes *h, hash_job *j, uint8_t *buf)
             break;
         }
         size_t n = j->size - off < h->block ? (size_t)(j->size - off) : h->block;
-        ssize_t r = ckpt_pread_full(j->fd, buf, n, off);
+        ssize_t r = j->fd >= 0 ? ckpt_pread_full(j->fd, buf, n, off) : read_full(j, buf, n, off);
         if (r < 0) {
             rc = (int)r;
             break;
@@ -73,7 +88,8 @@ static void *lane(void *arg)
             run_job(h, j, buf);
         else
             j->rc = -ENOMEM;
-        close(j->fd);
+        if (j->fd >= 0)
+            close(j->fd);
         j->fd = -1;
         pthread_mutex_lock(&h->mu);
         h->pending--;
@@ -150,7 +166,8 @@ void hash_lanes_stop(hash_lanes *h)
         pthread_join(h->tids[i], NULL);
     /* Left in the queue: no lane will take them now. */
     for (hash_job *j = h->head; j; j = j->next) {
-        close(j->fd);
+        if (j->fd >= 0)
+            close(j->fd);
         j->fd = -1;
         j->rc = -ECANCELED;
     }

@@ -16,7 +16,11 @@
 #include "common.h"
 
 typedef struct hash_job {
-    int fd; /* owned: closed when the job is done */
+    int fd; /* owned: closed when the job is done; -1: read through read */
+    /* Where fd is -1: the file's source, which answers from any thread
+     * until the job is done (ckpt_writer_add_reader's callback). */
+    ckpt_read_fn read;
+    void *ud;
     uint64_t size;
     uint8_t sha256[32]; /* results, once hash_lanes_wait() returned */
     uint32_t crc;

@@ -84,6 +84,11 @@ typedef struct store_upload_ops {
     int (*commit)(store_upload *u, ckpt_err *err);
     /* Drops the upload and everything written; frees u. */
     void (*abort)(store_upload *u);
+    /* NULL where the object can only be appended to (S3 parts). Writes len
+     * bytes at off, from any thread, several at once; where write appends
+     * is not moved, so a caller that writes at offsets writes what follows
+     * at offsets too. */
+    int (*write_at)(store_upload *u, const void *buf, size_t len, uint64_t off, ckpt_err *err);
 } store_upload_ops;
 
 struct store_upload {
