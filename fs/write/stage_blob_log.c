@@ -263,6 +263,7 @@ static void seal_some(seal_job *j)
 static void *pool_main(void *arg)
 {
     (void)arg;
+    pthread_setname_np(pthread_self(), "ckptfs-seal");
     uint64_t seen = 0;
     pthread_mutex_lock(&pool_mu);
     for (;;) {
