@@ -354,8 +354,8 @@ int writer_acquire_slot(ckpt_writer *w, ckpt_err *err)
     return 0;
 }
 
-/* Hands the chunk's part of each live tensor to the output thread, which
- * hashes tensors in chunk order; tensors that end in this chunk stop being
+/* Hands the chunk's part of each live tensor to the workers, which hash
+ * tensors in chunk order; tensors that end in this chunk stop being
  * live. Spans are fixed here because the producer may add views to the
  * extent while earlier chunks are still being written. */
 static int slot_spans(ckpt_writer *w, wslot *s)

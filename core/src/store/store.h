@@ -17,7 +17,8 @@
  * Private to core: the public face is ckpt_store in ckpt.h, and the lock,
  * remove and rename in ckpt_internal.h. Thread safety: read_at may be
  * called from many threads at once; an upload is used from one thread at
- * a time (the writer's output thread, then its caller). */
+ * a time (the writer's output thread, then its caller), except write_at,
+ * which the writer's workers call at once. */
 #ifndef CKPT_STORE_H
 #define CKPT_STORE_H
 
