@@ -2,7 +2,9 @@
 # Scaling from one run (issue 15): samples every thread's CPU time from
 # /proc during `ckpt pack` (compressed; compressed + encrypted), `unpack`,
 # `verify` and `cat` of a generated GPT-2 medium bf16 checkpoint in 4
-# shards (and `pack` of the same weights as one file), with bench/threads.py.
+# shards (and `pack` of the same weights as one file), and of the ckptfs
+# daemon while it packs that checkpoint copied into a mount (as root), with
+# bench/threads.py.
 # Each line gives the stage's CPU-seconds per GB, the busiest thread of a
 # role only one thread has (the serial part s) and the Amdahl prediction
 # 1 / (s + (1 - s) / N) for 16 and 64 cores. Source and packs are warm in
@@ -54,4 +56,26 @@ for t in "${threads_list[@]}"; do
     s "verify 4 shards, compressed" "$bin/ckpt" verify "$work/c.tpack" --threads "$t"
     s "verify 4 shards, compressed+encrypted" "$bin/ckpt" verify "$work/e.tpack" --threads "$t" --key-file "$work/key"
     s "cat 1 file, compressed" "$bin/ckpt" cat "$work/one.tpack" model.safetensors --threads "$t"
+    # Background packing: the daemon, sampled from `ckpt commit` until the
+    # pack is committed (the copy in before is not counted).
+    if [ "$(id -u)" != 0 ] || [ ! -e /dev/fuse ]; then
+        echo "background packing: skipped (needs root and /dev/fuse)"
+        continue
+    fi
+    for keyed in 0 1; do
+        label="background packing 4 shards, compressed" opts="commit_delay=3600,threads=$t"
+        [ "$keyed" = 1 ] && label+="+encrypted" opts+=",key_file=$work/key"
+        rm -rf "$work/back" "$work/committed"
+        mkdir -p "$work/back"
+        start_daemon "$work/mnt" "$bin/ckptfs" -f -o "$opts" "$work/back" "$work/mnt"
+        mkdir "$work/mnt/ckpt"
+        cp -r "$work/src-4/." "$work/mnt/ckpt/"
+        python3 "$sampler" --label "$label" --bytes "$bytes" ${tsv:+--tsv "$tsv"} \
+            --pid "${bench_pid_of[$work/mnt]}" --until-file "$work/committed" &
+        sampler_pid=$!
+        "$bin/ckpt" commit --wait --quiet "$work/mnt/ckpt"
+        touch "$work/committed"
+        wait "$sampler_pid"
+        stop_mount "$work/mnt"
+    done
 done

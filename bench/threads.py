@@ -6,7 +6,8 @@ The busiest thread's share of all CPU time is taken as the serial fraction
 s (among threads whose name no other thread has: a pool of workers of one
 name splits its work, and more cores would split it further; except
 ckpt-hash threads, each of which is one SHA-256 chain over its files, so
-each counts alone): that thread's work cannot be spread, so Amdahl's law
+each counts alone; their readers, ckpt-hashread, serve any lane's next
+block, a pool like the workers): that thread's work cannot be spread, so Amdahl's law
 bounds the speedup on N cores at 1 / (s + (1 - s) / N). That assumes the
 serial work runs alone; in ckpt's pipelines it runs beside the workers, so
 the speedup can reach min(N, 1 / s) ("pipelined"). Both are printed:

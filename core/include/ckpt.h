@@ -459,7 +459,9 @@ typedef ssize_t (*ckpt_read_fn)(void *ud, void *buf, size_t len, uint64_t off);
  * decrypted staging data this way). Detection, validation and indexing are
  * those of ckpt_writer_add_path, keyed on pack_path's extension. src_name
  * names the source in error messages (NULL: pack_path). The source must not
- * change while it is added. */
+ * change while it is added. read is called from the writer's worker threads
+ * too, several calls at once (each reads its own chunk), until the add
+ * returns. */
 int ckpt_writer_add_reader(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud,
                            uint64_t size, uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec,
                            const char *src_name, ckpt_err *err);

@@ -152,6 +152,16 @@ int ckpt_store_lock_after_fork(ckpt_store_lock *l, ckpt_err *err);
 int ckpt_writer_copy_file(ckpt_writer *w, const char *path, uint32_t mode, int64_t mtime_sec,
                           uint32_t mtime_nsec, ckpt_pack *src, size_t file_index, ckpt_err *err);
 
+/* ckpt_writer_add_reader for a source that read(ud, ...) answers from any
+ * thread, several calls at once, until w is finished or aborted: a big
+ * file's SHA-256 is then taken by a hash lane that reads it again beside
+ * the pipeline (as for files added by path), so that several files' hash
+ * chains run at once instead of one after another. For ckptfs's packer,
+ * whose staged files stay in place until the pack is committed. */
+int ckpt_writer_add_reader_shared(ckpt_writer *w, const char *pack_path, ckpt_read_fn read,
+                                  void *ud, uint64_t size, uint32_t mode, int64_t mtime_sec,
+                                  uint32_t mtime_nsec, const char *src_name, ckpt_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,6 +2,10 @@
  * descriptor, so that several files hash at once (not for other modules
  * than the pack writer).
  *
+ * Reader threads of their own read the files ahead of the lanes, block by
+ * block and several at once, so that a lane's thread runs nothing but its
+ * file's SHA-256 chain (hash_lanes.c says why).
+ *
  * Why a second read: a pack stores files one after another, and the writer
  * holds only a bounded ring of chunks, so the hash of file k, fed from the
  * ring, would have to finish before file k+1 could enter it: one SHA-256
@@ -16,7 +20,11 @@
 #include "common.h"
 
 typedef struct hash_job {
-    int fd; /* owned: closed when the job is done */
+    int fd; /* owned: closed when the job is done; -1: read through read */
+    /* Where fd is -1: the file's source, which answers from any thread
+     * until the job is done (ckpt_writer_add_reader's callback). */
+    ckpt_read_fn read;
+    void *ud;
     uint64_t size;
     uint8_t sha256[32]; /* results, once hash_lanes_wait() returned */
     uint32_t crc;
@@ -27,7 +35,8 @@ typedef struct hash_job {
 
 typedef struct hash_lanes hash_lanes;
 
-/* n lane threads, each with a buffer of block bytes; NULL on failure. */
+/* n lane threads and n readers, with a few buffers of block bytes per lane;
+ * NULL on failure. */
 hash_lanes *hash_lanes_start(unsigned n, size_t block);
 /* Queues a job; lanes take jobs in the order given. */
 void hash_lanes_submit(hash_lanes *h, hash_job *j);

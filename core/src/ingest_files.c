@@ -28,6 +28,7 @@ typedef struct source {
     const char *disk_path;
     ckpt_writer *w;
     const char *pack_path;
+    int shared; /* read answers until the writer is done (add_reader_shared) */
 } source;
 
 /* ---- sibling files (formats.h: ingest_source.read_sibling) ---- */
@@ -531,6 +532,8 @@ static int add_described(ckpt_writer *w, const char *pack_path, const source *sr
         rc = ckpt_writer_set_container(w, container, note, err);
     if (rc == 0 && src->read == fd_read)
         writer_file_rehash(w, *(const int *)src->ud, size);
+    else if (rc == 0 && src->shared)
+        writer_file_rehash_reader(w, src->read, src->ud, size);
     if (rc == 0 && !structured)
         rc = copy_range(w, src, 0, size, 0, err);
     else if (rc == 0)
@@ -539,6 +542,11 @@ static int add_described(ckpt_writer *w, const char *pack_path, const source *sr
         rc = add_skipped(w, lay, err);
     if (rc == 0)
         rc = ckpt_writer_end_file(w, err);
+    /* The workers read the file's chunks (writer_feed_from); src goes away
+     * when this returns. */
+    int waited = writer_wait_fills(w, rc ? NULL : err);
+    if (rc == 0)
+        rc = waited;
     free(pc);
     free(owner);
     return rc;
@@ -593,6 +601,17 @@ int ckpt_writer_add_reader(ckpt_writer *w, const char *pack_path, ckpt_read_fn r
     if (!read)
         return ckpt_fail(err, -EINVAL, "%s: no read callback", pack_path ? pack_path : "(null)");
     source src = {read, ud, src_name ? src_name : pack_path, .w = w, .pack_path = pack_path};
+    return add_source(w, pack_path, &src, size, mode, mtime_sec, mtime_nsec, err);
+}
+
+int ckpt_writer_add_reader_shared(ckpt_writer *w, const char *pack_path, ckpt_read_fn read,
+                                  void *ud, uint64_t size, uint32_t mode, int64_t mtime_sec,
+                                  uint32_t mtime_nsec, const char *src_name, ckpt_err *err)
+{
+    if (!read)
+        return ckpt_fail(err, -EINVAL, "%s: no read callback", pack_path ? pack_path : "(null)");
+    source src = {read,       ud, src_name ? src_name : pack_path, .w = w, .pack_path = pack_path,
+                  .shared = 1};
     return add_source(w, pack_path, &src, size, mode, mtime_sec, mtime_nsec, err);
 }
 

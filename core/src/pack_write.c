@@ -1,13 +1,18 @@
-/* The streaming writer. Four stages run at once: the caller's thread copies
- * bytes into chunk slots; worker threads compress, encrypt, checksum and
- * hash the tensors of slots; one hash thread computes each file's SHA-256
- * (a file's hash is one chain over all its bytes, so it is the one serial
- * per-byte stage, overlapped with everything else: about 1.5 GB/s per file
- * with SHA-NI); one output thread appends finished chunks to the pack in
- * order. Slots are used round-robin, so order is kept without any
- * reordering buffer. A big file read from a descriptor is hashed instead
- * by a hash lane that reads it again (hash_lanes.h), so that several files'
- * chains run at once rather than one after another through the ring.
+/* The streaming writer. Four stages run at once: the caller's thread cuts
+ * the files into chunk slots, reading nothing itself where the bytes come
+ * from a source (writer_feed_from: the read is left in the slot); worker
+ * threads read, compress, encrypt, checksum and hash the tensors of slots,
+ * then take the chunk's place in the pack in chunk order (a counter under
+ * the lock) and write it there themselves, where the store writes at
+ * offsets (a local file; for S3 one output thread appends in order); one
+ * hash thread computes the SHA-256 of small files from the slots (a file's
+ * hash is one chain over all its bytes, so it is the one serial per-byte
+ * stage, overlapped with everything else: about 2 GB/s per file with
+ * SHA-NI). Slots are used round-robin, so order is kept without any
+ * reordering buffer. A big file read from a descriptor or a shared source
+ * is hashed instead by a hash lane that reads it again (hash_lanes.h), so
+ * that several files' chains run at once rather than one after another
+ * through the ring.
  *
  * A tensor's SHA-256 is a chain too, but tensors are many: the worker that
  * encoded a chunk hashes the chunk's part of each tensor, after waiting, if
@@ -16,7 +21,7 @@
  * store_upload (store/store.h): nothing is visible under its name until
  * finish commits it.
  *
- * One job at about 1,240 lines: the pipeline's stages share the slot ring and
+ * One job at about 1,370 lines: the pipeline's stages share the slot ring and
  * its one lock (writer_state.h), and the index written at finish is the
  * record of what they produced, so splitting them would spread one state
  * machine over files. Feeding it from disk is ingest_files.c; files copied
@@ -88,6 +93,59 @@ static int copied_payload(const ckpt_writer *w, const wslot *s, uint8_t *payload
     return rc;
 }
 
+/* Reads the slot's bytes that writer_feed_from left to the worker (none
+ * once the writer failed: the pack is lost and the source may be gone). */
+static void run_fills(ckpt_writer *w, wslot *s)
+{
+    for (unsigned i = 0; i < s->n_fills; i++) {
+        const wfill *f = &s->fills[i];
+        pthread_mutex_lock(&w->mu);
+        int failed = w->failed;
+        pthread_mutex_unlock(&w->mu);
+        ckpt_err e = {0};
+        if (!failed && f->fill(f->ud, s->in + f->dst, f->n, f->src_off, &e) < 0)
+            writer_set_failed(w, &e);
+    }
+    s->n_fills = 0;
+}
+
+/* The chunk's place in the pack, given out in chunk order, and its write
+ * there from this worker: what the output thread does where the store can
+ * write at an offset, so no one thread copies every byte out. */
+static void write_own_chunk(ckpt_writer *w, wslot *s)
+{
+    ckpt_err e;
+    int rc = 0;
+    pthread_mutex_lock(&w->mu);
+    while (w->next_write != s->id)
+        pthread_cond_wait(&w->to_write, &w->mu);
+    int failed = w->failed;
+    uint64_t pos = w->write_pos;
+    if (!failed &&
+        grow_array((void **)&w->chunks, &w->cap_chunks, w->n_chunks, sizeof *w->chunks) < 0)
+        rc = ckpt_fail(&e, -ENOMEM, "%s: out of memory", w->final_path);
+    if (!failed && rc == 0) {
+        w->chunks[w->n_chunks++] =
+            (wchunk){pos, (uint32_t)s->out_len, (uint32_t)s->in_len, s->crc, s->codec, s->elem};
+        w->write_pos += s->out_len;
+        if (s->job)
+            s->job->fed_crc =
+                (uint32_t)crc32_combine(s->job->fed_crc, s->src_crc, (z_off_t)s->in_len);
+    }
+    w->next_write++;
+    pthread_cond_broadcast(&w->to_write);
+    pthread_mutex_unlock(&w->mu);
+    if (!failed && rc == 0)
+        rc = w->out->ops->write_at(w->out, s->out, s->out_len, pos, &e);
+    if (rc < 0)
+        writer_set_failed(w, &e);
+    pthread_mutex_lock(&w->mu);
+    if (--s->pending == 0)
+        s->state = SLOT_FREE;
+    pthread_cond_broadcast(&w->to_fill);
+    pthread_mutex_unlock(&w->mu);
+}
+
 static void *encode_worker(void *arg)
 {
     ckpt_writer *w = arg;
@@ -108,6 +166,14 @@ static void *encode_worker(void *arg)
             break;
         wslot *s = &w->slots[w->next_encode++ % w->n_slots];
         pthread_mutex_unlock(&w->mu);
+        if (!s->filled) {
+            run_fills(w, s);
+            pthread_mutex_lock(&w->mu);
+            s->filled = 1;
+            w->fills_pending--;
+            pthread_cond_broadcast(&w->slot_filled);
+            pthread_mutex_unlock(&w->mu);
+        }
         int rc = -ENOMEM;
         uint8_t *dst = payload ? payload : s->out;
         size_t plen = 0;
@@ -177,6 +243,11 @@ static void *encode_worker(void *arg)
             }
             pthread_mutex_unlock(&w->mu);
         }
+        if (w->write_at) {
+            write_own_chunk(w, s);
+            pthread_mutex_lock(&w->mu);
+            continue;
+        }
         pthread_mutex_lock(&w->mu);
         s->state = SLOT_ENCODED;
         pthread_cond_broadcast(&w->to_write);
@@ -244,6 +315,8 @@ static void *hash_worker(void *arg)
         if (w->next_hash >= w->submitted)
             break;
         wslot *s = &w->slots[w->next_hash % w->n_slots];
+        while (!s->filled)
+            pthread_cond_wait(&w->slot_filled, &w->mu);
         int failed = w->failed;
         pthread_mutex_unlock(&w->mu);
         /* A copied file's SHA-256 comes with it (its slots hold no plaintext);
@@ -282,6 +355,8 @@ int writer_acquire_slot(ckpt_writer *w, ckpt_err *err)
     s->elem = e->elem;
     s->opaque = e->kind == EXTENT_DATA;
     s->n_spans = 0;
+    s->n_fills = 0;
+    s->filled = 0;
     s->pending = 2;
     s->job = w->files[w->n_files - 1].job;
     s->file_hash = s->job ? NULL : w->files[w->n_files - 1].hash;
@@ -290,8 +365,8 @@ int writer_acquire_slot(ckpt_writer *w, ckpt_err *err)
     return 0;
 }
 
-/* Hands the chunk's part of each live tensor to the output thread, which
- * hashes tensors in chunk order; tensors that end in this chunk stop being
+/* Hands the chunk's part of each live tensor to the workers, which hash
+ * tensors in chunk order; tensors that end in this chunk stop being
  * live. Spans are fixed here because the producer may add views to the
  * extent while earlier chunks are still being written. */
 static int slot_spans(ckpt_writer *w, wslot *s)
@@ -331,6 +406,10 @@ void writer_submit_slot(ckpt_writer *w)
     w->extents[w->n_extents - 1].length += s->in_len;
     pthread_mutex_lock(&w->mu);
     s->state = SLOT_QUEUED;
+    if (s->n_fills)
+        w->fills_pending++;
+    else
+        s->filled = 1;
     w->submitted++;
     pthread_cond_signal(&w->to_encode);
     pthread_cond_signal(&w->to_hash);
@@ -377,6 +456,9 @@ static int feed(ckpt_writer *w, const uint8_t *data, writer_fill_fn fill, void *
         if (data) {
             memcpy(s->in + s->in_len, data, n);
             data += n;
+        } else if (s->n_fills < SLOT_FILLS) {
+            s->fills[s->n_fills++] = (wfill){fill, ud, src_off, (uint32_t)s->in_len, (uint32_t)n};
+            src_off += n;
         } else {
             int rc = fill(ud, s->in + s->in_len, n, src_off, err);
             if (rc < 0)
@@ -674,6 +756,17 @@ int writer_feed_from(ckpt_writer *w, int tensor, writer_fill_fn fill, void *ud, 
     return feed(w, NULL, fill, ud, src_off, len, err);
 }
 
+int writer_wait_fills(ckpt_writer *w, ckpt_err *err)
+{
+    if (w->filling)
+        run_fills(w, w->filling);
+    pthread_mutex_lock(&w->mu);
+    while (w->fills_pending)
+        pthread_cond_wait(&w->slot_filled, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    return writer_failed(w, err);
+}
+
 int ckpt_writer_end_tensor(ckpt_writer *w, ckpt_err *err)
 {
     if (!w->in_tensor)
@@ -937,19 +1030,33 @@ static void stop_threads(ckpt_writer *w)
 #define LANE_MAX_QUEUED 16
 #define LANE_MAX 8
 
-int writer_file_rehash(ckpt_writer *w, int fd, uint64_t size)
+/* Queues the open file's job j (fd or read set) on the lanes; 1 if it
+ * took it, 0 (j freed, fd closed) if the file is hashed from the ring. */
+static int rehash_job(ckpt_writer *w, hash_job *j, uint64_t size)
 {
     if (!w->in_file || w->file_bytes || size < LANE_MIN_BYTES)
-        return 0;
-    wfile *f = &w->files[w->n_files - 1];
+        goto no;
     if (!w->lanes) {
         unsigned n = w->n_threads < LANE_MAX ? w->n_threads : LANE_MAX;
         w->lanes = hash_lanes_start(n ? n : 1, w->chunk_size);
         if (!w->lanes)
-            return 0;
+            goto no;
     }
     if (hash_lanes_pending(w->lanes) >= LANE_MAX_QUEUED)
-        return 0;
+        goto no;
+    j->size = size;
+    w->files[w->n_files - 1].job = j;
+    hash_lanes_submit(w->lanes, j);
+    return 1;
+no:
+    if (j->fd >= 0)
+        close(j->fd);
+    free(j);
+    return 0;
+}
+
+int writer_file_rehash(ckpt_writer *w, int fd, uint64_t size)
+{
     hash_job *j = calloc(1, sizeof *j);
     if (!j)
         return 0;
@@ -958,10 +1065,18 @@ int writer_file_rehash(ckpt_writer *w, int fd, uint64_t size)
         free(j);
         return 0;
     }
-    j->size = size;
-    f->job = j;
-    hash_lanes_submit(w->lanes, j);
-    return 1;
+    return rehash_job(w, j, size);
+}
+
+int writer_file_rehash_reader(ckpt_writer *w, ckpt_read_fn read, void *ud, uint64_t size)
+{
+    hash_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return 0;
+    j->fd = -1;
+    j->read = read;
+    j->ud = ud;
+    return rehash_job(w, j, size);
 }
 
 /* Frees everything; an unfinished pack is abandoned and its temporary file
@@ -1026,6 +1141,7 @@ static void writer_free(ckpt_writer *w)
     pthread_cond_destroy(&w->to_fill);
     pthread_cond_destroy(&w->to_hash);
     pthread_cond_destroy(&w->tensor_hashed);
+    pthread_cond_destroy(&w->slot_filled);
     free(w->final_path);
     free(w);
 }
@@ -1060,6 +1176,7 @@ static int writer_open(ckpt_store *s, const char *name, const char *tmp_name,
     pthread_cond_init(&w->to_fill, NULL);
     pthread_cond_init(&w->to_hash, NULL);
     pthread_cond_init(&w->tensor_hashed, NULL);
+    pthread_cond_init(&w->slot_filled, NULL);
     w->opts = o;
     w->chunk_size = cs;
     w->level = o.level < 0 ? 6 : o.level;
@@ -1102,16 +1219,18 @@ static int writer_open(ckpt_store *s, const char *name, const char *tmp_name,
     if ((rc = w->out->ops->write(w->out, w->header, TPACK_HEADER_SIZE, err)) < 0)
         goto fail;
     w->write_pos = TPACK_HEADER_SIZE;
+    w->write_at = w->out->ops->write_at != NULL;
     for (unsigned i = 0; i < threads; i++) {
         if (pthread_create(&w->workers[i], NULL, encode_worker, w) != 0)
             break;
         w->n_workers++;
     }
-    if (w->n_workers == 0 || pthread_create(&w->out_thread, NULL, output_worker, w) != 0) {
+    if (w->n_workers == 0 ||
+        (!w->write_at && pthread_create(&w->out_thread, NULL, output_worker, w) != 0)) {
         rc = ckpt_fail(err, -EAGAIN, "cannot start writer threads");
         goto fail;
     }
-    w->out_started = 1;
+    w->out_started = !w->write_at;
     if (pthread_create(&w->hash_thread, NULL, hash_worker, w) != 0) {
         rc = ckpt_fail(err, -EAGAIN, "cannot start writer threads");
         goto fail;
@@ -1356,9 +1475,15 @@ int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
     put_u64(ftr + FTR_INDEX_STORED, stored_len);
     put_u64(ftr + FTR_INDEX_RAW, idx.len);
     memcpy(ftr + FTR_MAGIC, TPACK_END_MAGIC, 8);
-    rc = w->out->ops->write(w->out, stored, stored_len, err);
-    if (rc == 0)
-        rc = w->out->ops->write(w->out, ftr, sizeof ftr, err);
+    if (w->write_at) {
+        rc = w->out->ops->write_at(w->out, stored, stored_len, w->write_pos, err);
+        if (rc == 0)
+            rc = w->out->ops->write_at(w->out, ftr, sizeof ftr, w->write_pos + stored_len, err);
+    } else {
+        rc = w->out->ops->write(w->out, stored, stored_len, err);
+        if (rc == 0)
+            rc = w->out->ops->write(w->out, ftr, sizeof ftr, err);
+    }
     if (stored != idx.p)
         free(stored);
     bb_free(&idx);

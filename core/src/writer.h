@@ -20,13 +20,23 @@ int ingest_add_layout(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, 
  * SHA-256 may be taken by a hash lane beside the pipeline (hash_lanes.h).
  * Returns 1 if so, 0 if it is hashed from the fed bytes as usual. */
 int writer_file_rehash(ckpt_writer *w, int fd, uint64_t size);
+/* The same for a source read through read(ud, ...), which must answer from
+ * any thread, several at once, until the writer is finished or aborted. */
+int writer_file_rehash_reader(ckpt_writer *w, ckpt_read_fn read, void *ud, uint64_t size);
 /* Reads exactly n bytes at off into dst, or fails with err set. */
 typedef int (*writer_fill_fn)(void *ud, uint8_t *dst, size_t n, uint64_t off, ckpt_err *err);
 /* ckpt_writer_write (tensor 0) or ckpt_writer_tensor_data (tensor 1) of
  * the len bytes that fill() reads from src_off on, read straight into the
- * writer's chunk buffers instead of through a buffer of the caller's. */
+ * writer's chunk buffers instead of through a buffer of the caller's. The
+ * reads are left to the workers that encode the chunks, so fill() is called
+ * from several threads at once, until writer_wait_fills() returns; a failed
+ * read fails the writer with fill()'s error. */
 int writer_feed_from(ckpt_writer *w, int tensor, writer_fill_fn fill, void *ud, uint64_t src_off,
                      uint64_t len, ckpt_err *err);
+/* Returns once every read that writer_feed_from left to the workers is
+ * done (those of the slot being filled are done here), so that their
+ * source may go away: 0 or the writer's failure. */
+int writer_wait_fills(ckpt_writer *w, ckpt_err *err);
 /* Records a tensor of the open file that gets no tensors/ entry, with why
  * (ckpt_skipped_info). */
 int writer_add_skipped(ckpt_writer *w, const char *name, const char *reason, ckpt_err *err);

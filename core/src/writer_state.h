@@ -44,8 +44,22 @@ typedef struct wspan {
     uint64_t seq;
 } wspan;
 
+/* A read of the slot's bytes [dst, dst + n) from a source, left to the
+ * worker that encodes the slot (writer_feed_from), so reading spreads over
+ * the workers instead of running on the producer's one thread. */
+typedef struct wfill {
+    writer_fill_fn fill;
+    void *ud;
+    uint64_t src_off;
+    uint32_t dst, n;
+} wfill;
+#define SLOT_FILLS 4
+
 typedef struct wslot {
     uint8_t *in, *out;
+    wfill fills[SLOT_FILLS]; /* still to be read into in */
+    unsigned n_fills;
+    int filled; /* in holds all of its bytes (under mu) */
     size_t in_len, out_len;
     uint64_t id, extent_id, in_extent;
     wspan *spans; /* tensors whose bytes the chunk holds */
@@ -158,10 +172,14 @@ struct ckpt_writer {
 
     /* Pipeline. */
     pthread_mutex_t mu;
-    pthread_cond_t to_encode, to_write, to_fill, to_hash, tensor_hashed;
+    pthread_cond_t to_encode, to_write, to_fill, to_hash, tensor_hashed, slot_filled;
     wslot *slots;
     size_t n_slots;
     uint64_t submitted, next_encode, next_write, next_hash;
+    uint64_t fills_pending; /* submitted slots whose fills no worker has done yet */
+    /* Workers write their own chunks at offsets given out in chunk order
+     * (the store can write at an offset); else the output thread appends. */
+    int write_at;
     int stopping, failed;
     ckpt_err fail_err;
     pthread_t *workers;

@@ -48,6 +48,7 @@ static job *queue_pop(job_queue *q)
 static void *worker_main(void *arg)
 {
     worker_pool *p = arg;
+    pthread_setname_np(pthread_self(), "ckptfs-worker");
     pthread_mutex_lock(&p->lock);
     for (;;) {
         job *j = queue_pop(&p->urgent);

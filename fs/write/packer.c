@@ -189,6 +189,11 @@ static int write_pack(const packer_job *job, const char *pack, const char *tmp, 
     }
     o.warn = on_warn;
     ckpt_writer *w = NULL;
+    /* One source per file, alive until the writer is done: the writer's
+     * hash lanes read big files again beside the pipeline. */
+    source *srcs = calloc(job->n_files ? job->n_files : 1, sizeof *srcs);
+    if (!srcs)
+        return ckpt_fail(err, -ENOMEM, "checkpoint '%s': out of memory", job->name);
     int rc = ckpt_writer_open_in(job->store, pack, tmp, &o, &w, err);
     if (rc == 0)
         ckpt_writer_set_sibling_reader(w, read_sibling, (void *)job);
@@ -215,15 +220,16 @@ static int write_pack(const packer_job *job, const char *pack, const char *tmp, 
             if (rc != -EXDEV)
                 break;
         }
-        source src = {f->blob, f->base, f->base_index, job->cancel, job->cancel_one, {0}};
+        source *src = &srcs[i];
+        *src = (source){f->blob, f->base, f->base_index, job->cancel, job->cancel_one, {0}};
         char label[600];
         snprintf(label, sizeof label, "%s/%s", job->name, f->path);
-        rc = ckpt_writer_add_reader(w, f->path, read_blob, &src, f->size, f->mode, f->mtime_sec,
-                                    f->mtime_nsec, label, err);
+        rc = ckpt_writer_add_reader_shared(w, f->path, read_blob, src, f->size, f->mode,
+                                           f->mtime_sec, f->mtime_nsec, label, err);
         if (rc == -ECANCELED)
             ckpt_fail(err, rc, "checkpoint '%s': packing stopped", job->name);
-        else if (rc && src.detail.code)
-            ckpt_fail(err, rc, "checkpoint '%s': %s", job->name, src.detail.msg);
+        else if (rc && src->detail.code)
+            ckpt_fail(err, rc, "checkpoint '%s': %s", job->name, src->detail.msg);
     }
     if (rc == 0 && !links_done)
         rc = add_links(job, w, err);
@@ -233,6 +239,7 @@ static int write_pack(const packer_job *job, const char *pack, const char *tmp, 
     }
     if (w)
         ckpt_writer_abort(w);
+    free(srcs);
     if (rc == 0 && job->progress)
         job->progress(job->progress_ud, total, total);
     if (rc == 0 && reused)

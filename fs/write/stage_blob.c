@@ -249,7 +249,11 @@ uint64_t stage_blob_disk_bytes(stage_blob *b)
 
 /* -------------------------------------------------------------- reading */
 
-static ssize_t sealed_read(stage_blob *b, uint8_t *buf, size_t len, uint64_t off, ckpt_err *err)
+/* With the lock held. Whole stored blocks are only fetched into buf, with
+ * their records in fr[*n_fr] for the caller to open once it has let go of
+ * the lock (fr NULL: opened here). */
+static ssize_t sealed_read(stage_blob *b, uint8_t *buf, size_t len, uint64_t off, fetched_rec *fr,
+                           size_t *n_fr, ckpt_err *err)
 {
     size_t done = 0;
     while (done < len) {
@@ -266,7 +270,9 @@ static ssize_t sealed_read(stage_blob *b, uint8_t *buf, size_t len, uint64_t off
         } else if (in == 0 && n >= MAP_LEN(e)) {
             /* The whole stored block is wanted: open it in place. */
             uint32_t plen = MAP_LEN(e);
-            int rc = blob_load_record(b, MAP_OFF(e), REC_DATA, block, plen, buf + done, err);
+            int rc =
+                fr ? blob_fetch_record(b, MAP_OFF(e), block, plen, buf + done, &fr[(*n_fr)++], err)
+                   : blob_load_record(b, MAP_OFF(e), REC_DATA, block, plen, buf + done, err);
             if (rc)
                 return rc;
             memset(buf + done + plen, 0, n - plen);
@@ -283,6 +289,9 @@ static ssize_t sealed_read(stage_blob *b, uint8_t *buf, size_t len, uint64_t off
 
 ssize_t stage_blob_pread(stage_blob *b, void *buf, size_t len, uint64_t off, ckpt_err *err)
 {
+    /* Room for every whole block of the read (NULL: opened under the lock). */
+    fetched_rec *fr = b->key ? malloc((len / STAGE_BLOCK + 2) * sizeof *fr) : NULL;
+    size_t n_fr = 0;
     pthread_mutex_lock(&b->lock);
     ssize_t rc = 0;
     if (off >= b->size) {
@@ -291,7 +300,7 @@ ssize_t stage_blob_pread(stage_blob *b, void *buf, size_t len, uint64_t off, ckp
         if (len > b->size - off)
             len = (size_t)(b->size - off);
         if (b->key) {
-            rc = sealed_read(b, buf, len, off, err);
+            rc = sealed_read(b, buf, len, off, fr, &n_fr, err);
         } else if ((rc = blob_ensure_fd(b, err)) == 0) {
             /* A plain file can be shorter than b->size only if something
              * else truncated it: report that rather than invent zeros. */
@@ -300,6 +309,12 @@ ssize_t stage_blob_pread(stage_blob *b, void *buf, size_t len, uint64_t off, ckp
         }
     }
     pthread_mutex_unlock(&b->lock);
+    /* The records' bytes are the caller's now: a write to the blob meanwhile
+     * appends new records, and never changes these. */
+    for (size_t i = 0; i < n_fr && rc >= 0; i++)
+        if (blob_open_fetched(b, &fr[i], err) < 0)
+            rc = -EIO;
+    free(fr);
     return rc;
 }
 

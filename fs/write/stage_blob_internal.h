@@ -67,6 +67,19 @@ int blob_append_record(stage_blob *b, int type, uint64_t block, const uint8_t *p
                        uint64_t *at, ckpt_err *err);
 int blob_load_record(stage_blob *b, uint64_t off, int type, uint64_t block, uint32_t plen,
                      uint8_t *out, ckpt_err *err);
+/* A DATA record read under the blob's lock by blob_fetch_record, its
+ * ciphertext already in out, to be opened there by blob_open_fetched
+ * after the lock is released: so that readers of one blob on several
+ * threads (the packer's workers) decrypt at once instead of in turn. */
+typedef struct fetched_rec {
+    uint8_t head[REC_HEADER + REC_NONCE], tag[REC_TAG];
+    uint8_t *out;
+    uint64_t block;
+    uint32_t plen;
+} fetched_rec;
+int blob_fetch_record(stage_blob *b, uint64_t off, uint64_t block, uint32_t plen, uint8_t *out,
+                      fetched_rec *f, ckpt_err *err);
+int blob_open_fetched(const stage_blob *b, fetched_rec *f, ckpt_err *err);
 uint64_t *blob_map_slot(stage_blob *b, uint64_t block, int create);
 uint64_t blob_map_get(stage_blob *b, uint64_t block);
 int blob_map_set(stage_blob *b, uint64_t block, uint64_t off, uint32_t plen);

@@ -98,6 +98,39 @@ int blob_load_record(stage_blob *b, uint64_t off, int type, uint64_t block, uint
     return 0;
 }
 
+int blob_fetch_record(stage_blob *b, uint64_t off, uint64_t block, uint32_t plen, uint8_t *out,
+                      fetched_rec *f, ckpt_err *err)
+{
+    int rc = blob_ensure_fd(b, err);
+    if (rc)
+        return rc;
+    rc = blob_pread_all(b->fd, f->head, sizeof f->head, off);
+    if (rc == 0)
+        rc = blob_pread_all(b->fd, out, plen, off + sizeof f->head);
+    if (rc == 0)
+        rc = blob_pread_all(b->fd, f->tag, sizeof f->tag, off + sizeof f->head + plen);
+    if (rc)
+        return blob_fail_io(b, err, rc, "read failed");
+    f->out = out;
+    f->block = block;
+    f->plen = plen;
+    return 0;
+}
+
+int blob_open_fetched(const stage_blob *b, fetched_rec *f, ckpt_err *err)
+{
+    uint8_t ad[REC_AD], want[REC_HEADER];
+    make_header(want, b, REC_DATA, f->block, f->plen);
+    make_ad(b, want, ad);
+    if (memcmp(f->head, want, REC_HEADER) != 0 ||
+        stage_unseal_detached(b->key, ad, sizeof ad, f->out, f->plen, f->tag, f->head + REC_HEADER,
+                              f->out) != 0)
+        return ckpt_fail(err, -EIO,
+                         "staging file %s: block %" PRIu64 " fails authentication (damaged)",
+                         b->name, f->block);
+    return 0;
+}
+
 /* The map is two-level, pages allocated as blocks are touched, so a sparse
  * file costs memory for what it holds, not for how far it reaches. */
 uint64_t *blob_map_slot(stage_blob *b, uint64_t block, int create)
@@ -263,6 +296,7 @@ static void seal_some(seal_job *j)
 static void *pool_main(void *arg)
 {
     (void)arg;
+    pthread_setname_np(pthread_self(), "ckptfs-seal");
     uint64_t seen = 0;
     pthread_mutex_lock(&pool_mu);
     for (;;) {

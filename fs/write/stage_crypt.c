@@ -84,3 +84,17 @@ int stage_unseal(const stage_key *k, const uint8_t *ad, size_t ad_len, const uin
                                                         ad_len, nonce, k->bytes);
     return rc == 0 ? 0 : -EIO;
 }
+
+int stage_unseal_detached(const stage_key *k, const uint8_t *ad, size_t ad_len, const uint8_t *in,
+                          size_t len, const uint8_t tag[STAGE_TAG],
+                          const uint8_t nonce[STAGE_NONCE], uint8_t *out)
+{
+    int rc;
+    if (k->cipher == STAGE_CIPHER_AESGCM)
+        rc = crypto_aead_aes256gcm_decrypt_detached(out, NULL, in, len, tag, ad, ad_len, nonce,
+                                                    k->bytes);
+    else
+        rc = crypto_aead_xchacha20poly1305_ietf_decrypt_detached(out, NULL, in, len, tag, ad,
+                                                                 ad_len, nonce, k->bytes);
+    return rc == 0 ? 0 : -EIO;
+}

@@ -45,5 +45,9 @@ void stage_seal(const stage_key *k, const uint8_t *ad, size_t ad_len, const uint
 /* in is len + STAGE_TAG bytes; 0, or -EIO if it does not authenticate. */
 int stage_unseal(const stage_key *k, const uint8_t *ad, size_t ad_len, const uint8_t *in,
                  size_t len, const uint8_t nonce[STAGE_NONCE], uint8_t *out);
+/* The same with the tag apart; out may be in (opened in place). */
+int stage_unseal_detached(const stage_key *k, const uint8_t *ad, size_t ad_len, const uint8_t *in,
+                          size_t len, const uint8_t tag[STAGE_TAG],
+                          const uint8_t nonce[STAGE_NONCE], uint8_t *out);
 
 #endif

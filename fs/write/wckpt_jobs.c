@@ -256,6 +256,7 @@ static void pack_one(wtable *t, wckpt *c)
 void *wc_packer_main(void *arg)
 {
     wtable *t = arg;
+    pthread_setname_np(pthread_self(), "ckptfs-packer");
     pthread_mutex_lock(&t->lock);
     while (!t->stopping) {
         wckpt *next = NULL;
@@ -346,6 +347,7 @@ static void tick(wtable *t, double *last_park)
 void *wc_timer_main(void *arg)
 {
     wtable *t = arg;
+    pthread_setname_np(pthread_self(), "ckptfs-timer");
     double last_park = wc_now_mono();
     pthread_mutex_lock(&t->lock);
     while (!t->stopping) {

@@ -587,8 +587,8 @@ Test(hostile, out_of_memory_messages_name_the_pack)
 
 /* ------------------------------------------------- writer failure paths */
 
-/* A write error in the output thread (here EFBIG from RLIMIT_FSIZE, as with
- * ENOSPC) must reach the producer, which may be waiting for a free slot,
+/* A write error in a worker writing its chunk (here EFBIG from RLIMIT_FSIZE,
+ * as with ENOSPC) must reach the producer, which may be waiting for a free slot,
  * without deadlock, naming the temporary file; abort then cleans up. */
 Test(hostile, writer_output_error_stops_producer, .timeout = 30)
 {

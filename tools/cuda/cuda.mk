@@ -95,7 +95,19 @@ $(CKCU_TEST_ASAN_BIN): $(B)/asan/tests/cuda/%: $(CKCU_DIR)/tests/%.c $(CKCU_FAKE
 	$(CC) $(CKCU_TEST_CFLAGS) $(SAN) $(DEPFLAGS_BIN) -o $@ $< $(CKCU_FAKE_ASAN_OBJ) \
 	    $(CKCU_HOST_ASAN_OBJ) $(B)/lib/libckpt-asan.a -lcriterion $(CORE_LIBS)
 
--include $(CKCU_HOST_OBJ:.o=.d) $(CKCU_HOST_ASAN_OBJ:.o=.d) $(CKCU_CUDA_OBJ:.o=.d) \
+# The load pipeline's host side over the fake device (bench/cuda/host_pipeline.c):
+# make bench-cuda-host PACK=x.tpack [KEY=k] [THREADS="1 2"]; no CUDA needed.
+CKCU_BENCH_BIN := $(B)/bench/cuda/host_pipeline
+$(CKCU_BENCH_BIN): bench/cuda/host_pipeline.c $(CKCU_FAKE_OBJ) $(CKCU_HOST_OBJ) $(B)/lib/libckpt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CKCU_TEST_CFLAGS) $(DEPFLAGS_BIN) -o $@ $< $(CKCU_FAKE_OBJ) $(CKCU_HOST_OBJ) \
+	    $(B)/lib/libckpt.a $(CORE_LIBS)
+
+.PHONY: bench-cuda-host
+bench-cuda-host: $(CKCU_BENCH_BIN)
+	@$(CKCU_BENCH_BIN) "$${PACK:?PACK=x.tpack}" "$${KEY:--}" $${THREADS:-1 2}
+
+-include $(CKCU_BENCH_BIN).d $(CKCU_HOST_OBJ:.o=.d) $(CKCU_HOST_ASAN_OBJ:.o=.d) $(CKCU_CUDA_OBJ:.o=.d) \
     $(CKCU_TOOL_OBJ:.o=.d) $(CKCU_FAKE_OBJ:.o=.d) $(CKCU_FAKE_ASAN_OBJ:.o=.d) \
     $(CKCU_TEST_BIN:=.d) $(CKCU_TEST_ASAN_BIN:=.d) $(CKCU_GPU_TEST).d
 

@@ -322,7 +322,7 @@ static int fb_copy_async(cc_backend *b, void *dst, const void *src, size_t len, 
     }
     int rc = 0;
     if (c->immediate || !d || (h && h->dev)) {
-        if (d && !(h && h->dev))
+        if (d && !(h && h->dev) && !c->no_data)
             memcpy(dst, src, len);
     } else {
         fake_op *o = calloc(1, sizeof *o);
@@ -331,7 +331,7 @@ static int fb_copy_async(cc_backend *b, void *dst, const void *src, size_t len, 
         } else {
             o->dst = dst;
             o->src = src;
-            o->len = len;
+            o->len = c->no_data ? 0 : len;
             push(stream, o);
         }
     }

@@ -23,6 +23,10 @@ typedef struct fake_cfg {
     long fail_copy_at;   /* the n-th copy_async fails (1-based; 0 = never) */
     long fail_wait_at;   /* the n-th event_wait reports an async fault */
     int immediate;       /* run copies at once instead of deferring them */
+    /* For benchmarks: copies are checked and ordered as usual but move no
+     * bytes, as a device's DMA costs the host no CPU (and the "device"
+     * memory is never touched, so never faulted in). */
+    int no_data;
     /* Memory the test owns that counts as device memory (the tensors a
      * save is given, which no backend instance allocated). */
     uint8_t *dev_region;
