@@ -809,3 +809,18 @@ Test(s3_readahead, a_failed_segment_falls_back_to_the_caller)
     s3_ra_free(ra);
     free(buf);
 }
+
+Test(s3_readahead, small_objects_are_read_directly)
+{
+    /* Two segments or less: each read stays its own If-Match GET, so a
+     * replaced pack index or header fails at once. */
+    fake_obj o = {.size = 8ull << 20, .fail_from = UINT64_MAX};
+    pthread_mutex_init(&o.mu, NULL);
+    s3_ra *ra;
+    cr_assert_eq(s3_ra_new(o.size, fake_fetch, &o, &ra), 0);
+    uint8_t buf[4096];
+    for (uint64_t off = 0; off < 64 * sizeof buf; off += sizeof buf)
+        cr_assert_eq(s3_ra_read(ra, buf, sizeof buf, off), 0);
+    s3_ra_free(ra);
+    cr_assert_eq(o.fetches, 0u);
+}

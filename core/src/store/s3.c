@@ -11,7 +11,9 @@
  *            replaced object fails with -ESTALE (412), never mixes versions;
  *            each answer is checked: 206, the Content-Range asked for, the
  *            exact length; a sequential reader is served from segments
- *            fetched ahead in parallel (s3_readahead.c), by the same GETs
+ *            fetched ahead in parallel (s3_readahead.c) by the same GETs,
+ *            so after a replacement it may get bytes of its own generation
+ *            fetched before, then -ESTALE
  *   write    s3_upload.c: multipart upload, completed by commit
  *   remove   HEAD (so a missing object is -ENOENT, as locally), DELETE
  *   rename   CopyObject then DELETE: NOT atomic (a reader may see both

@@ -30,7 +30,10 @@
  *
  * Generations: the segment fetch is the caller's ranged GET, carrying
  * If-Match with the ETag fixed at open, so every byte served from a
- * segment belongs to the generation the reader opened.
+ * segment belongs to the generation the reader opened. After the object
+ * is replaced, a reader may still be served what was fetched before (at
+ * most the window), then gets -ESTALE from the first GET after: it keeps
+ * its generation or fails, and never sees the new bytes.
  *
  * Locking: one mutex per object guards the slots; fetches and copies run
  * outside it. Threads start at the first sequential streak and are joined
@@ -199,7 +202,8 @@ static void start_threads(s3_ra *ra)
 
 int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off)
 {
-    if (len == 0 || off >= ra->size || len > ra->size - off)
+    /* An object of a segment or two gains nothing from reading ahead. */
+    if (len == 0 || off >= ra->size || len > ra->size - off || ra->size <= 2 * (uint64_t)RA_SEG)
         return 0;
     uint64_t first = off / RA_SEG, last = (off + len - 1) / RA_SEG;
     pthread_mutex_lock(&ra->mu);
