@@ -683,7 +683,7 @@ Test(s3_live, expired_lease_is_taken_over)
 
 Test(s3_live, multipart_upload_round_trip)
 {
-    /* 20 MiB + 3 bytes: two parts at 16 MiB, and no upload left behind. */
+    /* 20 MiB + 3 bytes: three parts at 8 MiB, and no upload left behind. */
     size_t n = (20u << 20) + 3;
     uint8_t *data = malloc(n), *back = malloc(n);
     cr_assert(data && back);

@@ -729,8 +729,13 @@ int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out
     if (!s)
         return ckpt_fail(err, -ENOMEM, "out of memory");
     s->base.ops = &s3_ops;
-    s->part_size = (opts->part_size_mib ? opts->part_size_mib : 16) << 20;
-    s->parts_in_flight = opts->parts_in_flight ? opts->parts_in_flight : 4;
+    /* 8 parts of 8 MiB in flight: the gateway gets several PUTs at once,
+     * and what is left to send after the last chunk is encoded (the tail
+     * that no encoding overlaps) is small. Packing 710 MB to RGW on 2
+     * cores (load 8-14): 2.9-3.6 s against 3.1-5.1 s with 4 x 16 MiB, for
+     * the same memory (9 part buffers of 8 MiB against 5 of 16). */
+    s->part_size = (opts->part_size_mib ? opts->part_size_mib : 8) << 20;
+    s->parts_in_flight = opts->parts_in_flight ? opts->parts_in_flight : 8;
     s3_config cfg;
     int rc = s3_url_parse(url, &s->url, err);
     if (rc == 0 && asprintf(&s->base.where, "s3://%s%s%s", s->url.bucket,
