@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The mount on S3 (ckptfs s3://...), against a real Ceph RGW on loopback:
 # cold sequential read through the mount vs curl of the pack object vs s3fs
-# (when installed), random 64 KiB reads vs one ranged GET, a warm read from
-# cache_dir vs a mount of a local directory, and the daemon's peak RSS
-# (VmHWM) during a download and an upload. Caches are dropped before the
-# cold runs. Usage: bench/bench-s3-mount.sh [WORKDIR]
+# reading the same safetensors from the same gateway (when installed),
+# loading that safetensors into CPU memory with Run:ai's model streamer
+# straight from the gateway vs through the mount, random 64 KiB reads vs
+# one ranged GET, a warm read from cache_dir vs a mount of a local
+# directory, and the daemon's peak RSS (VmHWM) during a download and an
+# upload. Caches are dropped before the cold runs; every cold run is a new
+# daemon (or s3fs); the comparisons are the median of 3 runs, with the load
+# average printed beside them (the machine may be shared).
+# Usage: bench/bench-s3-mount.sh [WORKDIR]
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=${B:-build}
@@ -29,11 +34,31 @@ drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 sig() { curl -s --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"; }
 hwm() { awk '/VmHWM/{print $2/1024 " MiB"}' /proc/"$1"/status; }
 mnt() { mkdir -p "$2"; "$BIN/ckptfs" -f "${@:3}" "$1" "$2" 2>>ckptfs.log & P=$!; for _ in $(seq 200); do mountpoint -q "$2" && return; sleep 0.05; done; }
-echo "checkpoint: $F $((SZ>>20)) MiB, pack $((PACK>>20)) MiB"
-drop; t0=$(now); sig -o curl.bin "$S3_ENDPOINT/bench/p/big.tpack"; t1=$(now)
-echo "curl GET of the pack object:              $(mbs $PACK $t0 $t1) MB/s (pack bytes)"
-mnt s3://bench/p m-ro -o ro; drop; t0=$(now); cat m-ro/big/$F >/dev/null; t1=$(now)
-echo "cold sequential read through the mount:   $(mbs $SZ $t0 $t1) MB/s (checkpoint bytes), daemon VmHWM $(hwm $P)"
+med() { printf '%s\n' "$@" | sort -g | sed -n "$((($# + 1) / 2))p"; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+secs() { python3 -c "print(round($2-$1,3))"; }
+"$PY" "$ROOT/tests/integration/s3_client.py" put bench st/$F big/$F
+echo "checkpoint: $F $((SZ>>20)) MiB, pack $((PACK>>20)) MiB; Ceph $(ceph --version | awk '{print $3}'); $(nproc) cores"
+T_CURL=(); T_MNT=(); T_S3FS=()
+for run in 1 2 3; do
+    drop; t0=$(now); sig -o /dev/null "$S3_ENDPOINT/bench/p/big.tpack"; t1=$(now); T_CURL+=("$(secs $t0 $t1)")
+    mnt s3://bench/p m-ro -o ro; drop; t0=$(now); cat m-ro/big/$F >/dev/null; t1=$(now); T_MNT+=("$(secs $t0 $t1)")
+    HWM_MNT=$(hwm $P); fusermount3 -u m-ro; wait $P
+    if command -v s3fs >/dev/null; then
+        echo "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" >pw; chmod 600 pw; mkdir -p m-s3fs
+        s3fs bench m-s3fs -o passwd_file=pw,url=$S3_ENDPOINT,use_path_request_style,ro && sleep 1
+        drop; t0=$(now); cat m-s3fs/st/$F >/dev/null; t1=$(now); T_S3FS+=("$(secs $t0 $t1)"); fusermount3 -u m-s3fs
+    fi
+    echo "run $run: curl ${T_CURL[-1]} s, mount ${T_MNT[-1]} s, s3fs ${T_S3FS[-1]:-} s (load $(load))"
+done
+tc=$(med "${T_CURL[@]}"); tm=$(med "${T_MNT[@]}")
+echo "curl GET of the pack object:              $(mbs $PACK 0 $tc) MB/s (pack bytes; median $tc s)"
+echo "cold sequential read through the mount:   $(mbs $SZ 0 $tm) MB/s (checkpoint bytes; median $tm s), daemon VmHWM $HWM_MNT"
+echo "  mount vs curl: time $(python3 -c "print(round($tc/$tm,2))")x, MB/s delivered over curl's pack MB/s $(python3 -c "print(round($SZ*$tc/($PACK*$tm),2))")x"
+if [ ${#T_S3FS[@]} -gt 0 ]; then ts=$(med "${T_S3FS[@]}")
+    echo "s3fs cat of the same safetensors:         $(mbs $SZ 0 $ts) MB/s (median $ts s); mount vs s3fs $(python3 -c "print(round($ts/$tm,2))")x"
+else echo "s3fs: not installed"; fi
+mnt s3://bench/p m-ro -o ro
 python3 - m-ro/big/$F $SZ <<'P'
 import os, random, statistics, sys, time
 fd = os.open(sys.argv[1], os.O_RDONLY); n = int(sys.argv[2]); random.seed(1); lat = []
@@ -45,16 +70,22 @@ P
 lat=(); for i in $(seq 20); do o=$((RANDOM * 4096)); t0=$(now); sig -o /dev/null -H "Range: bytes=$o-$((o+65535))" "$S3_ENDPOINT/bench/p/big.tpack"; t1=$(now); lat+=("$(python3 -c "print(($t1-$t0)*1e3)")"); done
 echo "one ranged 64 KiB GET (curl):             median $(printf '%s\n' "${lat[@]}" | sort -n | sed -n 10p | cut -c1-5) ms"
 fusermount3 -u m-ro; wait $P
+if PYS=$(B=$B "$ROOT/scripts/venv.sh" streamer 2>streamer-venv.log); then
+    case $PYS in /*) ;; *) PYS=$ROOT/$PYS ;; esac
+    T_ST=(); T_STM=()
+    for run in 1 2 3; do
+        drop; T_ST+=("$("$PYS" "$ROOT/bench/streamer_load.py" s3://bench/st/$F | cut -f1)")
+        mnt s3://bench/p m-ro -o ro; drop; T_STM+=("$("$PYS" "$ROOT/bench/streamer_load.py" m-ro/big/$F | cut -f1)")
+        fusermount3 -u m-ro; wait $P
+        echo "run $run: streamer from the gateway ${T_ST[-1]} s, through the mount ${T_STM[-1]} s (load $(load))"
+    done
+    a=$(med "${T_ST[@]}"); b=$(med "${T_STM[@]}")
+    echo "load into CPU memory, Run:ai streamer:    from the gateway $a s, through the mount $b s; mount vs streamer $(python3 -c "print(round($a/$b,2))")x"
+else echo "Run:ai streamer: no venv (scripts/venv.sh streamer failed; see $W/streamer-venv.log)"; fi
 mnt s3://bench/p m-ro -o ro,cache_dir="$W/cache",cache_size=1M; cat m-ro/big/$F >/dev/null; fusermount3 -u m-ro; wait $P
 mnt s3://bench/p m-ro -o ro,cache_dir="$W/cache",cache_size=1M; drop; t0=$(now); cat m-ro/big/$F >/dev/null; t1=$(now)
 echo "warm read from cache_dir (new daemon):    $(mbs $SZ $t0 $t1) MB/s"; fusermount3 -u m-ro; wait $P
 mnt local m-local -o ro,cache_size=1M; drop; t0=$(now); cat m-local/big/$F >/dev/null; t1=$(now)
 echo "the same from a local backing directory:  $(mbs $SZ $t0 $t1) MB/s"; fusermount3 -u m-local; wait $P
-if command -v s3fs >/dev/null; then
-    echo "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" >pw; chmod 600 pw; mkdir -p m-s3fs
-    s3fs bench m-s3fs -o passwd_file=pw,url=$S3_ENDPOINT,use_path_request_style,ro && sleep 1
-    drop; t0=$(now); cat m-s3fs/p/big.tpack >/dev/null; t1=$(now)
-    echo "s3fs cat of the pack object:              $(mbs $PACK $t0 $t1) MB/s (pack bytes)"; fusermount3 -u m-s3fs
-else echo "s3fs: not installed"; fi
 mnt s3://bench/w m-w -o stage_dir="$W/stage",commit_delay=0; cp -r big m-w/up; t0=$(now); "$BIN/ckpt" commit --wait m-w/up >/dev/null; t1=$(now)
 echo "writable mount: pack+upload after cp:      $(mbs $SZ $t0 $t1) MB/s, daemon VmHWM $(hwm $P)"; fusermount3 -u m-w; wait $P

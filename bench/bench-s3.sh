@@ -11,6 +11,12 @@
 #     which must be bounded by the parts and chunks in flight
 # Page caches are dropped before each run; the gateway keeps its objects in
 # RAM (memstore), so "cold" means a new process with nothing cached locally.
+# Each time is the median of 3 runs (the machine may be shared: the load
+# average is printed). One untimed pack to s3:// comes first: a new
+# gateway creates its data pools at the first write and first multipart
+# upload, seconds that belong to the gateway's start, not to ckpt. RGW frees
+# a replaced or deleted object's space only at garbage collection (hours
+# by default), and memstore is 4 GiB: the bench collects after each delete.
 #
 # Usage: bench/bench-s3.sh [options] [WORKDIR]
 #   --quick           GPT-2 medium with 4 layers (about 200 MB), and a 500 MB
@@ -55,7 +61,10 @@ S3=(--aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_AC
     -H "x-amz-content-sha256: UNSIGNED-PAYLOAD")
 BK=bench
 curl -sf "${S3[@]}" -X PUT "$S3_ENDPOINT/$BK" >/dev/null || bench_die "cannot create the bucket"
-s3_delete() { curl -s "${S3[@]}" -X DELETE "$S3_ENDPOINT/$BK/$1" >/dev/null; }
+s3_delete() {
+    curl -s "${S3[@]}" -X DELETE "$S3_ENDPOINT/$BK/$1" >/dev/null
+    radosgw-admin -c "$RGW/ceph.conf" gc process --include-all >/dev/null 2>&1 || true
+}
 
 use_src
 logical=$(du -sb "$src/model.safetensors" | cut -f1)
@@ -75,31 +84,47 @@ timed() { # sets T: seconds; runs CMD under /usr/bin/time, LAST_RSS_KIB its peak
     t1=$(now)
     T=$(elapsed "$t0" "$t1")
 }
+RUNS=3
+timed3() { # BEFORE_EACH CMD...: T the median of RUNS timed runs, each after BEFORE_EACH
+    local before=$1 ts=() i
+    shift
+    for i in $(seq "$RUNS"); do
+        $before
+        timed "$@"
+        ts+=("$T")
+    done
+    # The command's name only: curl's arguments hold the keys.
+    echo "  ${ts[*]} s (load $(cut -d' ' -f1-3 /proc/loadavg)): ${1##*/} ${2:-}" >&2
+    T=$(printf '%s\n' "${ts[@]}" | median)
+}
+nothing() { :; }
 
 # ------------------------------------------------------------- packing
-rm -f "$work/local.tpack"
-timed "$ck" pack "$src" -o "$work/local.tpack" >/dev/null
+"$ck" pack "$src" -o s3://$BK/p/warm.tpack >/dev/null
+s3_delete p/warm.tpack
+rm_local() { rm -f "$work/local.tpack"; }
+timed3 rm_local "$ck" pack "$src" -o "$work/local.tpack" >/dev/null
 t_pack_local=$T
 row "pack to a local directory" "$T" "$src_bytes" "RSS $((LAST_RSS_KIB / 1024)) MiB"
-s3_delete p/m.tpack
-timed "$ck" pack "$src" -o s3://$BK/p/m.tpack >/dev/null
+rm_s3() { s3_delete p/m.tpack; }
+timed3 rm_s3 "$ck" pack "$src" -o s3://$BK/p/m.tpack >/dev/null
 t_pack_s3=$T
 row "pack to s3://" "$T" "$src_bytes" "RSS $((LAST_RSS_KIB / 1024)) MiB"
 stored=$(stat -c %s "$work/local.tpack")
 
 # ------------------------------------------------------------- reading
-timed curl -sf "${S3[@]}" -o /dev/null "$S3_ENDPOINT/$BK/p/m.tpack"
+timed3 nothing curl -sf "${S3[@]}" -o /dev/null "$S3_ENDPOINT/$BK/p/m.tpack"
 t_curl=$T
 row "curl GET of the pack object" "$T" "$stored" "(pack bytes)"
-timed "$ck" cat s3://$BK/p/m.tpack model.safetensors >/dev/null
+timed3 nothing "$ck" cat s3://$BK/p/m.tpack model.safetensors >/dev/null
 t_cat=$T
 row "ckpt cat from s3:// (checkpoint)" "$T" "$logical" "RSS $((LAST_RSS_KIB / 1024)) MiB; pack bytes $(mbps "$stored" "$T") MB/s"
-rm -rf "$work/out"
-timed "$ck" unpack s3://$BK/p/m.tpack -o "$work/out" >/dev/null
+rm_out() { rm -rf "$work/out"; }
+timed3 rm_out "$ck" unpack s3://$BK/p/m.tpack -o "$work/out" >/dev/null
 t_unpack=$T
 row "ckpt unpack from s3:// (all files)" "$T" "$src_bytes" "RSS $((LAST_RSS_KIB / 1024)) MiB"
 rm -rf "$work/out"
-timed "$ck" cat "$work/local.tpack" model.safetensors >/dev/null
+timed3 nothing "$ck" cat "$work/local.tpack" model.safetensors >/dev/null
 t_cat_local=$T
 row "ckpt cat from a local file" "$T" "$logical"
 

@@ -124,8 +124,8 @@ typedef struct ckpt_store_opts {
      * AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, else the
      * profile AWS_PROFILE (or "default"). Credentials are never options. */
     const char *profile;
-    unsigned part_size_mib;   /* multipart upload part size, 8..64; 0 = 16 */
-    unsigned parts_in_flight; /* parts uploaded at once, 1..16; 0 = 4 */
+    unsigned part_size_mib;   /* multipart upload part size, 8..64; 0 = 8 */
+    unsigned parts_in_flight; /* parts uploaded at once, 1..16; 0 = 8 */
     unsigned retry_seconds;   /* no retry of a request starts later; 0 = 30 */
     /* A local directory caching the bytes read from an object store AS
      * STORED (still compressed and encrypted): one file per range read,

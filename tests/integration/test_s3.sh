@@ -236,4 +236,16 @@ if [ -x "$BUILD/tests/test_s3" ]; then
 else
     skip "s3_live unit suite" "$BUILD/tests/test_s3 not built (make unit)"
 fi
+# ckpt-cuda's load pipeline, on its fake device, from an s3:// pack.
+if [ -x "$BUILD/tests/cuda/test_cuda_load" ]; then
+    expect_ok "ckpt-cuda loads an s3:// pack (fake device), byte-identical" \
+        env CKPT_TEST_S3_URL=s3://$BK/cuda "$BUILD/tests/cuda/test_cuda_load" --filter 'load/pack_from_s3'
+    if [ "$(s3py size $BK cuda/cuda/fixture.tpack)" != absent ]; then
+        pass "boto3: the ckpt-cuda fixture pack is on the gateway"
+    else
+        fail "boto3: the ckpt-cuda fixture pack is on the gateway" "absent"
+    fi
+else
+    skip "ckpt-cuda from s3://" "$BUILD/tests/cuda/test_cuda_load not built (make cuda-check)"
+fi
 finish

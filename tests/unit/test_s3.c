@@ -683,7 +683,7 @@ Test(s3_live, expired_lease_is_taken_over)
 
 Test(s3_live, multipart_upload_round_trip)
 {
-    /* 20 MiB + 3 bytes: two parts at 16 MiB, and no upload left behind. */
+    /* 20 MiB + 3 bytes: three parts at 8 MiB, and no upload left behind. */
     size_t n = (20u << 20) + 3;
     uint8_t *data = malloc(n), *back = malloc(n);
     cr_assert(data && back);
@@ -705,4 +705,122 @@ Test(s3_live, multipart_upload_round_trip)
     cr_assert_eq(ckpt_store_abort_stale_uploads(live, NULL, 0, &err), 0, "%s", err.msg);
     free(data);
     free(back);
+}
+
+/* ------------------------------------------------------------ readahead */
+
+/* A fake object whose byte i is (i * 7 + i / 4096) & 0xff; fetches count
+ * and can be made to fail from a given offset on. */
+typedef struct fake_obj {
+    uint64_t size, fail_from;
+    unsigned fetches;
+    pthread_mutex_t mu;
+} fake_obj;
+
+static uint8_t fake_byte(uint64_t i)
+{
+    return (uint8_t)(i * 7 + i / 4096);
+}
+
+static ssize_t fake_fetch(void *ud, void *buf, size_t len, uint64_t off, ckpt_err *err)
+{
+    fake_obj *o = ud;
+    pthread_mutex_lock(&o->mu);
+    o->fetches++;
+    pthread_mutex_unlock(&o->mu);
+    if (off + len > o->fail_from)
+        return ckpt_fail(err, -EIO, "fake: failed at %llu", (unsigned long long)off);
+    for (size_t i = 0; i < len; i++)
+        ((uint8_t *)buf)[i] = fake_byte(off + i);
+    return (ssize_t)len;
+}
+
+static void check_bytes(const uint8_t *buf, size_t len, uint64_t off)
+{
+    for (size_t i = 0; i < len; i++)
+        if (buf[i] != fake_byte(off + i))
+            cr_assert_fail("byte %llu differs", (unsigned long long)(off + i));
+}
+
+Test(s3_readahead, sequential_reads_come_from_segments)
+{
+    fake_obj o = {.size = (60ull << 20) + 12345, .fail_from = UINT64_MAX};
+    pthread_mutex_init(&o.mu, NULL);
+    s3_ra *ra;
+    cr_assert_eq(s3_ra_new(o.size, fake_fetch, &o, &ra), 0);
+    size_t chunk = (1u << 20) + 517; /* not aligned to the segments */
+    uint8_t *buf = malloc(chunk);
+    unsigned served = 0, reads = 0;
+    for (uint64_t off = 0; off < o.size; off += chunk, reads++) {
+        size_t n = o.size - off < chunk ? (size_t)(o.size - off) : chunk;
+        int r = s3_ra_read(ra, buf, n, off);
+        cr_assert(r == 0 || r == 1);
+        if (r == 1) {
+            served++;
+            check_bytes(buf, n, off);
+        }
+    }
+    s3_ra_stats st;
+    s3_ra_get_stats(ra, &st);
+    /* Only the reads before the streak is proved go to the caller. */
+    cr_assert_geq(served, reads - 2, "%u of %u reads served", served, reads);
+    cr_assert_eq(st.hits, served);
+    /* Each segment fetched once, in 4 MiB GETs, not a GET per read. */
+    cr_assert_eq(st.bytes, o.size, "%llu bytes fetched", (unsigned long long)st.bytes);
+    cr_assert_eq(o.fetches, 16u, "%u fetches", o.fetches);
+    s3_ra_free(ra);
+    free(buf);
+}
+
+Test(s3_readahead, random_reads_are_left_to_the_caller)
+{
+    fake_obj o = {.size = 200ull << 20, .fail_from = UINT64_MAX};
+    pthread_mutex_init(&o.mu, NULL);
+    s3_ra *ra;
+    cr_assert_eq(s3_ra_new(o.size, fake_fetch, &o, &ra), 0);
+    uint8_t buf[65536];
+    uint64_t offs[] = {150ull << 20, 3ull << 20, 90ull << 20, 40ull << 20, 180ull << 20};
+    for (size_t i = 0; i < sizeof offs / sizeof *offs; i++)
+        cr_assert_eq(s3_ra_read(ra, buf, sizeof buf, offs[i]), 0);
+    s3_ra_free(ra);
+    cr_assert_eq(o.fetches, 0u, "random reads fetched %u segments", o.fetches);
+}
+
+Test(s3_readahead, a_failed_segment_falls_back_to_the_caller)
+{
+    fake_obj o = {.size = 40ull << 20, .fail_from = 20ull << 20};
+    pthread_mutex_init(&o.mu, NULL);
+    s3_ra *ra;
+    cr_assert_eq(s3_ra_new(o.size, fake_fetch, &o, &ra), 0);
+    uint8_t *buf = malloc(1 << 20);
+    int served_after_failure = 0;
+    for (uint64_t off = 0; off < o.size; off += 1 << 20) {
+        int r = s3_ra_read(ra, buf, 1 << 20, off);
+        if (r == 1)
+            check_bytes(buf, 1 << 20, off);
+        if (r == 1 && off + (1 << 20) > o.fail_from)
+            served_after_failure = 1;
+    }
+    s3_ra_stats st;
+    s3_ra_get_stats(ra, &st);
+    cr_assert(!served_after_failure, "a read past the failure was served");
+    cr_assert_gt(st.failed, 0u);
+    cr_assert_gt(st.hits, 10u);
+    s3_ra_free(ra);
+    free(buf);
+}
+
+Test(s3_readahead, small_objects_are_read_directly)
+{
+    /* Two segments or less: each read stays its own If-Match GET, so a
+     * replaced pack index or header fails at once. */
+    fake_obj o = {.size = 8ull << 20, .fail_from = UINT64_MAX};
+    pthread_mutex_init(&o.mu, NULL);
+    s3_ra *ra;
+    cr_assert_eq(s3_ra_new(o.size, fake_fetch, &o, &ra), 0);
+    uint8_t buf[4096];
+    for (uint64_t off = 0; off < 64 * sizeof buf; off += sizeof buf)
+        cr_assert_eq(s3_ra_read(ra, buf, sizeof buf, off), 0);
+    s3_ra_free(ra);
+    cr_assert_eq(o.fetches, 0u);
 }

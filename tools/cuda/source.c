@@ -10,6 +10,8 @@ int cc_source_open(const char *path, const ckpt_key *key, cc_source **out, ckpt_
 {
     struct stat st;
     *out = NULL;
+    if (cc_is_s3(path))
+        return cc_source_open_pack(path, key, out, err);
     if (stat(path, &st) != 0)
         return cc_fail(err, -errno, "%s: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode))

@@ -36,8 +36,12 @@ struct cc_source {
     void (*close)(cc_source *s);
 };
 
-/* A directory is read as a mounted checkpoint, anything else as a .tpack. */
+/* A directory is read as a mounted checkpoint, anything else as a .tpack:
+ * a path, or s3://BUCKET/[PREFIX/]NAME.tpack (endpoint, region and keys
+ * from the environment: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS_*). */
 int cc_source_open(const char *path, const ckpt_key *key, cc_source **out, ckpt_err *err);
+/* Whether path names an object in S3 (s3://...). */
+int cc_is_s3(const char *path);
 int cc_source_open_pack(const char *path, const ckpt_key *key, cc_source **out, ckpt_err *err);
 int cc_source_open_mount(const char *dir, cc_source **out, ckpt_err *err);
 

@@ -1,4 +1,7 @@
-/* Tensors of a .tpack, decoded with libckpt on the reading threads.
+/* Tensors of a .tpack, decoded with libckpt on the reading threads. The
+ * pack is a local path or an object s3://BUCKET/[PREFIX/]NAME.tpack, opened
+ * through libckpt's store (endpoint, region and keys from the environment,
+ * the AWS way; ranged GETs, read ahead when sequential).
  *
  * A chunk that lies wholly inside the requested range is decoded straight
  * into the caller's (pinned) buffer. A chunk that straddles the range's
@@ -14,6 +17,7 @@
 
 typedef struct pack_src {
     cc_source base;
+    ckpt_store *store; /* an s3:// pack's store, or NULL; outlives p */
     ckpt_pack *p;
     cc_tensor *tensors;
     size_t *index; /* tensors[k] is the pack's tensor index[k] */
@@ -115,9 +119,31 @@ static void pack_close(cc_source *s)
 {
     pack_src *ps = (pack_src *)s;
     ckpt_close(ps->p);
+    ckpt_store_free(ps->store);
     free(ps->tensors);
     free(ps->index);
     free(ps);
+}
+
+int cc_is_s3(const char *path)
+{
+    return strncmp(path, "s3://", 5) == 0;
+}
+
+/* s3://BUCKET/[PREFIX/]NAME: the store s3://BUCKET[/PREFIX] and NAME in it. */
+static int open_s3(pack_src *ps, const char *url, const ckpt_key *key, ckpt_err *err)
+{
+    const char *slash = strrchr(url + 5, '/');
+    if (!slash || !slash[1])
+        return cc_fail(err, -EINVAL, "%s: expected s3://BUCKET/[PREFIX/]NAME.tpack", url);
+    char *store_url = strndup(url, (size_t)(slash - url));
+    if (!store_url)
+        return cc_fail(err, -ENOMEM, "%s: out of memory", url);
+    int rc = ckpt_store_open(store_url, NULL, &ps->store, err);
+    free(store_url);
+    if (rc == 0)
+        rc = ckpt_pack_open_in(ps->store, slash + 1, key, &ps->p, err);
+    return rc;
 }
 
 int cc_source_open_pack(const char *path, const ckpt_key *key, cc_source **out, ckpt_err *err)
@@ -126,8 +152,9 @@ int cc_source_open_pack(const char *path, const ckpt_key *key, cc_source **out, 
     pack_src *ps = calloc(1, sizeof *ps);
     if (!ps)
         return cc_fail(err, -ENOMEM, "%s: out of memory", path);
-    int rc = ckpt_open(path, key, &ps->p, err);
+    int rc = cc_is_s3(path) ? open_s3(ps, path, key, err) : ckpt_open(path, key, &ps->p, err);
     if (rc < 0) {
+        ckpt_store_free(ps->store);
         free(ps);
         return rc;
     }
@@ -141,6 +168,7 @@ int cc_source_open_pack(const char *path, const ckpt_key *key, cc_source **out, 
         ckpt_close(ps->p);
         free(ps->tensors);
         free(ps->index);
+        ckpt_store_free(ps->store);
         free(ps);
         return cc_fail(err, -ENOMEM, "%s: out of memory", path);
     }

@@ -10,6 +10,8 @@
  *                mapping of failures to errno values and messages
  *   s3_upload.c  a new object: a single PUT when small, else a multipart
  *                upload streamed in parts from background threads
+ *   s3_readahead.c  sequential readers: segments ahead fetched by parallel
+ *                ranged GETs
  *   s3.c         the store itself: list, ranged reads, remove, rename, lock,
  *                and the cleanup of abandoned uploads
  *
@@ -228,6 +230,27 @@ int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t l
 /* Keeps a range just read from the store; failures only cost a later miss. */
 void s3_cache_put(s3_cache *c, const char *tag, uint64_t off, const void *buf, size_t len);
 void s3_cache_stats(s3_cache *c, ckpt_store_cache_stats *out);
+
+/* ----------------------------------------------- readahead (s3_readahead.c) */
+
+typedef struct s3_ra s3_ra;
+/* Reads exactly len bytes at off into buf (a ranged GET carrying the
+ * object's If-Match): len, or -errno. */
+typedef ssize_t (*s3_ra_fetch_fn)(void *ud, void *buf, size_t len, uint64_t off, ckpt_err *err);
+typedef struct s3_ra_stats {
+    uint64_t hits, misses;            /* reads served from segments, reads left to the caller */
+    uint64_t segments, bytes, failed; /* segment GETs made, bytes they brought, failures */
+} s3_ra_stats;
+
+/* Readahead over an object of size bytes, fetched with fetch(ud, ...). */
+int s3_ra_new(uint64_t size, s3_ra_fetch_fn fetch, void *ud, s3_ra **out);
+/* Waits for in-flight fetches; NULL is fine. */
+void s3_ra_free(s3_ra *ra);
+/* 1 with buf filled from fetched segments; 0 when the caller must read the
+ * range itself (not a sequential reader, or the segment failed: the
+ * caller's own GET then reports why). Thread-safe. */
+int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off);
+void s3_ra_get_stats(s3_ra *ra, s3_ra_stats *out);
 
 /* ----------------------------------------------------------- store */
 

@@ -12,9 +12,10 @@
  * (AbortMultipartUpload), so nothing is left; an upload left by a crash is
  * for ckpt_store_abort_stale_uploads.
  *
- * Parts: the store's part size (16 MiB by default) for parts 1..1000, then
+ * Parts: the store's part size (8 MiB by default) for parts 1..1000, then
  * doubling every 1000 parts up to 64 MiB, so the 10000 parts S3 allows
- * reach 16 + 32 + 8 * 64 = 560 GB before the upload is refused (-EFBIG). */
+ * reach 8 + 16 + 32 + 7 * 64 = 504 GB before the upload is refused
+ * (-EFBIG). */
 #include "s3.h"
 
 #include <errno.h>

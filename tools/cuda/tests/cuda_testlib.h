@@ -53,12 +53,10 @@ static inline void tl_ok(int rc, const ckpt_err *err, const char *what)
 }
 
 /* Packs the fixture with 64 KiB chunks, so chunks straddle tensors. */
-static inline void tl_make_pack(const char *path, const ckpt_key *key, int level)
+/* The fixture's files and tensors into w, then finish. */
+static inline void tl_write_pack(ckpt_writer *w)
 {
-    ckpt_write_opts o = {.chunk_size = CKPT_CHUNK_MIN, .level = level, .key = key, .threads = 2};
-    ckpt_writer *w;
     ckpt_err err = {0};
-    tl_ok(ckpt_writer_open(path, NULL, &o, &w, &err), &err, "writer_open");
     const char *open_file = NULL;
     uint8_t lead[TL_LEAD];
     memset(lead, 'x', sizeof lead);
@@ -83,6 +81,25 @@ static inline void tl_make_pack(const char *path, const ckpt_key *key, int level
     }
     tl_ok(ckpt_writer_end_file(w, &err), &err, "end_file");
     tl_ok(ckpt_writer_finish(w, NULL, &err), &err, "finish");
+}
+
+static inline void tl_make_pack(const char *path, const ckpt_key *key, int level)
+{
+    ckpt_write_opts o = {.chunk_size = CKPT_CHUNK_MIN, .level = level, .key = key, .threads = 2};
+    ckpt_writer *w;
+    ckpt_err err = {0};
+    tl_ok(ckpt_writer_open(path, NULL, &o, &w, &err), &err, "writer_open");
+    tl_write_pack(w);
+}
+
+/* The same pack as the object name in store s (an s3:// store). */
+static inline void tl_make_pack_in(ckpt_store *s, const char *name, const ckpt_key *key, int level)
+{
+    ckpt_write_opts o = {.chunk_size = CKPT_CHUNK_MIN, .level = level, .key = key, .threads = 2};
+    ckpt_writer *w;
+    ckpt_err err = {0};
+    tl_ok(ckpt_writer_open_in(s, name, NULL, &o, &w, &err), &err, "writer_open_in");
+    tl_write_pack(w);
 }
 
 static inline json_t *tl_manifest_entry(size_t i)

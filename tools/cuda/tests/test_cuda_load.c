@@ -114,6 +114,41 @@ Test(load, pack_default_ring)
     check_clean(&f);
 }
 
+/* A pack on S3 (tests/integration/test_s3.sh runs this with the gateway's
+ * CKPT_TEST_S3_URL=s3://BUCKET/PREFIX, its endpoint and keys; skipped
+ * otherwise): the same tensors, byte for byte, as from a local pack. */
+Test(load, pack_from_s3)
+{
+    const char *url = getenv("CKPT_TEST_S3_URL");
+    if (!url || !*url)
+        cr_skip_test("CKPT_TEST_S3_URL is not set (tests/integration/test_s3.sh sets it)");
+    ckpt_store *s;
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_open(url, NULL, &s, &err), 0, "%s", err.msg);
+    tl_make_pack_in(s, "cuda/fixture.tpack", NULL, 6);
+    char *src = NULL;
+    cr_assert(asprintf(&src, "%s/cuda/fixture.tpack", url) > 0);
+    fake_cfg f = {0};
+    ckpt_cuda_load_opts o = {.pinned_bytes = 128 * 1024, .threads = 3, .streams = 2};
+    ckpt_cuda_ckpt *c = load_ok(&f, src, &o);
+    cr_assert_eq(ckpt_cuda_count(c), TL_N);
+    check_block(c, 256);
+    cr_assert_eq(ckpt_cuda_verify(c, NULL, NULL, NULL), 0);
+    ckpt_cuda_free(c);
+    check_clean(&f);
+    /* A missing object fails with the store's message, before the device. */
+    char *missing = NULL;
+    cr_assert(asprintf(&missing, "%s/cuda/none.tpack", url) > 0);
+    ckpt_cuda_ckpt *none = NULL;
+    fake_cfg g = {0};
+    cr_assert_lt(cc_load(fake_open, &g, missing, NULL, &none, &err), 0);
+    cr_assert(strstr(err.msg, "none.tpack"), "%s", err.msg);
+    cr_assert_eq(g.opens, 0, "the device was opened for a missing pack");
+    free(missing);
+    free(src);
+    ckpt_store_free(s);
+}
+
 Test(load, stored_pack_and_big_alignment)
 {
     char *raw = tu_join(dir, "raw.tpack");

@@ -1,0 +1,257 @@
+/* Sequential readahead for one S3 object: a reader that walks the object in
+ * order gets the bytes ahead of it fetched by several ranged GETs in
+ * parallel, so it runs at about the speed of one GET of the whole object
+ * instead of paying a round trip per chunk.
+ *
+ * Why here and not in the callers: a pack's chunks are 1 MiB or so, and
+ * one GET of that size costs about as much in latency and request overhead
+ * as it moves (measured on RGW over loopback: about 2 ms for the request,
+ * 1.3 ms for the megabyte), so even the mount's decode workers reading
+ * chunks in parallel left the connection half idle. Here the object is cut
+ * in segments (RA_SEG, larger than a chunk: each segment is one coalesced
+ * GET of many neighbouring chunks) fetched by RA_THREADS threads, up to
+ * RA_AHEAD segments ahead of the reader.
+ *
+ * Which reads are sequential: a read that starts near where the previous
+ * one ended (within RA_SLACK either way: the mount's workers read a few
+ * chunks at once, a little out of order). RA_STREAK such reads in a row
+ * start the readahead; a far read (a seek, the index at the end of a pack)
+ * resets the streak. Random reads therefore go straight to one ranged GET,
+ * with no extra latency and no wasted bytes.
+ *
+ * Slots: a fixed array of RA_AHEAD + 2 segment buffers, so memory is
+ * bounded (56 MiB at most per object being streamed, and nothing
+ * for one that is not). A slot is EMPTY, QUEUED, LOADING, READY or FAILED;
+ * readers pin a READY slot while they copy out of it (refs), and a slot is
+ * reused only when unpinned and outside the window of the latest read. A
+ * FAILED segment is not an error here: the read falls back to the caller's
+ * own ranged GET, whose error (HTTP status, -ESTALE for a replaced object)
+ * is the one reported, so readahead never changes what a read returns.
+ *
+ * Generations: the segment fetch is the caller's ranged GET, carrying
+ * If-Match with the ETag fixed at open, so every byte served from a
+ * segment belongs to the generation the reader opened. After the object
+ * is replaced, a reader may still be served what was fetched before (at
+ * most the window), then gets -ESTALE from the first GET after: it keeps
+ * its generation or fails, and never sees the new bytes.
+ *
+ * Locking: one mutex per object guards the slots; fetches and copies run
+ * outside it. Threads start at the first sequential streak and are joined
+ * by s3_ra_free. */
+#include "s3.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* 4 MiB segments: RGW stores an object in 4 MiB RADOS objects, so an
+ * aligned segment is one of them. With 12 ahead and 6 GETs at once, the
+ * mount's cold read of a 710 MB checkpoint from RGW on loopback ran
+ * 1.1-1.5 s against 1.9-2.5 s with a GET per 1 MiB chunk (2 cores, load
+ * 3-7); 8 MiB x 8 ahead x 4 and 8 x 6 x 3 were within the noise. */
+#define RA_SEG (4u << 20)
+#define RA_AHEAD 12u
+#define RA_SLOTS (RA_AHEAD + 2)
+#define RA_THREADS 6u
+#define RA_SLACK (16ull << 20)
+#define RA_STREAK 2
+
+enum { EMPTY, QUEUED, LOADING, READY, FAILED };
+
+typedef struct slot {
+    uint64_t seg; /* segment number: bytes [seg * RA_SEG, + len) */
+    uint8_t *buf; /* RA_SEG bytes once allocated; kept for reuse */
+    size_t len;
+    int state;
+    unsigned refs;
+} slot;
+
+struct s3_ra {
+    s3_ra_fetch_fn fetch;
+    void *ud;
+    uint64_t size;
+    pthread_mutex_t mu;
+    pthread_cond_t work; /* a slot became QUEUED, or stop */
+    pthread_cond_t done; /* a slot left LOADING, or a pin was dropped */
+    slot slots[RA_SLOTS];
+    uint64_t last_end;
+    unsigned streak;
+    pthread_t threads[RA_THREADS];
+    unsigned n_threads;
+    int stop;
+    s3_ra_stats stats;
+};
+
+int s3_ra_new(uint64_t size, s3_ra_fetch_fn fetch, void *ud, s3_ra **out)
+{
+    s3_ra *ra = calloc(1, sizeof *ra);
+    if (!ra)
+        return -ENOMEM;
+    ra->fetch = fetch;
+    ra->ud = ud;
+    ra->size = size;
+    pthread_mutex_init(&ra->mu, NULL);
+    pthread_cond_init(&ra->work, NULL);
+    pthread_cond_init(&ra->done, NULL);
+    *out = ra;
+    return 0;
+}
+
+void s3_ra_free(s3_ra *ra)
+{
+    if (!ra)
+        return;
+    pthread_mutex_lock(&ra->mu);
+    ra->stop = 1;
+    pthread_cond_broadcast(&ra->work);
+    pthread_mutex_unlock(&ra->mu);
+    for (unsigned i = 0; i < ra->n_threads; i++)
+        pthread_join(ra->threads[i], NULL);
+    for (unsigned i = 0; i < RA_SLOTS; i++)
+        free(ra->slots[i].buf);
+    pthread_mutex_destroy(&ra->mu);
+    pthread_cond_destroy(&ra->work);
+    pthread_cond_destroy(&ra->done);
+    free(ra);
+}
+
+void s3_ra_get_stats(s3_ra *ra, s3_ra_stats *out)
+{
+    pthread_mutex_lock(&ra->mu);
+    *out = ra->stats;
+    pthread_mutex_unlock(&ra->mu);
+}
+
+static void *fetch_thread(void *arg)
+{
+    s3_ra *ra = arg;
+    pthread_setname_np(pthread_self(), "s3-readahead");
+    pthread_mutex_lock(&ra->mu);
+    for (;;) {
+        slot *next = NULL;
+        for (unsigned i = 0; i < RA_SLOTS; i++) {
+            slot *s = &ra->slots[i];
+            if (s->state == QUEUED && (!next || s->seg < next->seg))
+                next = s;
+        }
+        if (ra->stop)
+            break;
+        if (!next) {
+            pthread_cond_wait(&ra->work, &ra->mu);
+            continue;
+        }
+        next->state = LOADING;
+        pthread_mutex_unlock(&ra->mu);
+        ckpt_err err = {0};
+        ssize_t got = -ENOMEM;
+        if (next->buf || (next->buf = malloc(RA_SEG)))
+            got = ra->fetch(ra->ud, next->buf, next->len, next->seg * RA_SEG, &err);
+        pthread_mutex_lock(&ra->mu);
+        next->state = got == (ssize_t)next->len ? READY : FAILED;
+        ra->stats.segments++;
+        ra->stats.bytes += next->state == READY ? next->len : 0;
+        ra->stats.failed += next->state == FAILED;
+        pthread_cond_broadcast(&ra->done);
+    }
+    pthread_mutex_unlock(&ra->mu);
+    return NULL;
+}
+
+static slot *find(s3_ra *ra, uint64_t seg)
+{
+    for (unsigned i = 0; i < RA_SLOTS; i++)
+        if (ra->slots[i].state != EMPTY && ra->slots[i].seg == seg)
+            return &ra->slots[i];
+    return NULL;
+}
+
+/* Queues segments first .. first + RA_AHEAD that are neither held nor
+ * loading, in slots outside [first - 1, first + RA_AHEAD] (one behind
+ * stays for readers a little out of order). Called with mu held. */
+static void schedule(s3_ra *ra, uint64_t first)
+{
+    uint64_t n_segs = (ra->size + RA_SEG - 1) / RA_SEG;
+    for (uint64_t seg = first; seg < n_segs && seg <= first + RA_AHEAD; seg++) {
+        if (find(ra, seg))
+            continue;
+        slot *free_slot = NULL;
+        for (unsigned i = 0; i < RA_SLOTS && !free_slot; i++) {
+            slot *s = &ra->slots[i];
+            int outside = s->seg + 1 < first || s->seg > first + RA_AHEAD;
+            if (s->state == EMPTY ||
+                ((s->state == READY || s->state == FAILED) && !s->refs && outside))
+                free_slot = s;
+        }
+        if (!free_slot)
+            return;
+        uint64_t off = seg * RA_SEG;
+        *free_slot = (slot){.seg = seg,
+                            .buf = free_slot->buf,
+                            .len = ra->size - off < RA_SEG ? (size_t)(ra->size - off) : RA_SEG,
+                            .state = QUEUED};
+        pthread_cond_signal(&ra->work);
+    }
+}
+
+static void start_threads(s3_ra *ra)
+{
+    while (ra->n_threads < RA_THREADS &&
+           pthread_create(&ra->threads[ra->n_threads], NULL, fetch_thread, ra) == 0)
+        ra->n_threads++;
+}
+
+int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off)
+{
+    /* An object of a segment or two gains nothing from reading ahead. */
+    if (len == 0 || off >= ra->size || len > ra->size - off || ra->size <= 2 * (uint64_t)RA_SEG)
+        return 0;
+    uint64_t first = off / RA_SEG, last = (off + len - 1) / RA_SEG;
+    pthread_mutex_lock(&ra->mu);
+    int near = off + RA_SLACK >= ra->last_end && off <= ra->last_end + RA_SLACK;
+    ra->streak = near ? ra->streak + 1 : 0;
+    ra->last_end = off + len;
+    if (ra->streak >= RA_STREAK || find(ra, first)) {
+        start_threads(ra);
+        schedule(ra, first);
+    }
+    /* All the segments the read needs, loaded and pinned, or none. */
+    slot *held[2] = {NULL, NULL};
+    int ok = last - first < 2 && ra->n_threads > 0;
+    for (uint64_t seg = first; ok && seg <= last; seg++) {
+        slot *s = find(ra, seg);
+        while (s && (s->state == QUEUED || s->state == LOADING)) {
+            pthread_cond_wait(&ra->done, &ra->mu);
+            s = find(ra, seg);
+        }
+        if (!s || s->state != READY) {
+            ok = 0;
+            break;
+        }
+        s->refs++;
+        held[seg - first] = s;
+    }
+    if (!ok) {
+        for (int i = 0; i < 2; i++)
+            if (held[i])
+                held[i]->refs--;
+        ra->stats.misses++;
+        pthread_mutex_unlock(&ra->mu);
+        return 0;
+    }
+    ra->stats.hits++;
+    pthread_mutex_unlock(&ra->mu);
+    uint8_t *dst = buf;
+    for (int i = 0; i < 2 && held[i]; i++) {
+        uint64_t seg_off = held[i]->seg * RA_SEG;
+        uint64_t from = off > seg_off ? off : seg_off;
+        uint64_t to = off + len < seg_off + held[i]->len ? off + len : seg_off + held[i]->len;
+        memcpy(dst + (from - off), held[i]->buf + (from - seg_off), (size_t)(to - from));
+    }
+    pthread_mutex_lock(&ra->mu);
+    for (int i = 0; i < 2; i++)
+        if (held[i])
+            held[i]->refs--;
+    pthread_cond_broadcast(&ra->done);
+    pthread_mutex_unlock(&ra->mu);
+    return 1;
+}
