@@ -545,7 +545,32 @@ int wops_read(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off
     return handled;
 }
 
-int wops_write(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *buf, size_t size, off_t off)
+/* The bytes of a write as libfuse hands them over: in memory, or, when
+ * requests are spliced from the device, still in a pipe, from which
+ * splice moves them to the staging file without a copy through here. */
+static ssize_t write_bufvec(wckpt *c, uint32_t node, struct fuse_bufvec *bufv, off_t off)
+{
+    size_t size = fuse_buf_size(bufv);
+    const struct fuse_buf *b = &bufv->buf[0];
+    if (bufv->count == 1 && bufv->off == 0 && (b->flags & FUSE_BUF_IS_FD) &&
+        !(b->flags & FUSE_BUF_FD_SEEK))
+        return wckpt_write_fd(c, node, b->fd, size, (uint64_t)off);
+    if (bufv->count == 1 && !(b->flags & FUSE_BUF_IS_FD))
+        return wckpt_write(c, node, (const char *)b->mem + bufv->off, size, (uint64_t)off);
+    char *mem = malloc(size ? size : 1);
+    if (!mem)
+        return -ENOMEM;
+    struct fuse_bufvec dst = FUSE_BUFVEC_INIT(size);
+    dst.buf[0].mem = mem;
+    ssize_t got = fuse_buf_copy(&dst, bufv, 0);
+    ssize_t n = got < 0               ? got
+                : (size_t)got != size ? -EIO
+                                      : wckpt_write(c, node, mem, size, (uint64_t)off);
+    free(mem);
+    return n;
+}
+
+int wops_write_buf(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off)
 {
     uint32_t node;
     wckpt *c = find(req, fs, ino, &node);
@@ -555,12 +580,13 @@ int wops_write(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *buf, size
         fuse_reply_err(req, EINVAL);
         return 1;
     }
-    ssize_t n = wckpt_write(c, node, buf, size, (uint64_t)off);
+    ssize_t n = write_bufvec(c, node, bufv, off);
     if (n < 0) {
         /* Committed under a writer: the pack is read-only. */
         fuse_reply_err(req, n == -ESTALE ? EROFS : (int)-n);
         return 1;
     }
+    bufv->idx = bufv->count; /* all taken: libfuse need not empty its pipe */
     fuse_reply_write(req, (size_t)n);
     return 1;
 }
