@@ -119,9 +119,13 @@ static int plan_grow(read_plan *plan)
 
 void read_plan_release(reader *r, read_plan *plan)
 {
-    for (size_t i = 0; i < plan->n; i++)
-        if (plan->chunks[i].entry)
-            chunk_cache_release(r->cache, plan->chunks[i].entry);
+    for (size_t i = 0; i < plan->n; i++) {
+        plan_chunk *pc = &plan->chunks[i];
+        if (pc->entry && plan->sequential && pc->ends_here)
+            chunk_cache_release_spent(r->cache, pc->entry);
+        else if (pc->entry)
+            chunk_cache_release(r->cache, pc->entry);
+    }
     if (plan->iov != plan->inline_iov) {
         free(plan->iov);
         free(plan->chunks);
@@ -211,11 +215,12 @@ static int follow_stream(reader *r, uint64_t ino, uint64_t offset, uint64_t len,
 }
 
 /* Sequential readers get the chunks ahead of them decoded in the
- * background, as far as the cache has unpinned room. */
-static void prefetch(reader *r, checkpoint *c, uint32_t node, uint64_t offset, uint64_t len)
+ * background, as far as the cache has unpinned room. 1 if this read is
+ * part of a sequential stream. */
+static int prefetch(reader *r, checkpoint *c, uint32_t node, uint64_t offset, uint64_t len)
 {
     if (!r->pool || r->prefetch_bytes == 0)
-        return;
+        return 0;
     const tree_node *n = &c->tree->nodes[node];
     uint64_t from = 0, to = 0;
     pthread_mutex_lock(&r->streams_lock);
@@ -223,25 +228,26 @@ static void prefetch(reader *r, checkpoint *c, uint32_t node, uint64_t offset, u
                                    prefetch_limit(r, c, n), &from, &to);
     pthread_mutex_unlock(&r->streams_lock);
     if (!sequential)
-        return;
+        return 0;
 
     for (uint64_t pos = from; pos < to;) {
         ckpt_chunk_ref ref;
         if (ckpt_chunk_locate(c->pack, n->file_index, pos, &ref, NULL) < 0 || ref.size == 0 ||
             ref.file_offset > pos)
-            return;
+            return 1;
         chunk_entry *e;
         int rc = chunk_cache_reserve(r->cache, c->serial, ref.id, ref.size, &e);
         if (rc < 0)
-            return; /* no room: the reader will catch up first */
+            return 1; /* no room: the reader will catch up first */
         if (rc == 1 && submit_decode(r, c, e, ref.id, 0)) {
             /* A reader may already be waiting on the entry: fill it. */
             decode_into(r->cache, c, e, ref.id);
             chunk_cache_release(r->cache, e);
-            return;
+            return 1;
         }
         pos = ref.file_offset + ref.size;
     }
+    return 1;
 }
 
 /* Pins every chunk under [start, end) of the node's file into the plan. */
@@ -266,8 +272,11 @@ static int plan_chunks(reader *r, checkpoint *c, const tree_node *n, uint64_t st
             return -ENOMEM;
         uint64_t skip = pos - ref.file_offset;
         uint64_t take = ref.size - skip < end - pos ? ref.size - skip : end - pos;
-        plan->chunks[plan->n] = (plan_chunk){
-            .entry = e, .id = ref.id, .file_offset = ref.file_offset, .must_fill = must_fill};
+        plan->chunks[plan->n] = (plan_chunk){.entry = e,
+                                             .id = ref.id,
+                                             .file_offset = ref.file_offset,
+                                             .ends_here = skip + take == ref.size,
+                                             .must_fill = must_fill};
         plan->iov[plan->n] = (struct iovec){.iov_base = (void *)(chunk_entry_data(e) + skip),
                                             .iov_len = (size_t)take};
         plan->n++;
@@ -323,7 +332,7 @@ int reader_read(reader *r, checkpoint *c, uint32_t node, uint64_t offset, size_t
     uint64_t start = n->file_offset + offset;
     int rc = plan_chunks(r, c, n, start, start + len, plan);
     if (rc == 0)
-        prefetch(r, c, node, offset, len);
+        plan->sequential = prefetch(r, c, node, offset, len);
     /* Even when planning failed half way: other readers may be waiting on
      * the entries this read created. */
     fill_chunks(r, c, plan);

@@ -46,6 +46,7 @@ typedef struct plan_chunk {
     chunk_entry *entry; /* pinned */
     size_t id;
     uint64_t file_offset; /* where the chunk starts in its file */
+    int ends_here;        /* the read covers the chunk's last byte */
     int must_fill;
 } plan_chunk;
 
@@ -54,7 +55,8 @@ typedef struct plan_chunk {
 typedef struct read_plan {
     struct iovec *iov;
     plan_chunk *chunks;
-    size_t n, cap; /* iovecs and chunks, one per covered chunk */
+    size_t n, cap;  /* iovecs and chunks, one per covered chunk */
+    int sequential; /* part of a sequential stream: chunks it ends are spent */
     struct iovec inline_iov[READ_PLAN_INLINE];
     plan_chunk inline_chunks[READ_PLAN_INLINE];
 } read_plan;
