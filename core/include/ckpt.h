@@ -32,7 +32,7 @@ extern "C" {
 
 #define CKPT_VERSION_STRING "0.1.0"
 /* The version this build writes; it reads this one and every earlier one. */
-#define CKPT_FORMAT_VERSION 4
+#define CKPT_FORMAT_VERSION 5
 
 #define CKPT_CHUNK_MIN (64u * 1024u)
 #define CKPT_CHUNK_MAX (16u * 1024u * 1024u)
@@ -229,6 +229,20 @@ typedef struct ckpt_tensor_info {
     uint64_t file_offset; /* where the tensor starts inside that file (for a
                                  view: its region's start + its offset in it) */
     uint8_t sha256[32];
+    /* Assembled tensors (format version 5): a tensor a PyTorch DCP checkpoint
+     * saved in chunks along dim 0 (one per rank) is also listed whole, as
+     * the concatenation of its chunks. Such a tensor has no bytes of its own:
+     * n_parts > 0 and parts[] are the stored tensors it is made of, in dim-0
+     * order; file_index and file_offset are its first part's, so read it
+     * with ckpt_tensor_pread() or ckpt_tensor_locate(), never as one file
+     * range. sha256 is that of the assembled bytes. Stored tensors have
+     * n_parts 0 and parts NULL. Assembled tensors come after all stored
+     * ones: indices ckpt_tensor_count() - ckpt_assembled_count() onward. */
+    size_t n_parts;
+    const size_t *parts;
+    /* For a stored tensor that is a part of an assembled one, that tensor's
+     * index; else SIZE_MAX. (The mount shows only the assembled tensor.) */
+    size_t part_of;
 } ckpt_tensor_info;
 
 /* Opens and validates a pack: header, footer and the whole index. key may be
@@ -257,9 +271,17 @@ const ckpt_file_info *ckpt_file_at(const ckpt_pack *p, size_t i);
 /* Index of the file with this path, or -1. */
 long ckpt_file_find(const ckpt_pack *p, const char *path);
 
+/* Every tensor: the stored ones, then the assembled ones (see n_parts). */
 size_t ckpt_tensor_count(const ckpt_pack *p);
 const ckpt_tensor_info *ckpt_tensor_at(const ckpt_pack *p, size_t i);
 long ckpt_tensor_find(const ckpt_pack *p, const char *name);
+/* How many of the tensors are assembled (the last ones). */
+size_t ckpt_assembled_count(const ckpt_pack *p);
+/* Where byte off (< nbytes) of tensor i lies: in file *file_index at
+ * *file_offset, with *run bytes of the tensor contiguous there (to the end
+ * of the tensor, or of the part holding off for an assembled tensor). */
+int ckpt_tensor_locate(const ckpt_pack *p, size_t i, uint64_t off, size_t *file_index,
+                       uint64_t *file_offset, uint64_t *run, ckpt_err *err);
 
 /* A tensor a container parser found but does not show under tensors/ (a
  * non-contiguous view, a quantized GGUF block type, a DCP chunk whose item

@@ -374,13 +374,44 @@ out:
     return 0;
 }
 
+/* Tells the writer that tensor t, just added, is a chunk of a larger
+ * tensor when the layout says so (DCP). The scope is the file's directory:
+ * chunks of one tensor are the files of one DCP checkpoint. A chunk renamed
+ * by qualify_name() is no longer found, and its tensor is not assembled. */
+static int mark_chunk(ckpt_writer *w, const char *pack_path, const ingest_layout *lay,
+                      const strmap *chunks, const ingest_tensor *t, ckpt_err *err)
+{
+    long c = chunks->cap ? strmap_get(chunks, t->name) : -1;
+    if (c < 0)
+        return 0;
+    const ingest_chunk *k = &lay->chunks[c];
+    const char *slash = strrchr(pack_path, '/');
+    char *scope = strndup(pack_path, slash ? (size_t)(slash - pack_path) : 0);
+    if (!scope)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    int rc = writer_chunk_of(w, scope, k->whole, k->ndim, k->whole_shape, k->offsets, err);
+    free(scope);
+    return rc;
+}
+
 /* Writes the file's bytes in order: opaque gaps, regions with their views
  * (declared before the region's bytes, as the writer asks), tensors. */
-static int write_pieces(ckpt_writer *w, const source *src, const ingest_layout *lay,
-                        const piece *pc, size_t n, const long *owner, uint64_t size, ckpt_err *err)
+static int write_pieces(ckpt_writer *w, const char *pack_path, const source *src,
+                        const ingest_layout *lay, const piece *pc, size_t n, const long *owner,
+                        uint64_t size, ckpt_err *err)
 {
     uint64_t pos = 0;
     int rc = 0;
+    strmap chunks = {0};
+    if (lay->n_chunks) {
+        if (strmap_init(&chunks, lay->n_chunks) < 0)
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        for (size_t i = 0; i < lay->n_chunks; i++)
+            if (strmap_put(&chunks, lay->chunks[i].name, i, NULL) < 0) {
+                strmap_free(&chunks);
+                return ckpt_fail(err, -ENOMEM, "out of memory");
+            }
+    }
     for (size_t i = 0; rc == 0 && i < n; i++) {
         const piece *p = &pc[i];
         if (p->off > pos)
@@ -388,9 +419,12 @@ static int write_pieces(ckpt_writer *w, const source *src, const ingest_layout *
         if (rc == 0 && p->region) {
             rc = ckpt_writer_begin_region(w, lay->regions[p->idx].dtype, err);
             for (size_t j = 0; rc == 0 && j < lay->n; j++)
-                if (owner[j] == (long)p->idx)
+                if (owner[j] == (long)p->idx) {
                     rc = ckpt_writer_add_view(w, lay->t[j].name, lay->t[j].dtype, lay->t[j].ndim,
                                               lay->t[j].shape, lay->t[j].offset, err);
+                    if (rc == 0)
+                        rc = mark_chunk(w, pack_path, lay, &chunks, &lay->t[j], err);
+                }
             if (rc == 0)
                 rc = copy_range(w, src, p->off, p->len, 1, err);
             if (rc == 0)
@@ -398,6 +432,8 @@ static int write_pieces(ckpt_writer *w, const source *src, const ingest_layout *
         } else if (rc == 0) {
             const ingest_tensor *t = &lay->t[p->idx];
             rc = ckpt_writer_begin_tensor(w, t->name, t->dtype, t->ndim, t->shape, err);
+            if (rc == 0)
+                rc = mark_chunk(w, pack_path, lay, &chunks, t, err);
             if (rc == 0)
                 rc = copy_range(w, src, t->offset, t->nbytes, 1, err);
             if (rc == 0)
@@ -407,6 +443,7 @@ static int write_pieces(ckpt_writer *w, const source *src, const ingest_layout *
     }
     if (rc == 0 && size > pos)
         rc = copy_range(w, src, pos, size - pos, 0, err);
+    strmap_free(&chunks);
     return rc;
 }
 
@@ -497,7 +534,7 @@ static int add_described(ckpt_writer *w, const char *pack_path, const source *sr
     if (rc == 0 && !structured)
         rc = copy_range(w, src, 0, size, 0, err);
     else if (rc == 0)
-        rc = write_pieces(w, src, lay, pc, n, owner, size, err);
+        rc = write_pieces(w, pack_path, src, lay, pc, n, owner, size, err);
     if (rc == 0 && structured)
         rc = add_skipped(w, lay, err);
     if (rc == 0)
@@ -594,9 +631,13 @@ static void pathlist_free(pathlist *l)
     free(l->v);
 }
 
+/* Pack order: numbers in names by value (glibc's strverscmp), so that a
+ * DCP save's __2_0.distcp comes before __10_0.distcp, and the chunks of a
+ * tensor sharded over more than ten ranks come in row order and assemble
+ * (pack_write.c). */
 static int cmp_str(const void *a, const void *b)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    return strverscmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* Collects regular files below root/rel; anything else is an error, so

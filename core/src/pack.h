@@ -34,10 +34,13 @@ typedef struct file_rec {
 
 typedef struct tensor_rec {
     ckpt_tensor_info info;
-    size_t extent_index;
+    size_t extent_index;    /* stored tensors only */
     uint64_t extent_offset; /* where its bytes start inside the extent */
     uint64_t *shape;
     char dtype[16];
+    /* assembled tensors: parts[k] starts at byte part_start[k] of it */
+    size_t *parts;
+    uint64_t *part_start;
 } tensor_rec;
 
 struct ckpt_pack {
@@ -49,9 +52,11 @@ struct ckpt_pack {
     uint32_t chunk_size;
     uint64_t file_size;
     uint32_t kdf;
-    uint32_t version; /* 1 to 4: some index records differ */
+    uint32_t version; /* 1 to 5: some index records differ */
     pack_keys keys;   /* subkey NULL when not encrypted */
-    size_t n_files, n_tensors, n_extents, n_chunks, n_skipped;
+    size_t n_files, n_tensors, n_extents, n_chunks;
+    size_t n_stored; /* tensors[0..n_stored) are stored, the rest assembled */
+    size_t n_skipped;
     file_rec *files;
     ckpt_skipped_info *skipped;
     tensor_rec *tensors;

@@ -41,7 +41,8 @@ static int copy_tensor(ckpt_writer *w, const ckpt_pack *src, size_t ti, uint64_t
                     (uint32_t)(w->n_files - 1),
                     first_extent + (t->extent_index - f->first_extent),
                     t->extent_offset,
-                    th};
+                    th,
+                    NULL};
     snprintf(wt->dtype, sizeof wt->dtype, "%s", t->dtype);
     return 0;
 }
@@ -58,9 +59,13 @@ int ckpt_writer_copy_file(ckpt_writer *w, const char *path, uint32_t mode, int64
      * caller packs the file from its decoded bytes otherwise. */
     if (src->chunk_size != w->chunk_size || (src->keys.subkey != NULL) != (w->keys.subkey != NULL))
         return -EXDEV;
-    for (size_t i = 0; i < src->n_tensors; i++)
+    /* A part of an assembled tensor (a DCP chunk) is packed again instead:
+     * the assembled tensor's hash chains over the bytes of all its parts,
+     * which only the encoder sees. */
+    for (size_t i = 0; i < src->n_stored; i++)
         if (src->tensors[i].info.file_index == file_index &&
-            strmap_get(&w->tensor_map, src->tensors[i].info.name) >= 0)
+            (src->tensors[i].info.part_of != SIZE_MAX ||
+             strmap_get(&w->tensor_map, src->tensors[i].info.name) >= 0))
             return -EXDEV;
     int rc = ckpt_writer_begin_file(w, path, mode, mtime_sec, mtime_nsec, err);
     if (rc == 0)
@@ -110,7 +115,7 @@ int ckpt_writer_copy_file(ckpt_writer *w, const char *path, uint32_t mode, int64
         if (rc == 0)
             writer_close_extent(w);
     }
-    for (size_t i = 0; rc == 0 && i < src->n_tensors; i++)
+    for (size_t i = 0; rc == 0 && i < src->n_stored; i++) /* assembled: none here */
         if (src->tensors[i].info.file_index == file_index)
             rc = copy_tensor(w, src, i, first_extent, err);
     if (rc == -EXDEV)

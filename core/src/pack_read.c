@@ -1,10 +1,10 @@
 /* Opening a pack: every header, footer and index field is checked before
  * any of it is used, so later reads can trust the in-memory index. The
  * index is parsed one section per function, in its on-disk order
- * (index_counts, _files, _extents, _tensors, _chunks, _skipped), each
+ * (index_counts, _files, _extents, _tensors, _chunks, _skipped, _assembled), each
  * checked against the sections before it.
  *
- * One job at about 840 lines: the reader of one pack. The reads at the end
+ * One job at about 1,200 lines: the reader of one pack. The reads at the end
  * (chunk decode, pread, locate) are the other half of the same contract,
  * trusting exactly what the checks above proved; the streaming and verify
  * paths that build on them live in stream.c. Bytes come through a
@@ -175,7 +175,7 @@ static int index_counts(ckpt_pack *p, rd *r, size_t len, ckpt_err *err)
         nc > len / TPACK_CHUNK_RECORD || ns > len / TPACK_SKIPPED_RECORD_MIN)
         return ckpt_fail(err, -EIO, "index: record counts do not fit the index size");
     p->n_files = nf;
-    p->n_tensors = nt;
+    p->n_tensors = p->n_stored = nt;
     p->n_extents = ne;
     p->n_chunks = nc;
     p->n_skipped = ns;
@@ -308,6 +308,37 @@ fail:
     return rc;
 }
 
+/* The head both kinds of tensor record share: name, dtype, rank and shape
+ * (what names "tensor" or "assembled tensor" in messages). A rank below
+ * min_ndim or above 64 is refused; the caller checks the dtype once the
+ * rest of its record is known not to be truncated. */
+static int read_tensor_head(rd *r, char **arena, tensor_rec *t, const char *what, size_t i,
+                            unsigned min_ndim, ckpt_err *err)
+{
+    int rc = 0;
+    uint16_t nlen = rd_u16(r);
+    t->info.name = rd_str(r, nlen, arena);
+    uint8_t dlen = rd_u8(r);
+    const uint8_t *d = rd_take(r, dlen);
+    uint8_t ndim = rd_u8(r);
+    if (r->bad)
+        BAD("index: %s record %zu is truncated", what, i);
+    if (nlen == 0)
+        BAD("index: %s %zu has an empty name", what, i);
+    if (dlen >= sizeof t->dtype || memchr(d, 0, dlen) || ndim < min_ndim || ndim > 64)
+        BAD("index: %s '%s' has an invalid dtype or rank", what, t->info.name);
+    memcpy(t->dtype, d, dlen);
+    t->dtype[dlen] = 0;
+    t->info.ndim = ndim;
+    t->shape = calloc(ndim ? ndim : 1, sizeof *t->shape);
+    if (!t->shape)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    for (unsigned j = 0; j < ndim; j++)
+        t->shape[j] = rd_u64(r);
+fail:
+    return rc;
+}
+
 /* Tensor records: each owns exactly one tensor extent of its file, of the
  * size its dtype and shape need; every tensor extent has its tensor. */
 static int index_tensors(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
@@ -316,24 +347,9 @@ static int index_tensors(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
     size_t nf = p->n_files, ne = p->n_extents;
     for (size_t i = 0; i < p->n_tensors; i++) {
         tensor_rec *t = &p->tensors[i];
-        uint16_t nlen = rd_u16(r);
-        t->info.name = rd_str(r, nlen, arena);
-        uint8_t dlen = rd_u8(r);
-        const uint8_t *d = rd_take(r, dlen);
-        uint8_t ndim = rd_u8(r);
-        if (r->bad)
-            BAD("index: tensor record %zu is truncated", i);
-        if (nlen == 0)
-            BAD("index: tensor %zu has an empty name", i);
-        if (dlen >= sizeof t->dtype || memchr(d, 0, dlen) || ndim > 64)
-            BAD("index: tensor '%s' has an invalid dtype or rank", t->info.name);
-        memcpy(t->dtype, d, dlen);
-        t->dtype[dlen] = 0;
-        t->shape = calloc(ndim ? ndim : 1, sizeof *t->shape);
-        if (!t->shape)
-            return ckpt_fail(err, -ENOMEM, "out of memory");
-        for (unsigned j = 0; j < ndim; j++)
-            t->shape[j] = rd_u64(r);
+        if ((rc = read_tensor_head(r, arena, t, "tensor", i, 0, err)) < 0)
+            goto fail;
+        uint8_t ndim = (uint8_t)t->info.ndim;
         uint32_t fi = rd_u32(r);
         uint64_t ei = rd_u64(r);
         uint64_t eoff = p->version >= 2 ? rd_u64(r) : 0;
@@ -370,6 +386,7 @@ static int index_tensors(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
         t->info.nbytes = nbytes;
         t->info.file_index = fi;
         t->info.file_offset = e->file_offset + eoff;
+        t->info.part_of = SIZE_MAX;
         memcpy(t->info.sha256, sha, 32);
         size_t dup;
         int put = strmap_put(&p->tensor_map, t->info.name, i, &dup);
@@ -442,6 +459,94 @@ fail:
     return rc;
 }
 
+/* Assembled tensors (version 5): each the concatenation along dim 0 of
+ * stored tensors of its dtype and trailing shape, whose first dimensions
+ * add up to its own. A part is a stored tensor (so no tensor contains
+ * itself) and belongs to one assembled tensor at most. */
+static int index_assembled(ckpt_pack *p, rd *r, char **arena, ckpt_err *err)
+{
+    int rc = 0;
+    uint64_t na = rd_u32(r);
+    /* The smallest record: a 1-byte name, no dtype, one dimension, one part. */
+    if (r->bad || na > (r->len - r->pos) / 52)
+        return ckpt_fail(err, -EIO, "index: assembled tensor count does not fit the index");
+    size_t ns = p->n_stored;
+    tensor_rec *grown = realloc(p->tensors, (ns + na + 1) * sizeof *grown);
+    if (!grown)
+        return ckpt_fail(err, -ENOMEM, "out of memory for the index");
+    p->tensors = grown;
+    memset(grown + ns, 0, (na + 1) * sizeof *grown);
+    for (size_t i = 0; i < ns; i++)
+        grown[i].info.dtype = grown[i].dtype; /* it moved */
+    for (size_t k = 0; k < na; k++) {
+        tensor_rec *t = &p->tensors[ns + k];
+        p->n_tensors = ns + k + 1; /* so that ckpt_close frees what was read */
+        if ((rc = read_tensor_head(r, arena, t, "assembled tensor", k, 1, err)) < 0)
+            goto fail;
+        uint8_t ndim = (uint8_t)t->info.ndim;
+        if (!ckpt_dtype_valid(t->dtype))
+            BAD("index: assembled tensor '%s' has unknown dtype '%s'", t->info.name, t->dtype);
+        uint64_t np = rd_u32(r);
+        if (r->bad || np == 0 || np > ns || np > (r->len - r->pos) / 4)
+            BAD("index: assembled tensor '%s' has an invalid part count", t->info.name);
+        t->parts = malloc(np * sizeof *t->parts);
+        t->part_start = malloc(np * sizeof *t->part_start);
+        if (!t->parts || !t->part_start)
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        uint64_t rows = 0, bytes = 0;
+        for (size_t j = 0; j < np; j++) {
+            uint32_t pi = rd_u32(r);
+            if (r->bad)
+                BAD("index: assembled tensor record '%s' is truncated", t->info.name);
+            if (pi >= ns)
+                BAD("index: assembled tensor '%s': part %zu is not a stored tensor", t->info.name,
+                    j);
+            tensor_rec *part = &p->tensors[pi];
+            if (part->info.part_of != SIZE_MAX)
+                BAD("index: assembled tensor '%s': part '%s' is already a part", t->info.name,
+                    part->info.name);
+            if (strcmp(part->dtype, t->dtype) != 0 || part->info.ndim != ndim ||
+                memcmp(part->shape + 1, t->shape + 1, (ndim - 1) * sizeof *t->shape) != 0)
+                BAD("index: assembled tensor '%s': part '%s' differs in dtype or trailing shape",
+                    t->info.name, part->info.name);
+            if (part->shape[0] > t->shape[0] - rows || rows > t->shape[0])
+                BAD("index: assembled tensor '%s': its parts have more rows than it", t->info.name);
+            rows += part->shape[0];
+            part->info.part_of = ns + k;
+            t->parts[j] = pi;
+            t->part_start[j] = bytes;
+            bytes += part->info.nbytes; /* at most its own size, checked below */
+        }
+        const uint8_t *sha = rd_take(r, 32);
+        if (r->bad)
+            BAD("index: assembled tensor record '%s' is truncated", t->info.name);
+        uint64_t nbytes;
+        if (rows != t->shape[0])
+            BAD("index: assembled tensor '%s': its parts have %llu of its %llu rows", t->info.name,
+                (unsigned long long)rows, (unsigned long long)t->shape[0]);
+        if (ckpt_tensor_bytes(t->dtype, ndim, t->shape, &nbytes) < 0 || nbytes != bytes)
+            BAD("index: assembled tensor '%s' shape overflows", t->info.name);
+        t->info.dtype = t->dtype;
+        t->info.ndim = ndim;
+        t->info.shape = t->shape;
+        t->info.nbytes = nbytes;
+        t->info.n_parts = (size_t)np;
+        t->info.parts = t->parts;
+        t->info.part_of = SIZE_MAX;
+        t->info.file_index = p->tensors[t->parts[0]].info.file_index;
+        t->info.file_offset = p->tensors[t->parts[0]].info.file_offset;
+        memcpy(t->info.sha256, sha, 32);
+        size_t dup;
+        int put = strmap_put(&p->tensor_map, t->info.name, ns + k, &dup);
+        if (put < 0)
+            return ckpt_fail(err, -ENOMEM, "out of memory");
+        if (put == 1)
+            BAD("index: duplicate tensor name '%s'", t->info.name);
+    }
+fail:
+    return rc;
+}
+
 /* A file path must not also be a directory of another file ("a" and "a/b").
  * Looking up every prefix of every path would cost the square of the path
  * length; sorted with '/' first, a clash is always between neighbours. */
@@ -496,7 +601,7 @@ fail:
 }
 
 /* The plaintext index, section by section in its on-disk order (FORMAT.md):
- * counts, files, extents, tensors, chunks, skipped tensors. Each section is checked against
+ * counts, files, extents, tensors, chunks, skipped tensors, assembled tensors. Each section is checked against
  * those before it, so nothing read later can point outside what exists. */
 static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t index_offset,
                        ckpt_err *err)
@@ -514,6 +619,8 @@ static int parse_index(ckpt_pack *p, const uint8_t *idx, size_t len, uint64_t in
         rc = index_chunks(p, &r, index_offset, err);
     if (rc == 0)
         rc = index_skipped(p, &r, &arena, err);
+    if (rc == 0 && p->version >= 5)
+        rc = index_assembled(p, &r, &arena, err);
     if (rc == 0 && r.pos != r.len)
         rc = ckpt_fail(err, -EIO, "index: %zu unexpected bytes at its end", r.len - r.pos);
     if (rc == 0)
@@ -773,8 +880,11 @@ void ckpt_close(ckpt_pack *p)
         p->obj->ops->close(p->obj);
     pack_keys_free(&p->keys);
     if (p->tensors)
-        for (size_t i = 0; i < p->n_tensors; i++)
+        for (size_t i = 0; i < p->n_tensors; i++) {
             free(p->tensors[i].shape);
+            free(p->tensors[i].parts);
+            free(p->tensors[i].part_start);
+        }
     free(p->files);
     free(p->skipped);
     free(p->tensors);
@@ -833,6 +943,10 @@ const ckpt_tensor_info *ckpt_tensor_at(const ckpt_pack *p, size_t i)
 long ckpt_file_find(const ckpt_pack *p, const char *path)
 {
     return strmap_get(&p->file_map, path);
+}
+size_t ckpt_assembled_count(const ckpt_pack *p)
+{
+    return p->n_tensors - p->n_stored;
 }
 long ckpt_tensor_find(const ckpt_pack *p, const char *name)
 {
@@ -1028,15 +1142,61 @@ ssize_t ckpt_file_pread(ckpt_pack *p, size_t file_index, void *buf, size_t len, 
     return (ssize_t)done;
 }
 
+int ckpt_tensor_locate(const ckpt_pack *p, size_t i, uint64_t off, size_t *file_index,
+                       uint64_t *file_offset, uint64_t *run, ckpt_err *err)
+{
+    if (i >= p->n_tensors)
+        return ckpt_fail(err, -ENOENT, "%s: no tensor %zu", p->path, i);
+    const tensor_rec *t = &p->tensors[i];
+    if (off >= t->info.nbytes)
+        return ckpt_fail(err, -EINVAL, "%s: offset %llu is past the end of tensor '%s'", p->path,
+                         (unsigned long long)off, t->info.name);
+    if (t->info.n_parts) {
+        /* The last part starting at or before off; parts of no bytes start
+         * where the next one does, so the search passes over them. */
+        size_t lo = 0, hi = t->info.n_parts;
+        while (hi - lo > 1) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (t->part_start[mid] <= off)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        t = &p->tensors[t->parts[lo]];
+        off -= p->tensors[i].part_start[lo];
+    }
+    *file_index = t->info.file_index;
+    *file_offset = t->info.file_offset + off;
+    *run = t->info.nbytes - off;
+    return 0;
+}
+
 ssize_t ckpt_tensor_pread(ckpt_pack *p, size_t tensor_index, void *buf, size_t len, uint64_t off,
                           ckpt_err *err)
 {
     if (tensor_index >= p->n_tensors)
         return ckpt_fail(err, -ENOENT, "%s: no tensor %zu", p->path, tensor_index);
     const ckpt_tensor_info *t = &p->tensors[tensor_index].info;
-    if (off >= t->nbytes)
+    if (off >= t->nbytes || len == 0)
         return 0;
     if (len > t->nbytes - off)
         len = (size_t)(t->nbytes - off);
-    return ckpt_file_pread(p, t->file_index, buf, len, t->file_offset + off, err);
+    if (len > SSIZE_MAX)
+        len = SSIZE_MAX;
+    size_t done = 0;
+    while (done < len) {
+        size_t fi;
+        uint64_t foff, run;
+        int rc = ckpt_tensor_locate(p, tensor_index, off + done, &fi, &foff, &run, err);
+        if (rc < 0)
+            return rc;
+        size_t n = run < len - done ? (size_t)run : len - done;
+        ssize_t got = ckpt_file_pread(p, fi, (uint8_t *)buf + done, n, foff, err);
+        if (got < 0)
+            return got;
+        if ((size_t)got != n)
+            return ckpt_fail(err, -EIO, "%s: tensor '%s' ends early", p->path, t->name);
+        done += n;
+    }
+    return (ssize_t)done;
 }

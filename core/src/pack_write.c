@@ -164,6 +164,17 @@ static void *encode_worker(void *arg)
             pthread_mutex_lock(&w->mu);
             sp->th->next_id = s->id + 1;
             pthread_cond_broadcast(&w->tensor_hashed);
+            if (sp->ch) {
+                while (sp->ch->next_seq != sp->seq)
+                    pthread_cond_wait(&w->tensor_hashed, &w->mu);
+                failed = w->failed;
+                pthread_mutex_unlock(&w->mu);
+                if (!failed)
+                    ckpt_sha256_update(&sp->ch->st, s->in + sp->a, sp->b - sp->a);
+                pthread_mutex_lock(&w->mu);
+                sp->ch->next_seq++;
+                pthread_cond_broadcast(&w->tensor_hashed);
+            }
             pthread_mutex_unlock(&w->mu);
         }
         pthread_mutex_lock(&w->mu);
@@ -298,7 +309,8 @@ static int slot_spans(ckpt_writer *w, wslot *s)
             if (ts >= a)
                 t->hash->next_id = s->id;
             s->spans[s->n_spans++] =
-                (wspan){t->hash, (uint32_t)(lo - a), (uint32_t)(hi - a), te <= b};
+                (wspan){t->hash, (uint32_t)(lo - a), (uint32_t)(hi - a),
+                        te <= b, t->chain,           t->chain ? t->chain->assigned++ : 0};
         }
         if (te > b)
             w->live[keep++] = w->live[i];
@@ -728,6 +740,107 @@ int writer_add_skipped(ckpt_writer *w, const char *name, const char *reason, ckp
     return 0;
 }
 
+/* ---------------------------------------------------- assembled tensors */
+
+/* The group of whole in scope, made on first sight; NULL when out of memory. */
+static wgroup *group_of(ckpt_writer *w, const char *scope, const char *whole, const char *dtype,
+                        uint32_t ndim, const uint64_t *shape)
+{
+    /* The length first, so that no two (scope, whole) pairs share a key. */
+    char *key;
+    if (asprintf(&key, "%zu:%s%s", strlen(scope), scope, whole) < 0)
+        return NULL;
+    long at = strmap_get(&w->group_map, key);
+    if (at >= 0) {
+        free(key);
+        return &w->groups[at];
+    }
+    if (grow_array((void **)&w->groups, &w->cap_groups, w->n_groups, sizeof *w->groups) < 0) {
+        free(key);
+        return NULL;
+    }
+    wgroup *g = &w->groups[w->n_groups];
+    memset(g, 0, sizeof *g);
+    g->scope = strdup(scope);
+    g->whole = strdup(whole);
+    g->shape = malloc(ndim * sizeof *shape);
+    g->ch = calloc(1, sizeof *g->ch);
+    if (!g->scope || !g->whole || !g->shape || !g->ch ||
+        strmap_put(&w->group_map, key, w->n_groups, NULL) < 0) {
+        free(g->scope);
+        free(g->whole);
+        free(g->shape);
+        free(g->ch);
+        free(key);
+        return NULL;
+    }
+    snprintf(g->dtype, sizeof g->dtype, "%s", dtype);
+    g->ndim = ndim;
+    memcpy(g->shape, shape, ndim * sizeof *shape);
+    ckpt_sha256_init(&g->ch->st);
+    w->n_groups++;
+    return g;
+}
+
+int writer_chunk_of(ckpt_writer *w, const char *scope, const char *whole, uint32_t ndim,
+                    const uint64_t *whole_shape, const uint64_t *offsets, ckpt_err *err)
+{
+    if (!w->in_region || !w->n_tensors ||
+        w->tensors[w->n_tensors - 1].extent_index != w->n_extents - 1 ||
+        w->tensors[w->n_tensors - 1].extent_offset < w->region_bytes)
+        return ckpt_fail(err, -EINVAL,
+                         "%s: chunk_of: no tensor was just added, or its bytes have begun",
+                         w->final_path);
+    if (!whole || !*whole || strlen(whole) > UINT16_MAX || ndim < 1 || ndim > 64)
+        return ckpt_fail(err, -EINVAL, "%s: chunk_of: invalid name or rank", w->final_path);
+    size_t ti = w->n_tensors - 1;
+    wtensor *t = &w->tensors[ti];
+    wgroup *g = group_of(w, scope ? scope : "", whole, t->dtype, ndim, whole_shape);
+    if (!g)
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    if (g->broken)
+        return 0;
+    /* The chunk must be the next rows of the tensor, whole in every other
+     * dimension: then the parts, in the order they come, are the tensor. */
+    int fits = strcmp(t->dtype, g->dtype) == 0 && t->ndim == ndim && g->ndim == ndim &&
+               offsets[0] == g->rows &&
+               memcmp(whole_shape, g->shape, ndim * sizeof *whole_shape) == 0 &&
+               t->shape[0] <= g->shape[0] - g->rows;
+    for (uint32_t d = 1; fits && d < ndim; d++)
+        fits = offsets[d] == 0 && t->shape[d] == g->shape[d];
+    if (!fits || grow_array((void **)&g->parts, &g->cap_parts, g->n_parts, sizeof *g->parts) < 0) {
+        g->broken = 1; /* out of memory too: the chunks stay as they are */
+        return 0;
+    }
+    g->parts[g->n_parts++] = ti;
+    g->rows += t->shape[0];
+    t->chain = g->ch;
+    return 0;
+}
+
+/* At finish, every thread stopped: the groups whose parts tile their
+ * tensor become assembled tensors, unless a tensor already has the name
+ * (the first group of a name keeps it). */
+static int settle_groups(ckpt_writer *w, size_t *n_assembled)
+{
+    *n_assembled = 0;
+    for (size_t i = 0; i < w->n_groups; i++) {
+        wgroup *g = &w->groups[i];
+        if (g->broken || g->n_parts == 0 || g->rows != g->shape[0] ||
+            strmap_get(&w->tensor_map, g->whole) >= 0)
+            continue;
+        uint64_t nbytes;
+        if (ckpt_tensor_bytes(g->dtype, g->ndim, g->shape, &nbytes) < 0)
+            continue;
+        if (strmap_put(&w->tensor_map, g->whole, w->n_tensors + *n_assembled, NULL) < 0)
+            return -ENOMEM;
+        ckpt_sha256_final(&g->ch->st, g->digest);
+        g->assembled = 1;
+        ++*n_assembled;
+    }
+    return 0;
+}
+
 int ckpt_writer_end_file(ckpt_writer *w, ckpt_err *err)
 {
     if (!w->in_file || w->in_region)
@@ -876,6 +989,18 @@ static void writer_free(ckpt_writer *w)
         free((char *)w->skipped[i].reason);
     }
     free(w->skipped);
+    for (size_t i = 0; i < w->n_groups; i++) {
+        wgroup *g = &w->groups[i];
+        free(g->scope);
+        free(g->whole);
+        free(g->shape);
+        free(g->parts);
+        free(g->ch);
+    }
+    for (size_t i = 0; i < w->group_map.cap; i++)
+        free((char *)w->group_map.keys[i]);
+    free(w->groups);
+    strmap_free(&w->group_map);
     for (size_t i = 0; i < w->dir_map.cap; i++)
         free((char *)w->dir_map.keys[i]);
     strmap_free(&w->file_map);
@@ -941,7 +1066,7 @@ static int writer_open(ckpt_store *s, const char *name, const char *tmp_name,
     w->final_path = strdup(final_path);
     int rc = 0;
     if (!w->final_path || strmap_init(&w->file_map, 64) < 0 || strmap_init(&w->dir_map, 64) < 0 ||
-        strmap_init(&w->tensor_map, 256) < 0) {
+        strmap_init(&w->tensor_map, 256) < 0 || strmap_init(&w->group_map, 16) < 0) {
         rc = ckpt_fail(err, -ENOMEM, "out of memory");
         goto fail;
     }
@@ -1067,7 +1192,22 @@ void ckpt_writer_abort(ckpt_writer *w)
     writer_free(w); /* stops the threads first, then removes the temporary file */
 }
 
-static void build_index(ckpt_writer *w, bytebuf *b)
+/* The head of a tensor record, stored and assembled alike: name, dtype,
+ * rank, shape (FORMAT.md section 4). */
+static void bb_tensor_head(bytebuf *b, const char *name, const char *dtype, uint32_t ndim,
+                           const uint64_t *shape)
+{
+    size_t len = strlen(name), dl = strlen(dtype);
+    bb_u16(b, (uint16_t)len);
+    bb_put(b, name, len);
+    bb_u8(b, (uint8_t)dl);
+    bb_put(b, dtype, dl);
+    bb_u8(b, (uint8_t)ndim);
+    for (uint32_t j = 0; j < ndim; j++)
+        bb_u64(b, shape[j]);
+}
+
+static void build_index(ckpt_writer *w, size_t n_assembled, bytebuf *b)
 {
     bb_u32(b, TPACK_INDEX_MAGIC);
     bb_u32(b, (uint32_t)w->n_files);
@@ -1103,14 +1243,7 @@ static void build_index(ckpt_writer *w, bytebuf *b)
     }
     for (size_t i = 0; i < w->n_tensors; i++) {
         const wtensor *t = &w->tensors[i];
-        size_t len = strlen(t->name), dl = strlen(t->dtype);
-        bb_u16(b, (uint16_t)len);
-        bb_put(b, t->name, len);
-        bb_u8(b, (uint8_t)dl);
-        bb_put(b, t->dtype, dl);
-        bb_u8(b, (uint8_t)t->ndim);
-        for (uint32_t j = 0; j < t->ndim; j++)
-            bb_u64(b, t->shape[j]);
+        bb_tensor_head(b, t->name, t->dtype, t->ndim, t->shape);
         bb_u32(b, t->file_index);
         bb_u64(b, t->extent_index);
         bb_u64(b, t->extent_offset);
@@ -1134,6 +1267,18 @@ static void build_index(ckpt_writer *w, bytebuf *b)
         bb_put(b, k->name, nl);
         bb_u16(b, (uint16_t)rl);
         bb_put(b, k->reason, rl);
+    }
+    /* Version 5: the tensors assembled from DCP chunks, after the skipped. */
+    bb_u32(b, (uint32_t)n_assembled);
+    for (size_t i = 0; i < w->n_groups; i++) {
+        const wgroup *g = &w->groups[i];
+        if (!g->assembled)
+            continue;
+        bb_tensor_head(b, g->whole, g->dtype, g->ndim, g->shape);
+        bb_u32(b, (uint32_t)g->n_parts);
+        for (size_t j = 0; j < g->n_parts; j++)
+            bb_u32(b, (uint32_t)g->parts[j]);
+        bb_put(b, g->digest, 32);
     }
 }
 
@@ -1170,8 +1315,13 @@ int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
         }
         memcpy(f->sha256, f->job->sha256, 32);
     }
+    size_t n_assembled;
+    if (settle_groups(w, &n_assembled) < 0) {
+        rc = ckpt_fail(err, -ENOMEM, "out of memory for the index");
+        goto fail;
+    }
     bytebuf idx = {0};
-    build_index(w, &idx);
+    build_index(w, n_assembled, &idx);
     uint8_t *stored = idx.p;
     size_t stored_len = idx.len;
     uint8_t ftr[TPACK_FOOTER_SIZE] = {0};
@@ -1230,7 +1380,7 @@ int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
             stats->logical_bytes += w->files[i].size;
         stats->stored_bytes = total;
         stats->n_files = w->n_files;
-        stats->n_tensors = w->n_tensors;
+        stats->n_tensors = w->n_tensors + n_assembled;
         stats->n_chunks = w->n_chunks;
     }
     writer_free(w);

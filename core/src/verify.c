@@ -52,6 +52,10 @@ typedef struct verify {
     size_t lanes_done;   /* lanes that found no more files */
     size_t *tensor_next; /* per tensor: the chunk whose part is hashed next */
     ckpt_sha256 *th;
+    /* per assembled tensor (by index - n_stored): the part that feeds its
+     * hash next, and whether a part came early (then it is read again) */
+    size_t *next_part;
+    uint8_t *out_of_order;
     uint8_t *file_bad, *tensor_bad, (*file_got)[32];
 
     pthread_mutex_t report_mu; /* the callbacks are not thread-safe */
@@ -104,6 +108,55 @@ static int lane_take_file(lane *l)
     return 0;
 }
 
+/* The bytes of part ti feed its assembled tensor's hash too when they come
+ * in the tensor's order; waiting for that could stall every worker on a
+ * file no lane has started, so a part that comes early marks the tensor to
+ * be read again after the pass instead. Parts of no bytes never come, so
+ * they are passed over. Called with mu held. */
+static void assembled_take(verify *v, const tensor_rec *part, size_t ti, const uint8_t *data,
+                           uint64_t len, int part_done)
+{
+    const ckpt_pack *p = v->p;
+    size_t a = part->info.part_of, k = a - p->n_stored;
+    const tensor_rec *t = &p->tensors[a];
+    if (v->out_of_order[k])
+        return;
+    size_t *next = &v->next_part[k];
+    while (*next < t->info.n_parts && p->tensors[t->parts[*next]].info.nbytes == 0)
+        ++*next;
+    if (*next >= t->info.n_parts || t->parts[*next] != ti) {
+        v->out_of_order[k] = 1;
+        return;
+    }
+    if (!data)
+        v->tensor_bad[a] = 1;
+    else
+        ckpt_sha256_update(&v->th[a], data, (size_t)len);
+    if (part_done)
+        ++*next;
+}
+
+/* Hashes assembled tensor a, whose parts came out of order, by reading it
+ * again a chunk at a time (after the pass: nothing else runs). */
+static void assembled_rehash(verify *v, size_t a)
+{
+    ckpt_pack *p = v->p;
+    uint64_t n = p->tensors[a].info.nbytes;
+    uint8_t *buf = malloc(p->chunk_size);
+    ckpt_sha256_init(&v->th[a]);
+    v->tensor_bad[a] = !buf;
+    for (uint64_t off = 0; buf && off < n;) {
+        size_t want = n - off < p->chunk_size ? (size_t)(n - off) : p->chunk_size;
+        if (ckpt_tensor_pread(p, a, buf, want, off, NULL) != (ssize_t)want) {
+            v->tensor_bad[a] = 1;
+            break;
+        }
+        ckpt_sha256_update(&v->th[a], buf, want);
+        off += want;
+    }
+    free(buf);
+}
+
 /* The chunk's part of each tensor that overlaps it, in each tensor's chunk
  * order. Tensors are sorted by start, so the scan stops at the first one
  * past the chunk. */
@@ -131,6 +184,8 @@ static void hash_tensor_parts(verify *v, size_t id, const uint8_t *data)
         else
             ckpt_sha256_update(&v->th[ti], data + (lo - a), (size_t)(hi - lo));
         pthread_mutex_lock(&v->mu);
+        if (t->info.part_of != SIZE_MAX)
+            assembled_take(v, t, ti, data ? data + (lo - a) : NULL, hi - lo, hi == te);
         v->tensor_next[ti] = id + 1;
         pthread_cond_broadcast(&v->tensor_hashed);
         pthread_mutex_unlock(&v->mu);
@@ -271,10 +326,13 @@ long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *faul
     v.th = calloc(p->n_tensors + 1, sizeof *v.th);
     v.file_bad = calloc(p->n_files + 1, 1);
     v.tensor_bad = calloc(p->n_tensors + 1, 1);
+    v.next_part = calloc(p->n_tensors - p->n_stored + 1, sizeof *v.next_part);
+    v.out_of_order = calloc(p->n_tensors - p->n_stored + 1, 1);
     v.file_got = calloc(p->n_files + 1, sizeof *v.file_got);
     pthread_t *tids = calloc(threads, sizeof *tids);
     long rc = 0;
-    if (!v.lanes || !v.tensor_next || !v.th || !v.file_bad || !v.tensor_bad || !v.file_got || !tids)
+    if (!v.lanes || !v.tensor_next || !v.th || !v.file_bad || !v.tensor_bad || !v.next_part ||
+        !v.out_of_order || !v.file_got || !tids)
         rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
     for (size_t i = 0; rc == 0 && i < v.n_lanes; i++) {
         lane *l = &v.lanes[i];
@@ -291,8 +349,11 @@ long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *faul
         goto out;
     for (size_t i = 0; i < p->n_tensors; i++) {
         const tensor_rec *t = &p->tensors[i];
-        v.tensor_next[i] =
-            p->extents[t->extent_index].first_chunk + t->extent_offset / p->chunk_size;
+        /* Assembled tensors have no chunks of their own: SIZE_MAX is never
+         * a chunk id, so nothing waits on them. */
+        v.tensor_next[i] = t->info.n_parts ? SIZE_MAX
+                                           : p->extents[t->extent_index].first_chunk +
+                                                 t->extent_offset / p->chunk_size;
         ckpt_sha256_init(&v.th[i]);
     }
     pthread_mutex_init(&v.mu, NULL);
@@ -335,6 +396,9 @@ long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *faul
         rc = ckpt_fail(err, -EAGAIN, "%s: cannot start verify threads", p->path);
         goto out;
     }
+    for (size_t a = p->n_stored; a < p->n_tensors; a++)
+        if (v.out_of_order[a - p->n_stored])
+            assembled_rehash(&v, a);
     /* Digests in index order, after every chunk fault, as before. */
     for (size_t i = 0; i < p->n_files; i++)
         check_digest(&v, "file", p->files[i].info.path, v.file_got[i], p->files[i].info.sha256,
@@ -357,6 +421,8 @@ out:
     free(v.th);
     free(v.file_bad);
     free(v.tensor_bad);
+    free(v.next_part);
+    free(v.out_of_order);
     free(v.file_got);
     free(tids);
     return rc;

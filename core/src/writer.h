@@ -35,6 +35,17 @@ int writer_has_tensor(const ckpt_writer *w, const char *name);
 /* Passes a warning to the caller's opts.warn, if any. */
 void writer_warn(const ckpt_writer *w, const char *src, const char *reason);
 
+/* Says that the tensor just added (begin_tensor or add_view, before its
+ * first byte) is the chunk at offsets of the tensor whole, of shape
+ * whole_shape, in scope (the DCP directory: chunks of one whole in two
+ * directories are two tensors). At finish the chunks of a whole become
+ * one assembled tensor named whole when they came in the order of their
+ * rows, each the next rows of it and whole in every other dimension, and
+ * covered all its rows (and no tensor is named whole). Anything else
+ * leaves them as they are; only bad arguments fail (-EINVAL). */
+int writer_chunk_of(ckpt_writer *w, const char *scope, const char *whole, uint32_t ndim,
+                    const uint64_t *whole_shape, const uint64_t *offsets, ckpt_err *err);
+
 /* The sibling reader set by ckpt_writer_set_sibling_reader (NULL: none). */
 void writer_sibling_reader(const ckpt_writer *w, ckpt_sibling_fn *fn, void **ud);
 

@@ -22,12 +22,26 @@ typedef struct tensor_hash {
     uint64_t next_id; /* the chunk whose part is hashed next (under mu) */
 } tensor_hash;
 
+/* The SHA-256 of a tensor assembled from parts (a DCP tensor saved in
+ * dim-0 chunks): one chain over the parts' bytes in the order they are
+ * submitted, which is the tensor's order, or the tensor is not assembled
+ * (see writer_chunk_of). Spans are numbered as they are submitted and
+ * hashed in that order. */
+typedef struct chain_hash {
+    ckpt_sha256 st;
+    uint64_t assigned; /* spans numbered so far (producer) */
+    uint64_t next_seq; /* the span hashed next (under mu) */
+} chain_hash;
+
 /* The part [a, b) of a chunk that belongs to one tensor; last: the tensor
- * ends in this chunk, so its digest can be finished. */
+ * ends in this chunk, so its digest can be finished. ch: the assembled
+ * tensor's chain it also feeds, as span seq of it, or NULL. */
 typedef struct wspan {
     tensor_hash *th;
     uint32_t a, b;
     int last;
+    chain_hash *ch;
+    uint64_t seq;
 } wspan;
 
 typedef struct wslot {
@@ -78,7 +92,25 @@ typedef struct wtensor {
     uint32_t file_index;
     uint64_t extent_index, extent_offset;
     tensor_hash *hash;
+    chain_hash *chain; /* a part's assembled tensor's, or NULL */
 } wtensor;
+
+/* The chunks of one tensor of one DCP directory (scope), gathered as
+ * they are added, to be recorded as one assembled tensor at finish when
+ * they tile it along dim 0. */
+typedef struct wgroup {
+    char *scope, *whole;
+    char dtype[16];
+    uint32_t ndim;
+    uint64_t *shape;
+    uint64_t rows; /* dim-0 rows of the parts so far */
+    size_t *parts;
+    size_t n_parts, cap_parts;
+    int broken;    /* a part out of order, overlapping, or of another shape */
+    int assembled; /* finish: recorded, with digest */
+    uint8_t digest[32];
+    chain_hash *ch;
+} wgroup;
 
 typedef struct wchunk {
     uint64_t offset;
@@ -109,7 +141,9 @@ struct ckpt_writer {
     size_t n_chunks, cap_chunks; /* output thread only until finish */
     ckpt_skipped_info *skipped;
     size_t n_skipped, cap_skipped; /* name and reason malloc'd */
-    strmap file_map, dir_map, tensor_map;
+    wgroup *groups;
+    size_t n_groups, cap_groups;
+    strmap file_map, dir_map, tensor_map, group_map; /* group_map keys malloc'd */
 
     /* Producer state. A typed extent is open (in_region) after begin_region
      * or begin_tensor (in_tensor, the tensor being cur_tensor). live holds

@@ -99,10 +99,51 @@ static int add_files(json_t *list, const ckpt_pack *p, const pack_tree *t)
     return 0;
 }
 
+static int put_shape(json_t *entry, const ckpt_tensor_info *ti)
+{
+    json_t *shape = json_array();
+    if (put(entry, "shape", shape))
+        return -1;
+    for (uint32_t d = 0; d < ti->ndim; d++) {
+        json_t *dim = u64_value(ti->shape[d]);
+        if (!dim || json_array_append_new(shape, dim))
+            return -1;
+    }
+    return 0;
+}
+
+/* An assembled tensor's parts: the stored chunks it concatenates along
+ * dim 0, in order, each with where it starts in the tensor ("row") and
+ * where its bytes are ("file", "offset"). */
+static int put_parts(json_t *entry, const ckpt_pack *p, const ckpt_tensor_info *ti)
+{
+    json_t *parts = json_array();
+    if (put(entry, "parts", parts))
+        return -1;
+    uint64_t row = 0;
+    for (size_t k = 0; k < ti->n_parts; k++) {
+        const ckpt_tensor_info *pi = ckpt_tensor_at(p, ti->parts[k]);
+        json_t *part = json_object();
+        if (!part || json_array_append_new(parts, part))
+            return -1;
+        if (put_name(part, "name", pi->name) || put(part, "row", u64_value(row)) ||
+            put_shape(part, pi) || put(part, "nbytes", u64_value(pi->nbytes)) ||
+            put_name(part, "file", ckpt_file_at(p, pi->file_index)->path) ||
+            put(part, "offset", u64_value(pi->file_offset)) ||
+            put(part, "sha256", hex_digest(pi->sha256)))
+            return -1;
+        row += pi->shape[0];
+    }
+    return 0;
+}
+
 static int add_tensors(json_t *list, const ckpt_pack *p, const pack_tree *t)
 {
     for (size_t i = 0; i < ckpt_tensor_count(p); i++) {
         const ckpt_tensor_info *ti = ckpt_tensor_at(p, i);
+        /* Listed among its assembled tensor's parts. */
+        if (ti->part_of != SIZE_MAX)
+            continue;
         json_t *entry = json_object();
         json_t *shape = json_array();
         if (!entry || json_array_append_new(list, entry) || !shape) {
@@ -130,9 +171,15 @@ static int add_tensors(json_t *list, const ckpt_pack *p, const pack_tree *t)
             put(entry, "torch_dtype", torch ? json_string(torch) : json_null()))
             return -1;
         if (put(entry, "nbytes", u64_value(ti->nbytes)) ||
-            put_node_path(entry, "path", t, t->tensor_node[i]) || put_name(entry, "file", file) ||
-            put(entry, "offset", u64_value(ti->file_offset)) ||
-            put(entry, "sha256", hex_digest(ti->sha256)))
+            put_node_path(entry, "path", t, t->tensor_node[i]))
+            return -1;
+        /* An assembled tensor has no one place: its parts say where. */
+        if (ti->n_parts
+                ? put(entry, "file", json_null()) || put(entry, "offset", json_null())
+                : put_name(entry, "file", file) || put(entry, "offset", u64_value(ti->file_offset)))
+            return -1;
+        if (put(entry, "sha256", hex_digest(ti->sha256)) ||
+            (ti->n_parts && put_parts(entry, p, ti)))
             return -1;
     }
     return 0;

@@ -274,7 +274,9 @@ static int add_tensors(builder *b, const ckpt_pack *p, uint32_t tensors_dir)
     pack_tree *t = b->t;
     for (size_t i = 0; i < ckpt_tensor_count(p); i++) {
         const ckpt_tensor_info *ti = ckpt_tensor_at(p, i);
-        if (ti->file_index >= ckpt_file_count(p))
+        /* A chunk of an assembled tensor is shown as part of it only; the
+         * manifest lists it under the assembled tensor's parts. */
+        if (ti->file_index >= ckpt_file_count(p) || ti->part_of != SIZE_MAX)
             continue;
         const ckpt_file_info *f = ckpt_file_at(p, ti->file_index);
         tree_node proto = {0};

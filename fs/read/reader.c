@@ -133,10 +133,11 @@ void read_plan_release(reader *r, read_plan *plan)
     plan_init(plan);
 }
 
-static void log_fault(checkpoint *c, const tree_node *n, uint64_t position, const char *msg)
+static void log_fault(checkpoint *c, const tree_node *n, size_t file_index, uint64_t position,
+                      const char *msg)
 {
     const pack_tree *t = c->tree;
-    const char *file = ckpt_file_at(c->pack, n->file_index)->path;
+    const char *file = ckpt_file_at(c->pack, file_index)->path;
     char *shown = pack_tree_path(t, (uint32_t)(n - t->nodes));
     int other_name = shown && strcmp(shown, file) != 0;
     fslog_err("checkpoint '%s': read of '%s' at offset %" PRIu64 "%s%s%s failed: %s", c->name, file,
@@ -214,25 +215,49 @@ static int follow_stream(reader *r, uint64_t ino, uint64_t offset, uint64_t len,
     return 1;
 }
 
+/* The tensor an assembled-tensor node shows, or NULL for any other node. */
+static const ckpt_tensor_info *assembled_of(const checkpoint *c, const tree_node *n)
+{
+    if (n->kind != TREE_TENSOR)
+        return NULL;
+    const ckpt_tensor_info *t = ckpt_tensor_at(c->pack, n->tensor_index);
+    return t && t->n_parts ? t : NULL;
+}
+
 /* Sequential readers get the chunks ahead of them decoded in the
- * background, as far as the cache has unpinned room. 1 if this read is
- * part of a sequential stream. */
+ * background, as far as the cache has unpinned room. An assembled tensor
+ * is read ahead within the part that the read ends in: the next part is
+ * in another file, and the next read there starts its own read-ahead.
+ * 1 if this read is part of a sequential stream. */
 static int prefetch(reader *r, checkpoint *c, uint32_t node, uint64_t offset, uint64_t len)
 {
     if (!r->pool || r->prefetch_bytes == 0)
         return 0;
     const tree_node *n = &c->tree->nodes[node];
+    size_t file_index = n->file_index;
+    /* file_base + node offset = file position (modulo 2^64 for a part) */
+    uint64_t file_base = n->file_offset, limit;
+    if (assembled_of(c, n)) {
+        uint64_t last, run;
+        if (ckpt_tensor_locate(c->pack, n->tensor_index, offset + len - 1, &file_index, &last, &run,
+                               NULL) < 0)
+            return 0;
+        file_base = last - (offset + len - 1);
+        limit = last + run;
+    } else {
+        limit = prefetch_limit(r, c, n);
+    }
     uint64_t from = 0, to = 0;
     pthread_mutex_lock(&r->streams_lock);
-    int sequential = follow_stream(r, checkpoint_ino(c, node), offset, len, n->file_offset,
-                                   prefetch_limit(r, c, n), &from, &to);
+    int sequential =
+        follow_stream(r, checkpoint_ino(c, node), offset, len, file_base, limit, &from, &to);
     pthread_mutex_unlock(&r->streams_lock);
     if (!sequential)
         return 0;
 
     for (uint64_t pos = from; pos < to;) {
         ckpt_chunk_ref ref;
-        if (ckpt_chunk_locate(c->pack, n->file_index, pos, &ref, NULL) < 0 || ref.size == 0 ||
+        if (ckpt_chunk_locate(c->pack, file_index, pos, &ref, NULL) < 0 || ref.size == 0 ||
             ref.file_offset > pos)
             return 1;
         chunk_entry *e;
@@ -250,17 +275,17 @@ static int prefetch(reader *r, checkpoint *c, uint32_t node, uint64_t offset, ui
     return 1;
 }
 
-/* Pins every chunk under [start, end) of the node's file into the plan. */
-static int plan_chunks(reader *r, checkpoint *c, const tree_node *n, uint64_t start, uint64_t end,
+/* Pins every chunk under [start, end) of file file_index into the plan. */
+static int plan_chunks(reader *r, checkpoint *c, size_t file_index, uint64_t start, uint64_t end,
                        read_plan *plan)
 {
     ckpt_err err = {0};
     for (uint64_t pos = start; pos < end;) {
         ckpt_chunk_ref ref;
-        int rc = ckpt_chunk_locate(c->pack, n->file_index, pos, &ref, &err);
+        int rc = ckpt_chunk_locate(c->pack, file_index, pos, &ref, &err);
         if (rc < 0 || ref.file_offset > pos || pos - ref.file_offset >= ref.size) {
             fslog_err("checkpoint '%s': no chunk holds offset %" PRIu64 " of '%s'%s%s", c->name,
-                      pos, ckpt_file_at(c->pack, n->file_index)->path, rc < 0 ? ": " : "",
+                      pos, ckpt_file_at(c->pack, file_index)->path, rc < 0 ? ": " : "",
                       rc < 0 ? err.msg : "");
             return -EIO;
         }
@@ -274,7 +299,9 @@ static int plan_chunks(reader *r, checkpoint *c, const tree_node *n, uint64_t st
         uint64_t take = ref.size - skip < end - pos ? ref.size - skip : end - pos;
         plan->chunks[plan->n] = (plan_chunk){.entry = e,
                                              .id = ref.id,
+                                             .file_index = file_index,
                                              .file_offset = ref.file_offset,
+                                             .position = pos,
                                              .ends_here = skip + take == ref.size,
                                              .must_fill = must_fill};
         plan->iov[plan->n] = (struct iovec){.iov_base = (void *)(chunk_entry_data(e) + skip),
@@ -329,8 +356,25 @@ int reader_read(reader *r, checkpoint *c, uint32_t node, uint64_t offset, size_t
         plan->n = 1;
         return 0;
     }
-    uint64_t start = n->file_offset + offset;
-    int rc = plan_chunks(r, c, n, start, start + len, plan);
+    int rc = 0;
+    if (assembled_of(c, n)) {
+        /* Its bytes are its parts', in several files: one stretch each. */
+        for (uint64_t pos = offset; rc == 0 && pos < offset + len;) {
+            size_t file_index;
+            uint64_t at, run;
+            if (ckpt_tensor_locate(c->pack, n->tensor_index, pos, &file_index, &at, &run, NULL) <
+                0) {
+                rc = -EIO;
+                break;
+            }
+            uint64_t take = run < offset + len - pos ? run : offset + len - pos;
+            rc = plan_chunks(r, c, file_index, at, at + take, plan);
+            pos += take;
+        }
+    } else {
+        uint64_t start = n->file_offset + offset;
+        rc = plan_chunks(r, c, n->file_index, start, start + len, plan);
+    }
     if (rc == 0)
         plan->sequential = prefetch(r, c, node, offset, len);
     /* Even when planning failed half way: other readers may be waiting on
@@ -341,9 +385,8 @@ int reader_read(reader *r, checkpoint *c, uint32_t node, uint64_t offset, size_t
         const char *msg = NULL;
         int failed = chunk_cache_wait(r->cache, pc->entry, &msg);
         if (failed) {
-            uint64_t position = pc->file_offset > start ? pc->file_offset : start;
             if (failed != -ECANCELED && checkpoint_first_fault(c, pc->id))
-                log_fault(c, n, position, msg);
+                log_fault(c, n, pc->file_index, pc->position, msg);
             rc = failed == -ENOMEM ? -ENOMEM : -EIO;
         }
     }

@@ -45,7 +45,9 @@ typedef struct reader {
 typedef struct plan_chunk {
     chunk_entry *entry; /* pinned */
     size_t id;
+    size_t file_index;    /* its file */
     uint64_t file_offset; /* where the chunk starts in its file */
+    uint64_t position;    /* where the read starts in that file, for messages */
     int ends_here;        /* the read covers the chunk's last byte */
     int must_fill;
 } plan_chunk;

@@ -197,7 +197,7 @@ static int write_pack(const packer_job *job, const char *pack, const char *tmp, 
     uint64_t reused_bytes = 0;
     for (size_t i = 0; rc == 0 && i < job->n_files; i++) {
         const packer_file *f = &job->files[i];
-        if (!links_done && strcmp(LINKS_FILE, f->path) < 0) {
+        if (!links_done && strverscmp(LINKS_FILE, f->path) < 0) {
             links_done = 1;
             if ((rc = add_links(job, w, err)) != 0)
                 break;

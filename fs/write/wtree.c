@@ -383,7 +383,9 @@ typedef struct path_entry {
 
 static int cmp_path(const void *a, const void *b)
 {
-    return strcmp(((const path_entry *)a)->path, ((const path_entry *)b)->path);
+    /* Numbers by value, as ckpt pack orders files (core/src/ingest_files.c):
+     * a DCP save of more than ten ranks then packs in row order. */
+    return strverscmp(((const path_entry *)a)->path, ((const path_entry *)b)->path);
 }
 
 int wtree_walk(const wtree *t, wtree_visit_fn fn, void *ud)

@@ -37,8 +37,11 @@ class TensorInfo:
                 name are %-escaped there), or None if the mount shows none
       filename  ``path`` joined to the checkpoint directory (or None)
       sha256    SHA-256 of its bytes, 64 hex digits
-      file      the packed file it came from ("model.safetensors")
-      offset    its byte offset in that file
+      file      the packed file it came from ("model.safetensors"), or
+                None for a tensor assembled from chunks (a DCP tensor saved
+                in dim-0 shards), whose ``extra["parts"]`` say where each
+                chunk is (name, row, shape, nbytes, file, offset, sha256)
+      offset    its byte offset in that file (None when file is None)
       extra     every other field of the manifest entry, as a dict
                 (newer manifests add "container", "numpy_dtype",
                 "torch_dtype", ...); also readable as attributes
@@ -66,7 +69,7 @@ class TensorInfo:
         self.path = entry["path"]
         self.filename = None if self.path is None else os.path.join(root, self.path)
         self.file = entry["file"]
-        self.offset = _u64(entry["offset"])
+        self.offset = None if entry["offset"] is None else _u64(entry["offset"])
         self.sha256 = entry["sha256"]
         self.extra = {k: v for k, v in entry.items() if k not in _TENSOR_FIELDS}
 

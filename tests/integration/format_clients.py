@@ -11,8 +11,11 @@ tallies, and exits non-zero only when it could not run at all.
                              state_dict, one bare tensor per file, tied
                              weights, a non-contiguous view), tensorizer,
                              gguf (F32, F16, BF16 and Q8_0), dcp (dcp.save),
-                             dcp_async (dcp.async_save), safetensors, raw (a
-                             headerless fp32 blob)
+                             dcp_async (dcp.async_save), dcp_ranks (dcp.save
+                             from 2 gloo ranks of DTensors on a device mesh,
+                             Shard(0)), dcp_ranks_dim1 (the same, Shard(1)
+                             for 2-d tensors), safetensors, raw (a headerless
+                             fp32 blob)
   hostile DIR SEED           malformed containers beside good files
   check FMT CKPT SRC SEED    CKPT is the committed checkpoint in the mount,
                              SRC the plain copy: containers, tensors/ and
@@ -170,6 +173,96 @@ def write_dcp(d, seed, use_async):
         dcp.save(sd, checkpoint_id=d)
 
 
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def _rank_main(rank, world, port, d, seed, dim):
+    """One rank of a 2-rank save: gloo on CPU, every tensor a DTensor on a
+    1-d mesh, Shard(dim) (Shard(0) for tensors of fewer dimensions)."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    sd = {k: distribute_tensor(v, mesh, [Shard(dim if v.dim() > dim else 0)]) for k, v in model_sd(seed).items()}
+    dcp.save(sd, checkpoint_id=d)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def write_dcp_ranks(d, seed, dim):
+    import torch.multiprocessing as mp
+    mp.spawn(_rank_main, args=(2, free_port(), d, seed, dim), nprocs=2, join=True)
+
+
+def _rank_load(rank, world, port, d, seed, dim, out):
+    """One rank of a 2-rank dcp.load: each rank asks for its own shard
+    (Shard(dim) DTensors, as the save made them) and writes the names of the
+    tensors whose local shard differs from the source's to out.RANK."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    want = {k: distribute_tensor(v, mesh, [Shard(dim if v.dim() > dim else 0)]) for k, v in model_sd(seed).items()}
+    got = {k: distribute_tensor(torch.zeros_like(v), mesh, [Shard(dim if v.dim() > dim else 0)])
+           for k, v in model_sd(seed).items()}
+    dcp.load(got, checkpoint_id=d)
+    bad = [k for k in want if not torch.equal(bits(got[k].to_local()), bits(want[k].to_local()))]
+    with open("%s.%d" % (out, rank), "w") as f:
+        f.write(json.dumps({"bad": bad, "n": len(want)}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def check_dcp_load_ranks(d, seed, dim, label):
+    """2 gloo ranks dcp.load their shards through the mount."""
+    import tempfile
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rank")
+        try:
+            mp.spawn(_rank_load, args=(2, free_port(), d, seed, dim, out), nprocs=2, join=True)
+            res = [json.load(open("%s.%d" % (out, r))) for r in range(2)]
+        except Exception as e:  # noqa: BLE001
+            return report(False, label + ": dcp.load by 2 ranks through the mount", repr(e))
+    bad = res[0]["bad"] + res[1]["bad"]
+    report(not bad, label + ": dcp.load by 2 ranks through the mount: each rank's shards equal the source's (%d tensors)"
+           % res[0]["n"], bad[:5])
+
+
+def expected_dcp(src, seed, fmt):
+    """{name: tensor} tensors/ must show for a DCP save, from torch's own
+    reading of its .metadata: a tensor whose chunks are cut along dim 0
+    only is one file under its FQN (assembled from its chunks); any other
+    chunk is FQN@o0,o1,... with its slice of the tensor."""
+    import torch.distributed.checkpoint as dcp
+    g = model_sd(seed)
+    if fmt == "dcp_async":
+        return g  # the save's own copy, taken before training went on
+    md = dcp.FileSystemReader(src).read_metadata()
+    want = {}
+    for fqn, t in g.items():
+        chunks = md.state_dict_metadata[fqn].chunks
+        if all(all(o == 0 for o in c.offsets[1:]) and list(c.sizes[1:]) == list(t.shape[1:]) for c in chunks):
+            want[fqn] = t
+            continue
+        for c in chunks:
+            sl = t[tuple(slice(o, o + n) for o, n in zip(c.offsets, c.sizes))]
+            want[fqn + "@" + ",".join(str(o) for o in c.offsets)] = sl
+    return want
+
+
 def write_safetensors(d, seed):
     from safetensors.torch import save_file
     save_file(model_sd(seed), os.path.join(d, "model.safetensors"))
@@ -187,6 +280,8 @@ WRITERS = {
     "gguf": write_gguf,
     "dcp": lambda d, seed: write_dcp(d, seed, False),
     "dcp_async": lambda d, seed: write_dcp(d, seed, True),
+    "dcp_ranks": lambda d, seed: write_dcp_ranks(d, seed, 0),
+    "dcp_ranks_dim1": lambda d, seed: write_dcp_ranks(d, seed, 1),
     "safetensors": write_safetensors,
     "raw": write_raw,
 }
@@ -422,7 +517,15 @@ def check(fmt, ckpt, src, seed):
         got = {}
         for r in rels:
             got.update(by_file.get(r, {}))
-        want = model_sd(seed)
+        for t in m["tensors"]:
+            # assembled: no one file; its parts are the shards, in row order
+            if t["file"] is None and all(x["file"] in rels for x in t.get("parts", [])):
+                got[t["name"]] = t
+                rows = [x["row"] for x in t["parts"]]
+                report(rows == sorted(rows) and len(rows) > 1 and all(not x["name"] in got for x in t["parts"]),
+                       "%s: %s is assembled from %d chunks in row order, not shown apart" % (fmt, t["name"], len(rows)),
+                       t["parts"][:3])
+        want = expected_dcp(src, seed, fmt)
         if not got and not DCP_REQUIRED:
             skip(fmt + ": tensors/ shows each tensor by its FQN",
                  "pending DCP parser (no tensors from the .distcp files yet)")
@@ -432,6 +535,8 @@ def check(fmt, ckpt, src, seed):
                 if n in want:
                     check_tensor(ckpt, e, want[n], fmt)
         check_dcp_load(ckpt, seed, fmt)
+        if fmt in ("dcp_ranks", "dcp_ranks_dim1"):
+            check_dcp_load_ranks(ckpt, seed, 0 if fmt == "dcp_ranks" else 1, fmt)
     else:
         CLIENTS[fmt](ckpt, src, seed)
 

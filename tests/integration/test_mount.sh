@@ -150,7 +150,7 @@ text = open(sys.argv[1]).read()
 m = json.loads(text)
 assert text.startswith("{\n  \""), "not indented"
 assert m["cipher"] == sys.argv[2] and m["kdf"] == "keyfile", m
-assert m["chunk_size"] == 65536 and m["format_version"] == 4 and m["codec"] == "bytegroup+zstd", m
+assert m["chunk_size"] == 65536 and m["format_version"] == 5 and m["codec"] == "bytegroup+zstd", m
 for f in m["files"]:
     assert "container" in f and "warning" not in f, f
 for t in m["tensors"]:

@@ -504,11 +504,12 @@ static void duplicate_path(uint8_t *idx, size_t len)
 }
 static void chunk_offset_huge(uint8_t *idx, size_t len)
 {
-    /* Chunk records are the last n_chunks * 24 bytes of the index. */
+    /* Chunk records are the n_chunks * 24 bytes before the skipped records
+     * (none here) and the version-5 assembled count (zero). */
     uint64_t nc = 0;
     for (int i = 7; i >= 0; i--)
         nc = nc << 8 | idx[24 + i];
-    uint8_t *c0 = idx + len - nc * 24;
+    uint8_t *c0 = idx + len - 4 - nc * 24;
     memset(c0, 0xff, 8);
 }
 
@@ -804,4 +805,34 @@ Test(pack, keys)
     cr_assert(tu_contains(e.msg, "32 raw bytes or 64 hex digits"), "%s", e.msg);
     free(kf);
     free(hex);
+}
+
+/* ckpt pack's order: numbers in names by value, so that a DCP save of more
+ * than ten ranks packs __2_0 before __10_0 and its chunks come in row order
+ * (the condition for assembling them, pack_write.c). */
+Test(pack, add_tree_orders_numbers_by_value)
+{
+    char *src = tu_join(dir, "ranks");
+    mkdir(src, 0755);
+    const char *names[] = {"__10_0.distcp", "__2_0.distcp", "__0_0.distcp", ".metadata", "b"};
+    for (size_t i = 0; i < 5; i++) {
+        char *f = tu_join(src, names[i]);
+        tu_write_file(f, names[i], strlen(names[i]));
+        free(f);
+    }
+    char *path = tu_join(dir, "ranks.tpack");
+    ckpt_err e = {0};
+    ckpt_writer *w;
+    cr_assert_eq(ckpt_writer_open(path, NULL, NULL, &w, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_add_tree(w, src, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(path, NULL, &p, &e), 0, "%s", e.msg);
+    const char *want[] = {".metadata", "__0_0.distcp", "__2_0.distcp", "__10_0.distcp", "b"};
+    cr_assert_eq(ckpt_file_count(p), 5);
+    for (size_t i = 0; i < 5; i++)
+        cr_assert_str_eq(ckpt_file_at(p, i)->path, want[i]);
+    ckpt_close(p);
+    free(path);
+    free(src);
 }

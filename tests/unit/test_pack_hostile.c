@@ -3,6 +3,7 @@
  * and failure paths whose messages must still name the pack. */
 #include "testutil.h"
 #include "ckpt.h"
+#include "writer.h"
 
 #include <signal.h>
 #include <sodium.h>
@@ -70,11 +71,14 @@ typedef struct idx_map {
     size_t len;
     uint64_t nf, nt, ne, nc;
     size_t files, extents, tensors, chunks;
+    size_t after_chunks; /* versions 4 and 5: the skipped, then the assembled */
 } idx_map;
+
+static size_t tensor_at(const idx_map *m, uint64_t i);
 
 static idx_map map_index(uint8_t *idx, size_t len)
 {
-    idx_map m = {idx, len, 0, 0, 0, 0, 32, 0, 0, 0};
+    idx_map m = {idx, len, 0, 0, 0, 0, 32, 0, 0, 0, 0};
     m.nf = idx[4] | (uint32_t)idx[5] << 8;
     m.nt = idx[8] | (uint32_t)idx[9] << 8;
     m.ne = rd64(idx + 16);
@@ -87,7 +91,8 @@ static idx_map map_index(uint8_t *idx, size_t len)
     }
     m.extents = pos;
     m.tensors = pos + 24 * m.ne;
-    m.chunks = len - 24 * m.nc;
+    m.chunks = tensor_at(&m, m.nt);
+    m.after_chunks = m.chunks + 24 * m.nc;
     return m;
 }
 
@@ -353,7 +358,7 @@ static char *raw_pack(const char *const *paths, size_t n)
     cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
     size_t hlen;
     uint8_t *hdr = tu_read_file(path, &hlen);
-    size_t cap = 32, len = 32;
+    size_t cap = 32 + 4, len = 32;
     for (size_t i = 0; i < n; i++)
         cap += 73 + strlen(paths[i]);
     uint8_t *b = calloc(1, 128 + cap + 64);
@@ -370,6 +375,7 @@ static char *raw_pack(const char *const *paths, size_t n)
         idx[len + 3 + pl] = 0x01;
         len += 73 + pl; /* mtime, size, extents, container, note 0; sha256 is not checked at open */
     }
+    len += 4; /* version 5: no assembled tensors (a zero count; none skipped) */
     uint8_t *ftr = idx + len;
     le64(ftr, 128);
     le64(ftr + 8, len);
@@ -623,4 +629,110 @@ Test(hostile, writer_output_error_stops_producer, .timeout = 30)
     free(tmp);
     free(buf);
     free(path);
+}
+
+/* ------------------------------------------------------ assembled tensors */
+
+/* "d/a" holds "w@0" and "d/b" "w@2" (F32 [2] each), chunks of "w" (F32
+ * [4]), which the pack records as assembled from them; "d/b" also records
+ * one skipped tensor, "s", so the assembled section is not the first after
+ * the chunks. */
+static char *assembled_pack(void)
+{
+    char *path = tu_join(dir, "as.tpack");
+    ckpt_err e = {0};
+    ckpt_writer *w;
+    cr_assert_eq(ckpt_writer_open(path, NULL, NULL, &w, &e), 0, "%s", e.msg);
+    uint64_t two = 2, four = 4;
+    float v[2] = {1, 2};
+    const char *files[2] = {"d/a", "d/b"}, *names[2] = {"w@0", "w@2"};
+    for (int i = 0; i < 2; i++) {
+        uint64_t off = 2 * (uint64_t)i;
+        cr_assert_eq(ckpt_writer_begin_file(w, files[i], 0644, 0, 0, &e), 0, "%s", e.msg);
+        cr_assert_eq(ckpt_writer_begin_tensor(w, names[i], "F32", 1, &two, &e), 0, "%s", e.msg);
+        cr_assert_eq(writer_chunk_of(w, "d", "w", 1, &four, &off, &e), 0, "%s", e.msg);
+        cr_assert_eq(ckpt_writer_tensor_data(w, v, sizeof v, &e), 0, "%s", e.msg);
+        cr_assert_eq(ckpt_writer_end_tensor(w, &e), 0, "%s", e.msg);
+        if (i == 1)
+            cr_assert_eq(writer_add_skipped(w, "s", "why", &e), 0, "%s", e.msg);
+        cr_assert_eq(ckpt_writer_end_file(w, &e), 0, "%s", e.msg);
+    }
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(path, NULL, &p, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_assembled_count(p), 1);
+    cr_assert_eq(ckpt_skipped_count(p), 1);
+    ckpt_close(p);
+    return path;
+}
+
+/* After the chunks, the skipped record of "s" (12 bytes: file index, name
+ * length, "s", reason length, "why"), then the assembled section
+ * (FORMAT.md section 4): u32 count, then name "w" at +6, dtype "F32" at +8,
+ * ndim at +11, shape at +12, part count at +20, parts at +24 and +28,
+ * sha256. */
+#define AS(m, k) ((m)->idx + (m)->after_chunks + 12 + (k))
+static void le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static void as_count_huge(idx_map *m)
+{
+    le32(AS(m, 0), UINT32_MAX);
+}
+static void as_part_outside(idx_map *m)
+{
+    le32(AS(m, 28), 7);
+}
+static void as_part_itself(idx_map *m)
+{
+    le32(AS(m, 28), 2);
+}
+static void as_part_twice(idx_map *m)
+{
+    le32(AS(m, 28), 0);
+}
+static void as_rows_more(idx_map *m)
+{
+    le64(AS(m, 12), 5);
+}
+static void as_rows_fewer(idx_map *m)
+{
+    le64(AS(m, 12), 3);
+}
+static void as_dtype(idx_map *m)
+{
+    AS(m, 8)[0] = 'I';
+}
+static void as_rank0(idx_map *m)
+{
+    AS(m, 11)[0] = 0;
+}
+static void as_no_parts(idx_map *m)
+{
+    le32(AS(m, 20), 0);
+}
+Test(hostile, assembled_tensors_are_checked)
+{
+    static const struct {
+        void (*patch)(idx_map *);
+        const char *words;
+    } cases[] = {
+        {as_count_huge, "index: assembled tensor count does not fit the index"},
+        {as_part_outside, "index: assembled tensor 'w': part 1 is not a stored tensor"},
+        {as_part_itself, "index: assembled tensor 'w': part 1 is not a stored tensor"},
+        {as_part_twice, "index: assembled tensor 'w': part 'w@0' is already a part"},
+        {as_rows_more, "index: assembled tensor 'w': its parts have 4 of its 5 rows"},
+        {as_rows_fewer, "index: assembled tensor 'w': its parts have more rows than it"},
+        {as_dtype, "index: assembled tensor 'w': part 'w@0' differs in dtype or trailing shape"},
+        {as_rank0, "index: assembled tensor 'w' has an invalid dtype or rank"},
+        {as_no_parts, "index: assembled tensor 'w' has an invalid part count"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *path = assembled_pack();
+        patch_index(path, cases[i].patch);
+        expect_refused(path, cases[i].words);
+        free(path);
+    }
 }

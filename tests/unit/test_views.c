@@ -453,7 +453,7 @@ Test(views, skipped_tensors_are_recorded_with_their_reason)
     OKE(ckpt_open(path, NULL, &p, &e));
     ckpt_pack_info in;
     ckpt_info(p, &in);
-    cr_assert_eq(in.format_version, 4);
+    cr_assert_eq(in.format_version, CKPT_FORMAT_VERSION);
     cr_assert_eq(ckpt_skipped_count(p), 2);
     cr_assert_str_eq(ckpt_skipped_at(p, 0)->name, "w.T");
     cr_assert_str_eq(ckpt_skipped_at(p, 0)->reason, "it is a non-contiguous view of its storage");

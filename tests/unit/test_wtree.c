@@ -99,7 +99,7 @@ Test(wtree, rename_rules)
     cr_assert_eq(t.nodes[WTREE_ROOT].n_children, 1);
 }
 
-Test(wtree, files_sorted_by_path_bytes)
+Test(wtree, files_sorted_by_path_numbers_by_value)
 {
     uint32_t d = add(WTREE_ROOT, "d", WNODE_DIR);
     add(d, "z", WNODE_FILE);
@@ -107,11 +107,15 @@ Test(wtree, files_sorted_by_path_bytes)
     add(WTREE_ROOT, "B", WNODE_FILE);
     add(d, "a", WNODE_FILE);
     add(WTREE_ROOT, "emptydir", WNODE_DIR);
+    /* A DCP save of 11 ranks: __10_0 after __2_0, so chunks come in row order. */
+    add(d, "__10_0.distcp", WNODE_FILE);
+    add(d, "__2_0.distcp", WNODE_FILE);
     uint32_t *ids;
     size_t n;
     cr_assert_eq(wtree_files_sorted(&t, &ids, &n), 0);
-    cr_assert_eq(n, 4);
-    const char *want[] = {"B", "d.txt", "d/a", "d/z"}; /* '.' (0x2e) sorts before '/' (0x2f) */
+    cr_assert_eq(n, 6);
+    /* '.' (0x2e) sorts before '/' (0x2f); numbers by value */
+    const char *want[] = {"B", "d.txt", "d/__2_0.distcp", "d/__10_0.distcp", "d/a", "d/z"};
     for (size_t i = 0; i < n; i++)
         expect_path(ids[i], want[i]);
     free(ids);

@@ -120,20 +120,19 @@ int cmd_cat(int argc, char **argv)
     if (cli_open_pack(o.pack, &o.keys, &p, &key))
         return EXIT_FAIL;
 
-    /* A tensor is a byte range of the file that holds it; streaming that
-     * range decodes ahead in parallel just like a whole file. */
-    size_t file;
+    /* A tensor is a byte range of the file that holds it (an assembled
+     * one, a range of each of its parts' files in turn); streaming a range
+     * decodes ahead in parallel just like a whole file. */
+    size_t file = 0;
     uint64_t off = 0, len;
+    long tensor = -1;
     if (o.tensor) {
-        long t = ckpt_tensor_find(p, o.tensor);
-        if (t < 0) {
+        tensor = ckpt_tensor_find(p, o.tensor);
+        if (tensor < 0) {
             cli_close_pack(p, key);
             return cli_fail("%s: no tensor named '%s'", o.pack, o.tensor);
         }
-        const ckpt_tensor_info *ti = ckpt_tensor_at(p, (size_t)t);
-        file = ti->file_index;
-        off = ti->file_offset;
-        len = ti->nbytes;
+        len = ckpt_tensor_at(p, (size_t)tensor)->nbytes;
     } else {
         long f = ckpt_file_find(p, o.path);
         if (f < 0) {
@@ -146,7 +145,15 @@ int cmd_cat(int argc, char **argv)
 
     ckpt_err err = {0};
     struct out_ctx s = {0};
-    rc = len ? ckpt_file_stream(p, file, off, len, o.threads, to_stdout, &s, &err) : 0;
+    rc = 0;
+    for (uint64_t done = 0; rc >= 0 && done < len;) {
+        uint64_t run = len - done;
+        if (tensor >= 0)
+            rc = ckpt_tensor_locate(p, (size_t)tensor, done, &file, &off, &run, &err);
+        if (rc >= 0)
+            rc = ckpt_file_stream(p, file, off, run, o.threads, to_stdout, &s, &err);
+        done += run;
+    }
     cli_close_pack(p, key);
     if (rc >= 0)
         return EXIT_OK;

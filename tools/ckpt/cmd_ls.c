@@ -201,9 +201,14 @@ static void list_tensors(ckpt_pack *p, int lng)
     }
     for (size_t i = 0; i < n; i++) {
         const ckpt_tensor_info *t = ckpt_tensor_at(p, i);
+        /* Chunks of an assembled tensor: shown as it, as the mount does. */
+        if (t->part_of != SIZE_MAX)
+            continue;
         fmt_shape(t, shape, sizeof shape);
         printf("%-5s  %-*s  %12" PRIu64 "  %s", t->dtype, width, shape, t->nbytes, t->name);
-        if (lng)
+        if (lng && t->n_parts)
+            printf("  (assembled from %zu chunks)", t->n_parts);
+        else if (lng)
             printf("  (%s @ %" PRIu64 ")", ckpt_file_at(p, t->file_index)->path, t->file_offset);
         putchar('\n');
     }
@@ -258,6 +263,30 @@ static json_t *json_u64(uint64_t v)
     return json_integer((json_int_t)v);
 }
 
+/* An assembled tensor's chunks in order, with the fields manifest.json
+ * gives them. */
+static json_t *json_parts(ckpt_pack *p, const ckpt_tensor_info *t, int *bad)
+{
+    json_t *parts = json_array();
+    uint64_t row = 0;
+    for (size_t k = 0; k < t->n_parts; k++) {
+        const ckpt_tensor_info *pt = ckpt_tensor_at(p, t->parts[k]);
+        json_t *part = json_object(), *shape = json_array();
+        for (uint32_t d = 0; d < pt->ndim; d++)
+            json_array_append_new(shape, json_u64(pt->shape[d]));
+        set_name(part, "name", pt->name, bad);
+        json_object_set_new(part, "row", json_u64(row));
+        json_object_set_new(part, "shape", shape);
+        json_object_set_new(part, "nbytes", json_u64(pt->nbytes));
+        set_name(part, "file", ckpt_file_at(p, pt->file_index)->path, bad);
+        json_object_set_new(part, "offset", json_u64(pt->file_offset));
+        json_object_set_new(part, "sha256", json_hex32(pt->sha256));
+        json_array_append_new(parts, part);
+        row += pt->shape[0];
+    }
+    return parts;
+}
+
 static json_t *build_json(ckpt_pack *p, int *bad)
 {
     ckpt_pack_info in;
@@ -296,6 +325,9 @@ static json_t *build_json(ckpt_pack *p, int *bad)
     json_t *tensors = json_array();
     for (size_t i = 0; i < ckpt_tensor_count(p); i++) {
         const ckpt_tensor_info *t = ckpt_tensor_at(p, i);
+        /* Listed among its assembled tensor's parts, as manifest.json does. */
+        if (t->part_of != SIZE_MAX)
+            continue;
         json_t *shape = json_array();
         for (uint32_t d = 0; d < t->ndim; d++)
             json_array_append_new(shape, json_u64(t->shape[d]));
@@ -310,9 +342,17 @@ static json_t *build_json(ckpt_pack *p, int *bad)
         json_object_set_new(o, "torch_dtype", json_string(ckpt_dtype_torch(t->dtype)));
         json_object_set_new(o, "shape", shape);
         json_object_set_new(o, "nbytes", json_u64(t->nbytes));
-        set_name(o, "file", ckpt_file_at(p, t->file_index)->path, bad);
-        json_object_set_new(o, "offset", json_u64(t->file_offset));
+        if (t->n_parts) {
+            /* No one place: where its parts are (as in manifest.json). */
+            json_object_set_new(o, "file", json_null());
+            json_object_set_new(o, "offset", json_null());
+        } else {
+            set_name(o, "file", ckpt_file_at(p, t->file_index)->path, bad);
+            json_object_set_new(o, "offset", json_u64(t->file_offset));
+        }
         json_object_set_new(o, "sha256", json_hex32(t->sha256));
+        if (t->n_parts)
+            json_object_set_new(o, "parts", json_parts(p, t, bad));
         json_array_append_new(tensors, o);
     }
     /* Tensors a parser found but does not show, with why (as manifest.json). */

@@ -16,6 +16,7 @@ typedef struct pack_src {
     cc_source base;
     ckpt_pack *p;
     cc_tensor *tensors;
+    size_t *index; /* tensors[k] is the pack's tensor index[k] */
     uint32_t chunk_size;
 } pack_src;
 
@@ -43,19 +44,45 @@ static void pack_reader_free(cc_source *s, void *p)
     }
 }
 
+static int read_stretch(pack_src *ps, pack_reader *rd, size_t file, uint64_t pos, uint64_t end,
+                        uint8_t **dstp, ckpt_err *err);
+
 static int pack_read(cc_source *s, void *p, size_t i, uint64_t off, void *buf, size_t len,
                      ckpt_err *err)
 {
     pack_src *ps = (pack_src *)s;
     pack_reader *rd = p;
-    const ckpt_tensor_info *t = ckpt_tensor_at(ps->p, i);
+    const ckpt_tensor_info *t = i < s->n ? ckpt_tensor_at(ps->p, ps->index[i]) : NULL;
     if (!t || off > t->nbytes || len > t->nbytes - off)
         return cc_fail(err, -EINVAL, "%s: read past the end of tensor %zu", s->origin, i);
-    uint64_t pos = t->file_offset + off, end = pos + len;
+    i = ps->index[i];
     uint8_t *dst = buf;
+    /* One stretch of one file at a time: a stored tensor is one, an
+     * assembled one (a DCP tensor saved in chunks) one per part. */
+    for (uint64_t done = 0; done < len;) {
+        size_t file;
+        uint64_t pos, run;
+        int rc = ckpt_tensor_locate(ps->p, i, off + done, &file, &pos, &run, err);
+        if (rc < 0)
+            return rc;
+        uint64_t end = pos + (run < len - done ? run : len - done);
+        done += end - pos;
+        rc = read_stretch(ps, rd, file, pos, end, &dst, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Bytes [pos, end) of file into *dst, which moves past them. */
+static int read_stretch(pack_src *ps, pack_reader *rd, size_t file, uint64_t pos, uint64_t end,
+                        uint8_t **dstp, ckpt_err *err)
+{
+    cc_source *s = &ps->base;
+    uint8_t *dst = *dstp;
     while (pos < end) {
         ckpt_chunk_ref ref;
-        int rc = ckpt_chunk_locate(ps->p, t->file_index, pos, &ref, err);
+        int rc = ckpt_chunk_locate(ps->p, file, pos, &ref, err);
         if (rc < 0)
             return rc;
         uint64_t cend = ref.file_offset + ref.size;
@@ -80,6 +107,7 @@ static int pack_read(cc_source *s, void *p, size_t i, uint64_t off, void *buf, s
         dst += n;
         pos += n;
     }
+    *dstp = dst;
     return 0;
 }
 
@@ -88,6 +116,7 @@ static void pack_close(cc_source *s)
     pack_src *ps = (pack_src *)s;
     ckpt_close(ps->p);
     free(ps->tensors);
+    free(ps->index);
     free(ps);
 }
 
@@ -107,15 +136,25 @@ int cc_source_open_pack(const char *path, const ckpt_key *key, cc_source **out, 
     ps->chunk_size = info.chunk_size;
     size_t n = ckpt_tensor_count(ps->p);
     ps->tensors = calloc(n ? n : 1, sizeof *ps->tensors);
-    if (!ps->tensors) {
+    ps->index = calloc(n ? n : 1, sizeof *ps->index);
+    if (!ps->tensors || !ps->index) {
         ckpt_close(ps->p);
+        free(ps->tensors);
+        free(ps->index);
         free(ps);
         return cc_fail(err, -ENOMEM, "%s: out of memory", path);
     }
-    /* The strings live in the open pack, which outlives the source's users. */
+    /* The strings live in the open pack, which outlives the source's users.
+     * The tensors are the mount's: a chunk of an assembled tensor (a DCP
+     * tensor saved in dim-0 shards) is loaded as part of it, not again on
+     * its own. */
+    size_t shown = 0;
     for (size_t i = 0; i < n; i++) {
         const ckpt_tensor_info *t = ckpt_tensor_at(ps->p, i);
-        cc_tensor *d = &ps->tensors[i];
+        if (t->part_of != SIZE_MAX)
+            continue;
+        ps->index[shown] = i;
+        cc_tensor *d = &ps->tensors[shown++];
         d->name = t->name;
         d->dtype = t->dtype;
         d->ndim = t->ndim;
@@ -127,7 +166,7 @@ int cc_source_open_pack(const char *path, const ckpt_key *key, cc_source **out, 
     ps->base.origin = ckpt_path(ps->p);
     ps->base.kind = "pack";
     ps->base.granule = info.chunk_size;
-    ps->base.n = n;
+    ps->base.n = shown;
     ps->base.tensors = ps->tensors;
     ps->base.reader_new = pack_reader_new;
     ps->base.reader_free = pack_reader_free;

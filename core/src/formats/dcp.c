@@ -490,6 +490,8 @@ typedef struct acc {
     size_t n_r, cap_r;
     ingest_skipped *sk;
     size_t n_sk, cap_sk;
+    ingest_chunk *ch;
+    size_t n_ch, cap_ch;
 } acc;
 
 static int grow(void **p, size_t *cap, size_t n, size_t elem)
@@ -517,6 +519,27 @@ static int add_skipped(acc *a, const char *name, const char *reason)
     return 0;
 }
 
+/* Where chunk k named name lies in t, for assembling (formats.h). */
+static int add_chunk(acc *a, const char *name, const dcp_tensor *t, const dcp_chunk *k)
+{
+    if (grow((void **)&a->ch, &a->cap_ch, a->n_ch, sizeof *a->ch))
+        return -ENOMEM;
+    ingest_chunk *c = &a->ch[a->n_ch];
+    memset(c, 0, sizeof *c);
+    c->name = strdup(name);
+    c->whole = strdup(t->fqn);
+    if (!c->name || !c->whole) {
+        free(c->name);
+        free(c->whole);
+        return -ENOMEM;
+    }
+    c->ndim = t->ndim;
+    memcpy(c->whole_shape, t->size, t->ndim * sizeof *t->size);
+    memcpy(c->offsets, k->offsets, t->ndim * sizeof *k->offsets);
+    a->n_ch++;
+    return 0;
+}
+
 static int add_regions(acc *a, const ingest_layout *l)
 {
     for (size_t i = 0; i < l->n_regions; i++) {
@@ -536,6 +559,11 @@ static void acc_free(acc *a)
     for (size_t i = 0; i < a->n_sk; i++)
         free(a->sk[i].name);
     free(a->sk);
+    for (size_t i = 0; i < a->n_ch; i++) {
+        free(a->ch[i].name);
+        free(a->ch[i].whole);
+    }
+    free(a->ch);
     memset(a, 0, sizeof *a);
 }
 
@@ -570,6 +598,8 @@ static int acc_finish(acc *a, ingest_layout *out)
     out->n_regions = a->n_r;
     out->skipped = a->sk;
     out->n_skipped = a->n_sk;
+    out->chunks = a->ch;
+    out->n_chunks = a->n_ch;
     out->header_bytes = out->n ? out->t[0].offset : out->regions[0].offset;
     memset(a, 0, sizeof *a);
     return 0;
@@ -658,6 +688,8 @@ static int describe_chunk(acc *a, const ingest_source *src, const dcp_metadata *
                 rc = -ENOMEM;
             else
                 a->n_t++;
+            if (rc == 0 && strcmp(name, t->fqn) != 0)
+                rc = add_chunk(a, name, t, k);
         }
     }
     ingest_layout_free(&sub);

@@ -37,5 +37,10 @@ void ingest_layout_free(ingest_layout *l)
     for (size_t i = 0; i < l->n_skipped; i++)
         free(l->skipped[i].name);
     free(l->skipped);
+    for (size_t i = 0; i < l->n_chunks; i++) {
+        free(l->chunks[i].name);
+        free(l->chunks[i].whole);
+    }
+    free(l->chunks);
     memset(l, 0, sizeof *l);
 }

@@ -52,6 +52,18 @@ typedef struct ingest_skipped {
 } ingest_skipped;
 /* ---- end of the torch.save addition ---- */
 
+/* ---- added for PyTorch DCP (formats/dcp.c) ----
+ * A tensor of t[] (by name) that is a chunk of a larger tensor: where it
+ * lies in it, so the writer can assemble the chunks (pack_write.c). */
+typedef struct ingest_chunk {
+    char *name;  /* the chunk's name in t[] (malloc'd) */
+    char *whole; /* the larger tensor's name (malloc'd) */
+    uint32_t ndim;
+    uint64_t whole_shape[CKPT_MAX_NDIM];
+    uint64_t offsets[CKPT_MAX_NDIM];
+} ingest_chunk;
+/* ---- end of the DCP addition ---- */
+
 typedef struct ingest_layout {
     uint64_t header_bytes; /* bytes before the first tensor */
     size_t n;              /* tensors, sorted by offset */
@@ -64,6 +76,10 @@ typedef struct ingest_layout {
     size_t n_skipped;
     ingest_skipped *skipped;
     /* ---- end of the torch.save addition ---- */
+    /* DCP: chunks of larger tensors (names and wholes malloc'd); freed by
+     * ingest_layout_free(). */
+    size_t n_chunks;
+    ingest_chunk *chunks;
 } ingest_layout;
 
 void ingest_layout_free(ingest_layout *l);

@@ -392,3 +392,36 @@ Test(load, bench_runs_on_any_backend)
     cc_source_close(s);
     check_clean(&f);
 }
+
+/* A DCP tensor saved in two dim-0 chunks (the v5 seed: "w" from "w@0,0"
+ * and "w@2,0") loads once, whole, under its FQN, as the mount shows it;
+ * its chunks are not loaded again on their own. */
+Test(load, assembled_tensor_loads_once_whole)
+{
+    const char *root = getenv("CKPT_SRCDIR") ? getenv("CKPT_SRCDIR") : ".";
+    char *seed = tu_join(root, "fuzz/corpus/pack/v5-assembled.tpack");
+    ckpt_pack *p;
+    ckpt_err e = {0};
+    cr_assert_eq(ckpt_open(seed, NULL, &p, &e), 0, "%s", e.msg);
+    long w = ckpt_tensor_find(p, "w");
+    cr_assert_geq(w, 0);
+    const ckpt_tensor_info *ti = ckpt_tensor_at(p, (size_t)w);
+    cr_assert_eq(ti->n_parts, 2);
+    uint8_t *want = malloc(ti->nbytes);
+    cr_assert_eq(ckpt_tensor_pread(p, (size_t)w, want, ti->nbytes, 0, &e), (ssize_t)ti->nbytes);
+    fake_cfg f = {0};
+    ckpt_cuda_load_opts o = {.threads = 2};
+    ckpt_cuda_ckpt *c = load_ok(&f, seed, &o);
+    cr_assert_eq(ckpt_cuda_count(c), ckpt_tensor_count(p) - 2, "no chunk twice");
+    cr_assert_null(ckpt_cuda_find(c, "w@0,0"));
+    const ckpt_cuda_tensor *t = ckpt_cuda_find(c, "w");
+    cr_assert_not_null(t);
+    cr_assert_eq(t->nbytes, ti->nbytes);
+    cr_assert_eq(memcmp(t->dev, want, ti->nbytes), 0, "w differs from its parts in order");
+    cr_assert_eq(ckpt_cuda_verify(c, NULL, NULL, NULL), 0);
+    ckpt_cuda_free(c);
+    check_clean(&f);
+    ckpt_close(p);
+    free(want);
+    free(seed);
+}
