@@ -196,7 +196,7 @@ for s in "${systems[@]}"; do
     tsv_row write "$dtype" "$bytes" "${s%@*}" "$threads" done_s "${done_m[$s]}"
     tsv_row write "$dtype" "$bytes" "${s%@*}" "$threads" cp_mbps "$(rate "${cp_m[$s]}")"
     tsv_row write "$dtype" "$bytes" "${s%@*}" "$threads" done_mbps "$(rate "${done_m[$s]}")"
-    [ "$s" = native ] || tsv_row write "$dtype" "$bytes" "${s%@*}" "$threads" rss_kib "${rss[$s]}"
+    [[ $s == native* ]] || tsv_row write "$dtype" "$bytes" "${s%@*}" "$threads" rss_kib "${rss[$s]}"
 done
 
 # --------------------------------------------------------------- report
