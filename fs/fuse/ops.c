@@ -500,14 +500,18 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
     fuse_reply_err(req, wtable_owns(newparent) || ns_owns(newparent) ? EPERM : EROFS);
 }
 
-static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
-                     struct fuse_file_info *fi)
+/* write_buf rather than write: with it libfuse splices requests in from
+ * the device (FUSE_CAP_SPLICE_READ, on by default when it can grow its
+ * pipes to a full request, which takes root), so the data of a write
+ * reaches the staging file through one copy, not two (wops_write_buf). */
+static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off,
+                         struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
     fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
     if (h && h->is_fwd)
         ino = h->u.fwd;
-    if (!(wtable_owns(ino) && wops_write(req, fs, ino, buf, size, off)))
+    if (!(wtable_owns(ino) && wops_write_buf(req, fs, ino, bufv, off)))
         fuse_reply_err(req, EROFS);
 }
 
@@ -580,7 +584,7 @@ const struct fuse_lowlevel_ops ckptfs_ops = {
     .link = op_link,
     .open = op_open,
     .read = op_read,
-    .write = op_write,
+    .write_buf = op_write_buf,
     .flush = op_flush,
     .release = op_release,
     .fsync = op_fsync,

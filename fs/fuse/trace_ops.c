@@ -251,11 +251,11 @@ static void t_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     depart();
 }
 
-static void t_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
-                    struct fuse_file_info *fi)
+static void t_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off,
+                        struct fuse_file_info *fi)
 {
-    arrive("write", ino, "off=%" PRId64 " size=%zu", (int64_t)off, size);
-    inner->write(req, ino, buf, size, off, fi);
+    arrive("write", ino, "off=%" PRId64 " size=%zu", (int64_t)off, fuse_buf_size(bufv));
+    inner->write_buf(req, ino, bufv, off, fi);
     depart();
 }
 
@@ -401,7 +401,7 @@ const struct fuse_lowlevel_ops *trace_ops(const struct fuse_lowlevel_ops *ops)
     WRAP(link, t_link)
     WRAP(open, t_open)
     WRAP(read, t_read)
-    WRAP(write, t_write)
+    WRAP(write_buf, t_write_buf)
     WRAP(flush, t_flush)
     WRAP(release, t_release)
     WRAP(fsync, t_fsync)

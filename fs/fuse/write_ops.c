@@ -31,6 +31,22 @@ static void fill_ids(ckptfs *fs, struct stat *st, uint64_t ino)
     st->st_gid = fs->gid;
 }
 
+/* The cache flags of an open of a file being written. Writes go through
+ * to us either way (no writeback cache, see op_init), so the kernel's
+ * pages stay right and are kept. A write-only open (cp, safetensors,
+ * torch.save) also bypasses them: its writes then reach us straight from
+ * the writer's buffer instead of first being copied into pages nobody
+ * reads, and the kernel no longer asks for security.capability before
+ * every write. On cp -r of 710 MB that cut cp's own CPU time from about
+ * 0.3-0.4 s to 0.11 s and a round trip per MiB. The kernel drops what it
+ * had cached of a range written this way (6.6 and later), and such a
+ * descriptor cannot be mapped, so nothing else changes for it. */
+static void set_open_cache(struct fuse_file_info *fi, int keep)
+{
+    fi->keep_cache = keep;
+    fi->direct_io = (fi->flags & O_ACCMODE) == O_WRONLY;
+}
+
 /* The writable checkpoint of an inode; replies ESTALE if there is none. */
 static wckpt *find(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, uint32_t *node)
 {
@@ -203,7 +219,7 @@ void wops_ckpt_create(fuse_req_t req, ckptfs *fs, const char *name, mode_t mode,
         return;
     }
     fi->fh = 0;
-    fi->keep_cache = 1;
+    set_open_cache(fi, 1);
     if (fuse_reply_create(req, &e, fi) != 0) {
         wckpt_release(c, node);
         wtable_forget(&fs->wtable, c, 1);
@@ -340,7 +356,7 @@ int wops_create(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name,
     e.attr = st;
     fill_ids(fs, &e.attr, e.ino);
     fi->fh = 0;
-    fi->keep_cache = 1;
+    set_open_cache(fi, 1);
     if (fuse_reply_create(req, &e, fi) != 0) {
         wckpt_release(c, node);
         wtable_forget(&fs->wtable, c, 1);
@@ -485,7 +501,7 @@ int wops_open(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info 
         return reply_error(req, c, rc);
     fi->fh = 0;
     /* Every change goes through the kernel, so its cache stays right. */
-    fi->keep_cache = 1;
+    set_open_cache(fi, 1);
     if (fuse_reply_open(req, fi) != 0)
         wckpt_release(c, node);
     return 1;
@@ -511,7 +527,7 @@ void wops_open_fwd(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_
     h->is_fwd = 1;
     h->u.fwd = ino;
     /* The kernel's pages are the old generation's: not kept. */
-    fi->keep_cache = 0;
+    set_open_cache(fi, 0);
     handle_track(fs, h);
     fi->fh = (uintptr_t)h;
     if (fuse_reply_open(req, fi) != 0) {
@@ -545,7 +561,32 @@ int wops_read(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off
     return handled;
 }
 
-int wops_write(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *buf, size_t size, off_t off)
+/* The bytes of a write as libfuse hands them over: in memory, or, when
+ * requests are spliced from the device, still in a pipe, from which
+ * splice moves them to the staging file without a copy through here. */
+static ssize_t write_bufvec(wckpt *c, uint32_t node, struct fuse_bufvec *bufv, off_t off)
+{
+    size_t size = fuse_buf_size(bufv);
+    const struct fuse_buf *b = &bufv->buf[0];
+    if (bufv->count == 1 && bufv->off == 0 && (b->flags & FUSE_BUF_IS_FD) &&
+        !(b->flags & FUSE_BUF_FD_SEEK))
+        return wckpt_write_fd(c, node, b->fd, size, (uint64_t)off);
+    if (bufv->count == 1 && !(b->flags & FUSE_BUF_IS_FD))
+        return wckpt_write(c, node, (const char *)b->mem + bufv->off, size, (uint64_t)off);
+    char *mem = malloc(size ? size : 1);
+    if (!mem)
+        return -ENOMEM;
+    struct fuse_bufvec dst = FUSE_BUFVEC_INIT(size);
+    dst.buf[0].mem = mem;
+    ssize_t got = fuse_buf_copy(&dst, bufv, 0);
+    ssize_t n = got < 0               ? got
+                : (size_t)got != size ? -EIO
+                                      : wckpt_write(c, node, mem, size, (uint64_t)off);
+    free(mem);
+    return n;
+}
+
+int wops_write_buf(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off)
 {
     uint32_t node;
     wckpt *c = find(req, fs, ino, &node);
@@ -555,12 +596,13 @@ int wops_write(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *buf, size
         fuse_reply_err(req, EINVAL);
         return 1;
     }
-    ssize_t n = wckpt_write(c, node, buf, size, (uint64_t)off);
+    ssize_t n = write_bufvec(c, node, bufv, off);
     if (n < 0) {
         /* Committed under a writer: the pack is read-only. */
         fuse_reply_err(req, n == -ESTALE ? EROFS : (int)-n);
         return 1;
     }
+    bufv->idx = bufv->count; /* all taken: libfuse need not empty its pipe */
     fuse_reply_write(req, (size_t)n);
     return 1;
 }

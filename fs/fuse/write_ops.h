@@ -53,7 +53,7 @@ void wops_open_fwd(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_
 int wops_create(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, mode_t mode,
                 struct fuse_file_info *fi);
 int wops_read(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off);
-int wops_write(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *buf, size_t size, off_t off);
+int wops_write_buf(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off);
 void wops_release(fuse_req_t req, ckptfs *fs, fuse_ino_t ino);
 int wops_fsync(fuse_req_t req, ckptfs *fs, fuse_ino_t ino);
 int wops_opendir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info *fi);

@@ -40,6 +40,10 @@ const uint8_t *chunk_entry_data(const chunk_entry *e);
 /* One more pin on an entry the caller already holds pinned. */
 void chunk_cache_pin(chunk_cache *c, chunk_entry *e);
 void chunk_cache_release(chunk_cache *c, chunk_entry *e);
+/* chunk_cache_release for a chunk a sequential reader has read to its end:
+ * its buffer is the first to be reused, before the cache is full (until
+ * someone asks for the chunk again). */
+void chunk_cache_release_spent(chunk_cache *c, chunk_entry *e);
 
 /* Forgets every chunk of a pack that is being closed. */
 void chunk_cache_drop_pack(chunk_cache *c, uint64_t pack);

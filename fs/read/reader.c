@@ -119,9 +119,13 @@ static int plan_grow(read_plan *plan)
 
 void read_plan_release(reader *r, read_plan *plan)
 {
-    for (size_t i = 0; i < plan->n; i++)
-        if (plan->chunks[i].entry)
-            chunk_cache_release(r->cache, plan->chunks[i].entry);
+    for (size_t i = 0; i < plan->n; i++) {
+        plan_chunk *pc = &plan->chunks[i];
+        if (pc->entry && plan->sequential && pc->ends_here)
+            chunk_cache_release_spent(r->cache, pc->entry);
+        else if (pc->entry)
+            chunk_cache_release(r->cache, pc->entry);
+    }
     if (plan->iov != plan->inline_iov) {
         free(plan->iov);
         free(plan->chunks);
@@ -223,11 +227,12 @@ static const ckpt_tensor_info *assembled_of(const checkpoint *c, const tree_node
 /* Sequential readers get the chunks ahead of them decoded in the
  * background, as far as the cache has unpinned room. An assembled tensor
  * is read ahead within the part that the read ends in: the next part is
- * in another file, and the next read there starts its own read-ahead. */
-static void prefetch(reader *r, checkpoint *c, uint32_t node, uint64_t offset, uint64_t len)
+ * in another file, and the next read there starts its own read-ahead.
+ * 1 if this read is part of a sequential stream. */
+static int prefetch(reader *r, checkpoint *c, uint32_t node, uint64_t offset, uint64_t len)
 {
     if (!r->pool || r->prefetch_bytes == 0)
-        return;
+        return 0;
     const tree_node *n = &c->tree->nodes[node];
     size_t file_index = n->file_index;
     /* file_base + node offset = file position (modulo 2^64 for a part) */
@@ -236,7 +241,7 @@ static void prefetch(reader *r, checkpoint *c, uint32_t node, uint64_t offset, u
         uint64_t last, run;
         if (ckpt_tensor_locate(c->pack, n->tensor_index, offset + len - 1, &file_index, &last, &run,
                                NULL) < 0)
-            return;
+            return 0;
         file_base = last - (offset + len - 1);
         limit = last + run;
     } else {
@@ -248,25 +253,26 @@ static void prefetch(reader *r, checkpoint *c, uint32_t node, uint64_t offset, u
         follow_stream(r, checkpoint_ino(c, node), offset, len, file_base, limit, &from, &to);
     pthread_mutex_unlock(&r->streams_lock);
     if (!sequential)
-        return;
+        return 0;
 
     for (uint64_t pos = from; pos < to;) {
         ckpt_chunk_ref ref;
         if (ckpt_chunk_locate(c->pack, file_index, pos, &ref, NULL) < 0 || ref.size == 0 ||
             ref.file_offset > pos)
-            return;
+            return 1;
         chunk_entry *e;
         int rc = chunk_cache_reserve(r->cache, c->serial, ref.id, ref.size, &e);
         if (rc < 0)
-            return; /* no room: the reader will catch up first */
+            return 1; /* no room: the reader will catch up first */
         if (rc == 1 && submit_decode(r, c, e, ref.id, 0)) {
             /* A reader may already be waiting on the entry: fill it. */
             decode_into(r->cache, c, e, ref.id);
             chunk_cache_release(r->cache, e);
-            return;
+            return 1;
         }
         pos = ref.file_offset + ref.size;
     }
+    return 1;
 }
 
 /* Pins every chunk under [start, end) of file file_index into the plan. */
@@ -296,6 +302,7 @@ static int plan_chunks(reader *r, checkpoint *c, size_t file_index, uint64_t sta
                                              .file_index = file_index,
                                              .file_offset = ref.file_offset,
                                              .position = pos,
+                                             .ends_here = skip + take == ref.size,
                                              .must_fill = must_fill};
         plan->iov[plan->n] = (struct iovec){.iov_base = (void *)(chunk_entry_data(e) + skip),
                                             .iov_len = (size_t)take};
@@ -369,7 +376,7 @@ int reader_read(reader *r, checkpoint *c, uint32_t node, uint64_t offset, size_t
         rc = plan_chunks(r, c, n->file_index, start, start + len, plan);
     }
     if (rc == 0)
-        prefetch(r, c, node, offset, len);
+        plan->sequential = prefetch(r, c, node, offset, len);
     /* Even when planning failed half way: other readers may be waiting on
      * the entries this read created. */
     fill_chunks(r, c, plan);

@@ -48,6 +48,7 @@ typedef struct plan_chunk {
     size_t file_index;    /* its file */
     uint64_t file_offset; /* where the chunk starts in its file */
     uint64_t position;    /* where the read starts in that file, for messages */
+    int ends_here;        /* the read covers the chunk's last byte */
     int must_fill;
 } plan_chunk;
 
@@ -56,7 +57,8 @@ typedef struct plan_chunk {
 typedef struct read_plan {
     struct iovec *iov;
     plan_chunk *chunks;
-    size_t n, cap; /* iovecs and chunks, one per covered chunk */
+    size_t n, cap;  /* iovecs and chunks, one per covered chunk */
+    int sequential; /* part of a sequential stream: chunks it ends are spent */
     struct iovec inline_iov[READ_PLAN_INLINE];
     plan_chunk inline_chunks[READ_PLAN_INLINE];
 } read_plan;

@@ -420,6 +420,72 @@ ssize_t stage_blob_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t o
     return rc;
 }
 
+/* Exactly len bytes of fd into buf; -EIO if fd ends first. */
+static int read_fd_all(int fd, uint8_t *buf, size_t len)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t r = read(fd, buf + done, len - done);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r < 0 ? -errno : -EIO;
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+/* splice() moves the pages of a pipe into the page cache of the staging
+ * file with one copy, where read() then pwrite() would make two; it needs
+ * both ends to support it, so -EINVAL says to copy instead. */
+static int splice_all(int from, int to, size_t len, uint64_t off)
+{
+    loff_t at = (loff_t)off;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t r = splice(from, NULL, to, &at, len - done, SPLICE_F_MOVE);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r == 0 || (done && errno == EINVAL) ? -EIO : -errno;
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+ssize_t stage_blob_write_fd(stage_blob *b, int fd, size_t len, uint64_t off, ckpt_err *err)
+{
+    if (off > STAGE_MAX_SIZE || len > STAGE_MAX_SIZE - off)
+        return ckpt_fail(err, -EFBIG, "staging file %s: write beyond the largest file size",
+                         b->name);
+    pthread_mutex_lock(&b->lock);
+    ssize_t rc = -EINVAL;
+    if (!b->key && (rc = blob_ensure_fd(b, err)) == 0) {
+        int r = splice_all(fd, b->fd, len, off);
+        if (r == 0) {
+            rc = (ssize_t)len;
+            if (off + len > b->size)
+                b->size = off + len;
+        } else {
+            rc = r == -EINVAL ? r : blob_fail_io(b, err, r, "write failed");
+        }
+    }
+    pthread_mutex_unlock(&b->lock);
+    if (rc != -EINVAL)
+        return rc;
+    /* Sealed blobs encrypt in memory; so does a file system without splice
+     * (nothing was taken from fd then). */
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        return ckpt_fail(err, -ENOMEM, "staging file %s: out of memory", b->name);
+    int r = read_fd_all(fd, buf, len);
+    ssize_t n = r ? ckpt_fail(err, r, "staging file %s: cannot read the data to write: %s", b->name,
+                              strerror(-r))
+                  : stage_blob_pwrite(b, buf, len, off, err);
+    free(buf);
+    return n;
+}
+
 static int sealed_truncate(stage_blob *b, uint64_t size, ckpt_err *err)
 {
     int rc = flush_buf(b, err);

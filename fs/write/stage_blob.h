@@ -65,6 +65,9 @@ uint64_t stage_blob_disk_bytes(stage_blob *b);
  * writes past the end leave zeros in between. Returns bytes read/written. */
 ssize_t stage_blob_pread(stage_blob *b, void *buf, size_t len, uint64_t off, ckpt_err *err);
 ssize_t stage_blob_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t off, ckpt_err *err);
+/* stage_blob_pwrite of the next len bytes of fd (a pipe, as FUSE hands
+ * over a write). A failed write may leave some of them in fd. */
+ssize_t stage_blob_write_fd(stage_blob *b, int fd, size_t len, uint64_t off, ckpt_err *err);
 int stage_blob_truncate(stage_blob *b, uint64_t size, ckpt_err *err);
 /* Durable: returns once every byte written so far is on disk, together
  * with the blob's name in its directory. */

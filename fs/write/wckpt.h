@@ -343,6 +343,8 @@ int wckpt_open(wckpt *c, uint32_t node, int flags);
 void wckpt_release(wckpt *c, uint32_t node);
 ssize_t wckpt_read(wckpt *c, uint32_t node, void *buf, size_t len, uint64_t off);
 ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64_t off);
+/* wckpt_write of the next len bytes of fd, a pipe (stage_blob_write_fd). */
+ssize_t wckpt_write_fd(wckpt *c, uint32_t node, int fd, size_t len, uint64_t off);
 /* atime is kept while the checkpoint is written (reads leave it alone, as
  * with noatime); the pack keeps only mtimes. */
 int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t size,

@@ -383,7 +383,9 @@ ssize_t wckpt_read(wckpt *c, uint32_t node, void *buf, size_t len, uint64_t off)
     return n;
 }
 
-ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64_t off)
+/* The data of a write comes from buf, or when buf is NULL from fd. */
+static ssize_t write_from(wckpt *c, uint32_t node, const void *buf, int fd, size_t len,
+                          uint64_t off)
 {
     wfile *f = NULL;
     pthread_mutex_lock(&c->lock);
@@ -392,7 +394,8 @@ ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64
     if (rc)
         return rc;
     ckpt_err err = {0};
-    ssize_t n = stage_blob_pwrite(f->blob, buf, len, off, &err);
+    ssize_t n = buf ? stage_blob_pwrite(f->blob, buf, len, off, &err)
+                    : stage_blob_write_fd(f->blob, fd, len, off, &err);
     pthread_mutex_lock(&c->lock);
     if (n < 0) {
         wc_staging_failed(c, (int)n, err.msg, node, off);
@@ -407,6 +410,16 @@ ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64
     end_io(c, node, f);
     pthread_mutex_unlock(&c->lock);
     return n;
+}
+
+ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64_t off)
+{
+    return write_from(c, node, buf, -1, len, off);
+}
+
+ssize_t wckpt_write_fd(wckpt *c, uint32_t node, int fd, size_t len, uint64_t off)
+{
+    return write_from(c, node, NULL, fd, len, off);
 }
 
 int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t size,

@@ -510,3 +510,55 @@ Test(stage_blob, sealed_whole_block_damaged_after_open_fails_the_read)
     free(a);
     free(got);
 }
+
+/* A write handed over in a pipe (how libfuse passes spliced requests):
+ * spliced into a plain blob, read into memory and sealed for a keyed one;
+ * either way the blob reads back what the pipe held, at the offset given,
+ * and the pipe is left empty. */
+static void write_from_pipe(const stage_key *k)
+{
+    enum { LEN = 40000, OFF = 12345 };
+    uint8_t *data = malloc(LEN), *want = calloc(1, OFF + LEN);
+    for (size_t i = 0; i < LEN; i++)
+        data[i] = (uint8_t)(i * 131 + 7);
+    memcpy(want + OFF, data, LEN);
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    cr_assert_eq(write(p[1], data, LEN), LEN); /* fits the pipe's 64 KiB */
+    stage_blob *b = open_blob(11, k, 1);
+    ckpt_err err = {0};
+    cr_assert_eq(stage_blob_write_fd(b, p[0], LEN, OFF, &err), LEN, "%s", err.msg);
+    expect_contents(b, want, OFF + LEN);
+    cr_assert_eq(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
+    uint8_t left;
+    cr_assert_eq(read(p[0], &left, 1), -1, "bytes left in the pipe");
+    stage_blob_free(b);
+    close(p[0]);
+    close(p[1]);
+    free(data);
+    free(want);
+}
+
+Test(stage_blob, write_fd_plain)
+{
+    write_from_pipe(NULL);
+}
+
+Test(stage_blob, write_fd_sealed)
+{
+    write_from_pipe(key);
+}
+
+/* A pipe that ends early is an error, not a short write. */
+Test(stage_blob, write_fd_short_pipe)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    cr_assert_eq(write(p[1], "abc", 3), 3);
+    close(p[1]);
+    stage_blob *b = open_blob(12, NULL, 1);
+    ckpt_err err = {0};
+    cr_assert_lt(stage_blob_write_fd(b, p[0], 10, 0, &err), 0);
+    stage_blob_free(b);
+    close(p[0]);
+}
