@@ -174,6 +174,54 @@ int main(int argc, char **argv)
 EOF
 cc -O2 -o "$work/randread" "$work/randread.c"
 
+# How the page cache holds a warm file: the share of its first 16 MiB in
+# large folios and the largest folio seen. Warm reads copy folio by folio,
+# so this is what bounds a warm FUSE read against native.
+cat >"$work/folios.c" <<'EOF'
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+    int fd = open(argv[1], O_RDONLY);
+    int pagemap = open("/proc/self/pagemap", O_RDONLY);
+    int flags = open("/proc/kpageflags", O_RDONLY);
+    struct stat st;
+    if (argc != 2 || fd < 0 || pagemap < 0 || flags < 0 || fstat(fd, &st)) {
+        perror("folios");
+        return 1;
+    }
+    size_t pages = (size_t)st.st_size / 4096;
+    if (pages > 4096)
+        pages = 4096;
+    volatile const unsigned char *map = mmap(NULL, pages * 4096, PROT_READ, MAP_SHARED, fd, 0);
+    if (pages == 0 || map == MAP_FAILED) {
+        perror("mmap");
+        return 1;
+    }
+    size_t in_large = 0, run = 0, largest = 1;
+    for (size_t i = 0; i < pages; i++) {
+        (void)map[i * 4096];
+        uint64_t entry = 0, f = 0;
+        if (pread(pagemap, &entry, 8, (off_t)(((uintptr_t)map / 4096 + i) * 8)) != 8 ||
+            pread(flags, &f, 8, (off_t)((entry & ((1ull << 55) - 1)) * 8)) != 8)
+            return 1;
+        int head = (f >> 15) & 1, tail = (f >> 16) & 1; /* KPF_COMPOUND_HEAD, _TAIL */
+        in_large += head | tail;
+        run = tail ? run + 1 : 1;
+        largest = run > largest ? run : largest;
+    }
+    printf("%.0f%% of pages in large folios, largest %zu KiB\n", 100.0 * in_large / pages,
+           largest * 4);
+    return 0;
+}
+EOF
+cc -O2 -o "$work/folios" "$work/folios.c"
+
 # ---------------------------------------------------------- measurements
 
 fresh_start() {
@@ -306,6 +354,13 @@ for s in "${systems[@]}"; do
     if [ "$s" = native ]; then printf ' - |'; else printf ' %s |' "$((rss_of[$s] / 1024))"; fi
 done
 printf '\n'
+
+echo
+echo "page cache of $largest after a warm read (Linux $(uname -r)):"
+for s in native "ckptfs-both@$top" $([ $have_squashfuse = 1 ] && echo squashfuse); do
+    cat "${dir_of[$s]}/$largest" >/dev/null
+    printf '  %-14s %s\n' "$(shown "$s")" "$("$work/folios" "${dir_of[$s]}/$largest" || echo "not measured")"
+done
 
 note_load
 echo
