@@ -165,7 +165,9 @@ unit-asan: $(UNIT_ASAN_BIN)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  scripts/run-unit.sh $(UNIT_ASAN_BIN)
 
-integration: all
+# test_s3.sh loads an s3:// pack through ckpt-cuda's fake device
+# (test_cuda_load), so the host tests are built first.
+integration: all $(CKCU_TEST_BIN)
 	@B=$(B) tests/integration/run.sh
 
 # The include layout of fs/README.md: one-way dependencies, no cycles.
