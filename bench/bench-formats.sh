@@ -217,9 +217,11 @@ section() {
 }
 
 section >"$work/section.md"
-cat "$work/section.md"
+# With --md the report embeds the file, so printing it too would show it twice.
 if [ -n "$md_out" ]; then
     mkdir -p "$(dirname "$md_out")"
     cp "$work/section.md" "$md_out"
     echo "$BENCH_NAME: wrote $md_out" >&2
+else
+    cat "$work/section.md"
 fi
