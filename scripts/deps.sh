@@ -6,7 +6,7 @@ want=(gcc clang make pkg-config libfuse3-dev fuse3 libsodium-dev zlib1g-dev libd
       libcriterion-dev libjansson-dev libssl-dev libcurl4-openssl-dev libxml2-dev attr)
 case "${1:-build}" in
   test)  want+=(python3-numpy python3-torch python3-venv valgrind strace libclang-rt-14-dev clang-format) ;;
-  bench) want+=(python3-numpy squashfs-tools squashfuse gocryptfs gnuplot-nox time zstd) ;;
+  bench) want+=(python3-numpy squashfs-tools squashfuse gocryptfs gnuplot-nox time zstd s3fs) ;;
 esac
 missing=()
 for p in "${want[@]}"; do
