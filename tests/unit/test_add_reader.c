@@ -5,17 +5,7 @@
 
 #include "ckpt.h"
 
-static char *dir;
-static void setup(void)
-{
-    dir = tu_mkdtemp();
-}
-static void teardown(void)
-{
-    tu_rm_rf(dir);
-    free(dir);
-}
-TestSuite(add_reader, .init = setup, .fini = teardown);
+TU_TMPDIR_SUITE(add_reader);
 
 typedef struct mem_source {
     const uint8_t *data;

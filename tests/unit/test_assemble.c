@@ -15,17 +15,7 @@
 #include "read/manifest.h"
 #include "read/pack_tree.h"
 
-static char *dir;
-static void setup(void)
-{
-    dir = tu_mkdtemp();
-}
-static void teardown(void)
-{
-    tu_rm_rf(dir);
-    free(dir);
-}
-TestSuite(assemble, .init = setup, .fini = teardown);
+TU_TMPDIR_SUITE(assemble);
 
 /* One chunk of "w" (F32, whole shape 'whole'): rows rows x cols, filled
  * with the values of the whole tensor at its place (value = row * 100 +

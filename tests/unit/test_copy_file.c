@@ -18,17 +18,7 @@ static int copy_as_was(ckpt_writer *w, ckpt_pack *src, size_t i, ckpt_err *err)
 
 #include <math.h>
 
-static char *dir;
-static void setup(void)
-{
-    dir = tu_mkdtemp();
-}
-static void teardown(void)
-{
-    tu_rm_rf(dir);
-    free(dir);
-}
-TestSuite(copy_file, .init = setup, .fini = teardown);
+TU_TMPDIR_SUITE(copy_file);
 
 #define OKE(call)                                                                                  \
     do {                                                                                           \

@@ -9,17 +9,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-static char *dir;
-static void setup(void)
-{
-    dir = tu_mkdtemp();
-}
-static void teardown(void)
-{
-    tu_rm_rf(dir);
-    free(dir);
-}
-TestSuite(hash_lanes, .init = setup, .fini = teardown);
+TU_TMPDIR_SUITE(hash_lanes);
 
 #define BIG (20u << 20) /* above the writer's lane threshold */
 

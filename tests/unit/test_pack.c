@@ -5,17 +5,7 @@
 
 #include <sodium.h>
 
-static char *dir;
-static void setup(void)
-{
-    dir = tu_mkdtemp();
-}
-static void teardown(void)
-{
-    tu_rm_rf(dir);
-    free(dir);
-}
-TestSuite(pack, .init = setup, .fini = teardown);
+TU_TMPDIR_SUITE(pack);
 
 /* Float-like data: N(0, 0.02) as bf16, so bytegroup coding is exercised. */
 static void fill_bf16(uint16_t *v, size_t n, uint32_t seed)
@@ -674,6 +664,19 @@ typedef struct warned {
     char src[512], reason[512];
 } warned;
 
+/* ckpt_writer_add_tree of src into a new pack at path, opened. */
+static ckpt_pack *pack_tree(const char *src, const char *path)
+{
+    ckpt_err e = {0};
+    ckpt_writer *w;
+    cr_assert_eq(ckpt_writer_open(path, NULL, NULL, &w, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_add_tree(w, src, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(path, NULL, &p, &e), 0, "%s", e.msg);
+    return p;
+}
+
 static void on_warn(void *ud, const char *src, const char *reason)
 {
     warned *w = ud;
@@ -715,11 +718,7 @@ Test(pack, add_tree_indexes_safetensors_and_npy)
     char *path = tu_join(dir, "t.tpack");
     ckpt_err e = {0};
     ckpt_writer *w;
-    cr_assert_eq(ckpt_writer_open(path, NULL, NULL, &w, &e), 0, "%s", e.msg);
-    cr_assert_eq(ckpt_writer_add_tree(w, src, &e), 0, "%s", e.msg);
-    cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
-    ckpt_pack *p;
-    cr_assert_eq(ckpt_open(path, NULL, &p, &e), 0, "%s", e.msg);
+    ckpt_pack *p = pack_tree(src, path);
     cr_assert_eq(ckpt_file_count(p), 2);
     cr_assert_str_eq(ckpt_file_at(p, 0)->path, "model.safetensors");
     cr_assert_str_eq(ckpt_file_at(p, 1)->path, "npy/w.npy");
@@ -821,13 +820,7 @@ Test(pack, add_tree_orders_numbers_by_value)
         free(f);
     }
     char *path = tu_join(dir, "ranks.tpack");
-    ckpt_err e = {0};
-    ckpt_writer *w;
-    cr_assert_eq(ckpt_writer_open(path, NULL, NULL, &w, &e), 0, "%s", e.msg);
-    cr_assert_eq(ckpt_writer_add_tree(w, src, &e), 0, "%s", e.msg);
-    cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
-    ckpt_pack *p;
-    cr_assert_eq(ckpt_open(path, NULL, &p, &e), 0, "%s", e.msg);
+    ckpt_pack *p = pack_tree(src, path);
     const char *want[] = {".metadata", "__0_0.distcp", "__2_0.distcp", "__10_0.distcp", "b"};
     cr_assert_eq(ckpt_file_count(p), 5);
     for (size_t i = 0; i < 5; i++)

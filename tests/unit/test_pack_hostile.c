@@ -10,17 +10,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
-static char *dir;
-static void setup(void)
-{
-    dir = tu_mkdtemp();
-}
-static void teardown(void)
-{
-    tu_rm_rf(dir);
-    free(dir);
-}
-TestSuite(hostile, .init = setup, .fini = teardown);
+TU_TMPDIR_SUITE(hostile);
 
 static void le64(uint8_t *p, uint64_t v)
 {

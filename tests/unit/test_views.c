@@ -12,17 +12,7 @@
 
 #include <math.h>
 
-static char *dir;
-static void setup(void)
-{
-    dir = tu_mkdtemp();
-}
-static void teardown(void)
-{
-    tu_rm_rf(dir);
-    free(dir);
-}
-TestSuite(views, .init = setup, .fini = teardown);
+TU_TMPDIR_SUITE(views);
 
 static ckpt_key *test_key(void)
 {

@@ -60,6 +60,21 @@ static inline void tu_rm_rf(const char *path)
                  strerror(errno));
 }
 
+/* A suite whose tests each get a fresh scratch directory in `dir`, removed
+ * with everything in it after the test. */
+#define TU_TMPDIR_SUITE(name)                                                                      \
+    static char *dir;                                                                              \
+    static void tu_tmpdir_setup(void)                                                              \
+    {                                                                                              \
+        dir = tu_mkdtemp();                                                                        \
+    }                                                                                              \
+    static void tu_tmpdir_teardown(void)                                                           \
+    {                                                                                              \
+        tu_rm_rf(dir);                                                                             \
+        free(dir);                                                                                 \
+    }                                                                                              \
+    TestSuite(name, .init = tu_tmpdir_setup, .fini = tu_tmpdir_teardown)
+
 /* A scratch directory with a descriptor on it: the backing directory of
  * the staging and writable-checkpoint tests. */
 static inline char *tu_scratch_open(int *fd)

@@ -10,20 +10,7 @@
 #include "fake_backend.h"
 #include "save.h"
 
-static char *dir;
-
-static void setup(void)
-{
-    dir = tu_mkdtemp();
-}
-
-static void teardown(void)
-{
-    tu_rm_rf(dir);
-    free(dir);
-}
-
-TestSuite(save, .init = setup, .fini = teardown);
+TU_TMPDIR_SUITE(save);
 
 /* The fixture's tensors in one "device" region, 1000 bytes apart, so the
  * save gathers from scattered pointers. */
