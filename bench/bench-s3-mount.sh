@@ -69,7 +69,7 @@ for _ in range(40):
 print("random 64 KiB read through the mount:     median %.2f ms (cold-ish: the decoded-chunk cache keeps chunks it saw)" % (statistics.median(lat) * 1e3))
 P
 # curl's own time_total: the request on a new connection, without the
-# seconds a new curl process takes to start (10 ms and more here).
+# time a new curl process takes to start (10 ms and more here).
 lat=(); for i in $(seq 20); do o=$((RANDOM * 4096)); lat+=("$(sig -o /dev/null -w '%{time_total}' -H "Range: bytes=$o-$((o+65535))" "$S3_ENDPOINT/bench/p/big.tpack" | awk '{print $1 * 1000}')"); done
 echo "one ranged 64 KiB GET (curl time_total):  median $(printf '%s\n' "${lat[@]}" | sort -g | sed -n 10p | cut -c1-5) ms"
 fusermount3 -u m-ro; wait $P
