@@ -312,9 +312,17 @@ static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
  * written reach the staging area before they return. ENOSYS makes the
  * kernel stop sending FLUSH on every close (files opened without
  * FUSE_OPEN cannot ask for that with noflush). */
+/* Each close of a file being written: a write answered before it was
+ * written (write_ops.c) and failed after is reported here, as close(2)
+ * reports a failed writeback. Packed files ask for no flush (noflush). */
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-    fuse_reply_err(req, ENOSYS);
+    ckptfs *fs = fs_of(req);
+    fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
+    if (h && h->is_fwd)
+        ino = h->u.fwd;
+    if (!(wtable_owns(ino) && wops_flush(req, fs, ino)))
+        fuse_reply_err(req, 0);
 }
 
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
@@ -559,9 +567,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     if (conn->congestion_threshold < 48)
         conn->congestion_threshold = 48;
     conn->time_gran = 1;
-    /* Writers into checkpoints: 1 MiB per request (st_blksize makes cp
-     * write that much at once) costs an eighth of the trips of 128 KiB. */
-    conn->max_write = 1u << 20;
+    /* Writes into checkpoints come whole, at the size cp was told to
+     * use (WCKPT_WRITE_SIZE, from st_blksize). */
+    conn->max_write = WCKPT_WRITE_SIZE;
     /* No writeback cache: with it writes would return before reaching us,
      * so EBUSY (packing) and ENOSPC would surface only at close, as EIO,
      * and a commit could miss data still in the kernel. */

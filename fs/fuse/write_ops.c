@@ -561,18 +561,37 @@ int wops_read(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off
     return handled;
 }
 
+/* A write is answered as soon as it is ordered (stage_ack): cp waits for
+ * each answer before it reads its next MiB, so answering first lets that
+ * read and the kernel's copy of the next request run while this one is
+ * written to the staging file, where answering last made one thread do
+ * all of it in turn. libfuse's buffer stays ours until we return. */
+typedef struct write_answer {
+    fuse_req_t req;
+    int sent;
+} write_answer;
+
+static void answer_write(void *arg, size_t len)
+{
+    write_answer *a = arg;
+    a->sent = 1;
+    fuse_reply_write(a->req, len);
+}
+
 /* The bytes of a write as libfuse hands them over: in memory, or, when
  * requests are spliced from the device, still in a pipe, from which
  * splice moves them to the staging file without a copy through here. */
-static ssize_t write_bufvec(wckpt *c, uint32_t node, struct fuse_bufvec *bufv, off_t off)
+static ssize_t write_bufvec(wckpt *c, uint32_t node, struct fuse_bufvec *bufv, off_t off,
+                            const stage_ack *ack)
 {
     size_t size = fuse_buf_size(bufv);
     const struct fuse_buf *b = &bufv->buf[0];
     if (bufv->count == 1 && bufv->off == 0 && (b->flags & FUSE_BUF_IS_FD) &&
         !(b->flags & FUSE_BUF_FD_SEEK))
-        return wckpt_write_fd(c, node, b->fd, size, (uint64_t)off);
+        return wckpt_write_fd(c, node, b->fd, size, (uint64_t)off, ack);
     if (bufv->count == 1 && !(b->flags & FUSE_BUF_IS_FD))
-        return wckpt_write(c, node, (const char *)b->mem + bufv->off, size, (uint64_t)off);
+        return wckpt_write_acked(c, node, (const char *)b->mem + bufv->off, size, (uint64_t)off,
+                                 ack);
     char *mem = malloc(size ? size : 1);
     if (!mem)
         return -ENOMEM;
@@ -581,7 +600,7 @@ static ssize_t write_bufvec(wckpt *c, uint32_t node, struct fuse_bufvec *bufv, o
     ssize_t got = fuse_buf_copy(&dst, bufv, 0);
     ssize_t n = got < 0               ? got
                 : (size_t)got != size ? -EIO
-                                      : wckpt_write(c, node, mem, size, (uint64_t)off);
+                                      : wckpt_write_acked(c, node, mem, size, (uint64_t)off, ack);
     free(mem);
     return n;
 }
@@ -596,14 +615,29 @@ int wops_write_buf(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_bufve
         fuse_reply_err(req, EINVAL);
         return 1;
     }
-    ssize_t n = write_bufvec(c, node, bufv, off);
-    if (n < 0) {
+    write_answer a = {req, 0};
+    stage_ack ack = {answer_write, &a};
+    ssize_t n = write_bufvec(c, node, bufv, off, &ack);
+    if (n >= 0)
+        bufv->idx = bufv->count; /* all taken: libfuse need not empty its pipe */
+    if (a.sent)
+        return 1; /* a later failure: the file's next write and its close say so */
+    if (n < 0)
         /* Committed under a writer: the pack is read-only. */
         fuse_reply_err(req, n == -ESTALE ? EROFS : (int)-n);
-        return 1;
-    }
-    bufv->idx = bufv->count; /* all taken: libfuse need not empty its pipe */
-    fuse_reply_write(req, (size_t)n);
+    else
+        fuse_reply_write(req, (size_t)n);
+    return 1;
+}
+
+int wops_flush(fuse_req_t req, ckptfs *fs, fuse_ino_t ino)
+{
+    uint32_t node;
+    wckpt *c = wtable_find(&fs->wtable, ino, &node);
+    if (!c)
+        return 0;
+    int rc = wckpt_flush(c, node);
+    fuse_reply_err(req, -rc);
     return 1;
 }
 

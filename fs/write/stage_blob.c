@@ -397,16 +397,30 @@ static ssize_t sealed_write(stage_blob *b, const uint8_t *buf, size_t len, uint6
     return (ssize_t)done;
 }
 
-ssize_t stage_blob_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t off, ckpt_err *err)
+/* With the lock held: a write refused for the error of an earlier one. */
+static ssize_t refuse_late(stage_blob *b, ckpt_err *err)
 {
-    if (off > STAGE_MAX_SIZE || len > STAGE_MAX_SIZE - off)
-        return ckpt_fail(err, -EFBIG, "staging file %s: write beyond the largest file size",
-                         b->name);
-    pthread_mutex_lock(&b->lock);
-    ssize_t rc;
+    return ckpt_fail(err, b->late_err, "staging file %s: an earlier write failed: %s", b->name,
+                     strerror(-b->late_err));
+}
+
+/* With the lock held: answers the writer (ack), then writes. */
+static ssize_t locked_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t off,
+                             const stage_ack *ack, ckpt_err *err)
+{
+    if (b->late_err)
+        return refuse_late(b, err);
+    ssize_t rc = blob_ensure_fd(b, err);
+    if (rc)
+        return rc;
+    if (ack)
+        ack->fn(ack->arg, len);
     if (b->key) {
         rc = sealed_write(b, buf, len, off, err);
-    } else if ((rc = blob_ensure_fd(b, err)) == 0) {
+        /* Cut short: the writer was told all of it was written. */
+        if (ack && rc >= 0 && (size_t)rc < len)
+            rc = err->code < 0 ? err->code : -EIO;
+    } else {
         int r = blob_pwrite_all(b->fd, buf, len, off);
         if (r) {
             rc = blob_fail_io(b, err, r, "write failed");
@@ -416,6 +430,41 @@ ssize_t stage_blob_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t o
                 b->size = off + len;
         }
     }
+    if (rc < 0 && ack)
+        b->late_err = (int)rc;
+    return rc;
+}
+
+static int check_range(stage_blob *b, size_t len, uint64_t off, ckpt_err *err)
+{
+    if (off > STAGE_MAX_SIZE || len > STAGE_MAX_SIZE - off)
+        return ckpt_fail(err, -EFBIG, "staging file %s: write beyond the largest file size",
+                         b->name);
+    return 0;
+}
+
+ssize_t stage_blob_pwrite_acked(stage_blob *b, const void *buf, size_t len, uint64_t off,
+                                const stage_ack *ack, ckpt_err *err)
+{
+    int rc = check_range(b, len, off, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&b->lock);
+    ssize_t n = locked_pwrite(b, buf, len, off, ack, err);
+    pthread_mutex_unlock(&b->lock);
+    return n;
+}
+
+ssize_t stage_blob_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t off, ckpt_err *err)
+{
+    return stage_blob_pwrite_acked(b, buf, len, off, NULL, err);
+}
+
+int stage_blob_take_error(stage_blob *b)
+{
+    pthread_mutex_lock(&b->lock);
+    int rc = b->late_err;
+    b->late_err = 0;
     pthread_mutex_unlock(&b->lock);
     return rc;
 }
@@ -453,37 +502,60 @@ static int splice_all(int from, int to, size_t len, uint64_t off)
     return 0;
 }
 
-ssize_t stage_blob_write_fd(stage_blob *b, int fd, size_t len, uint64_t off, ckpt_err *err)
+/* The bytes in fd copied into memory, for the writes that cannot splice. */
+static uint8_t *take_pipe(stage_blob *b, int fd, size_t len, ckpt_err *err)
 {
-    if (off > STAGE_MAX_SIZE || len > STAGE_MAX_SIZE - off)
-        return ckpt_fail(err, -EFBIG, "staging file %s: write beyond the largest file size",
-                         b->name);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) {
+        ckpt_fail(err, -ENOMEM, "staging file %s: out of memory", b->name);
+        return NULL;
+    }
+    int r = read_fd_all(fd, buf, len);
+    if (r) {
+        ckpt_fail(err, r, "staging file %s: cannot read the data to write: %s", b->name,
+                  strerror(-r));
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+ssize_t stage_blob_write_fd(stage_blob *b, int fd, size_t len, uint64_t off, const stage_ack *ack,
+                            ckpt_err *err)
+{
+    int rc0 = check_range(b, len, off, err);
+    if (rc0)
+        return rc0;
+    uint8_t *buf = NULL;
+    /* Sealed blobs encrypt in memory. */
+    if (b->key && !(buf = take_pipe(b, fd, len, err)))
+        return err->code;
     pthread_mutex_lock(&b->lock);
-    ssize_t rc = -EINVAL;
-    if (!b->key && (rc = blob_ensure_fd(b, err)) == 0) {
+    ssize_t rc;
+    if (buf || b->late_err) {
+        rc = locked_pwrite(b, buf, len, off, ack, err);
+    } else if ((rc = blob_ensure_fd(b, err)) == 0) {
+        if (ack)
+            ack->fn(ack->arg, len);
         int r = splice_all(fd, b->fd, len, off);
+        /* A file system without splice took nothing from fd: copy. */
+        if (r == -EINVAL && (buf = take_pipe(b, fd, len, err)) != NULL)
+            r = blob_pwrite_all(b->fd, buf, len, off);
+        else if (r == -EINVAL)
+            r = err->code;
         if (r == 0) {
             rc = (ssize_t)len;
             if (off + len > b->size)
                 b->size = off + len;
         } else {
-            rc = r == -EINVAL ? r : blob_fail_io(b, err, r, "write failed");
+            rc = blob_fail_io(b, err, r, "write failed");
+            if (ack)
+                b->late_err = r;
         }
     }
     pthread_mutex_unlock(&b->lock);
-    if (rc != -EINVAL)
-        return rc;
-    /* Sealed blobs encrypt in memory; so does a file system without splice
-     * (nothing was taken from fd then). */
-    uint8_t *buf = malloc(len ? len : 1);
-    if (!buf)
-        return ckpt_fail(err, -ENOMEM, "staging file %s: out of memory", b->name);
-    int r = read_fd_all(fd, buf, len);
-    ssize_t n = r ? ckpt_fail(err, r, "staging file %s: cannot read the data to write: %s", b->name,
-                              strerror(-r))
-                  : stage_blob_pwrite(b, buf, len, off, err);
     free(buf);
-    return n;
+    return rc;
 }
 
 static int sealed_truncate(stage_blob *b, uint64_t size, ckpt_err *err)

@@ -23,7 +23,7 @@
  * Writes gather in a one-block buffer (so small sequential writes make one
  * record per block, not one per write), which reaches the log when the write
  * fills the block, when another block is written, or on sync. Big writes
- * (cp sends 1 MiB at a time) skip it: their whole blocks are sealed on all
+ * (cp sends 256 KiB at a time) skip it: their whole blocks are sealed on all
  * cores at once and appended with one write.
  *
  * The descriptor is opened on first use and can be closed while the blob is
@@ -65,9 +65,30 @@ uint64_t stage_blob_disk_bytes(stage_blob *b);
  * writes past the end leave zeros in between. Returns bytes read/written. */
 ssize_t stage_blob_pread(stage_blob *b, void *buf, size_t len, uint64_t off, ckpt_err *err);
 ssize_t stage_blob_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t off, ckpt_err *err);
-/* stage_blob_pwrite of the next len bytes of fd (a pipe, as FUSE hands
- * over a write). A failed write may leave some of them in fd. */
-ssize_t stage_blob_write_fd(stage_blob *b, int fd, size_t len, uint64_t off, ckpt_err *err);
+
+/* A write's early answer. fn(arg, len) is called once the write has been
+ * checked and ordered after every earlier operation on the blob (its lock
+ * is held, so it must not call back into the blob), but before its bytes
+ * are copied: the FUSE layer answers the writer there, and the writer's
+ * next request travels while this one is written. A write that fails after
+ * its answer has nobody left to tell, so the blob keeps the error: every
+ * later write returns it (without writing), and so does
+ * stage_blob_take_error, once. */
+typedef struct stage_ack {
+    void (*fn)(void *arg, size_t len);
+    void *arg;
+} stage_ack;
+
+/* stage_blob_pwrite that calls ack (NULL: none) as above. */
+ssize_t stage_blob_pwrite_acked(stage_blob *b, const void *buf, size_t len, uint64_t off,
+                                const stage_ack *ack, ckpt_err *err);
+/* stage_blob_pwrite_acked of the next len bytes of fd (a pipe, as FUSE
+ * hands over a write). A failed write may leave some of them in fd. */
+ssize_t stage_blob_write_fd(stage_blob *b, int fd, size_t len, uint64_t off, const stage_ack *ack,
+                            ckpt_err *err);
+/* The error of a write that failed after its answer (0: none), cleared:
+ * what close and fsync report. */
+int stage_blob_take_error(stage_blob *b);
 int stage_blob_truncate(stage_blob *b, uint64_t size, ckpt_err *err);
 /* Durable: returns once every byte written so far is on disk, together
  * with the blob's name in its directory. */

@@ -39,6 +39,7 @@ struct stage_blob {
     uint64_t size;
     int unlinked;
     int need_dir_sync; /* created; its name is not known durable yet */
+    int late_err;      /* of a write that failed after its answer (stage_ack) */
 
     /* Sealed blobs only. */
     uint64_t **pages; /* block -> newest record, see map_slot */

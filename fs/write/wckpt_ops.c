@@ -21,10 +21,6 @@
 #include "common/links.h"
 #include "wckpt_internal.h"
 
-/* cp and friends size their buffers by st_blksize: big writes mean fewer
- * trips through FUSE. */
-#define WRITE_BLKSIZE (1 << 20)
-
 /* ------------------------------------------------- inside a checkpoint */
 
 static void fill_attr(wckpt *c, uint32_t node, struct stat *st)
@@ -36,7 +32,7 @@ static void fill_attr(wckpt *c, uint32_t node, struct stat *st)
     st->st_atim.tv_sec = n->atime_sec;
     st->st_atim.tv_nsec = n->atime_nsec;
     st->st_ctim = st->st_mtim;
-    st->st_blksize = WRITE_BLKSIZE;
+    st->st_blksize = WCKPT_WRITE_SIZE;
     if (n->kind == WNODE_DIR) {
         st->st_mode = S_IFDIR | n->mode;
         st->st_nlink = 1; /* unknown, as on the root: find must not guess */
@@ -385,7 +381,7 @@ ssize_t wckpt_read(wckpt *c, uint32_t node, void *buf, size_t len, uint64_t off)
 
 /* The data of a write comes from buf, or when buf is NULL from fd. */
 static ssize_t write_from(wckpt *c, uint32_t node, const void *buf, int fd, size_t len,
-                          uint64_t off)
+                          uint64_t off, const stage_ack *ack)
 {
     wfile *f = NULL;
     pthread_mutex_lock(&c->lock);
@@ -394,8 +390,8 @@ static ssize_t write_from(wckpt *c, uint32_t node, const void *buf, int fd, size
     if (rc)
         return rc;
     ckpt_err err = {0};
-    ssize_t n = buf ? stage_blob_pwrite(f->blob, buf, len, off, &err)
-                    : stage_blob_write_fd(f->blob, fd, len, off, &err);
+    ssize_t n = buf ? stage_blob_pwrite_acked(f->blob, buf, len, off, ack, &err)
+                    : stage_blob_write_fd(f->blob, fd, len, off, ack, &err);
     pthread_mutex_lock(&c->lock);
     if (n < 0) {
         wc_staging_failed(c, (int)n, err.msg, node, off);
@@ -414,12 +410,38 @@ static ssize_t write_from(wckpt *c, uint32_t node, const void *buf, int fd, size
 
 ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64_t off)
 {
-    return write_from(c, node, buf, -1, len, off);
+    return write_from(c, node, buf, -1, len, off, NULL);
 }
 
-ssize_t wckpt_write_fd(wckpt *c, uint32_t node, int fd, size_t len, uint64_t off)
+ssize_t wckpt_write_acked(wckpt *c, uint32_t node, const void *buf, size_t len, uint64_t off,
+                          const stage_ack *ack)
 {
-    return write_from(c, node, NULL, fd, len, off);
+    return write_from(c, node, buf, -1, len, off, ack);
+}
+
+ssize_t wckpt_write_fd(wckpt *c, uint32_t node, int fd, size_t len, uint64_t off,
+                       const stage_ack *ack)
+{
+    return write_from(c, node, NULL, fd, len, off, ack);
+}
+
+int wckpt_flush(wckpt *c, uint32_t node)
+{
+    pthread_mutex_lock(&c->lock);
+    wfile *f = usable(c, node) == 0 ? wc_file_of(c, node) : NULL;
+    stage_blob *blob = f ? f->blob : NULL;
+    if (blob) {
+        f->busy++;
+        c->inflight++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!blob)
+        return 0;
+    int rc = stage_blob_take_error(blob);
+    pthread_mutex_lock(&c->lock);
+    end_io(c, node, f);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
 }
 
 int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t size,

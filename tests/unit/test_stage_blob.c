@@ -1,8 +1,12 @@
 /* Staged file contents (fs/write/stage_blob.c), plain and sealed: random writes
  * and truncates against an in-memory model, reopening after sync, crash
  * leftovers (a torn tail, a torn rewrite), no plaintext on disk,
- * compaction, sparse files and unlinked-but-open blobs. */
+ * compaction, sparse files and unlinked-but-open blobs, writes answered
+ * before they are written (stage_ack). */
 #include "testutil.h"
+
+#include <signal.h>
+#include <sys/resource.h>
 
 #include "common.h"
 
@@ -511,10 +515,32 @@ Test(stage_blob, sealed_whole_block_damaged_after_open_fails_the_read)
     free(got);
 }
 
+/* What an ack saw: how often it came, for how many bytes, and how big the
+ * blob's file was then (nothing of the write may be on disk yet). */
+typedef struct ack_seen {
+    uint64_t id;
+    int calls;
+    size_t len;
+    off_t disk_size;
+} ack_seen;
+
+static void record_ack(void *arg, size_t len)
+{
+    ack_seen *a = arg;
+    char name[24];
+    stage_blob_name(a->id, name);
+    struct stat st;
+    cr_assert_eq(fstatat(dirfd_, name, &st, 0), 0);
+    a->calls++;
+    a->len = len;
+    a->disk_size = st.st_size;
+}
+
 /* A write handed over in a pipe (how libfuse passes spliced requests):
  * spliced into a plain blob, read into memory and sealed for a keyed one;
- * either way the blob reads back what the pipe held, at the offset given,
- * and the pipe is left empty. */
+ * either way it is answered once, before any of it reaches the disk, the
+ * blob reads back what the pipe held, at the offset given, and the pipe is
+ * left empty. */
 static void write_from_pipe(const stage_key *k)
 {
     enum { LEN = 40000, OFF = 12345 };
@@ -527,7 +553,13 @@ static void write_from_pipe(const stage_key *k)
     cr_assert_eq(write(p[1], data, LEN), LEN); /* fits the pipe's 64 KiB */
     stage_blob *b = open_blob(11, k, 1);
     ckpt_err err = {0};
-    cr_assert_eq(stage_blob_write_fd(b, p[0], LEN, OFF, &err), LEN, "%s", err.msg);
+    ack_seen seen = {11, 0, 0, -1};
+    stage_ack ack = {record_ack, &seen};
+    cr_assert_eq(stage_blob_write_fd(b, p[0], LEN, OFF, &ack, &err), LEN, "%s", err.msg);
+    cr_assert_eq(seen.calls, 1);
+    cr_assert_eq(seen.len, LEN);
+    cr_assert_eq(seen.disk_size, 0, "%lld bytes were on disk before the answer",
+                 (long long)seen.disk_size);
     expect_contents(b, want, OFF + LEN);
     cr_assert_eq(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
     uint8_t left;
@@ -558,7 +590,56 @@ Test(stage_blob, write_fd_short_pipe)
     close(p[1]);
     stage_blob *b = open_blob(12, NULL, 1);
     ckpt_err err = {0};
-    cr_assert_lt(stage_blob_write_fd(b, p[0], 10, 0, &err), 0);
+    cr_assert_lt(stage_blob_write_fd(b, p[0], 10, 0, NULL, &err), 0);
     stage_blob_free(b);
     close(p[0]);
 }
+
+/* A write answered early that then fails (here: past RLIMIT_FSIZE, as a
+ * full disk would) keeps its error: the next write is refused with it and
+ * unanswered, stage_blob_take_error gives it once, and writing works again
+ * after that. Unanswered writes fail as before and keep nothing. */
+static void failure_after_answer(const stage_key *k)
+{
+    enum { LIMIT = 256 * 1024, BIG = 1 << 20 };
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {LIMIT, LIMIT};
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    uint8_t *data = calloc(1, BIG);
+    stage_blob *b = open_blob(13, k, 1);
+    ckpt_err err = {0};
+    ack_seen seen = {13, 0, 0, -1};
+    stage_ack ack = {record_ack, &seen};
+
+    cr_assert_eq(stage_blob_pwrite_acked(b, data, BIG, 0, &ack, &err), -EFBIG, "%s", err.msg);
+    cr_assert_eq(seen.calls, 1, "answered before it failed");
+    tu_assert_contains(err.msg, "staging file");
+
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(stage_blob_pwrite_acked(b, data, 100, 0, &ack, &err), -EFBIG);
+    cr_assert_eq(seen.calls, 1, "a refused write is not answered");
+    tu_assert_contains(err.msg, "an earlier write failed");
+
+    cr_assert_eq(stage_blob_take_error(b), -EFBIG);
+    cr_assert_eq(stage_blob_take_error(b), 0, "reported once");
+    memset(data, 0x11, 100);
+    cr_assert_eq(stage_blob_pwrite_acked(b, data, 100, 0, &ack, &err), 100, "%s", err.msg);
+    cr_assert_eq(seen.calls, 2);
+
+    /* Without an answer the caller hears of the failure itself. */
+    cr_assert_eq(stage_blob_pwrite(b, data, BIG, 0, &err), -EFBIG);
+    cr_assert_eq(stage_blob_take_error(b), 0);
+    stage_blob_free(b);
+    free(data);
+}
+
+Test(stage_blob, plain_failure_after_answer_is_kept)
+{
+    failure_after_answer(NULL);
+}
+
+Test(stage_blob, sealed_failure_after_answer_is_kept)
+{
+    failure_after_answer(key);
+}
+
