@@ -162,6 +162,27 @@ int ckpt_writer_add_reader_shared(ckpt_writer *w, const char *pack_path, ckpt_re
                                   void *ud, uint64_t size, uint32_t mode, int64_t mtime_sec,
                                   uint32_t mtime_nsec, const char *src_name, ckpt_err *err);
 
+/* ------------------------------------------------ sealing under a nonce */
+
+/* The chunks' AEADs under a caller's key and nonce, for ckptfs's staging
+ * area: OpenSSL's EVP where built with libcrypto (3-4x libsodium's speed
+ * here), else libsodium, the same bytes either way. AES-256-GCM uses the
+ * nonce's first 12 bytes, XChaCha20-Poly1305 all 24. Any number of threads
+ * may seal and open under one ckpt_aead at once. */
+typedef struct ckpt_aead ckpt_aead;
+
+/* key: 32 bytes, copied into locked memory. NULL when out of memory. */
+ckpt_aead *ckpt_aead_new(ckpt_cipher cipher, const uint8_t key[32]);
+void ckpt_aead_free(ckpt_aead *a);
+/* out gets len bytes of ciphertext, then the 16-byte tag. 0, or -ENOMEM/-EIO
+ * where OpenSSL fails and libsodium cannot stand in. */
+int ckpt_aead_seal(const ckpt_aead *a, const uint8_t nonce[24], const uint8_t *ad, size_t ad_len,
+                   const uint8_t *in, size_t len, uint8_t *out);
+/* in: len bytes of ciphertext, its tag apart; out may be in. 0, or
+ * -EBADMSG (not authentic: out is zeroed) or -ENOMEM/-EIO as above. */
+int ckpt_aead_open(const ckpt_aead *a, const uint8_t nonce[24], const uint8_t *ad, size_t ad_len,
+                   const uint8_t *in, size_t len, const uint8_t tag[16], uint8_t *out);
+
 #ifdef __cplusplus
 }
 #endif

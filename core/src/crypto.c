@@ -287,37 +287,80 @@ int aead_seal_nonce(const pack_keys *pk, const uint8_t nonce[24], const uint8_t 
     return 0;
 }
 
-int aead_open_nonce(const pack_keys *pk, const uint8_t nonce[24], const uint8_t *ad, size_t ad_len,
-                    const uint8_t *in, size_t len, uint8_t *out)
+/* aead_open_nonce with the tag apart (in holds len bytes of ciphertext). */
+static int open_detached(const pack_keys *pk, const uint8_t nonce[24], const uint8_t *ad,
+                         size_t ad_len, const uint8_t *in, size_t len,
+                         const uint8_t tag_in[TPACK_AEAD_TAG], uint8_t *out)
 {
-    unsigned long long mlen;
-    if (len < TPACK_AEAD_TAG)
-        return -EBADMSG;
+    /* Copy the tag first: it may lie where out is written. */
+    uint8_t tag[TPACK_AEAD_TAG];
+    memcpy(tag, tag_in, TPACK_AEAD_TAG);
     int rc = -EAGAIN;
 #ifdef CKPT_USE_OPENSSL
-    if (pk->evp) {
-        /* Copy the tag first: out may be in. */
-        uint8_t tag[TPACK_AEAD_TAG];
-        memcpy(tag, in + len - TPACK_AEAD_TAG, TPACK_AEAD_TAG);
-        rc = evp_aead(pk, 0, nonce, ad, ad_len, in, len - TPACK_AEAD_TAG, out, tag);
-    }
+    if (pk->evp)
+        rc = evp_aead(pk, 0, nonce, ad, ad_len, in, len, out, tag);
 #endif
     if (rc == -EAGAIN && pk->cipher == CKPT_CIPHER_AES256GCM &&
         !crypto_aead_aes256gcm_is_available())
         return -ENOMEM; /* OpenSSL failed where it alone can run AES-GCM */
     if (rc == -EAGAIN)
         rc = (pk->cipher == CKPT_CIPHER_AES256GCM
-                  ? crypto_aead_aes256gcm_decrypt(out, &mlen, NULL, in, len, ad, ad_len, nonce,
-                                                  pk->subkey)
-                  : crypto_aead_xchacha20poly1305_ietf_decrypt(out, &mlen, NULL, in, len, ad,
-                                                               ad_len, nonce, pk->subkey)) == 0
+                  ? crypto_aead_aes256gcm_decrypt_detached(out, NULL, in, len, tag, ad, ad_len,
+                                                           nonce, pk->subkey)
+                  : crypto_aead_xchacha20poly1305_ietf_decrypt_detached(
+                        out, NULL, in, len, tag, ad, ad_len, nonce, pk->subkey)) == 0
                  ? 0
                  : -EBADMSG;
     if (rc == 0)
         return 0;
     /* Nothing unauthenticated leaves: OpenSSL decrypts before it checks. */
-    sodium_memzero(out, len - TPACK_AEAD_TAG);
+    sodium_memzero(out, len);
     return rc;
+}
+
+int aead_open_nonce(const pack_keys *pk, const uint8_t nonce[24], const uint8_t *ad, size_t ad_len,
+                    const uint8_t *in, size_t len, uint8_t *out)
+{
+    if (len < TPACK_AEAD_TAG)
+        return -EBADMSG;
+    return open_detached(pk, nonce, ad, ad_len, in, len - TPACK_AEAD_TAG, in + len - TPACK_AEAD_TAG,
+                         out);
+}
+
+/* ------------------------------------------------------------- ckpt_aead */
+
+struct ckpt_aead {
+    pack_keys pk;
+};
+
+ckpt_aead *ckpt_aead_new(ckpt_cipher cipher, const uint8_t key[32])
+{
+    ckpt_aead *a = calloc(1, sizeof *a);
+    if (a && pack_keys_from_key(&a->pk, cipher, key, 1) != 0) {
+        free(a);
+        a = NULL;
+    }
+    return a;
+}
+
+void ckpt_aead_free(ckpt_aead *a)
+{
+    if (!a)
+        return;
+    pack_keys_free(&a->pk);
+    free(a);
+}
+
+int ckpt_aead_seal(const ckpt_aead *a, const uint8_t nonce[24], const uint8_t *ad, size_t ad_len,
+                   const uint8_t *in, size_t len, uint8_t *out)
+{
+    return aead_seal_nonce(&a->pk, nonce, ad, ad_len, in, len, out);
+}
+
+int ckpt_aead_open(const ckpt_aead *a, const uint8_t nonce[24], const uint8_t *ad, size_t ad_len,
+                   const uint8_t *in, size_t len, const uint8_t tag[16], uint8_t *out)
+{
+    return open_detached(&a->pk, nonce, ad, ad_len, in, len, tag, out);
 }
 
 int aead_seal(const pack_keys *pk, uint64_t nonce_id, const uint8_t *ad, size_t ad_len,

@@ -206,6 +206,8 @@ static int derive_key(stage_root *r, const uint8_t salt[16], const char *sid, st
         memcpy(msg + sizeof CKPT_KEY_CONTEXT, sid_bin, sizeof sid_bin);
         msg[sizeof msg - 1] = (uint8_t)cipher;
         crypto_generichash(k->bytes, STAGE_KEY_BYTES, msg, sizeof msg, r->master, CKPT_KEY_BYTES);
+        /* Out of memory here only costs speed: libsodium seals instead. */
+        (void)stage_key_ready(k);
     }
     pthread_mutex_unlock(&r->key_lock);
     *out = k;

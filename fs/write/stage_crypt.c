@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define CKPT_INTERNAL_API
+#include "ckpt_internal.h"
+
 stage_cipher stage_cipher_default(void)
 {
     if (sodium_init() >= 0 && crypto_aead_aes256gcm_is_available())
@@ -50,10 +53,20 @@ stage_key *stage_key_new(stage_cipher c)
     return k;
 }
 
+int stage_key_ready(stage_key *k)
+{
+    ckpt_aead_free(k->aead);
+    k->aead = ckpt_aead_new(k->cipher == STAGE_CIPHER_AESGCM ? CKPT_CIPHER_AES256GCM
+                                                             : CKPT_CIPHER_XCHACHA20POLY1305,
+                            k->bytes);
+    return k->aead ? 0 : -ENOMEM;
+}
+
 void stage_key_free(stage_key *k)
 {
     if (!k)
         return;
+    ckpt_aead_free(k->aead);
     sodium_free(k->bytes);
     free(k);
 }
@@ -62,11 +75,14 @@ void stage_seal(const stage_key *k, const uint8_t *ad, size_t ad_len, const uint
                 uint8_t nonce[STAGE_NONCE], uint8_t *out)
 {
     memset(nonce, 0, STAGE_NONCE);
+    randombytes_buf(nonce, k->cipher == STAGE_CIPHER_AESGCM
+                               ? crypto_aead_aes256gcm_NPUBBYTES
+                               : crypto_aead_xchacha20poly1305_ietf_NPUBBYTES);
+    if (k->aead && ckpt_aead_seal(k->aead, nonce, ad, ad_len, in, len, out) == 0)
+        return;
     if (k->cipher == STAGE_CIPHER_AESGCM) {
-        randombytes_buf(nonce, crypto_aead_aes256gcm_NPUBBYTES);
         crypto_aead_aes256gcm_encrypt(out, NULL, in, len, ad, ad_len, NULL, nonce, k->bytes);
     } else {
-        randombytes_buf(nonce, crypto_aead_xchacha20poly1305_ietf_NPUBBYTES);
         crypto_aead_xchacha20poly1305_ietf_encrypt(out, NULL, in, len, ad, ad_len, NULL, nonce,
                                                    k->bytes);
     }
@@ -75,14 +91,7 @@ void stage_seal(const stage_key *k, const uint8_t *ad, size_t ad_len, const uint
 int stage_unseal(const stage_key *k, const uint8_t *ad, size_t ad_len, const uint8_t *in,
                  size_t len, const uint8_t nonce[STAGE_NONCE], uint8_t *out)
 {
-    int rc;
-    if (k->cipher == STAGE_CIPHER_AESGCM)
-        rc = crypto_aead_aes256gcm_decrypt(out, NULL, NULL, in, len + STAGE_TAG, ad, ad_len, nonce,
-                                           k->bytes);
-    else
-        rc = crypto_aead_xchacha20poly1305_ietf_decrypt(out, NULL, NULL, in, len + STAGE_TAG, ad,
-                                                        ad_len, nonce, k->bytes);
-    return rc == 0 ? 0 : -EIO;
+    return stage_unseal_detached(k, ad, ad_len, in, len, in + len, nonce, out);
 }
 
 int stage_unseal_detached(const stage_key *k, const uint8_t *ad, size_t ad_len, const uint8_t *in,
@@ -90,7 +99,9 @@ int stage_unseal_detached(const stage_key *k, const uint8_t *ad, size_t ad_len, 
                           const uint8_t nonce[STAGE_NONCE], uint8_t *out)
 {
     int rc;
-    if (k->cipher == STAGE_CIPHER_AESGCM)
+    if (k->aead)
+        rc = ckpt_aead_open(k->aead, nonce, ad, ad_len, in, len, tag, out);
+    else if (k->cipher == STAGE_CIPHER_AESGCM)
         rc = crypto_aead_aes256gcm_decrypt_detached(out, NULL, in, len, tag, ad, ad_len, nonce,
                                                     k->bytes);
     else
