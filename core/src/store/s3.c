@@ -64,19 +64,28 @@ typedef struct s3_reader {
 
 static ssize_t get_range(s3_reader *sr, void *buf, size_t len, uint64_t off, ckpt_err *err);
 
-/* From the segments read ahead when the reader is sequential, else one GET. */
-static ssize_t fetch(s3_reader *sr, void *buf, size_t len, uint64_t off, ckpt_err *err)
-{
-    if (sr->ra && s3_ra_read(sr->ra, buf, len, off) == 1)
-        return (ssize_t)len;
-    return get_range(sr, buf, len, off, err);
-}
-
+/* A segment for the readahead: from the cache when it holds it, else one
+ * GET, then kept. The readahead runs several of these at once, ahead of
+ * a sequential reader, so a cached object is read back from its cache
+ * files in parallel, as it is fetched from the store. Before, a hit was
+ * one file per chunk read in the reader's thread, each read waiting for
+ * its pread, and a cold-page-cache read from a full cache_dir ran at
+ * 0.72x of the same pack in a local directory, where the kernel's
+ * readahead keeps the pack file ahead (2 cores, medians of 3). */
 static ssize_t ra_fetch(void *ud, void *buf, size_t len, uint64_t off, ckpt_err *err)
 {
-    return get_range(ud, buf, len, off, err);
+    s3_reader *sr = ud;
+    if (sr->cached && s3_cache_get(sr->s->cache, sr->tag, off, buf, len, 0, 0))
+        return (ssize_t)len;
+    ssize_t got = get_range(sr, buf, len, off, err);
+    if (sr->cached && got == (ssize_t)len)
+        s3_cache_put(sr->s->cache, sr->tag, off, buf, len);
+    return got;
 }
 
+/* From the segments read ahead when the reader is sequential; else from
+ * the cache (the range's own entry, or the segment that holds it); else
+ * one GET, kept in the cache. */
 static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off, ckpt_err *err)
 {
     s3_reader *sr = (s3_reader *)r;
@@ -85,12 +94,18 @@ static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t o
         return 0;
     if (len > size - off)
         len = (size_t)(size - off);
-    if (!sr->cached)
-        return fetch(sr, buf, len, off, err);
-    if (s3_cache_get(sr->s->cache, sr->tag, off, buf, len))
+    if (sr->ra && s3_ra_read(sr->ra, buf, len, off) == 1)
         return (ssize_t)len;
-    ssize_t got = fetch(sr, buf, len, off, err);
-    if (got == (ssize_t)len)
+    if (sr->cached) {
+        uint64_t seg_off = 0;
+        size_t seg_len = 0;
+        if (!sr->ra || !s3_ra_segment(sr->ra, off, len, &seg_off, &seg_len))
+            seg_len = 0;
+        if (s3_cache_get(sr->s->cache, sr->tag, off, buf, len, seg_off, seg_len))
+            return (ssize_t)len;
+    }
+    ssize_t got = get_range(sr, buf, len, off, err);
+    if (sr->cached && got == (ssize_t)len)
         s3_cache_put(sr->s->cache, sr->tag, off, buf, len);
     return got;
 }

@@ -200,10 +200,25 @@ static void start_threads(s3_ra *ra)
         ra->n_threads++;
 }
 
+/* A range of an object that is read ahead at all: an object of a segment
+ * or two gains nothing from it. */
+static int in_object(const s3_ra *ra, size_t len, uint64_t off)
+{
+    return len && off < ra->size && len <= ra->size - off && ra->size > 2 * (uint64_t)RA_SEG;
+}
+
+int s3_ra_segment(const s3_ra *ra, uint64_t off, size_t len, uint64_t *seg_off, size_t *seg_len)
+{
+    if (!in_object(ra, len, off) || off / RA_SEG != (off + len - 1) / RA_SEG)
+        return 0;
+    *seg_off = off / RA_SEG * RA_SEG;
+    *seg_len = ra->size - *seg_off < RA_SEG ? (size_t)(ra->size - *seg_off) : RA_SEG;
+    return 1;
+}
+
 int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off)
 {
-    /* An object of a segment or two gains nothing from reading ahead. */
-    if (len == 0 || off >= ra->size || len > ra->size - off || ra->size <= 2 * (uint64_t)RA_SEG)
+    if (!in_object(ra, len, off))
         return 0;
     uint64_t first = off / RA_SEG, last = (off + len - 1) / RA_SEG;
     pthread_mutex_lock(&ra->mu);
