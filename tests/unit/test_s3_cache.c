@@ -2,7 +2,8 @@
  * come back byte-identical and are counted as hits; a file that is
  * truncated, extended or has a flipped bit is a miss and never returned,
  * and a later put replaces it; a part of a readahead segment is served
- * from the segment's file; another ETag never reads an older version's
+ * from the segment's file (the direct-I/O path, with an aligned buffer,
+ * and the buffered one); another ETag never reads an older version's
  * bytes; the directory stays under its bound. The mount's use of it
  * against a real gateway is tests/integration/test_s3_mount.sh. */
 #include <errno.h>
@@ -174,7 +175,8 @@ Test(s3_cache, another_etag_is_another_object)
     s3_cache_free(c);
 }
 
-/* A readahead segment and a chunk inside it, read from the segment's file. */
+/* A readahead segment (aligned buffer: read with O_DIRECT where the file
+ * system takes it) and a chunk inside it, read from the segment's file. */
 Test(s3_cache, a_part_of_a_segment_is_read_from_the_segment)
 {
     s3_cache *c = open_cache(0);
@@ -182,8 +184,8 @@ Test(s3_cache, a_part_of_a_segment_is_read_from_the_segment)
     tag_of("\"e1\"", tag);
     uint64_t seg_off = 3ull * SEG;
     uint8_t *seg, *back;
-    cr_assert_eq(posix_memalign((void **)&seg, 4096, SEG), 0);
-    cr_assert_eq(posix_memalign((void **)&back, 4096, SEG), 0);
+    cr_assert_eq(posix_memalign((void **)&seg, S3_RA_ALIGN, SEG), 0);
+    cr_assert_eq(posix_memalign((void **)&back, S3_RA_ALIGN, SEG), 0);
     fill(seg, SEG, seg_off);
     s3_cache_put(c, tag, seg_off, seg, SEG);
     cr_assert_eq(s3_cache_get(c, tag, seg_off, back, SEG, 0, 0), 1);

@@ -239,7 +239,9 @@ void s3_cache_stats(s3_cache *c, ckpt_store_cache_stats *out);
 
 typedef struct s3_ra s3_ra;
 /* Reads exactly len bytes at off into buf (a ranged GET carrying the
- * object's If-Match, or the cache's file of the segment): len, or -errno. */
+ * object's If-Match, or the cache's file of the segment): len, or -errno.
+ * buf is aligned to S3_RA_ALIGN, so the cache may read into it directly. */
+#define S3_RA_ALIGN 4096
 typedef ssize_t (*s3_ra_fetch_fn)(void *ud, void *buf, size_t len, uint64_t off, ckpt_err *err);
 typedef struct s3_ra_stats {
     uint64_t hits, misses;            /* reads served from segments, reads left to the caller */

@@ -192,17 +192,42 @@ static void put_le32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* The bytes and the trailer of an entry of len bytes; -1 on a short file. */
+/* The bytes and the trailer of an entry of len bytes; -1 on a short file.
+ * A page-aligned buffer and length (the readahead's segments) are read
+ * with O_DIRECT, straight into buf: the device fills it with no page
+ * cache in between, whose copy and page handling cost the readahead's
+ * threads 0.2 s of CPU for a 710 MB checkpoint (perf), on cores the
+ * decoder needs; the warm read went from 0.83x to 0.88x of a local
+ * directory with it. Where the file system refuses O_DIRECT, the same
+ * read goes buffered. */
 static int read_entry(s3_cache *c, const char *name, void *buf, size_t len, uint8_t *tr)
 {
-    int fd = openat(c->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int direct = (uintptr_t)buf % S3_RA_ALIGN == 0 && len % S3_RA_ALIGN == 0;
+    int fd = direct ? openat(c->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_DIRECT) : -1;
+    if (fd < 0) {
+        direct = 0;
+        fd = openat(c->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    }
     if (fd < 0)
         return -1;
     struct stat st;
-    struct iovec iov[2] = {{buf, len}, {tr, TRAILER_BYTES}};
-    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-             (uint64_t)st.st_size == len + TRAILER_BYTES &&
-             preadv(fd, iov, 2, 0) == (ssize_t)(len + TRAILER_BYTES);
+    int ok =
+        fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == len + TRAILER_BYTES;
+    if (ok && direct) {
+        _Alignas(S3_RA_ALIGN) uint8_t page[S3_RA_ALIGN];
+        struct iovec iov[2] = {{buf, len}, {page, sizeof page}};
+        ssize_t got = preadv(fd, iov, 2, 0);
+        if (got == (ssize_t)(len + TRAILER_BYTES))
+            memcpy(tr, page, TRAILER_BYTES);
+        else if (got >= 0 || errno != EINVAL)
+            ok = 0;
+        else
+            direct = 0; /* refused after all: read it buffered */
+    }
+    if (ok && !direct) {
+        struct iovec iov[2] = {{buf, len}, {tr, TRAILER_BYTES}};
+        ok = preadv(fd, iov, 2, 0) == (ssize_t)(len + TRAILER_BYTES);
+    }
     if (ok)
         futimens(fd, NULL); /* recently used: evicted last */
     close(fd);

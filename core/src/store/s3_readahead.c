@@ -144,7 +144,7 @@ static void *fetch_thread(void *arg)
         pthread_mutex_unlock(&ra->mu);
         ckpt_err err = {0};
         ssize_t got = -ENOMEM;
-        if (next->buf || (next->buf = malloc(RA_SEG)))
+        if (next->buf || posix_memalign((void **)&next->buf, S3_RA_ALIGN, RA_SEG) == 0)
             got = ra->fetch(ra->ud, next->buf, next->len, next->seg * RA_SEG, &err);
         pthread_mutex_lock(&ra->mu);
         next->state = got == (ssize_t)next->len ? READY : FAILED;
