@@ -256,6 +256,12 @@ void s3_ra_free(s3_ra *ra);
  * range itself (not a sequential reader, or the segment failed: the
  * caller's own GET then reports why). Thread-safe. */
 int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off);
+/* s3_ra_read without the copy where it can: 1 with *data the bytes, in a
+ * segment that stays pinned until s3_ra_release(ra, *hold) when the range
+ * lies in one (*hold not NULL), else copied into buf (*hold NULL); 0 as
+ * s3_ra_read. Thread-safe. */
+int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **data, void **hold);
+void s3_ra_release(s3_ra *ra, void *hold);
 /* 1 with the segment that holds all of [off, off + len) when the object is
  * read ahead at all, else 0. */
 int s3_ra_segment(const s3_ra *ra, uint64_t off, size_t len, uint64_t *seg_off, size_t *seg_len);
