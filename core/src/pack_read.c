@@ -42,6 +42,21 @@ static int read_exact(store_reader *obj, void *buf, size_t len, uint64_t off, ck
     return r < 0 ? (int)r : (size_t)r < len ? -ENODATA : 0;
 }
 
+/* read_exact without the copy where the store lends its memory: *data is
+ * where the bytes are (buf or the store's), *hold for release_stored. */
+static int borrow_exact(store_reader *obj, void *buf, size_t len, uint64_t off, const void **data,
+                        void **hold, ckpt_err *why)
+{
+    *data = buf;
+    *hold = NULL;
+    if (!obj->ops->borrow)
+        return read_exact(obj, buf, len, off, why);
+    why->code = 0;
+    why->msg[0] = 0;
+    ssize_t r = obj->ops->borrow(obj, buf, len, off, data, hold, why);
+    return r < 0 ? (int)r : (size_t)r < len ? -ENODATA : 0;
+}
+
 /* What read_exact's failure was, in words: the store's own message when it
  * gave one (it names the object), else strerror. */
 static const char *read_why(int rc, const ckpt_err *why)
@@ -1011,7 +1026,8 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
     }
     uint8_t *stored = malloc(c->stored_size);
     uint8_t *scratch = c->codec == CODEC_BYTEGROUP ? malloc(c->raw_size) : NULL;
-    uint8_t *payload = stored;
+    uint8_t *payload = NULL;
+    void *hold = NULL;
     size_t plen = c->stored_size;
     int rc = 0;
     if (!stored || (c->codec == CODEC_BYTEGROUP && !scratch)) {
@@ -1019,11 +1035,13 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
         goto done;
     }
     ckpt_err read_err;
-    rc = read_exact(p->obj, stored, c->stored_size, c->offset, &read_err);
+    const void *in;
+    rc = borrow_exact(p->obj, stored, c->stored_size, c->offset, &in, &hold, &read_err);
     if (rc < 0) {
         rc = chunk_read_fault(p, id, rc, &read_err, err);
         goto done;
     }
+    const uint8_t *src = in;
     if (enc) {
         const extent *e = &p->extents[c->extent_index];
         uint8_t ad[CHUNK_AD_BYTES];
@@ -1036,13 +1054,14 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
             rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
             goto done;
         }
-        if (aead_open(&p->keys, id, ad, sizeof ad, stored, c->stored_size, payload) < 0) {
+        if (aead_open(&p->keys, id, ad, sizeof ad, src, c->stored_size, payload) < 0) {
             rc = chunk_fault(p, id, "authentication failed", err);
             goto done;
         }
+        src = payload;
     }
     const char *why = NULL;
-    if (chunk_decode(payload, plen, c->codec, c->elem_size, p->version, out, c->raw_size, scratch,
+    if (chunk_decode(src, plen, c->codec, c->elem_size, p->version, out, c->raw_size, scratch,
                      &why) < 0) {
         rc = chunk_fault(p, id, why, err);
         goto done;
@@ -1051,7 +1070,9 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
         (uint32_t)libdeflate_crc32(0, out, c->raw_size) != c->crc)
         rc = chunk_fault(p, id, "checksum mismatch", err);
 done:
-    if (payload != stored && payload != out)
+    if (hold)
+        p->obj->ops->release(p->obj, hold);
+    if (payload != out)
         free(payload);
     free(stored);
     free(scratch);

@@ -4,7 +4,8 @@
 # the independent client that checks what landed in the bucket:
 #   - wrong credentials and a missing bucket fail the mount at once
 #   - packs made by ckpt pack -o s3://, namespaces included, read back
-#     byte-identical through a read-only mount; cache_dir fills, serves hits,
+#     byte-identical through a read-only mount; cache_dir fills (with the
+#     readahead's segments), serves hits, treats a damaged file as a miss,
 #     and holds no plaintext of an encrypted pack
 #   - a writable mount packs a checkpoint to PREFIX/NAME.tpack with no
 #     upload left behind; a second read-only mount sees it within
@@ -130,6 +131,31 @@ mount_ckptfs s3://$BK/m mnt-ro "$LOG" -o ro,cache_dir="$TMP/cache",cache_size=1M
 expect_same_files "a remount reads big from the cache byte-identical" big mnt-ro/big
 unmount_ckptfs mnt-ro
 grep "cache_dir" "$LOG" | tail -n 1 | grep -q " 0 misses" && pass "the remount's reads were all cache hits ($(grep -o 'cache_dir.*held' "$LOG" | tail -n 1))" || fail "the remount's reads were all cache hits" "$(grep -o 'cache_dir.*held' "$LOG" | tail -n 1)"
+# A sequential read keeps the readahead's 4 MiB segments (4 MiB and an
+# 8-byte trailer, so over 4M to find), which a later one reads back.
+nseg=$(find cache -type f -size +4M | wc -l)
+[ "$nseg" -gt 0 ] && pass "cache_dir holds $nseg readahead segments" || fail "cache_dir holds readahead segments" "$(ls -l cache | head -n 5)"
+# Damaged cache files are misses, never served: two segments from the
+# middle of the pack, one cut short by a byte, one with a flipped bit.
+"$PY" - cache >damage.txt <<'EOF_PY'
+import os, sys
+d = sys.argv[1]
+segs = sorted((int(f.split('-')[1], 16), f) for f in os.listdir(d) if os.path.getsize(os.path.join(d, f)) == (4 << 20) + 8)
+a, b = (os.path.join(d, segs[len(segs) // 2 + i][1]) for i in (0, 1))
+os.truncate(a, os.path.getsize(a) - 1)
+with open(b, 'r+b') as f:
+    f.seek(1 << 20); c = f.read(1); f.seek(1 << 20); f.write(bytes([c[0] ^ 4]))
+print("damaged", a, b)
+EOF_PY
+mount_ckptfs s3://$BK/m mnt-ro "$LOG" -o ro,cache_dir="$TMP/cache",cache_size=1M || fail "remount" "$(tail -n 3 "$LOG")"
+expect_same_files "a truncated and a corrupted cache file: big still reads byte-identical" big mnt-ro/big
+unmount_ckptfs mnt-ro
+misses=$(grep "cache_dir" "$LOG" | tail -n 1 | sed -nE 's/.* ([0-9]+) misses.*/\1/p')
+[ "${misses:-0}" -ge 2 ] && pass "the two damaged files were misses ($(grep -o 'cache_dir.*held' "$LOG" | tail -n 1))" || fail "the two damaged files were misses" "$(cat damage.txt; grep -o 'cache_dir.*held' "$LOG" | tail -n 1)"
+mount_ckptfs s3://$BK/m mnt-ro "$LOG" -o ro,cache_dir="$TMP/cache",cache_size=1M || fail "remount" "$(tail -n 3 "$LOG")"
+cat mnt-ro/big/model.safetensors >/dev/null
+unmount_ckptfs mnt-ro
+grep "cache_dir" "$LOG" | tail -n 1 | grep -q " 0 misses" && pass "the damaged files were replaced: the next read is all hits" || fail "the damaged files were replaced" "$(grep -o 'cache_dir.*held' "$LOG" | tail -n 1)"
 
 # ----------------------------------- encrypted: no plaintext in the cache
 mount_ckptfs s3://$BK/e mnt-enc "$LOG" -o ro,key_file="$TMP/key",cache_dir="$TMP/cache-enc" || fail "encrypted mount" "$(tail -n 3 "$LOG")"

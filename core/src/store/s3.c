@@ -64,34 +64,77 @@ typedef struct s3_reader {
 
 static ssize_t get_range(s3_reader *sr, void *buf, size_t len, uint64_t off, ckpt_err *err);
 
-/* From the segments read ahead when the reader is sequential, else one GET. */
-static ssize_t fetch(s3_reader *sr, void *buf, size_t len, uint64_t off, ckpt_err *err)
-{
-    if (sr->ra && s3_ra_read(sr->ra, buf, len, off) == 1)
-        return (ssize_t)len;
-    return get_range(sr, buf, len, off, err);
-}
-
+/* A segment for the readahead: from the cache when it holds it, else one
+ * GET, then kept. The readahead runs several of these at once, ahead of
+ * a sequential reader, so a cached object is read back from its cache
+ * files in parallel, as it is fetched from the store. Before, a hit was
+ * one file per chunk read in the reader's thread, each read waiting for
+ * its pread, and a cold-page-cache read from a full cache_dir ran at
+ * 0.72x of the same pack in a local directory, where the kernel's
+ * readahead keeps the pack file ahead (2 cores, medians of 3). */
 static ssize_t ra_fetch(void *ud, void *buf, size_t len, uint64_t off, ckpt_err *err)
 {
-    return get_range(ud, buf, len, off, err);
+    s3_reader *sr = ud;
+    if (sr->cached && s3_cache_get(sr->s->cache, sr->tag, off, buf, len, 0, 0))
+        return (ssize_t)len;
+    ssize_t got = get_range(sr, buf, len, off, err);
+    if (sr->cached && got == (ssize_t)len)
+        s3_cache_put(sr->s->cache, sr->tag, off, buf, len);
+    return got;
 }
 
-static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off, ckpt_err *err)
+/* From the cache (the range's own entry, or the segment that holds it);
+ * else one GET, kept in the cache. */
+static ssize_t read_uncached_ahead(s3_reader *sr, void *buf, size_t len, uint64_t off,
+                                   ckpt_err *err)
+{
+    if (sr->cached) {
+        uint64_t seg_off = 0;
+        size_t seg_len = 0;
+        if (!sr->ra || !s3_ra_segment(sr->ra, off, len, &seg_off, &seg_len))
+            seg_len = 0;
+        if (s3_cache_get(sr->s->cache, sr->tag, off, buf, len, seg_off, seg_len))
+            return (ssize_t)len;
+    }
+    ssize_t got = get_range(sr, buf, len, off, err);
+    if (sr->cached && got == (ssize_t)len)
+        s3_cache_put(sr->s->cache, sr->tag, off, buf, len);
+    return got;
+}
+
+/* From the segments read ahead when the reader is sequential (lent
+ * without a copy where the range lies in one segment: the copy was 6% of
+ * the daemon's CPU in a warm read from cache_dir), else as above. */
+static ssize_t reader_borrow(store_reader *r, void *spare, size_t len, uint64_t off,
+                             const void **data, void **hold, ckpt_err *err)
 {
     s3_reader *sr = (s3_reader *)r;
     uint64_t size = r->id.size;
+    *data = spare;
+    *hold = NULL;
     if (off >= size || len == 0)
         return 0;
     if (len > size - off)
         len = (size_t)(size - off);
-    if (!sr->cached)
-        return fetch(sr, buf, len, off, err);
-    if (s3_cache_get(sr->s->cache, sr->tag, off, buf, len))
+    if (sr->ra && s3_ra_borrow(sr->ra, spare, len, off, data, hold) == 1)
         return (ssize_t)len;
-    ssize_t got = fetch(sr, buf, len, off, err);
-    if (got == (ssize_t)len)
-        s3_cache_put(sr->s->cache, sr->tag, off, buf, len);
+    return read_uncached_ahead(sr, spare, len, off, err);
+}
+
+static void reader_release(store_reader *r, void *hold)
+{
+    s3_ra_release(((s3_reader *)r)->ra, hold);
+}
+
+static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off, ckpt_err *err)
+{
+    const void *data;
+    void *hold;
+    ssize_t got = reader_borrow(r, buf, len, off, &data, &hold, err);
+    if (hold) {
+        memcpy(buf, data, (size_t)got);
+        reader_release(r, hold);
+    }
     return got;
 }
 
@@ -157,7 +200,8 @@ static void reader_close(store_reader *r)
     free(sr);
 }
 
-static const store_reader_ops reader_ops = {reader_read_at, reader_fd, reader_close};
+static const store_reader_ops reader_ops = {reader_read_at, reader_fd, reader_close, reader_borrow,
+                                            reader_release};
 
 static int s3_open_read(ckpt_store *base, const char *name, store_reader **out, ckpt_err *err)
 {

@@ -225,8 +225,12 @@ void s3_cache_free(s3_cache *c);
 /* The name of one version of an object in the cache; -1 without an ETag
  * (then it is not cached). */
 int s3_cache_tag(const char *bucket, const char *key, const char *etag, char out[S3_CACHE_TAG_LEN]);
-/* 1 and buf filled when the range is cached, else 0. Thread-safe. */
-int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len);
+/* 1 and buf filled when the range is cached, else 0: its own entry, or
+ * (within_len not 0) the part of the entry [within_off, + within_len)
+ * that holds it, such as a readahead segment. Counts one hit or one miss.
+ * A damaged entry is a miss. Thread-safe. */
+int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len,
+                 uint64_t within_off, size_t within_len);
 /* Keeps a range just read from the store; failures only cost a later miss. */
 void s3_cache_put(s3_cache *c, const char *tag, uint64_t off, const void *buf, size_t len);
 void s3_cache_stats(s3_cache *c, ckpt_store_cache_stats *out);
@@ -235,7 +239,9 @@ void s3_cache_stats(s3_cache *c, ckpt_store_cache_stats *out);
 
 typedef struct s3_ra s3_ra;
 /* Reads exactly len bytes at off into buf (a ranged GET carrying the
- * object's If-Match): len, or -errno. */
+ * object's If-Match, or the cache's file of the segment): len, or -errno.
+ * buf is aligned to S3_RA_ALIGN, so the cache may read into it directly. */
+#define S3_RA_ALIGN 4096
 typedef ssize_t (*s3_ra_fetch_fn)(void *ud, void *buf, size_t len, uint64_t off, ckpt_err *err);
 typedef struct s3_ra_stats {
     uint64_t hits, misses;            /* reads served from segments, reads left to the caller */
@@ -250,6 +256,15 @@ void s3_ra_free(s3_ra *ra);
  * range itself (not a sequential reader, or the segment failed: the
  * caller's own GET then reports why). Thread-safe. */
 int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off);
+/* s3_ra_read without the copy where it can: 1 with *data the bytes, in a
+ * segment that stays pinned until s3_ra_release(ra, *hold) when the range
+ * lies in one (*hold not NULL), else copied into buf (*hold NULL); 0 as
+ * s3_ra_read. Thread-safe. */
+int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **data, void **hold);
+void s3_ra_release(s3_ra *ra, void *hold);
+/* 1 with the segment that holds all of [off, off + len) when the object is
+ * read ahead at all, else 0. */
+int s3_ra_segment(const s3_ra *ra, uint64_t off, size_t len, uint64_t *seg_off, size_t *seg_len);
 void s3_ra_get_stats(s3_ra *ra, s3_ra_stats *out);
 
 /* ----------------------------------------------------------- store */

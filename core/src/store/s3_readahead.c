@@ -144,7 +144,7 @@ static void *fetch_thread(void *arg)
         pthread_mutex_unlock(&ra->mu);
         ckpt_err err = {0};
         ssize_t got = -ENOMEM;
-        if (next->buf || (next->buf = malloc(RA_SEG)))
+        if (next->buf || posix_memalign((void **)&next->buf, S3_RA_ALIGN, RA_SEG) == 0)
             got = ra->fetch(ra->ud, next->buf, next->len, next->seg * RA_SEG, &err);
         pthread_mutex_lock(&ra->mu);
         next->state = got == (ssize_t)next->len ? READY : FAILED;
@@ -200,10 +200,26 @@ static void start_threads(s3_ra *ra)
         ra->n_threads++;
 }
 
-int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off)
+/* A range of an object that is read ahead at all: an object of a segment
+ * or two gains nothing from it. */
+static int in_object(const s3_ra *ra, size_t len, uint64_t off)
 {
-    /* An object of a segment or two gains nothing from reading ahead. */
-    if (len == 0 || off >= ra->size || len > ra->size - off || ra->size <= 2 * (uint64_t)RA_SEG)
+    return len && off < ra->size && len <= ra->size - off && ra->size > 2 * (uint64_t)RA_SEG;
+}
+
+int s3_ra_segment(const s3_ra *ra, uint64_t off, size_t len, uint64_t *seg_off, size_t *seg_len)
+{
+    if (!in_object(ra, len, off) || off / RA_SEG != (off + len - 1) / RA_SEG)
+        return 0;
+    *seg_off = off / RA_SEG * RA_SEG;
+    *seg_len = ra->size - *seg_off < RA_SEG ? (size_t)(ra->size - *seg_off) : RA_SEG;
+    return 1;
+}
+
+int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **data, void **hold)
+{
+    *hold = NULL;
+    if (!in_object(ra, len, off))
         return 0;
     uint64_t first = off / RA_SEG, last = (off + len - 1) / RA_SEG;
     pthread_mutex_lock(&ra->mu);
@@ -240,18 +256,42 @@ int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off)
     }
     ra->stats.hits++;
     pthread_mutex_unlock(&ra->mu);
+    if (!held[1]) { /* in one segment: lent as it is */
+        *data = held[0]->buf + (off - held[0]->seg * RA_SEG);
+        *hold = held[0];
+        return 1;
+    }
     uint8_t *dst = buf;
-    for (int i = 0; i < 2 && held[i]; i++) {
+    for (int i = 0; i < 2; i++) {
         uint64_t seg_off = held[i]->seg * RA_SEG;
         uint64_t from = off > seg_off ? off : seg_off;
         uint64_t to = off + len < seg_off + held[i]->len ? off + len : seg_off + held[i]->len;
         memcpy(dst + (from - off), held[i]->buf + (from - seg_off), (size_t)(to - from));
     }
+    s3_ra_release(ra, held[0]);
+    s3_ra_release(ra, held[1]);
+    *data = buf;
+    return 1;
+}
+
+void s3_ra_release(s3_ra *ra, void *hold)
+{
+    slot *s = hold;
     pthread_mutex_lock(&ra->mu);
-    for (int i = 0; i < 2; i++)
-        if (held[i])
-            held[i]->refs--;
+    s->refs--;
     pthread_cond_broadcast(&ra->done);
     pthread_mutex_unlock(&ra->mu);
+}
+
+int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off)
+{
+    const void *data;
+    void *hold;
+    if (!s3_ra_borrow(ra, buf, len, off, &data, &hold))
+        return 0;
+    if (hold) {
+        memcpy(buf, data, len);
+        s3_ra_release(ra, hold);
+    }
     return 1;
 }

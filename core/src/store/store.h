@@ -67,6 +67,14 @@ typedef struct store_reader_ops {
     /* A descriptor for zero-copy reads (ckpt_fd), or -1. */
     int (*fd)(const store_reader *r);
     void (*close)(store_reader *r);
+    /* Optional (NULL: read_at): read_at without the copy where the store
+     * already holds the bytes in memory (an S3 reader's readahead). The
+     * count as read_at's, with *data where the bytes are: in the store's
+     * memory, held until release(r, *hold) when *hold is not NULL, else
+     * in spare (len bytes), as read_at would have put them. */
+    ssize_t (*borrow)(store_reader *r, void *spare, size_t len, uint64_t off, const void **data,
+                      void **hold, ckpt_err *err);
+    void (*release)(store_reader *r, void *hold);
 } store_reader_ops;
 
 struct store_reader {

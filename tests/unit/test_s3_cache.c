@@ -1,0 +1,233 @@
+/* The S3 store's chunk cache on disk (core/src/store/s3_cache.c): ranges
+ * come back byte-identical and are counted as hits; a file that is
+ * truncated, extended or has a flipped bit is a miss and never returned,
+ * and a later put replaces it; a part of a readahead segment is served
+ * from the segment's file (the direct-I/O path, with an aligned buffer,
+ * and the buffered one); another ETag never reads an older version's
+ * bytes; the directory stays under its bound. The mount's use of it
+ * against a real gateway is tests/integration/test_s3_mount.sh. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "store/s3.h"
+#include "testutil.h"
+
+TU_TMPDIR_SUITE(s3_cache);
+
+#define SEG (4u << 20)
+
+static void fill(uint8_t *buf, size_t len, uint64_t off)
+{
+    for (size_t i = 0; i < len; i++)
+        buf[i] = (uint8_t)((off + i) * 13 + (off + i) / 997);
+}
+
+static s3_cache *open_cache(uint64_t max_bytes)
+{
+    s3_cache *c;
+    ckpt_err err = {0};
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cache", dir);
+    cr_assert_eq(s3_cache_open(path, max_bytes, &c, &err), 0, "%s", err.msg);
+    return c;
+}
+
+static void tag_of(const char *etag, char tag[S3_CACHE_TAG_LEN])
+{
+    cr_assert_eq(s3_cache_tag("bkt", "p/x.tpack", etag, tag), 0);
+}
+
+/* The file of one entry, as s3_cache.c names it. */
+static void entry_path(const char *tag, uint64_t off, size_t len, char out[4096])
+{
+    snprintf(out, 4096, "%s/cache/%s-%llx-%zx", dir, tag, (unsigned long long)off, len);
+}
+
+static ckpt_store_cache_stats stats(s3_cache *c)
+{
+    ckpt_store_cache_stats st = {0};
+    s3_cache_stats(c, &st);
+    return st;
+}
+
+Test(s3_cache, a_range_comes_back_and_is_counted)
+{
+    s3_cache *c = open_cache(0);
+    char tag[S3_CACHE_TAG_LEN];
+    tag_of("\"e1\"", tag);
+    uint8_t in[70000], out[70000];
+    fill(in, sizeof in, 12345);
+    cr_assert_eq(s3_cache_get(c, tag, 12345, out, sizeof out, 0, 0), 0);
+    s3_cache_put(c, tag, 12345, in, sizeof in);
+    memset(out, 0, sizeof out);
+    cr_assert_eq(s3_cache_get(c, tag, 12345, out, sizeof out, 0, 0), 1);
+    cr_assert_eq(memcmp(in, out, sizeof in), 0);
+    /* The same offset with another length is another range. */
+    cr_assert_eq(s3_cache_get(c, tag, 12345, out, 4096, 0, 0), 0);
+    ckpt_store_cache_stats st = stats(c);
+    cr_assert_eq(st.hits, 1);
+    cr_assert_eq(st.misses, 2);
+    cr_assert_eq(st.hit_bytes, sizeof in);
+    cr_assert_eq(st.miss_bytes, sizeof in);
+    cr_assert_geq(st.stored_bytes, sizeof in);
+    s3_cache_free(c);
+}
+
+/* Each damage to the file of a cached range, then: a miss, buf left to
+ * the caller's GET, and the put after it makes the range a hit again. */
+static void damaged_is_a_miss(void (*damage)(const char *path, size_t len))
+{
+    s3_cache *c = open_cache(0);
+    char tag[S3_CACHE_TAG_LEN], path[4096];
+    tag_of("\"e1\"", tag);
+    size_t len = 100000;
+    uint8_t *in = malloc(len), *out = malloc(len);
+    fill(in, len, 0);
+    s3_cache_put(c, tag, 0, in, len);
+    entry_path(tag, 0, len, path);
+    damage(path, len);
+    cr_assert_eq(s3_cache_get(c, tag, 0, out, len, 0, 0), 0, "a damaged file was served");
+    cr_assert_eq(stats(c).misses, 1);
+    s3_cache_put(c, tag, 0, in, len);
+    cr_assert_eq(s3_cache_get(c, tag, 0, out, len, 0, 0), 1, "the put did not replace it");
+    cr_assert_eq(memcmp(in, out, len), 0);
+    free(in);
+    free(out);
+    s3_cache_free(c);
+}
+
+static void truncate_to_len(const char *path, size_t len)
+{
+    cr_assert_eq(truncate(path, (off_t)len), 0); /* the trailer gone */
+}
+static void truncate_half(const char *path, size_t len)
+{
+    cr_assert_eq(truncate(path, (off_t)len / 2), 0);
+}
+static void extend(const char *path, size_t len)
+{
+    FILE *f = fopen(path, "ab");
+    cr_assert_not_null(f);
+    fputc('x', f);
+    fclose(f);
+}
+static void flip_byte(const char *path, size_t len)
+{
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    fseek(f, (long)len / 3, SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, (long)len / 3, SEEK_SET);
+    fputc(ch ^ 0x10, f);
+    fclose(f);
+}
+static void flip_crc(const char *path, size_t len)
+{
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    fseek(f, (long)len + 5, SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, (long)len + 5, SEEK_SET);
+    fputc(ch ^ 1, f);
+    fclose(f);
+}
+static void unlink_it(const char *path, size_t len)
+{
+    cr_assert_eq(unlink(path), 0);
+}
+
+Test(s3_cache, a_truncated_file_is_a_miss)
+{
+    damaged_is_a_miss(truncate_to_len);
+    damaged_is_a_miss(truncate_half);
+}
+Test(s3_cache, an_extended_file_is_a_miss)
+{
+    damaged_is_a_miss(extend);
+}
+Test(s3_cache, a_flipped_bit_is_a_miss)
+{
+    damaged_is_a_miss(flip_byte);
+    damaged_is_a_miss(flip_crc);
+}
+Test(s3_cache, a_removed_file_is_a_miss)
+{
+    damaged_is_a_miss(unlink_it);
+}
+
+Test(s3_cache, another_etag_is_another_object)
+{
+    s3_cache *c = open_cache(0);
+    char t1[S3_CACHE_TAG_LEN], t2[S3_CACHE_TAG_LEN];
+    tag_of("\"e1\"", t1);
+    tag_of("\"e2\"", t2);
+    cr_assert_str_neq(t1, t2);
+    uint8_t in[4096], out[4096];
+    fill(in, sizeof in, 0);
+    s3_cache_put(c, t1, 0, in, sizeof in);
+    cr_assert_eq(s3_cache_get(c, t2, 0, out, sizeof out, 0, 0), 0);
+    char none[S3_CACHE_TAG_LEN];
+    cr_assert_eq(s3_cache_tag("bkt", "p/x.tpack", "", none), -1, "no ETag, yet a tag");
+    s3_cache_free(c);
+}
+
+/* A readahead segment (aligned buffer: read with O_DIRECT where the file
+ * system takes it) and a chunk inside it, read from the segment's file. */
+Test(s3_cache, a_part_of_a_segment_is_read_from_the_segment)
+{
+    s3_cache *c = open_cache(0);
+    char tag[S3_CACHE_TAG_LEN];
+    tag_of("\"e1\"", tag);
+    uint64_t seg_off = 3ull * SEG;
+    uint8_t *seg, *back;
+    cr_assert_eq(posix_memalign((void **)&seg, S3_RA_ALIGN, SEG), 0);
+    cr_assert_eq(posix_memalign((void **)&back, S3_RA_ALIGN, SEG), 0);
+    fill(seg, SEG, seg_off);
+    s3_cache_put(c, tag, seg_off, seg, SEG);
+    cr_assert_eq(s3_cache_get(c, tag, seg_off, back, SEG, 0, 0), 1);
+    cr_assert_eq(memcmp(seg, back, SEG), 0);
+    uint8_t chunk[700001];
+    uint64_t off = seg_off + 1234567;
+    cr_assert_eq(s3_cache_get(c, tag, off, chunk, sizeof chunk, 0, 0), 0, "no entry of its own");
+    cr_assert_eq(s3_cache_get(c, tag, off, chunk, sizeof chunk, seg_off, SEG), 1);
+    cr_assert_eq(memcmp(chunk, seg + (off - seg_off), sizeof chunk), 0);
+    /* Not inside the segment: a miss, not a read past its end. */
+    cr_assert_eq(s3_cache_get(c, tag, seg_off + SEG - 100, chunk, 200, seg_off, SEG), 0);
+    ckpt_store_cache_stats st = stats(c);
+    cr_assert_eq(st.hits, 2);
+    cr_assert_eq(st.misses, 2);
+    /* A damaged segment serves none of its parts. */
+    char path[4096];
+    entry_path(tag, seg_off, SEG, path);
+    flip_byte(path, SEG);
+    cr_assert_eq(s3_cache_get(c, tag, seg_off, back, SEG, 0, 0), 0);
+    cr_assert_eq(s3_cache_get(c, tag, off, chunk, sizeof chunk, seg_off, SEG), 0);
+    free(seg);
+    free(back);
+    s3_cache_free(c);
+}
+
+Test(s3_cache, the_directory_stays_under_its_bound)
+{
+    uint64_t max = 1u << 20;
+    s3_cache *c = open_cache(max);
+    char tag[S3_CACHE_TAG_LEN];
+    tag_of("\"e1\"", tag);
+    uint8_t buf[64 << 10];
+    for (unsigned i = 0; i < 64; i++) {
+        fill(buf, sizeof buf, (uint64_t)i << 16);
+        s3_cache_put(c, tag, (uint64_t)i << 16, buf, sizeof buf);
+        cr_assert_leq(stats(c).stored_bytes, max, "%llu bytes held after %u puts",
+                      (unsigned long long)stats(c).stored_bytes, i + 1);
+    }
+    /* A range over a quarter of the bound is never kept. */
+    uint8_t *big = calloc(1, max / 2);
+    s3_cache_put(c, tag, 1ull << 30, big, max / 2);
+    cr_assert_eq(s3_cache_get(c, tag, 1ull << 30, big, max / 2, 0, 0), 0);
+    free(big);
+    s3_cache_free(c);
+}
