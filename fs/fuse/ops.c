@@ -318,6 +318,12 @@ static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     ckptfs *fs = fs_of(req);
+    if (!fs->writable) {
+        /* Nothing to report on a read-only mount: the kernel stops asking
+         * (where it opens without us, noflush cannot tell it). */
+        fuse_reply_err(req, ENOSYS);
+        return;
+    }
     fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
     if (h && h->is_fwd)
         ino = h->u.fwd;

@@ -45,6 +45,9 @@ static void set_open_cache(struct fuse_file_info *fi, int keep)
 {
     fi->keep_cache = keep;
     fi->direct_io = (fi->flags & O_ACCMODE) == O_WRONLY;
+    /* A reader's close has no write error to hear (wops_flush): it must not
+     * take one meant for the writer, and costs no round trip. */
+    fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY;
 }
 
 /* The writable checkpoint of an inode; replies ESTALE if there is none. */

@@ -400,15 +400,35 @@ static ssize_t sealed_write(stage_blob *b, const uint8_t *buf, size_t len, uint6
 /* With the lock held: a write refused for the error of an earlier one. */
 static ssize_t refuse_late(stage_blob *b, ckpt_err *err)
 {
-    return ckpt_fail(err, b->late_err, "staging file %s: an earlier write failed: %s", b->name,
-                     strerror(-b->late_err));
+    b->late_refuse = 0;
+    return ckpt_fail(err, b->late_err, "an earlier write failed: %s", b->late_msg);
+}
+
+/* With the lock held: the write answered before it failed with rc. */
+static void keep_late(stage_blob *b, int rc, const ckpt_err *err)
+{
+    if (b->late_err)
+        return; /* the first one is the one to report */
+    b->late_err = rc;
+    b->late_refuse = 1;
+    snprintf(b->late_msg, sizeof b->late_msg, "%s", err->msg[0] ? err->msg : strerror(-rc));
+}
+
+/* With the lock held: the kept error, taken. */
+static int take_late(stage_blob *b, ckpt_err *err)
+{
+    int rc = b->late_err;
+    if (rc)
+        ckpt_fail(err, rc, "an earlier write failed: %s", b->late_msg);
+    b->late_err = b->late_refuse = 0;
+    return rc;
 }
 
 /* With the lock held: answers the writer (ack), then writes. */
 static ssize_t locked_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t off,
                              const stage_ack *ack, ckpt_err *err)
 {
-    if (b->late_err)
+    if (b->late_refuse)
         return refuse_late(b, err);
     ssize_t rc = blob_ensure_fd(b, err);
     if (rc)
@@ -431,7 +451,7 @@ static ssize_t locked_pwrite(stage_blob *b, const void *buf, size_t len, uint64_
         }
     }
     if (rc < 0 && ack)
-        b->late_err = (int)rc;
+        keep_late(b, (int)rc, err);
     return rc;
 }
 
@@ -460,11 +480,10 @@ ssize_t stage_blob_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t o
     return stage_blob_pwrite_acked(b, buf, len, off, NULL, err);
 }
 
-int stage_blob_take_error(stage_blob *b)
+int stage_blob_take_error(stage_blob *b, ckpt_err *err)
 {
     pthread_mutex_lock(&b->lock);
-    int rc = b->late_err;
-    b->late_err = 0;
+    int rc = take_late(b, err);
     pthread_mutex_unlock(&b->lock);
     return rc;
 }
@@ -532,7 +551,7 @@ ssize_t stage_blob_write_fd(stage_blob *b, int fd, size_t len, uint64_t off, con
         return err->code;
     pthread_mutex_lock(&b->lock);
     ssize_t rc;
-    if (buf || b->late_err) {
+    if (buf || b->late_refuse) {
         rc = locked_pwrite(b, buf, len, off, ack, err);
     } else if ((rc = blob_ensure_fd(b, err)) == 0) {
         if (ack)
@@ -550,7 +569,7 @@ ssize_t stage_blob_write_fd(stage_blob *b, int fd, size_t len, uint64_t off, con
         } else {
             rc = blob_fail_io(b, err, r, "write failed");
             if (ack)
-                b->late_err = r;
+                keep_late(b, r, err);
         }
     }
     pthread_mutex_unlock(&b->lock);
@@ -615,7 +634,9 @@ int stage_blob_truncate(stage_blob *b, uint64_t size, ckpt_err *err)
 int stage_blob_sync(stage_blob *b, ckpt_err *err)
 {
     pthread_mutex_lock(&b->lock);
-    int rc = b->key ? flush_buf(b, err) : 0;
+    int rc = take_late(b, err);
+    if (rc == 0 && b->key)
+        rc = flush_buf(b, err);
     if (rc == 0)
         rc = blob_ensure_fd(b, err);
     if (rc == 0 && fdatasync(b->fd) != 0)

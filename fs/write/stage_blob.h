@@ -71,9 +71,10 @@ ssize_t stage_blob_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t o
  * is held, so it must not call back into the blob), but before its bytes
  * are copied: the FUSE layer answers the writer there, and the writer's
  * next request travels while this one is written. A write that fails after
- * its answer has nobody left to tell, so the blob keeps the error: every
- * later write returns it (without writing), and so does
- * stage_blob_take_error, once. */
+ * its answer has nobody left to tell, so the blob keeps the error, as a
+ * page cache keeps a writeback error: the next write is refused with it
+ * (once: a writer that frees space and retries is not refused again), and
+ * stage_blob_take_error and stage_blob_sync return it, once. */
 typedef struct stage_ack {
     void (*fn)(void *arg, size_t len);
     void *arg;
@@ -86,12 +87,13 @@ ssize_t stage_blob_pwrite_acked(stage_blob *b, const void *buf, size_t len, uint
  * hands over a write). A failed write may leave some of them in fd. */
 ssize_t stage_blob_write_fd(stage_blob *b, int fd, size_t len, uint64_t off, const stage_ack *ack,
                             ckpt_err *err);
-/* The error of a write that failed after its answer (0: none), cleared:
- * what close and fsync report. */
-int stage_blob_take_error(stage_blob *b);
+/* The error of a write that failed after its answer (0: none), cleared,
+ * with its message in *err: what close reports. */
+int stage_blob_take_error(stage_blob *b, ckpt_err *err);
 int stage_blob_truncate(stage_blob *b, uint64_t size, ckpt_err *err);
 /* Durable: returns once every byte written so far is on disk, together
- * with the blob's name in its directory. */
+ * with the blob's name in its directory; or the error of a write that
+ * failed after its answer (taken, as stage_blob_take_error). */
 int stage_blob_sync(stage_blob *b, ckpt_err *err);
 /* Writes out the block buffer (without syncing) and closes the descriptor;
  * the next operation reopens it. 0, or the error of the write. */

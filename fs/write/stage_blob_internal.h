@@ -39,7 +39,11 @@ struct stage_blob {
     uint64_t size;
     int unlinked;
     int need_dir_sync; /* created; its name is not known durable yet */
-    int late_err;      /* of a write that failed after its answer (stage_ack) */
+    /* A write that failed after its answer (stage_ack): its error for the
+     * next flush or fsync, whether the next write is still to be refused
+     * with it, and why. */
+    int late_err, late_refuse;
+    char late_msg[sizeof((ckpt_err *)0)->msg];
 
     /* Sealed blobs only. */
     uint64_t **pages; /* block -> newest record, see map_slot */

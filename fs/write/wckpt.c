@@ -485,6 +485,13 @@ int wtable_commit(wtable *t, wckpt *c)
     /* Writes already past the state check finish before the snapshot. */
     while (c->inflight)
         pthread_cond_wait(&c->changed, &c->lock);
+    if (c->state != WST_PACKING) {
+        /* One of them failed after its writer was told it worked: the
+         * checkpoint is failed, and a pack now would miss those bytes. */
+        c->changed_since_commit = 1;
+        pthread_mutex_unlock(&c->lock);
+        return -EIO;
+    }
     uint8_t *buf = NULL;
     size_t len = 0;
     int rc = stage_encode_meta(&c->dir, &c->tree, c->next_blob_id, &buf, &len);

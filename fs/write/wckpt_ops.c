@@ -379,6 +379,19 @@ ssize_t wckpt_read(wckpt *c, uint32_t node, void *buf, size_t len, uint64_t off)
     return n;
 }
 
+/* Passes a write's early answer on (stage_ack), noting that it was given. */
+typedef struct relay_ack {
+    const stage_ack *to;
+    int given;
+} relay_ack;
+
+static void relay_answer(void *arg, size_t len)
+{
+    relay_ack *r = arg;
+    r->given = 1;
+    r->to->fn(r->to->arg, len);
+}
+
 /* The data of a write comes from buf, or when buf is NULL from fd. */
 static ssize_t write_from(wckpt *c, uint32_t node, const void *buf, int fd, size_t len,
                           uint64_t off, const stage_ack *ack)
@@ -386,22 +399,31 @@ static ssize_t write_from(wckpt *c, uint32_t node, const void *buf, int fd, size
     wfile *f = NULL;
     pthread_mutex_lock(&c->lock);
     int rc = begin_io(c, node, 1, &f);
+    if (rc == 0) {
+        /* Before the bytes, as Linux does: a futimens the writer sends
+         * once answered must not be overwritten by this write's end. */
+        wc_mark_mtime(&c->tree.nodes[node]);
+        wc_touched(c, 0);
+    }
     pthread_mutex_unlock(&c->lock);
     if (rc)
         return rc;
     ckpt_err err = {0};
-    ssize_t n = buf ? stage_blob_pwrite_acked(f->blob, buf, len, off, ack, &err)
-                    : stage_blob_write_fd(f->blob, fd, len, off, ack, &err);
+    relay_ack relay = {ack, 0};
+    stage_ack mine = {relay_answer, &relay};
+    const stage_ack *a = ack ? &mine : NULL;
+    ssize_t n = buf ? stage_blob_pwrite_acked(f->blob, buf, len, off, a, &err)
+                    : stage_blob_write_fd(f->blob, fd, len, off, a, &err);
     pthread_mutex_lock(&c->lock);
     if (n < 0) {
-        wc_staging_failed(c, (int)n, err.msg, node, off);
+        /* Failed after the writer was told it worked: whatever the cause,
+         * the checkpoint must not be packed without these bytes. */
+        int why = relay.given && n != -ENOSPC && n != -EDQUOT ? -EIO : (int)n;
+        wc_staging_failed(c, why, err.msg, node, off);
         if (n != -ENOSPC && n != -EDQUOT)
             fslog_err("checkpoint '%s': %s", c->name, err.msg);
-    } else {
-        if (n > 0)
-            wc_staging_repaired(c, node, off, off + (uint64_t)n - 1);
-        wc_mark_mtime(&c->tree.nodes[node]);
-        wc_touched(c, 0);
+    } else if (n > 0) {
+        wc_staging_repaired(c, node, off, off + (uint64_t)n - 1);
     }
     end_io(c, node, f);
     pthread_mutex_unlock(&c->lock);
@@ -437,8 +459,11 @@ int wckpt_flush(wckpt *c, uint32_t node)
     pthread_mutex_unlock(&c->lock);
     if (!blob)
         return 0;
-    int rc = stage_blob_take_error(blob);
+    ckpt_err err = {0};
+    int rc = stage_blob_take_error(blob, &err);
     pthread_mutex_lock(&c->lock);
+    if (rc)
+        fslog_err("checkpoint '%s': close reports: %s", c->name, err.msg);
     end_io(c, node, f);
     pthread_mutex_unlock(&c->lock);
     return rc;

@@ -64,7 +64,18 @@ else:
 expect_ok "and the next close of it has nothing more to say" $PY -c "
 import os
 os.close(os.open('$MNT/full/late', os.O_WRONLY))"
-expect_ok "removing them frees the space" rm "$MNT/full/x" "$MNT/full/late"
+expect_ok "fsync says it too (and the close after it has nothing more)" $PY -c "
+import errno, os
+fd = os.open('$MNT/full/late2', os.O_WRONLY | os.O_CREAT, 0o644)
+assert os.write(fd, b'x' * 65536) == 65536, 'short write'
+try:
+    os.fsync(fd)
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+else:
+    raise SystemExit('fsync succeeded')
+os.close(fd)"
+expect_ok "removing them frees the space" rm "$MNT/full/x" "$MNT/full/late" "$MNT/full/late2"
 expect_ok "a smaller file then fits" cp "$TMP/4m" "$MNT/full/y"
 # Writing again once the namespace, whose save failed too, is saved.
 wait_state "and the checkpoint is writing again" "$MNT/full" writing 15

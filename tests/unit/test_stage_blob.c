@@ -598,9 +598,10 @@ Test(stage_blob, write_fd_short_pipe)
 }
 
 /* A write answered early that then fails (here: past RLIMIT_FSIZE, as a
- * full disk would) keeps its error: the next write is refused with it and
- * unanswered, stage_blob_take_error gives it once, and writing works again
- * after that. Unanswered writes fail as before and keep nothing. */
+ * full disk would) keeps its error, as a page cache keeps a writeback
+ * error: the next write is refused with it, once and unanswered; close
+ * (stage_blob_take_error) and fsync (stage_blob_sync) hear of it once.
+ * Unanswered writes fail as before and keep nothing. */
 static void failure_after_answer(const stage_key *k)
 {
     enum { LIMIT = 256 * 1024, BIG = 1 << 20 };
@@ -621,16 +622,26 @@ static void failure_after_answer(const stage_key *k)
     cr_assert_eq(stage_blob_pwrite_acked(b, data, 100, 0, &ack, &err), -EFBIG);
     cr_assert_eq(seen.calls, 1, "a refused write is not answered");
     tu_assert_contains(err.msg, "an earlier write failed");
-
-    cr_assert_eq(stage_blob_take_error(b), -EFBIG);
-    cr_assert_eq(stage_blob_take_error(b), 0, "reported once");
+    tu_assert_contains(err.msg, "staging file"); /* the first failure's own words */
     memset(data, 0x11, 100);
-    cr_assert_eq(stage_blob_pwrite_acked(b, data, 100, 0, &ack, &err), 100, "%s", err.msg);
+    cr_assert_eq(stage_blob_pwrite_acked(b, data, 100, 0, &ack, &err), 100, "refused once only: %s",
+                 err.msg);
     cr_assert_eq(seen.calls, 2);
+
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(stage_blob_take_error(b, &err), -EFBIG, "close still hears of it");
+    tu_assert_contains(err.msg, "an earlier write failed");
+    cr_assert_eq(stage_blob_take_error(b, &err), 0, "once");
+
+    cr_assert_eq(stage_blob_pwrite_acked(b, data, BIG, 0, &ack, &err), -EFBIG);
+    cr_assert_eq(stage_blob_sync(b, &err), -EFBIG, "fsync hears of it");
+    cr_assert_eq(stage_blob_take_error(b, &err), 0, "and takes it");
+    cr_assert_eq(stage_blob_sync(b, &err), 0, "%s", err.msg);
 
     /* Without an answer the caller hears of the failure itself. */
     cr_assert_eq(stage_blob_pwrite(b, data, BIG, 0, &err), -EFBIG);
-    cr_assert_eq(stage_blob_take_error(b), 0);
+    cr_assert_eq(stage_blob_take_error(b, &err), 0);
+    cr_assert_eq(stage_blob_pwrite(b, data, 100, 0, &err), 100, "%s", err.msg);
     stage_blob_free(b);
     free(data);
 }

@@ -6,6 +6,8 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
 
 #include "common.h"
 
@@ -680,5 +682,103 @@ Test(wckpt, setattr_truncate_rename_inside)
     cr_assert_eq(n, 0);
     cr_assert_eq(parent, WTREE_NONE);
     wdirents_free(v, n);
+    close_table(&t);
+}
+
+/* cp -p sets the mtime (futimens) as soon as its last write is answered,
+ * while that write's bytes are still being copied (stage_ack): the time it
+ * sets must stay. The answer here starts the setattr and gives it time to
+ * wait for the write, which then finishes. */
+typedef struct mtime_setter {
+    wckpt *c;
+    uint32_t node;
+    pthread_t thread;
+} mtime_setter;
+
+static void *set_old_mtime(void *arg)
+{
+    mtime_setter *s = arg;
+    struct timespec when = {1234567890, 0};
+    struct stat st;
+    cr_assert_eq(wckpt_setattr(s->c, s->node, WSET_MTIME, 0, 0, NULL, &when, &st), 0);
+    return NULL;
+}
+
+static void answer_then_set_mtime(void *arg, size_t len)
+{
+    (void)len;
+    mtime_setter *s = arg;
+    cr_assert_eq(pthread_create(&s->thread, NULL, set_old_mtime, s), 0);
+    usleep(50000);
+}
+
+Test(wckpt, mtime_set_after_the_answer_stays)
+{
+    wtable t;
+    open_table(&t, NULL, 0, 1);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "m", 0755, &c), 0);
+    uint32_t f = make_file(c, WTREE_ROOT, "f", "x", 1);
+    mtime_setter s = {c, f, 0};
+    stage_ack ack = {answer_then_set_mtime, &s};
+    enum { LEN = 1 << 20 };
+    uint8_t *data = calloc(1, LEN);
+    cr_assert_eq(wckpt_write_acked(c, f, data, LEN, 0, &ack), LEN);
+    pthread_join(s.thread, NULL);
+    struct stat st;
+    cr_assert_eq(wckpt_getattr(c, f, &st), 0);
+    cr_assert_eq(st.st_mtim.tv_sec, 1234567890, "mtime %lld", (long long)st.st_mtim.tv_sec);
+    free(data);
+    close_table(&t);
+}
+
+/* A commit that waits for a write in flight which then fails (after its
+ * answer) is refused, and the checkpoint stays failed with the reason,
+ * rather than being committed without those bytes or left stuck. */
+typedef struct committer {
+    wtable *t;
+    wckpt *c;
+    pthread_t thread;
+    int rc;
+} committer;
+
+static void *commit_now(void *arg)
+{
+    committer *k = arg;
+    k->rc = wtable_commit(k->t, k->c);
+    return NULL;
+}
+
+static void answer_then_commit(void *arg, size_t len)
+{
+    (void)len;
+    committer *k = arg;
+    cr_assert_eq(pthread_create(&k->thread, NULL, commit_now, k), 0);
+    usleep(50000);
+}
+
+Test(wckpt, commit_under_a_write_that_fails_is_refused)
+{
+    wtable t;
+    open_table(&t, NULL, 3600, 1);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "k", 0755, &c), 0);
+    uint32_t f = make_file(c, WTREE_ROOT, "f", "x", 1);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {64 * 1024, 64 * 1024};
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    committer k = {&t, c, 0, 1};
+    stage_ack ack = {answer_then_commit, &k};
+    enum { LEN = 1 << 20 };
+    uint8_t *data = calloc(1, LEN);
+    cr_assert_lt(wckpt_write_acked(c, f, data, LEN, 0, &ack), 0);
+    pthread_join(k.thread, NULL);
+    cr_assert_eq(k.rc, -EIO, "commit gave %d", k.rc);
+    pthread_mutex_lock(&c->lock);
+    wstate s = c->state;
+    pthread_mutex_unlock(&c->lock);
+    cr_assert_eq(s, WST_FAILED, "state %s", wstate_name(s));
+    tu_assert_contains(c->error, "write failed");
+    free(data);
     close_table(&t);
 }
