@@ -573,9 +573,13 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     if (conn->congestion_threshold < 48)
         conn->congestion_threshold = 48;
     conn->time_gran = 1;
-    /* Writes into checkpoints come whole, at the size cp was told to
-     * use (WCKPT_WRITE_SIZE, from st_blksize). */
-    conn->max_write = WCKPT_WRITE_SIZE;
+    /* 1 MiB, though cp is steered to 256 KiB writes (WCKPT_WRITE_SIZE):
+     * libfuse derives max_pages, the largest read request, from max_write,
+     * and cold reads ran 3-5% faster at 1 MiB than at 256 KiB; writes at
+     * st_blksize ran as fast or faster (a 2 GB cp -r 0.85-0.91 s against
+     * 0.94-0.99 s; libfuse then reads requests instead of splicing them,
+     * its pipe being too small). */
+    conn->max_write = 1u << 20;
     /* No writeback cache: with it writes would return before reaching us,
      * so EBUSY (packing) and ENOSPC would surface only at close, as EIO,
      * and a commit could miss data still in the kernel. */
