@@ -48,33 +48,29 @@ expect_ok "ckpt status" "$CKPT" status "$MNT"
 last_stdout_matches "stays failed with the reason (ckpt status)" '^full +failed .*No space left'
 if grep -q "writing again" "$LOG"; then fail "and the log says nothing else" "$(grep "writing again" "$LOG")"; else pass "and the log says nothing else"; fi
 # A write is answered before it is copied to the staging file, so the
-# copy's ENOSPC reaches the writer at its close, as a local disk's
-# writeback error does: never lost.
-expect_ok "a write answered before it failed: close says ENOSPC" $PY -c "
+# copy's ENOSPC reaches the writer at its fsync or close, as a local
+# disk's writeback error does: never lost, and said once.
+# late_enospc FILE CALL: one 64 KiB write (one request, answered whole)
+# into FILE on the full disk, then CALL ("fsync" or "close") says ENOSPC.
+late_enospc() {
+    expect_ok "a write answered before it failed: $2 says ENOSPC" $PY -c "
 import errno, os
-fd = os.open('$MNT/full/late', os.O_WRONLY | os.O_CREAT, 0o644)
-# One request (below max_write): answered whole, then failed.
+fd = os.open('$1', os.O_WRONLY | os.O_CREAT, 0o644)
 assert os.write(fd, b'x' * 65536) == 65536, 'short write'
 try:
-    os.close(fd)
+    os.fsync(fd) if '$2' == 'fsync' else os.close(fd)
 except OSError as e:
     assert e.errno == errno.ENOSPC, e
 else:
-    raise SystemExit('close succeeded')"
+    raise SystemExit('$2 succeeded')
+if '$2' == 'fsync':
+    os.close(fd)  # taken by fsync: nothing more to say"
+}
+late_enospc "$MNT/full/late" close
+late_enospc "$MNT/full/late2" fsync
 expect_ok "and the next close of it has nothing more to say" $PY -c "
 import os
 os.close(os.open('$MNT/full/late', os.O_WRONLY))"
-expect_ok "fsync says it too (and the close after it has nothing more)" $PY -c "
-import errno, os
-fd = os.open('$MNT/full/late2', os.O_WRONLY | os.O_CREAT, 0o644)
-assert os.write(fd, b'x' * 65536) == 65536, 'short write'
-try:
-    os.fsync(fd)
-except OSError as e:
-    assert e.errno == errno.ENOSPC, e
-else:
-    raise SystemExit('fsync succeeded')
-os.close(fd)"
 expect_ok "removing them frees the space" rm "$MNT/full/x" "$MNT/full/late" "$MNT/full/late2"
 expect_ok "a smaller file then fits" cp "$TMP/4m" "$MNT/full/y"
 # Writing again once the namespace, whose save failed too, is saved.

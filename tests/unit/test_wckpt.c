@@ -685,14 +685,43 @@ Test(wckpt, setattr_truncate_rename_inside)
     close_table(&t);
 }
 
+/* Writes len zeros at 0 into node f of c, answered (stage_ack) by starting
+ * race(arg) on a thread of its own and giving it 50 ms to meet the write
+ * still in flight; the write's result, once race is done too. */
+typedef struct racer {
+    void *(*race)(void *);
+    void *arg;
+    pthread_t thread;
+    int started;
+} racer;
+
+static void answer_then_race(void *arg, size_t len)
+{
+    (void)len;
+    racer *r = arg;
+    cr_assert_eq(pthread_create(&r->thread, NULL, r->race, r->arg), 0);
+    r->started = 1;
+    usleep(50000);
+}
+
+static ssize_t write_racing(wckpt *c, uint32_t f, size_t len, void *(*race)(void *), void *arg)
+{
+    racer r = {race, arg, 0, 0};
+    stage_ack ack = {answer_then_race, &r};
+    uint8_t *data = calloc(1, len);
+    ssize_t n = wckpt_write_acked(c, f, data, len, 0, &ack);
+    if (r.started)
+        pthread_join(r.thread, NULL);
+    free(data);
+    return n;
+}
+
 /* cp -p sets the mtime (futimens) as soon as its last write is answered,
- * while that write's bytes are still being copied (stage_ack): the time it
- * sets must stay. The answer here starts the setattr and gives it time to
- * wait for the write, which then finishes. */
+ * while that write's bytes are still being copied: the time it sets must
+ * stay. */
 typedef struct mtime_setter {
     wckpt *c;
     uint32_t node;
-    pthread_t thread;
 } mtime_setter;
 
 static void *set_old_mtime(void *arg)
@@ -704,14 +733,6 @@ static void *set_old_mtime(void *arg)
     return NULL;
 }
 
-static void answer_then_set_mtime(void *arg, size_t len)
-{
-    (void)len;
-    mtime_setter *s = arg;
-    cr_assert_eq(pthread_create(&s->thread, NULL, set_old_mtime, s), 0);
-    usleep(50000);
-}
-
 Test(wckpt, mtime_set_after_the_answer_stays)
 {
     wtable t;
@@ -719,16 +740,11 @@ Test(wckpt, mtime_set_after_the_answer_stays)
     wckpt *c;
     cr_assert_eq(wtable_mkdir(&t, "m", 0755, &c), 0);
     uint32_t f = make_file(c, WTREE_ROOT, "f", "x", 1);
-    mtime_setter s = {c, f, 0};
-    stage_ack ack = {answer_then_set_mtime, &s};
-    enum { LEN = 1 << 20 };
-    uint8_t *data = calloc(1, LEN);
-    cr_assert_eq(wckpt_write_acked(c, f, data, LEN, 0, &ack), LEN);
-    pthread_join(s.thread, NULL);
+    mtime_setter s = {c, f};
+    cr_assert_eq(write_racing(c, f, 1 << 20, set_old_mtime, &s), 1 << 20);
     struct stat st;
     cr_assert_eq(wckpt_getattr(c, f, &st), 0);
     cr_assert_eq(st.st_mtim.tv_sec, 1234567890, "mtime %lld", (long long)st.st_mtim.tv_sec);
-    free(data);
     close_table(&t);
 }
 
@@ -738,7 +754,6 @@ Test(wckpt, mtime_set_after_the_answer_stays)
 typedef struct committer {
     wtable *t;
     wckpt *c;
-    pthread_t thread;
     int rc;
 } committer;
 
@@ -747,14 +762,6 @@ static void *commit_now(void *arg)
     committer *k = arg;
     k->rc = wtable_commit(k->t, k->c);
     return NULL;
-}
-
-static void answer_then_commit(void *arg, size_t len)
-{
-    (void)len;
-    committer *k = arg;
-    cr_assert_eq(pthread_create(&k->thread, NULL, commit_now, k), 0);
-    usleep(50000);
 }
 
 Test(wckpt, commit_under_a_write_that_fails_is_refused)
@@ -767,18 +774,13 @@ Test(wckpt, commit_under_a_write_that_fails_is_refused)
     signal(SIGXFSZ, SIG_IGN);
     struct rlimit rl = {64 * 1024, 64 * 1024};
     cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
-    committer k = {&t, c, 0, 1};
-    stage_ack ack = {answer_then_commit, &k};
-    enum { LEN = 1 << 20 };
-    uint8_t *data = calloc(1, LEN);
-    cr_assert_lt(wckpt_write_acked(c, f, data, LEN, 0, &ack), 0);
-    pthread_join(k.thread, NULL);
+    committer k = {&t, c, 1};
+    cr_assert_lt(write_racing(c, f, 1 << 20, commit_now, &k), 0);
     cr_assert_eq(k.rc, -EIO, "commit gave %d", k.rc);
     pthread_mutex_lock(&c->lock);
     wstate s = c->state;
     pthread_mutex_unlock(&c->lock);
     cr_assert_eq(s, WST_FAILED, "state %s", wstate_name(s));
     tu_assert_contains(c->error, "write failed");
-    free(data);
     close_table(&t);
 }
