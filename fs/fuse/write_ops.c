@@ -569,23 +569,16 @@ int wops_read(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off
  * read and the kernel's copy of the next request run while this one is
  * written to the staging file, where answering last made one thread do
  * all of it in turn. libfuse's buffer stays ours until we return. */
-typedef struct write_answer {
-    fuse_req_t req;
-    int sent;
-} write_answer;
-
-static void answer_write(void *arg, size_t len)
+static void answer_write(void *req, size_t len)
 {
-    write_answer *a = arg;
-    a->sent = 1;
-    fuse_reply_write(a->req, len);
+    fuse_reply_write(req, len);
 }
 
 /* The bytes of a write as libfuse hands them over: in memory, or, when
  * requests are spliced from the device, still in a pipe, from which
  * splice moves them to the staging file without a copy through here. */
 static ssize_t write_bufvec(wckpt *c, uint32_t node, struct fuse_bufvec *bufv, off_t off,
-                            const stage_ack *ack)
+                            stage_ack *ack)
 {
     size_t size = fuse_buf_size(bufv);
     const struct fuse_buf *b = &bufv->buf[0];
@@ -618,12 +611,11 @@ int wops_write_buf(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_bufve
         fuse_reply_err(req, EINVAL);
         return 1;
     }
-    write_answer a = {req, 0};
-    stage_ack ack = {answer_write, &a};
+    stage_ack ack = {answer_write, req, 0};
     ssize_t n = write_bufvec(c, node, bufv, off, &ack);
     if (n >= 0)
         bufv->idx = bufv->count; /* all taken: libfuse need not empty its pipe */
-    if (a.sent)
+    if (ack.given)
         return 1; /* a later failure: the file's next write and its close say so */
     if (n < 0)
         /* Committed under a writer: the pack is read-only. */

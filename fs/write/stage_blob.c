@@ -424,17 +424,24 @@ static int take_late(stage_blob *b, ckpt_err *err)
     return rc;
 }
 
+static void answer(stage_ack *ack, size_t len)
+{
+    if (ack) {
+        ack->given = 1;
+        ack->fn(ack->arg, len);
+    }
+}
+
 /* With the lock held: answers the writer (ack), then writes. */
 static ssize_t locked_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t off,
-                             const stage_ack *ack, ckpt_err *err)
+                             stage_ack *ack, ckpt_err *err)
 {
     if (b->late_refuse)
         return refuse_late(b, err);
     ssize_t rc = blob_ensure_fd(b, err);
     if (rc)
         return rc;
-    if (ack)
-        ack->fn(ack->arg, len);
+    answer(ack, len);
     if (b->key) {
         rc = sealed_write(b, buf, len, off, err);
         /* Cut short: the writer was told all of it was written. */
@@ -464,7 +471,7 @@ static int check_range(stage_blob *b, size_t len, uint64_t off, ckpt_err *err)
 }
 
 ssize_t stage_blob_pwrite_acked(stage_blob *b, const void *buf, size_t len, uint64_t off,
-                                const stage_ack *ack, ckpt_err *err)
+                                stage_ack *ack, ckpt_err *err)
 {
     int rc = check_range(b, len, off, err);
     if (rc)
@@ -539,7 +546,7 @@ static uint8_t *take_pipe(stage_blob *b, int fd, size_t len, ckpt_err *err)
     return buf;
 }
 
-ssize_t stage_blob_write_fd(stage_blob *b, int fd, size_t len, uint64_t off, const stage_ack *ack,
+ssize_t stage_blob_write_fd(stage_blob *b, int fd, size_t len, uint64_t off, stage_ack *ack,
                             ckpt_err *err)
 {
     int rc0 = check_range(b, len, off, err);
@@ -554,8 +561,7 @@ ssize_t stage_blob_write_fd(stage_blob *b, int fd, size_t len, uint64_t off, con
     if (buf || b->late_refuse) {
         rc = locked_pwrite(b, buf, len, off, ack, err);
     } else if ((rc = blob_ensure_fd(b, err)) == 0) {
-        if (ack)
-            ack->fn(ack->arg, len);
+        answer(ack, len);
         int r = splice_all(fd, b->fd, len, off);
         /* A file system without splice took nothing from fd: copy. */
         if (r == -EINVAL && (buf = take_pipe(b, fd, len, err)) != NULL)

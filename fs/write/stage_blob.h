@@ -78,14 +78,15 @@ ssize_t stage_blob_pwrite(stage_blob *b, const void *buf, size_t len, uint64_t o
 typedef struct stage_ack {
     void (*fn)(void *arg, size_t len);
     void *arg;
+    int given; /* set once fn was called: a failure then is the blob's to keep */
 } stage_ack;
 
 /* stage_blob_pwrite that calls ack (NULL: none) as above. */
 ssize_t stage_blob_pwrite_acked(stage_blob *b, const void *buf, size_t len, uint64_t off,
-                                const stage_ack *ack, ckpt_err *err);
+                                stage_ack *ack, ckpt_err *err);
 /* stage_blob_pwrite_acked of the next len bytes of fd (a pipe, as FUSE
  * hands over a write). A failed write may leave some of them in fd. */
-ssize_t stage_blob_write_fd(stage_blob *b, int fd, size_t len, uint64_t off, const stage_ack *ack,
+ssize_t stage_blob_write_fd(stage_blob *b, int fd, size_t len, uint64_t off, stage_ack *ack,
                             ckpt_err *err);
 /* The error of a write that failed after its answer (0: none), cleared,
  * with its message in *err: what close reports. */

@@ -359,11 +359,10 @@ ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64
  * checkpoint failed as any failed write does, and is what the file's next
  * write, wckpt_flush and wckpt_fsync return. */
 ssize_t wckpt_write_acked(wckpt *c, uint32_t node, const void *buf, size_t len, uint64_t off,
-                          const stage_ack *ack);
+                          stage_ack *ack);
 /* wckpt_write_acked of the next len bytes of fd, a pipe
  * (stage_blob_write_fd). */
-ssize_t wckpt_write_fd(wckpt *c, uint32_t node, int fd, size_t len, uint64_t off,
-                       const stage_ack *ack);
+ssize_t wckpt_write_fd(wckpt *c, uint32_t node, int fd, size_t len, uint64_t off, stage_ack *ack);
 /* At each close of a file: the error of a write that failed after its
  * answer, once (0: none). */
 int wckpt_flush(wckpt *c, uint32_t node);

@@ -379,22 +379,9 @@ ssize_t wckpt_read(wckpt *c, uint32_t node, void *buf, size_t len, uint64_t off)
     return n;
 }
 
-/* Passes a write's early answer on (stage_ack), noting that it was given. */
-typedef struct relay_ack {
-    const stage_ack *to;
-    int given;
-} relay_ack;
-
-static void relay_answer(void *arg, size_t len)
-{
-    relay_ack *r = arg;
-    r->given = 1;
-    r->to->fn(r->to->arg, len);
-}
-
 /* The data of a write comes from buf, or when buf is NULL from fd. */
 static ssize_t write_from(wckpt *c, uint32_t node, const void *buf, int fd, size_t len,
-                          uint64_t off, const stage_ack *ack)
+                          uint64_t off, stage_ack *ack)
 {
     wfile *f = NULL;
     pthread_mutex_lock(&c->lock);
@@ -409,16 +396,13 @@ static ssize_t write_from(wckpt *c, uint32_t node, const void *buf, int fd, size
     if (rc)
         return rc;
     ckpt_err err = {0};
-    relay_ack relay = {ack, 0};
-    stage_ack mine = {relay_answer, &relay};
-    const stage_ack *a = ack ? &mine : NULL;
-    ssize_t n = buf ? stage_blob_pwrite_acked(f->blob, buf, len, off, a, &err)
-                    : stage_blob_write_fd(f->blob, fd, len, off, a, &err);
+    ssize_t n = buf ? stage_blob_pwrite_acked(f->blob, buf, len, off, ack, &err)
+                    : stage_blob_write_fd(f->blob, fd, len, off, ack, &err);
     pthread_mutex_lock(&c->lock);
     if (n < 0) {
         /* Failed after the writer was told it worked: whatever the cause,
          * the checkpoint must not be packed without these bytes. */
-        int why = relay.given && n != -ENOSPC && n != -EDQUOT ? -EIO : (int)n;
+        int why = ack && ack->given && n != -ENOSPC && n != -EDQUOT ? -EIO : (int)n;
         wc_staging_failed(c, why, err.msg, node, off);
         if (n != -ENOSPC && n != -EDQUOT)
             fslog_err("checkpoint '%s': %s", c->name, err.msg);
@@ -436,13 +420,12 @@ ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64
 }
 
 ssize_t wckpt_write_acked(wckpt *c, uint32_t node, const void *buf, size_t len, uint64_t off,
-                          const stage_ack *ack)
+                          stage_ack *ack)
 {
     return write_from(c, node, buf, -1, len, off, ack);
 }
 
-ssize_t wckpt_write_fd(wckpt *c, uint32_t node, int fd, size_t len, uint64_t off,
-                       const stage_ack *ack)
+ssize_t wckpt_write_fd(wckpt *c, uint32_t node, int fd, size_t len, uint64_t off, stage_ack *ack)
 {
     return write_from(c, node, NULL, fd, len, off, ack);
 }

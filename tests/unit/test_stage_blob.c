@@ -556,7 +556,7 @@ static void write_from_pipe(const stage_key *k)
     stage_blob *b = open_blob(11, k, 1);
     ckpt_err err = {0};
     ack_seen seen = {11, 0, 0, -1};
-    stage_ack ack = {record_ack, &seen};
+    stage_ack ack = {record_ack, &seen, 0};
     cr_assert_eq(stage_blob_write_fd(b, p[0], LEN, OFF, &ack, &err), LEN, "%s", err.msg);
     cr_assert_eq(seen.calls, 1);
     cr_assert_eq(seen.len, LEN);
@@ -612,7 +612,7 @@ static void failure_after_answer(const stage_key *k)
     stage_blob *b = open_blob(13, k, 1);
     ckpt_err err = {0};
     ack_seen seen = {13, 0, 0, -1};
-    stage_ack ack = {record_ack, &seen};
+    stage_ack ack = {record_ack, &seen, 0};
 
     cr_assert_eq(stage_blob_pwrite_acked(b, data, BIG, 0, &ack, &err), -EFBIG, "%s", err.msg);
     cr_assert_eq(seen.calls, 1, "answered before it failed");

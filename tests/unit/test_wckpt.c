@@ -707,7 +707,7 @@ static void answer_then_race(void *arg, size_t len)
 static ssize_t write_racing(wckpt *c, uint32_t f, size_t len, void *(*race)(void *), void *arg)
 {
     racer r = {race, arg, 0, 0};
-    stage_ack ack = {answer_then_race, &r};
+    stage_ack ack = {answer_then_race, &r, 0};
     uint8_t *data = calloc(1, len);
     ssize_t n = wckpt_write_acked(c, f, data, len, 0, &ack);
     if (r.started)
