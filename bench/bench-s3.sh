@@ -7,6 +7,11 @@
 #     GET at full speed): MB/s of the checkpoint delivered, MB/s of pack
 #     bytes fetched, and the ratio of curl's time to ours
 #   - `ckpt pack` to s3:// next to `ckpt pack` to a local directory
+#   - the same packing and reading again with the gateway's daemons pinned
+#     to the last core and ckpt or curl to the others (when there are 2 or
+#     more): on one machine the gateway takes about as much CPU to store a
+#     pack as ckpt takes to make it, where a real store runs on machines of
+#     its own
 #   - peak RSS of ckpt (/usr/bin/time) during a 2 GB upload and download,
 #     which must be bounded by the parts and chunks in flight
 # Page caches are dropped before each run; the gateway keeps its objects in
@@ -128,6 +133,32 @@ timed3 nothing "$ck" cat "$work/local.tpack" model.safetensors >/dev/null
 t_cat_local=$T
 row "ckpt cat from a local file" "$T" "$logical"
 
+# ------------------------------------------- the gateway on a core of its own
+# Above, radosgw and its OSD share every core with ckpt. Pinned, each side
+# has its own: the gateway's daemons (all their threads, and the threads
+# they start later) on the last core, the client on the others.
+pinned=0
+if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
+    pinned=1
+    last=$(($(nproc) - 1))
+    cpus=0-$((last - 1))
+    pin_gateway() { local p; for p in "$RGW"/run/*.pid; do taskset -a -p -c "$1" "$(cat "$p")" >/dev/null; done; }
+    pin_gateway "$last"
+    timed3 rm_local taskset -c "$cpus" "$ck" pack "$src" -o "$work/local.tpack" >/dev/null
+    t_pin_pack_local=$T
+    row "pack to a local dir, on CPUs $cpus" "$T" "$src_bytes"
+    timed3 rm_s3 taskset -c "$cpus" "$ck" pack "$src" -o s3://$BK/p/m.tpack >/dev/null
+    t_pin_pack_s3=$T
+    row "pack to s3://, gateway on CPU $last" "$T" "$src_bytes"
+    timed3 nothing taskset -c "$cpus" curl -sf "${S3[@]}" -o /dev/null "$S3_ENDPOINT/$BK/p/m.tpack"
+    t_pin_curl=$T
+    row "curl GET, gateway on CPU $last" "$T" "$stored" "(pack bytes)"
+    timed3 nothing taskset -c "$cpus" "$ck" cat s3://$BK/p/m.tpack model.safetensors >/dev/null
+    t_pin_cat=$T
+    row "ckpt cat from s3://, gateway on CPU $last" "$T" "$logical" "pack bytes $(mbps "$stored" "$T") MB/s"
+    pin_gateway "0-$last"
+fi
+
 # ---------------------------------------------------------------- memory
 s3_delete p/m.tpack
 big=$work/big
@@ -151,6 +182,12 @@ echo "  cat from s3:// vs curl of the pack object (curl time / cat time): $(rati
 echo "  unpack from s3:// vs curl (curl time / unpack time):             $(ratio "$t_curl" "$t_unpack")"
 echo "  cat from s3:// vs cat from a local file (local time / s3 time):  $(ratio "$t_cat_local" "$t_cat")"
 echo "  pack to s3:// vs pack to a local dir (local time / s3 time):     $(ratio "$t_pack_local" "$t_pack_s3")"
+if [ "$pinned" = 1 ]; then
+    echo "  the gateway on a core of its own, the client on the others:"
+    echo "    pack to s3:// vs pack to a local dir (local time / s3 time):   $(ratio "$t_pin_pack_local" "$t_pin_pack_s3")"
+    echo "    cat from s3:// vs curl of the pack object (curl time / cat):   $(ratio "$t_pin_curl" "$t_pin_cat")"
+    echo "    cat from s3://, checkpoint MB/s vs curl's pack MB/s:           $(ratio "$(mbps "$logical" "$t_pin_cat")" "$(mbps "$stored" "$t_pin_curl")")"
+fi
 echo "  peak RSS: upload $((rss_up / 1024)) MiB, download $((rss_down / 1024)) MiB ($size checkpoint)"
 if [ -n "$tsv" ]; then
     tsv_row s3 "$dtype" "$src_bytes" ckpt-s3 "$(nproc)" pack_s_s3 "$t_pack_s3"
@@ -158,5 +195,11 @@ if [ -n "$tsv" ]; then
     tsv_row s3 "$dtype" "$src_bytes" ckpt-s3 "$(nproc)" cat_s "$t_cat"
     tsv_row s3 "$dtype" "$src_bytes" ckpt-s3 "$(nproc)" curl_s "$t_curl"
     tsv_row s3 "$dtype" "$src_bytes" ckpt-s3 "$(nproc)" rss_up_kib "$rss_up"
+    if [ "$pinned" = 1 ]; then
+        tsv_row s3 "$dtype" "$src_bytes" ckpt-s3 "$(nproc)" pinned_pack_s_s3 "$t_pin_pack_s3"
+        tsv_row s3 "$dtype" "$src_bytes" ckpt-s3 "$(nproc)" pinned_pack_s_local "$t_pin_pack_local"
+        tsv_row s3 "$dtype" "$src_bytes" ckpt-s3 "$(nproc)" pinned_cat_s "$t_pin_cat"
+        tsv_row s3 "$dtype" "$src_bytes" ckpt-s3 "$(nproc)" pinned_curl_s "$t_pin_curl"
+    fi
     tsv_row s3 "$dtype" "$src_bytes" ckpt-s3 "$(nproc)" rss_down_kib "$rss_down"
 fi
