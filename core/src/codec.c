@@ -184,9 +184,6 @@ static inline void sse2_deinterleave(__m128i x, __m128i y, __m128i *even, __m128
 }
 #endif
 
-/* The transpose runs on every packed byte; scalar, it took half of the
- * encoder's own time in `perf record` of a bf16 pack. The common element
- * sizes get SSE2 (baseline on x86-64), 16 elements at a time. */
 /* Order-0 entropy of a plane, from eight 16 KiB slices spread over it when
  * it is larger than those: the estimate only decides whether the plane is
  * worth handing to the coder (which counts its bytes again, and stores the
@@ -211,6 +208,9 @@ static double plane_entropy(const uint8_t *plane, size_t m)
     return entropy(sum, (size_t)ENTROPY_SLICE * ENTROPY_SLICES);
 }
 
+/* The transpose runs on every packed byte; scalar, it took half of the
+ * encoder's own time in `perf record` of a bf16 pack. The common element
+ * sizes get SSE2 (baseline on x86-64), 16 elements at a time. */
 static void split_planes(const uint8_t *raw, size_t n, unsigned k, uint8_t *planes)
 {
     size_t m = n / k, i = 0;
