@@ -108,22 +108,32 @@ nothing() { :; }
 "$ck" pack "$src" -o s3://$BK/p/warm.tpack >/dev/null
 s3_delete p/warm.tpack
 rm_local() { rm -f "$work/local.tpack"; }
-timed3 rm_local "$ck" pack "$src" -o "$work/local.tpack" >/dev/null
-t_pack_local=$T
-row "pack to a local directory" "$T" "$src_bytes" "RSS $((LAST_RSS_KIB / 1024)) MiB"
 rm_s3() { s3_delete p/m.tpack; }
-timed3 rm_s3 "$ck" pack "$src" -o s3://$BK/p/m.tpack >/dev/null
-t_pack_s3=$T
-row "pack to s3://" "$T" "$src_bytes" "RSS $((LAST_RSS_KIB / 1024)) MiB"
-stored=$(stat -c %s "$work/local.tpack")
+# pack_and_fetch TAG WHERE [RUNNER...]: the timings both setups below take
+# (pack to a local directory, pack to s3://, curl's GET of the pack object,
+# ckpt cat from s3://), each command run through RUNNER (e.g. taskset);
+# sets ${TAG}pack_local, ${TAG}pack_s3, ${TAG}curl and ${TAG}cat, and
+# stored, the pack's size.
+pack_and_fetch() {
+    local tag=$1 where=$2
+    shift 2
+    timed3 rm_local "$@" "$ck" pack "$src" -o "$work/local.tpack" >/dev/null
+    printf -v "${tag}pack_local" %s "$T"
+    row "pack to a local directory$where" "$T" "$src_bytes" "RSS $((LAST_RSS_KIB / 1024)) MiB"
+    timed3 rm_s3 "$@" "$ck" pack "$src" -o s3://$BK/p/m.tpack >/dev/null
+    printf -v "${tag}pack_s3" %s "$T"
+    row "pack to s3://$where" "$T" "$src_bytes" "RSS $((LAST_RSS_KIB / 1024)) MiB"
+    stored=$(stat -c %s "$work/local.tpack")
+    timed3 nothing "$@" curl -sf "${S3[@]}" -o /dev/null "$S3_ENDPOINT/$BK/p/m.tpack"
+    printf -v "${tag}curl" %s "$T"
+    row "curl GET of the pack object$where" "$T" "$stored" "(pack bytes)"
+    timed3 nothing "$@" "$ck" cat s3://$BK/p/m.tpack model.safetensors >/dev/null
+    printf -v "${tag}cat" %s "$T"
+    row "ckpt cat from s3://$where" "$T" "$logical" "RSS $((LAST_RSS_KIB / 1024)) MiB; pack bytes $(mbps "$stored" "$T") MB/s"
+}
+pack_and_fetch t_ ""
 
 # ------------------------------------------------------------- reading
-timed3 nothing curl -sf "${S3[@]}" -o /dev/null "$S3_ENDPOINT/$BK/p/m.tpack"
-t_curl=$T
-row "curl GET of the pack object" "$T" "$stored" "(pack bytes)"
-timed3 nothing "$ck" cat s3://$BK/p/m.tpack model.safetensors >/dev/null
-t_cat=$T
-row "ckpt cat from s3:// (checkpoint)" "$T" "$logical" "RSS $((LAST_RSS_KIB / 1024)) MiB; pack bytes $(mbps "$stored" "$T") MB/s"
 rm_out() { rm -rf "$work/out"; }
 timed3 rm_out "$ck" unpack s3://$BK/p/m.tpack -o "$work/out" >/dev/null
 t_unpack=$T
@@ -144,18 +154,7 @@ if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
     cpus=0-$((last - 1))
     pin_gateway() { local p; for p in "$RGW"/run/*.pid; do taskset -a -p -c "$1" "$(cat "$p")" >/dev/null; done; }
     pin_gateway "$last"
-    timed3 rm_local taskset -c "$cpus" "$ck" pack "$src" -o "$work/local.tpack" >/dev/null
-    t_pin_pack_local=$T
-    row "pack to a local dir, on CPUs $cpus" "$T" "$src_bytes"
-    timed3 rm_s3 taskset -c "$cpus" "$ck" pack "$src" -o s3://$BK/p/m.tpack >/dev/null
-    t_pin_pack_s3=$T
-    row "pack to s3://, gateway on CPU $last" "$T" "$src_bytes"
-    timed3 nothing taskset -c "$cpus" curl -sf "${S3[@]}" -o /dev/null "$S3_ENDPOINT/$BK/p/m.tpack"
-    t_pin_curl=$T
-    row "curl GET, gateway on CPU $last" "$T" "$stored" "(pack bytes)"
-    timed3 nothing taskset -c "$cpus" "$ck" cat s3://$BK/p/m.tpack model.safetensors >/dev/null
-    t_pin_cat=$T
-    row "ckpt cat from s3://, gateway on CPU $last" "$T" "$logical" "pack bytes $(mbps "$stored" "$T") MB/s"
+    pack_and_fetch t_pin_ ", pinned" taskset -c "$cpus"
     pin_gateway "0-$last"
 fi
 
