@@ -575,8 +575,9 @@ static void answer_write(void *req, size_t len)
 }
 
 /* The bytes of a write as libfuse hands them over: in memory, or, when
- * requests are spliced from the device, still in a pipe, from which
- * splice moves them to the staging file without a copy through here. */
+ * requests are spliced from the device (see op_write_buf), still in a
+ * pipe, from which splice moves them to the staging file without a copy
+ * through here. */
 static ssize_t write_bufvec(wckpt *c, uint32_t node, struct fuse_bufvec *bufv, off_t off,
                             stage_ack *ack)
 {
