@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define CKPT_INTERNAL_API /* ckpt_forbid_core_dumps */
+#include "ckpt_internal.h"
 #include "common/backing_store.h"
 #include "common/fslog.h"
 #include "common/mount_key.h"
@@ -41,13 +43,6 @@ static int load_key(const fs_options *o, ckpt_key **key, int priority)
     if (rc < 0)
         fslog_at(priority, "cannot load key: %s", err.msg[0] ? err.msg : strerror(-rc));
     return rc;
-}
-
-/* A core dump would hold the key (and decrypted chunks). */
-static int forbid_core_dumps(void)
-{
-    struct rlimit none = {0, 0};
-    return setrlimit(RLIMIT_CORE, &none);
 }
 
 /* fork() in fuse_daemonize drops memory locks; a key loaded again in the
@@ -354,13 +349,14 @@ static int open_backing_and_key(daemon_run *d)
                 strerror(errno));
         return -1;
     }
-    if (load_key(&d->o, &d->key.key, LOG_ERR) < 0)
-        return -1;
-    if (d->key.key && forbid_core_dumps() != 0) {
-        fprintf(stderr, "ckptfs: cannot disable core dumps: %s\n", strerror(errno));
+    /* Before the key is read: a core dump would hold it (and decrypted
+     * chunks). */
+    int rc = d->o.key_file || d->o.passphrase_file ? ckpt_forbid_core_dumps() : 0;
+    if (rc < 0) {
+        fprintf(stderr, "ckptfs: cannot disable core dumps: %s\n", strerror(-rc));
         return -1;
     }
-    return 0;
+    return load_key(&d->o, &d->key.key, LOG_ERR) < 0 ? -1 : 0;
 }
 
 /* A second ckptfs mounted over a first would hide it, and its daemon would

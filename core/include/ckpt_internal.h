@@ -42,6 +42,13 @@ int ckpt_fail_prefix(ckpt_err *err, const char *prefix);
 /* Online CPUs, between 1 and 256: the default worker count. */
 unsigned ckpt_default_threads(void);
 
+/* For a program about to hold a key (the daemon, the tools; never the
+ * library, which must not change its host process): no core dump, and no
+ * ptrace attach or /proc/PID/mem read by the user's other processes. The
+ * core limit alone is ignored by some core_pattern helpers; the dumpable
+ * flag is not. Returns 0, or -errno. */
+int ckpt_forbid_core_dumps(void);
+
 /* ------------------------------------------------ little-endian fields */
 
 static inline void put_u16(uint8_t *p, uint16_t v)

@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <sodium.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +20,14 @@ struct ckpt_key {
     kdf_params cached_params;
     uint8_t *cached_master; /* sodium_malloc'd, 32 bytes */
 };
+
+int ckpt_forbid_core_dumps(void)
+{
+    struct rlimit none = {0, 0};
+    if (setrlimit(RLIMIT_CORE, &none) != 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+        return -errno;
+    return 0;
+}
 
 static int key_new(const uint8_t *bytes, size_t len, int is_passphrase, ckpt_key **out,
                    ckpt_err *err)

@@ -1,9 +1,13 @@
 /* Library-level tests of the pack format: round trips under every option,
  * and every kind of damage or hostile index a reader must refuse. */
+#define CKPT_INTERNAL_API /* ckpt_forbid_core_dumps */
 #include "testutil.h"
 #include "ckpt.h"
+#include "ckpt_internal.h"
 
 #include <sodium.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 
 TU_TMPDIR_SUITE(pack);
 
@@ -804,6 +808,19 @@ Test(pack, keys)
     cr_assert(tu_contains(e.msg, "32 raw bytes or 64 hex digits"), "%s", e.msg);
     free(kf);
     free(hex);
+}
+
+/* What the daemon and the tools call before loading a key. Criterion runs
+ * each test in its own process, so the flags change this one only. */
+Test(pack, forbid_core_dumps_clears_dumpable_and_core_limit)
+{
+    cr_assert_eq(prctl(PR_GET_DUMPABLE, 0, 0, 0, 0), 1, "a test process starts dumpable");
+    cr_assert_eq(ckpt_forbid_core_dumps(), 0);
+    cr_assert_eq(prctl(PR_GET_DUMPABLE, 0, 0, 0, 0), 0);
+    struct rlimit r;
+    cr_assert_eq(getrlimit(RLIMIT_CORE, &r), 0);
+    cr_assert_eq(r.rlim_cur, 0);
+    cr_assert_eq(r.rlim_max, 0);
 }
 
 /* ckpt pack's order: numbers in names by value, so that a DCP save of more

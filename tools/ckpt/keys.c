@@ -1,10 +1,13 @@
 /* Key options, opening packs with them, and `ckpt keygen`. Key material only
  * ever passes through the library's locked buffers; nothing here reads or
  * prints it. */
+#define CKPT_INTERNAL_API /* ckpt_forbid_core_dumps */
 #include "cli.h"
+#include "ckpt_internal.h"
 
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 int cli_keyopt(int c, const char *arg, cli_keyopts *k)
 {
@@ -30,9 +33,18 @@ int cli_keyopts_check(const char *cmd, const cli_keyopts *k)
     return 0;
 }
 
+/* Before any key is read: a core dump or a debugger would see it. */
+static int protect_key(ckpt_err *err)
+{
+    int rc = ckpt_forbid_core_dumps();
+    return rc < 0 ? ckpt_fail(err, rc, "cannot disable core dumps: %s", strerror(-rc)) : 0;
+}
+
 int cli_load_key(const cli_keyopts *k, ckpt_key **out, ckpt_err *err)
 {
     *out = NULL;
+    if ((k->key_file || k->pass_file) && protect_key(err) < 0)
+        return err->code;
     if (k->key_file)
         return ckpt_key_load_file(k->key_file, out, err);
     if (k->pass_file)
@@ -119,7 +131,7 @@ int cmd_keygen(int argc, char **argv)
     if (!out)
         return cli_usage_error("keygen", "missing -o KEYFILE");
     ckpt_err err = {0};
-    if (ckpt_keygen(out, &err) < 0)
+    if (protect_key(&err) < 0 || ckpt_keygen(out, &err) < 0)
         return cli_fail_err(&err);
     printf("wrote a new key to %s (mode 0600); keep it secret and backed up\n", out);
     return EXIT_OK;

@@ -2,10 +2,12 @@
  * voice, and loading the key the options name. Its own file so that main.c
  * (option parsing, dispatch) and cmd_load.c (the commands) both call down
  * into it and never into each other. */
+#define CKPT_INTERNAL_API /* ckpt_forbid_core_dumps */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "ckpt_internal.h"
 #include "tool.h"
 
 int tool_usage_error(const char *cmd, const char *fmt, ...)
@@ -29,6 +31,11 @@ int tool_load_key(const tool_opts *o, ckpt_key **key)
 {
     ckpt_err err = {0};
     *key = NULL;
+    int rc = o->key_file || o->passphrase_file ? ckpt_forbid_core_dumps() : 0;
+    if (rc < 0) {
+        fprintf(stderr, "ckpt-cuda: cannot disable core dumps: %s\n", strerror(-rc));
+        return EXIT_FAIL;
+    }
     if (o->key_file && ckpt_key_load_file(o->key_file, key, &err) < 0)
         return tool_fail(&err);
     if (o->passphrase_file && ckpt_key_load_passphrase_file(o->passphrase_file, key, &err) < 0)
