@@ -2,12 +2,21 @@
  * s3:// URL, the endpoint/region/credential resolution from the environment
  * and from ~/.aws files in a scratch HOME, URI encoding, the XML parsers
  * (good documents, errors inside 200s, malformed and hostile ones), the
- * retry policy, and the scrubbing of secrets from messages. The round trip
- * against a real gateway is tests/integration/test_s3.sh. */
+ * retry policy, and the scrubbing of secrets from messages; and faults no
+ * real gateway makes on demand (an answer lost after its request took
+ * effect) against a scripted server on loopback. The round trip against a
+ * real gateway is tests/integration/test_s3.sh. */
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "store/s3.h"
 #include "testutil.h"
@@ -842,4 +851,242 @@ Test(s3_readahead, small_objects_are_read_directly)
         cr_assert_eq(s3_ra_read(ra, buf, sizeof buf, off), 0);
     s3_ra_free(ra);
     cr_assert_eq(o.fetches, 0u);
+}
+
+/* ------------------------------------------------- against a scripted server */
+
+/* A loopback HTTP server playing a bucket that holds one object under
+ * p/.lock, with S3's conditional PUTs (If-None-Match: *, If-Match) and
+ * ETags that change with every PUT; it can be told to apply PUTs and then
+ * close the connection unanswered, as when an answer is lost on the way. */
+typedef struct fake_s3 {
+    int lfd, port, stop;
+    pthread_t th;
+    pthread_mutex_t mu;
+    int exists;
+    char body[1024], etag[32];
+    unsigned gen;
+    int lose_answers; /* PUTs still to apply without answering */
+} fake_s3;
+
+static void fake_send(int fd, int status, const char *etag, const char *body)
+{
+    char out[2048];
+    size_t len = strlen(body);
+    int n = snprintf(out, sizeof out,
+                     "HTTP/1.1 %d X\r\nContent-Length: %zu\r\nConnection: close\r\n%s%s%s\r\n%s",
+                     status, len, etag ? "ETag: " : "", etag ? etag : "", etag ? "\r\n" : "", body);
+    for (size_t done = 0; done < (size_t)n;) {
+        ssize_t w = send(fd, out + done, (size_t)n - done, MSG_NOSIGNAL);
+        if (w <= 0)
+            return;
+        done += (size_t)w;
+    }
+}
+
+/* The value of header name in the request head, or "" */
+static void fake_header(const char *head, const char *name, char *out, size_t cap)
+{
+    out[0] = 0;
+    for (const char *l = strstr(head, "\r\n"); l; l = strstr(l + 2, "\r\n"))
+        if (strncasecmp(l + 2, name, strlen(name)) == 0 && l[2 + strlen(name)] == ':') {
+            const char *v = l + 3 + strlen(name);
+            v += strspn(v, " ");
+            snprintf(out, cap, "%.*s", (int)strcspn(v, "\r"), v);
+            return;
+        }
+}
+
+static void fake_serve(fake_s3 *f, int fd)
+{
+    char req[8192];
+    size_t got = 0;
+    char *end = NULL;
+    while (!end && got < sizeof req - 1) {
+        ssize_t r = recv(fd, req + got, sizeof req - 1 - got, 0);
+        if (r <= 0)
+            return;
+        got += (size_t)r;
+        req[got] = 0;
+        end = strstr(req, "\r\n\r\n");
+    }
+    if (!end)
+        return;
+    *end = 0;
+    char clen[32], expect[32], cond_none[64], cond_match[128], method[8] = "", target[1024] = "";
+    fake_header(req, "Content-Length", clen, sizeof clen);
+    fake_header(req, "Expect", expect, sizeof expect);
+    fake_header(req, "If-None-Match", cond_none, sizeof cond_none);
+    fake_header(req, "If-Match", cond_match, sizeof cond_match);
+    sscanf(req, "%7s %1023s", method, target);
+    size_t want = (size_t)atol(clen), have = got - (size_t)(end + 4 - req);
+    char body[1024] = "";
+    if (have > sizeof body - 1)
+        have = sizeof body - 1;
+    memcpy(body, end + 4, have);
+    if (have < want && !strcasecmp(expect, "100-continue")) /* else libcurl waits 1 s */
+        send(fd, "HTTP/1.1 100 Continue\r\n\r\n", 25, MSG_NOSIGNAL);
+    while (have < want && have < sizeof body - 1) {
+        ssize_t r = recv(fd, body + have, sizeof body - 1 - have, 0);
+        if (r <= 0)
+            return;
+        have += (size_t)r;
+    }
+    body[have < sizeof body ? have : sizeof body - 1] = 0;
+    target[strcspn(target, "?")] = 0;
+    pthread_mutex_lock(&f->mu);
+    if (!strcmp(target, "/bucket")) {
+        fake_send(fd, 200, NULL,
+                  "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>");
+    } else if (strcmp(target, "/bucket/p/.lock") != 0) {
+        fake_send(fd, 404, NULL, "<Error><Code>NoSuchKey</Code></Error>");
+    } else if (!strcmp(method, "PUT")) {
+        /* The ETag quoted, or bare as RGW compares it. */
+        size_t n = strlen(f->etag);
+        int match = f->exists &&
+                    (!strcmp(cond_match, f->etag) ||
+                     (strlen(cond_match) == n - 2 && !strncmp(cond_match, f->etag + 1, n - 2)));
+        if ((cond_none[0] && f->exists) || (cond_match[0] && !match)) {
+            fake_send(fd, 412, NULL, "<Error><Code>PreconditionFailed</Code></Error>");
+        } else {
+            f->exists = 1;
+            snprintf(f->body, sizeof f->body, "%s", body);
+            snprintf(f->etag, sizeof f->etag, "\"gen%u\"", ++f->gen);
+            if (f->lose_answers > 0)
+                f->lose_answers--; /* applied; the answer never comes */
+            else
+                fake_send(fd, 200, f->etag, "");
+        }
+    } else if (!strcmp(method, "GET")) {
+        if (f->exists)
+            fake_send(fd, 200, f->etag, f->body);
+        else
+            fake_send(fd, 404, NULL, "<Error><Code>NoSuchKey</Code></Error>");
+    } else if (!strcmp(method, "DELETE")) {
+        f->exists = 0;
+        fake_send(fd, 204, NULL, "");
+    } else {
+        fake_send(fd, 400, NULL, "");
+    }
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void *fake_main(void *arg)
+{
+    fake_s3 *f = arg;
+    for (;;) {
+        pthread_mutex_lock(&f->mu);
+        int stop = f->stop;
+        pthread_mutex_unlock(&f->mu);
+        if (stop)
+            return NULL;
+        struct pollfd p = {.fd = f->lfd, .events = POLLIN};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        int fd = accept(f->lfd, NULL, NULL);
+        if (fd >= 0) {
+            fake_serve(f, fd);
+            close(fd);
+        }
+    }
+}
+
+static void fake_start(fake_s3 *f)
+{
+    memset(f, 0, sizeof *f);
+    pthread_mutex_init(&f->mu, NULL);
+    f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    cr_assert(f->lfd >= 0 && bind(f->lfd, (struct sockaddr *)&a, sizeof a) == 0 &&
+              listen(f->lfd, 16) == 0 && getsockname(f->lfd, (struct sockaddr *)&a, &alen) == 0);
+    f->port = ntohs(a.sin_port);
+    cr_assert_eq(pthread_create(&f->th, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(fake_s3 *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->stop = 1;
+    pthread_mutex_unlock(&f->mu);
+    pthread_join(f->th, NULL);
+    close(f->lfd);
+}
+
+static int fake_get(fake_s3 *f, const int *field)
+{
+    pthread_mutex_lock(&f->mu);
+    int v = *field;
+    pthread_mutex_unlock(&f->mu);
+    return v;
+}
+
+static void fake_lose_answers(fake_s3 *f, int n)
+{
+    pthread_mutex_lock(&f->mu);
+    f->lose_answers = n;
+    pthread_mutex_unlock(&f->mu);
+}
+
+static ckpt_store *fake_store(const fake_s3 *f)
+{
+    setenv("AWS_ACCESS_KEY_ID", "A", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "S", 1);
+    char endpoint[64];
+    snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d", f->port);
+    ckpt_store_opts o = {.endpoint = endpoint, .retry_seconds = 5};
+    ckpt_store *s;
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_open("s3://bucket/p", &o, &s, &err), 0, "%s", err.msg);
+    return s;
+}
+
+/* The lease's PUT If-None-Match: * took effect but its answer was lost:
+ * the retry gets 412 from our own lease, which must not read as another
+ * writer's (it did: EBUSY naming this very process). */
+Test(s3_fake, lock_whose_first_answer_is_lost, .init = clean_env, .fini = drop_home)
+{
+    fake_s3 f;
+    fake_start(&f);
+    ckpt_store *s = fake_store(&f);
+    fake_lose_answers(&f, 1);
+    ckpt_store_lock *l;
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_lock_take(s, ".lock", &l, &err), 0, "%s", err.msg);
+    cr_assert_eq(fake_get(&f, &f.lose_answers), 0);
+    ckpt_store_lock_release(l);
+    cr_assert_eq(fake_get(&f, &f.exists), 0, "released: the lease is gone");
+    ckpt_store_free(s);
+    fake_stop(&f);
+}
+
+/* The same for a renewal (here the one after a fork, as the daemon does):
+ * a lost answer to our If-Match PUT must not make us give up a lease that
+ * is still ours, which left it to expire while we wrote on. */
+Test(s3_fake, renewal_whose_answer_is_lost, .init = clean_env, .fini = drop_home)
+{
+    fake_s3 f;
+    fake_start(&f);
+    ckpt_store *s = fake_store(&f);
+    ckpt_store_lock *l;
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_lock_take(s, ".lock", &l, &err), 0, "%s", err.msg);
+    fake_lose_answers(&f, 1);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        ckpt_err e = {0};
+        int rc = ckpt_store_lock_after_fork(l, &e);
+        if (rc != 0)
+            fprintf(stderr, "after fork: %s\n", e.msg);
+        ckpt_store_lock_release(l); /* deletes the lease only if still ours */
+        _exit(rc == 0 ? 0 : 1);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the renewal kept the lease");
+    cr_assert_eq(fake_get(&f, &f.exists), 0, "the child released its lease");
+    ckpt_store_lock_release(l);
+    ckpt_store_free(s);
+    fake_stop(&f);
 }

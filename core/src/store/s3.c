@@ -421,7 +421,27 @@ static void lock_body(const s3_lock *l, char *buf, size_t cap)
              (long long)time(NULL) + LOCK_LEASE_S, l->token);
 }
 
-/* PUT the lease with a condition; the status, and the new ETag in l. */
+/* Reads the lease into lease (cap bytes, NUL-ended) and its ETag: 1 when
+ * it is there, else 0. */
+static int lease_get(const s3_lock *l, char *lease, size_t cap, char etag[80])
+{
+    memset(lease, 0, cap);
+    s3_req rq = {.method = "GET",
+                 .bucket = l->s->url.bucket,
+                 .key = l->key,
+                 .dst = lease,
+                 .dst_len = cap - 1};
+    s3_resp rs;
+    int ok = s3_request(l->s->http, &rq, &rs) == 0 && rs.status == 200 && !rs.overflow;
+    snprintf(etag, 80, "%s", ok ? rs.etag : "");
+    s3_resp_free(&rs);
+    return ok;
+}
+
+/* PUT the lease with a condition; the status, and the new ETag in l. A 412
+ * after a retry may answer our own earlier try, which took effect though
+ * its answer was lost (a timeout, a dropped connection): the lease then
+ * carries our token, and is ours. */
 static long lock_put(s3_lock *l, const char *cond, ckpt_err *err)
 {
     char body[512];
@@ -441,7 +461,15 @@ static long lock_put(s3_lock *l, const char *cond, ckpt_err *err)
         snprintf(l->etag, sizeof l->etag, "%s", rs.etag);
     else if (status != 412)
         s3_fail(err, l->s->http, l->shown, "taking the lock", &rs);
+    unsigned attempts = rs.attempts;
     s3_resp_free(&rs);
+    if (status == 412 && attempts > 1) {
+        char lease[512], etag[80];
+        if (lease_get(l, lease, sizeof lease, etag) && etag[0] && strstr(lease, l->token)) {
+            snprintf(l->etag, sizeof l->etag, "%s", etag);
+            status = 200;
+        }
+    }
     return status;
 }
 
@@ -595,17 +623,10 @@ static void s3_unlock(ckpt_store_lock *base)
         pthread_join(l->renewer, NULL);
     if (!l->lost) {
         /* Only our own lease: a DELETE cannot be conditional, so check first. */
-        char lease[512] = "";
-        s3_req rq = {.method = "GET",
-                     .bucket = l->s->url.bucket,
-                     .key = l->key,
-                     .dst = lease,
-                     .dst_len = sizeof lease - 1};
-        s3_resp rs;
-        int ours = s3_request(l->s->http, &rq, &rs) == 0 && rs.status == 200 && !rs.overflow &&
-                   strstr(lease, l->token) != NULL;
-        s3_resp_free(&rs);
+        char lease[512], etag[80];
+        int ours = lease_get(l, lease, sizeof lease, etag) && strstr(lease, l->token) != NULL;
         if (ours) {
+            s3_resp rs;
             simple(l->s, "DELETE", l->key, NULL, &rs);
             s3_resp_free(&rs);
         }
