@@ -423,6 +423,11 @@ Test(s3_xml, list_uploads)
     const char bad[] = "<ListMultipartUploadsResult><Upload><Key>k</Key></Upload>"
                        "</ListMultipartUploadsResult>";
     cr_assert_eq(s3_xml_list_uploads(XS(bad), &u, &err), -EINVAL);
+    /* Truncated with an empty marker: the next page would be the first. */
+    const char empty[] = "<ListMultipartUploadsResult><IsTruncated>true</IsTruncated>"
+                         "<NextKeyMarker></NextKeyMarker></ListMultipartUploadsResult>";
+    cr_assert_eq(s3_xml_list_uploads(XS(empty), &u, &err), -EINVAL);
+    cr_assert(strstr(err.msg, "NextKeyMarker"), "%s", err.msg);
 }
 
 Test(s3_xml, times)
@@ -867,6 +872,7 @@ typedef struct fake_s3 {
     char body[1024], etag[32];
     unsigned gen;
     int lose_answers; /* PUTs still to apply without answering */
+    int stuck;        /* listings: every page truncated, pointing at itself */
 } fake_s3;
 
 static void fake_send(int fd, int status, const char *etag, const char *body)
@@ -933,9 +939,20 @@ static void fake_serve(fake_s3 *f, int fd)
         have += (size_t)r;
     }
     body[have < sizeof body ? have : sizeof body - 1] = 0;
+    char query[1024];
+    snprintf(query, sizeof query, "%s", target + strcspn(target, "?"));
     target[strcspn(target, "?")] = 0;
     pthread_mutex_lock(&f->mu);
-    if (!strcmp(target, "/bucket")) {
+    if (!strcmp(target, "/bucket") && f->stuck && strstr(query, "uploads")) {
+        fake_send(fd, 200, NULL,
+                  "<ListMultipartUploadsResult><IsTruncated>true</IsTruncated>"
+                  "<NextKeyMarker>p/k</NextKeyMarker><NextUploadIdMarker>u1</NextUploadIdMarker>"
+                  "</ListMultipartUploadsResult>");
+    } else if (!strcmp(target, "/bucket") && f->stuck) {
+        fake_send(fd, 200, NULL,
+                  "<ListBucketResult><IsTruncated>true</IsTruncated>"
+                  "<NextContinuationToken>t1</NextContinuationToken></ListBucketResult>");
+    } else if (!strcmp(target, "/bucket")) {
         fake_send(fd, 200, NULL,
                   "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>");
     } else if (strcmp(target, "/bucket/p/.lock") != 0) {
@@ -1087,6 +1104,37 @@ Test(s3_fake, renewal_whose_answer_is_lost, .init = clean_env, .fini = drop_home
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the renewal kept the lease");
     cr_assert_eq(fake_get(&f, &f.exists), 0, "the child released its lease");
     ckpt_store_lock_release(l);
+    ckpt_store_free(s);
+    fake_stop(&f);
+}
+
+static int count_object(void *ud, const ckpt_object_info *info)
+{
+    (void)info;
+    ++*(int *)ud;
+    return 0;
+}
+
+/* A server whose next page is always the one just read (a repeated
+ * continuation token, markers that do not move) made a listing, and the
+ * abort of stale uploads at every writable mount's start, loop forever:
+ * they now fail with EIO after the second page. */
+Test(s3_fake, listings_that_do_not_advance_fail, .init = clean_env, .fini = drop_home,
+     .timeout = 20)
+{
+    fake_s3 f;
+    fake_start(&f);
+    ckpt_store *s = fake_store(&f);
+    pthread_mutex_lock(&f.mu);
+    f.stuck = 1;
+    pthread_mutex_unlock(&f.mu);
+    ckpt_err err = {0};
+    int n = 0;
+    cr_assert_eq(ckpt_store_list(s, "", count_object, &n, &err), -EIO);
+    cr_assert(strstr(err.msg, "repeats its continuation token"), "%s", err.msg);
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(ckpt_store_abort_stale_uploads(s, NULL, 0, &err), -EIO);
+    cr_assert(strstr(err.msg, "repeats its markers"), "%s", err.msg);
     ckpt_store_free(s);
     fake_stop(&f);
 }

@@ -288,6 +288,13 @@ static int s3_list_objects(ckpt_store *base, const char *prefix, int dirs, ckpt_
     do {
         s3_list page;
         rc = list_page(s, kp, token, 0, "listing", &page, err);
+        /* A server that hands back the token it was given would list the
+         * same page forever. */
+        if (rc == 0 && page.truncated && token && !strcmp(token, page.next_token)) {
+            s3_list_free(&page);
+            rc = ckpt_fail(err, -EIO, "%s: listing: the server repeats its continuation token",
+                           base->where);
+        }
         free(token);
         token = NULL;
         if (rc < 0)
@@ -731,13 +738,23 @@ long s3_abort_stale(ckpt_store *base, const char *name, uint64_t older_than_s, c
             if ((rc = abort_upload(s, ups.v[i].key, ups.v[i].upload_id, err)) == 0)
                 n++;
         }
+        /* Markers that do not move would list the same page forever. */
+        if (rc == 0 && ups.truncated && km && !strcmp(km, ups.next_key_marker) &&
+            !strcmp(um ? um : "", ups.next_upload_id_marker ? ups.next_upload_id_marker : ""))
+            rc = ckpt_fail(err, -EIO,
+                           "%s: listing unfinished uploads: the server repeats its markers",
+                           base->where);
         free(km);
         free(um);
         km = um = NULL;
         int more = rc == 0 && ups.truncated;
         if (more) {
-            km = ups.next_key_marker ? strdup(ups.next_key_marker) : NULL;
+            km = strdup(ups.next_key_marker);
             um = ups.next_upload_id_marker ? strdup(ups.next_upload_id_marker) : NULL;
+            if (!km || (ups.next_upload_id_marker && !um)) {
+                rc = ckpt_fail(err, -ENOMEM, "out of memory");
+                more = 0;
+            }
         }
         s3_uploads_free(&ups);
         if (!more)

@@ -342,7 +342,7 @@ int s3_xml_list_uploads(const char *body, size_t len, s3_uploads *out, ckpt_err 
         out->truncated = is_true(flag);
         out->next_key_marker = child_dup(root, "NextKeyMarker", KEY_MAX, &bad);
         out->next_upload_id_marker = child_dup(root, "NextUploadIdMarker", KEY_MAX, &bad);
-        if (rc == 0 && out->truncated && (bad || !out->next_key_marker))
+        if (rc == 0 && out->truncated && (bad || !out->next_key_marker || !*out->next_key_marker))
             rc = bad_doc(err, "uploads: truncated without a valid <NextKeyMarker>");
     }
     xmlFreeDoc(d);
