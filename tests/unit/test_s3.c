@@ -1138,3 +1138,21 @@ Test(s3_fake, listings_that_do_not_advance_fail, .init = clean_env, .fini = drop
     ckpt_store_free(s);
     fake_stop(&f);
 }
+
+/* A secret that is part of the placeholder ("dacte" in "[redacted]") looped
+ * forever, finding itself in each replacement. */
+Test(s3_secrets, a_secret_inside_the_placeholder, .init = clean_env, .fini = drop_home,
+     .timeout = 10)
+{
+    setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "dacte", 1);
+    s3_config c;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
+    s3_client *cl;
+    cr_assert_eq(s3_client_new(&c, &cl, &err), 0, "%s", err.msg);
+    ckpt_fail(&err, -EIO, "echoed dacte and dacte again");
+    s3_scrub(cl, &err);
+    cr_assert_str_eq(err.msg, "echoed [redacted] and [redacted] again");
+    s3_client_free(cl);
+}

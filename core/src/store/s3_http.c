@@ -509,13 +509,16 @@ void s3_scrub(const s3_client *c, ckpt_err *err)
     for (size_t i = 0; i < sizeof secrets / sizeof *secrets; i++) {
         const char *s = secrets[i];
         size_t n = s ? strlen(s) : 0;
-        char *hit;
+        char *hit, *from = err->msg;
         if (n < 4)
             continue;
-        while ((hit = strstr(err->msg, s))) {
+        /* Searching on after each replacement: a secret that is part of
+         * "[redacted]" would otherwise be found in it again, forever. */
+        while ((hit = strstr(from, s))) {
             char rest[sizeof err->msg];
             snprintf(rest, sizeof rest, "%s", hit + n);
             snprintf(hit, sizeof err->msg - (size_t)(hit - err->msg), "[redacted]%s", rest);
+            from = hit + strnlen(hit, sizeof "[redacted]" - 1); /* cut short at the end */
         }
     }
 }
