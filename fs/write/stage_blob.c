@@ -103,8 +103,7 @@ static int flush_buf(stage_blob *b, ckpt_err *err)
         return rc;
     blob_map_set(b, b->buf_block, at, b->buf_len);
     b->buf_dirty = 0;
-    if (b->log_end > 2 * b->live_bytes + COMPACT_SLACK)
-        return blob_compact(b, err);
+    blob_maybe_compact(b);
     return 0;
 }
 
@@ -138,7 +137,9 @@ static int load_buf(stage_blob *b, uint64_t block, int whole_overwrite, ckpt_err
 
 /* Rebuilds the map from the log. A record that is cut short or fails to
  * authenticate can only be an unsynced tail left by a crash (the caller
- * has checked the key), so the log is cut there. */
+ * has checked the key), so the log is cut there. A read that fails, or a
+ * map that cannot grow, says nothing of the log: the open fails and the
+ * log is left whole (cutting it would destroy synced records for good). */
 static int replay(stage_blob *b, ckpt_err *err)
 {
     struct stat st;
@@ -148,21 +149,28 @@ static int replay(stage_blob *b, ckpt_err *err)
     uint8_t *plain = b->buf;
     for (;;) {
         uint8_t h[REC_HEADER];
-        if (off + REC_OVERHEAD > file_size || blob_pread_all(b->fd, h, REC_HEADER, off) != 0)
+        if (off + REC_OVERHEAD > file_size)
             break;
+        int rc = blob_pread_all(b->fd, h, REC_HEADER, off);
+        if (rc)
+            return blob_fail_io(b, err, rc, "read failed");
         int type = h[4];
         uint64_t block = get_u64(h + 8);
         uint32_t plen = get_u32(h + 16);
         int sane =
             get_u32(h) == REC_MAGIC && ((type == REC_DATA && plen >= 1 && plen <= STAGE_BLOCK &&
-                                         blob_map_slot(b, block, 1) != NULL) ||
+                                         block / MAP_PAGE < MAP_MAX_PAGES) ||
                                         (type == REC_SIZE && plen == 8));
-        ckpt_err ignored;
-        if (!sane || off + REC_OVERHEAD + plen > file_size ||
-            blob_load_record(b, off, type, block, plen, plain, &ignored) != 0)
+        if (!sane || off + REC_OVERHEAD + plen > file_size)
+            break;
+        rc = blob_pread_all(b->fd, b->rec, REC_OVERHEAD + plen, off);
+        if (rc)
+            return blob_fail_io(b, err, rc, "read failed");
+        if (blob_open_record(b, b->rec, type, block, plen, plain) != 0)
             break;
         if (type == REC_DATA) {
-            blob_map_set(b, block, off, plen);
+            if (blob_map_set(b, block, off, plen) != 0)
+                return ckpt_fail(err, -ENOMEM, "staging file %s: out of memory", b->name);
             if (block * STAGE_BLOCK + plen > b->size)
                 b->size = block * STAGE_BLOCK + plen;
         } else {
@@ -349,8 +357,7 @@ static int write_batch(stage_blob *b, const uint8_t *src, uint64_t first, size_t
         return rc;
     for (size_t i = 0; i < n; i++)
         blob_map_set(b, first + i, at + i * BATCH_STRIDE, STAGE_BLOCK);
-    if (b->log_end > 2 * b->live_bytes + COMPACT_SLACK)
-        return blob_compact(b, err);
+    blob_maybe_compact(b);
     return 0;
 }
 

@@ -38,7 +38,7 @@ struct stage_blob {
     const stage_key *key; /* NULL: plain */
     uint64_t size;
     int unlinked;
-    int need_dir_sync; /* created; its name is not known durable yet */
+    int need_dir_sync; /* created or compacted; its name is not known durable yet */
     /* A write that failed after its answer (stage_ack): its error for the
      * next flush or fsync, whether the next write is still to be refused
      * with it, and why. */
@@ -49,7 +49,8 @@ struct stage_blob {
     uint64_t **pages; /* block -> newest record, see map_slot */
     size_t n_pages;
     uint64_t log_end, live_bytes;
-    uint8_t *buf; /* one block of plaintext */
+    uint64_t compact_retry; /* a compaction failed: not again before log_end reaches this */
+    uint8_t *buf;           /* one block of plaintext */
     uint64_t buf_block;
     uint32_t buf_len; /* plaintext bytes of that block (the rest is zero) */
     int buf_valid, buf_dirty;
@@ -72,6 +73,10 @@ int blob_append_record(stage_blob *b, int type, uint64_t block, const uint8_t *p
                        uint64_t *at, ckpt_err *err);
 int blob_load_record(stage_blob *b, uint64_t off, int type, uint64_t block, uint32_t plen,
                      uint8_t *out, ckpt_err *err);
+/* Opens the sealed record r (REC_OVERHEAD + plen bytes, already read)
+ * into out: 0, or -EIO if it is not that record or fails to authenticate. */
+int blob_open_record(const stage_blob *b, const uint8_t *r, int type, uint64_t block, uint32_t plen,
+                     uint8_t *out);
 /* A DATA record read under the blob's lock by blob_fetch_record, its
  * ciphertext already in out, to be opened there by blob_open_fetched
  * after the lock is released: so that readers of one blob on several
@@ -91,6 +96,13 @@ int blob_map_set(stage_blob *b, uint64_t block, uint64_t off, uint32_t plen);
 void blob_map_drop_from(stage_blob *b, uint64_t first);
 uint64_t blob_blocks_for(uint64_t size);
 int blob_compact(stage_blob *b, ckpt_err *err);
+/* Compacts the log if dead records outweigh live ones. Compaction only
+ * gives space back, so its failure (a disk too full for the copy, say)
+ * fails no write: the log stays as it was, whole, the failure is logged
+ * and the next try waits until the log has grown by COMPACT_SLACK. An
+ * unlinked blob is never compacted: the rename would give it its name
+ * back, a file nobody removes. */
+void blob_maybe_compact(stage_blob *b);
 void blob_seal_parallel(seal_job *j);
 int blob_fail_io(stage_blob *b, ckpt_err *err, int code, const char *what);
 int blob_ensure_fd(stage_blob *b, ckpt_err *err);

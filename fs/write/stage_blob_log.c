@@ -18,6 +18,7 @@
 
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
+#include "common/fslog.h"
 
 /* ------------------------------------------------------------- records */
 
@@ -76,6 +77,19 @@ int blob_append_record(stage_blob *b, int type, uint64_t block, const uint8_t *p
     return blob_append_records(b, b->rec, REC_OVERHEAD + plen, at, err);
 }
 
+int blob_open_record(const stage_blob *b, const uint8_t *r, int type, uint64_t block, uint32_t plen,
+                     uint8_t *out)
+{
+    uint8_t ad[REC_AD], want[REC_HEADER];
+    make_header(want, b, type, block, plen);
+    make_ad(b, want, ad);
+    if (memcmp(r, want, REC_HEADER) != 0 ||
+        stage_unseal(b->key, ad, sizeof ad, r + REC_HEADER + REC_NONCE, plen, r + REC_HEADER,
+                     out) != 0)
+        return -EIO;
+    return 0;
+}
+
 /* Reads and opens the record at off into out (plen bytes). */
 int blob_load_record(stage_blob *b, uint64_t off, int type, uint64_t block, uint32_t plen,
                      uint8_t *out, ckpt_err *err)
@@ -83,15 +97,10 @@ int blob_load_record(stage_blob *b, uint64_t off, int type, uint64_t block, uint
     int rc = blob_ensure_fd(b, err);
     if (rc)
         return rc;
-    uint8_t *r = b->rec, ad[REC_AD], want[REC_HEADER];
-    rc = blob_pread_all(b->fd, r, REC_OVERHEAD + plen, off);
+    rc = blob_pread_all(b->fd, b->rec, REC_OVERHEAD + plen, off);
     if (rc)
         return blob_fail_io(b, err, rc, "read failed");
-    make_header(want, b, type, block, plen);
-    make_ad(b, want, ad);
-    if (memcmp(r, want, REC_HEADER) != 0 ||
-        stage_unseal(b->key, ad, sizeof ad, r + REC_HEADER + REC_NONCE, plen, r + REC_HEADER,
-                     out) != 0)
+    if (blob_open_record(b, b->rec, type, block, plen, out) != 0)
         return ckpt_fail(err, -EIO,
                          "staging file %s: block %" PRIu64 " fails authentication (damaged)",
                          b->name, block);
@@ -241,15 +250,15 @@ int blob_compact(stage_blob *b, ckpt_err *err)
     b->fd = old_fd;
     if (rc == 0 && renameat(b->dirfd, tmp, b->dirfd, b->name) != 0)
         rc = -errno;
-    if (rc == 0 && fsync(b->dirfd) != 0)
-        rc = -errno;
     if (rc) {
         b->log_end = old_end;
         unlinkat(b->dirfd, tmp, 0);
         close(fd);
         return blob_fail_io(b, err, rc, "compacting its log failed");
     }
-    /* Same order as written above, so the new offsets follow along. */
+    /* Renamed: the old log is unlinked, so the new one is the blob's from
+     * here on, whatever the directory's sync says (going on with the old
+     * one would lose all that is written next at the first reopen). */
     pos = 0;
     for (size_t p = 0; p < b->n_pages; p++) {
         for (size_t i = 0; b->pages[p] && i < MAP_PAGE; i++) {
@@ -263,7 +272,28 @@ int blob_compact(stage_blob *b, ckpt_err *err)
     close(old_fd);
     b->fd = fd;
     b->log_end = pos + REC_OVERHEAD + 8;
+    if (fsync(b->dirfd) != 0) {
+        /* Until a sync of the directory works, a crash may leave the old
+         * log under the name (whole, without what comes next): the next
+         * stage_blob_sync syncs it again rather than promise anything. */
+        b->need_dir_sync = 1;
+        return blob_fail_io(b, err, -errno, "sync of its directory after compacting its log");
+    }
     return 0;
+}
+
+void blob_maybe_compact(stage_blob *b)
+{
+    if (b->unlinked || b->log_end <= 2 * b->live_bytes + COMPACT_SLACK ||
+        b->log_end < b->compact_retry)
+        return;
+    ckpt_err err = {0};
+    if (blob_compact(b, &err) != 0) {
+        b->compact_retry = b->log_end + COMPACT_SLACK;
+        fslog_warn("%s (nothing is lost; it is tried again later)", err.msg);
+    } else {
+        b->compact_retry = 0;
+    }
 }
 
 /* ---------------------------------------------------- parallel sealing */
