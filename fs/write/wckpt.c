@@ -487,10 +487,18 @@ int wtable_commit(wtable *t, wckpt *c)
         pthread_cond_wait(&c->changed, &c->lock);
     if (c->state != WST_PACKING) {
         /* One of them failed after its writer was told it worked: the
-         * checkpoint is failed, and a pack now would miss those bytes. */
+         * checkpoint is failed, and a pack now would miss those bytes
+         * (-EIO). Or a new change came meanwhile and made it writing
+         * again (wc_unpack), as it would have stopped the packing: no
+         * I/O failed, it is busy being written (-EBUSY). */
+        int rc = c->state == WST_FAILED ? -EIO : -EBUSY;
+        if (rc == -EBUSY)
+            fslog_info("checkpoint '%s': written to while its commit waited for the writes under "
+                       "way: it is writing again",
+                       c->name);
         c->changed_since_commit = 1;
         pthread_mutex_unlock(&c->lock);
-        return -EIO;
+        return rc;
     }
     uint8_t *buf = NULL;
     size_t len = 0;

@@ -764,6 +764,45 @@ static void *commit_now(void *arg)
     return NULL;
 }
 
+/* A commit that waits for a write in flight, during which another file is
+ * written (which makes the checkpoint writing again, as it would stop the
+ * packing): nothing failed, so the commit says busy, not EIO. */
+typedef struct commit_then_write {
+    committer k;
+    uint32_t other;
+} commit_then_write;
+
+static void *commit_then_write_other(void *arg)
+{
+    commit_then_write *w = arg;
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, commit_now, &w->k), 0);
+    usleep(20000); /* the commit now waits for the write in flight */
+    cr_assert_eq(wckpt_write(w->k.c, w->other, "y", 1, 0), 1);
+    pthread_join(th, NULL);
+    return NULL;
+}
+
+Test(wckpt, commit_overtaken_by_a_write_says_busy_not_eio)
+{
+    wtable t;
+    open_table(&t, NULL, 3600, 1);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "w", 0755, &c), 0);
+    uint32_t f = make_file(c, WTREE_ROOT, "f", "x", 1);
+    uint32_t g = make_file(c, WTREE_ROOT, "g", "x", 1);
+    commit_then_write w = {{&t, c, 1}, g};
+    cr_assert_eq(write_racing(c, f, 1 << 20, commit_then_write_other, &w), 1 << 20);
+    cr_assert_eq(w.k.rc, -EBUSY, "commit gave %d", w.k.rc);
+    cr_assert_eq(state_now(c), WST_WRITING);
+    cr_assert_null(c->error);
+    /* And a commit now goes through. */
+    cr_assert_eq(wtable_commit(&t, c), 0);
+    wait_state(c, WST_COMMITTED);
+    wtable_forget(&t, c, 1);
+    close_table(&t);
+}
+
 Test(wckpt, commit_under_a_write_that_fails_is_refused)
 {
     wtable t;
