@@ -227,6 +227,21 @@ static int fits(const wtree *t, uint32_t dir, const char *name)
     return base + (base ? 1 : 0) + strlen(name) <= WTREE_PATH_MAX;
 }
 
+/* The longest path below directory dir, relative to it ("/a/b": 4). */
+static size_t longest_below(const wtree *t, uint32_t dir)
+{
+    size_t best = 0;
+    const wnode *d = &t->nodes[dir];
+    for (uint32_t i = 0; i < d->n_children; i++) {
+        const wnode *c = &t->nodes[d->children[i]];
+        size_t len =
+            1 + strlen(c->name) + (c->kind == WNODE_DIR ? longest_below(t, d->children[i]) : 0);
+        if (len > best)
+            best = len;
+    }
+    return best;
+}
+
 static int dir_ok(const wtree *t, uint32_t dir)
 {
     const wnode *d = wtree_node(t, dir);
@@ -339,7 +354,12 @@ int wtree_rename(wtree *t, uint32_t dir, const char *name, uint32_t newdir, cons
         if (d->kind == WNODE_DIR && d->n_children)
             return -ENOTEMPTY;
     }
-    if (!fits(t, newdir, newname))
+    /* What is below a directory moves with it: its paths must fit too
+     * (a namespace saved with a longer one would not load again). */
+    size_t below = s->kind == WNODE_DIR ? longest_below(t, src) : 0;
+    if (!fits(t, newdir, newname) ||
+        wtree_path_len(t, newdir) + (newdir != WTREE_ROOT) + strlen(newname) + below >
+            WTREE_PATH_MAX)
         return -ENAMETOOLONG;
     char *copy = strdup(newname);
     if (!copy)

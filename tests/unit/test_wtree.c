@@ -159,3 +159,34 @@ Test(wtree, paths_must_fit_a_pack)
     strcat(name, "x");
     cr_assert_eq(wtree_add(&t, WTREE_ROOT, name, WNODE_FILE, 0, 0, 0, 0, &out), -ENAMETOOLONG);
 }
+
+/* Renaming a directory moves everything below it: a rename that would
+ * make a path below it too long for a pack is refused like an add, not
+ * left for the next load of the saved namespace to find. */
+Test(wtree, rename_keeps_paths_below_within_a_pack)
+{
+    char name[300];
+    memset(name, 'n', 200);
+    name[200] = '\0';
+    uint32_t top = add(WTREE_ROOT, name, WNODE_DIR), dir = top;
+    for (int i = 1; i < 20; i++)
+        dir = add(dir, name, WNODE_DIR); /* 20 * 201 - 1 = 4019 bytes */
+    memset(name, 'f', 70);
+    name[70] = '\0';
+    uint32_t leaf = add(dir, name, WNODE_FILE); /* 4090 */
+    uint32_t replaced;
+    memset(name, 'm', 255);
+    name[255] = '\0';
+    cr_assert_eq(wtree_rename(&t, WTREE_ROOT, t.nodes[top].name, WTREE_ROOT, name, 0, &replaced),
+                 -ENAMETOOLONG, "a path below would be 4145 bytes");
+    name[205] = '\0';
+    cr_assert_eq(wtree_rename(&t, WTREE_ROOT, t.nodes[top].name, WTREE_ROOT, name, 0, &replaced), 0,
+                 "4095 bytes fit");
+    char buf[WTREE_PATH_MAX + 1];
+    cr_assert_eq(wtree_path(&t, leaf, buf, sizeof buf), 0);
+    cr_assert_eq(strlen(buf), WTREE_PATH_MAX);
+    /* Moving it one level down does not fit either. */
+    uint32_t sub = add(WTREE_ROOT, "d", WNODE_DIR);
+    cr_assert_eq(wtree_rename(&t, WTREE_ROOT, name, sub, name, 0, &replaced), -ENAMETOOLONG);
+    expect_path(sub, "d");
+}
