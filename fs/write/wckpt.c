@@ -351,8 +351,10 @@ void wc_mark_mtime(wnode *n)
     n->mtime_nsec = (uint32_t)ts.tv_nsec;
 }
 
-/* Records a failure of the staging disk (c->lock held). */
-void wc_staging_failed(wckpt *c, int rc, const char *msg, uint32_t node, uint64_t off)
+/* Records a failure of the staging disk (c->lock held): bytes first..last
+ * of node are missing. */
+static void staging_failed(wckpt *c, int rc, const char *msg, uint32_t node, uint64_t first,
+                           uint64_t last)
 {
     if (rc != -ENOSPC && rc != -EDQUOT && rc != -EIO)
         return;
@@ -361,13 +363,14 @@ void wc_staging_failed(wckpt *c, int rc, const char *msg, uint32_t node, uint64_
                   "rewrite what failed and run 'ckpt commit' to retry)",
                   c->name, msg);
     size_t i = 0;
-    while (i < c->n_failures && (c->failures[i].node != node || c->failures[i].off != off))
+    while (i < c->n_failures && (c->failures[i].node != node || c->failures[i].first != first ||
+                                 c->failures[i].last != last))
         i++;
     if (i == c->n_failures) {
         struct wfailure *grown = realloc(c->failures, (c->n_failures + 1) * sizeof *grown);
         if (grown) {
             c->failures = grown;
-            c->failures[c->n_failures++] = (struct wfailure){node, off};
+            c->failures[c->n_failures++] = (struct wfailure){node, first, last};
         } else {
             c->failures_lost = 1;
         }
@@ -378,14 +381,47 @@ void wc_staging_failed(wckpt *c, int rc, const char *msg, uint32_t node, uint64_
     c->meta_gen++;
 }
 
+void wc_staging_failed(wckpt *c, int rc, const char *msg, uint32_t node, uint64_t off)
+{
+    staging_failed(c, rc, msg, node, off, off);
+}
+
+void wc_staging_write_failed(wckpt *c, int rc, const char *msg, uint32_t node, uint64_t off,
+                             size_t len)
+{
+    uint64_t last = len && off <= UINT64_MAX - len ? off + len - 1 : off;
+    staging_failed(c, rc, msg, node, off, last);
+}
+
+/* Bytes first..last of node are good again: a failure is made good when
+ * all its missing bytes are; a rewrite of part of them leaves the rest
+ * (two pieces when it covers the middle; left whole if the list cannot
+ * grow for the second). */
 void wc_staging_repaired(wckpt *c, uint32_t node, uint64_t first, uint64_t last)
 {
     size_t kept = 0, before = c->n_failures;
-    for (size_t i = 0; i < c->n_failures; i++) {
-        const struct wfailure *f = &c->failures[i];
-        if (f->node != node || f->off < first || f->off > last)
-            c->failures[kept++] = *f;
+    for (size_t i = 0; i < before; i++) {
+        struct wfailure f = c->failures[i];
+        if (f.node == node && first <= f.first && f.last <= last)
+            continue;
+        if (f.node == node && first <= f.first && f.first <= last) {
+            f.first = last + 1;
+        } else if (f.node == node && first <= f.last && f.last <= last) {
+            f.last = first - 1;
+        } else if (f.node == node && f.first < first && last < f.last) {
+            struct wfailure *grown =
+                realloc(c->failures, (c->n_failures + 1) * sizeof *c->failures);
+            if (grown) {
+                c->failures = grown;
+                grown[c->n_failures++] = (struct wfailure){node, last + 1, f.last};
+                f.last = first - 1;
+            }
+        }
+        c->failures[kept++] = f;
     }
+    /* The pieces split off above, after the ones kept. */
+    for (size_t i = before; i < c->n_failures; i++)
+        c->failures[kept++] = c->failures[i];
     c->n_failures = kept;
     if (kept || kept == before || c->failures_lost || c->state != WST_FAILED)
         return;

@@ -94,9 +94,11 @@ typedef struct wckpt {
      * since: while any is left the checkpoint stays failed, whatever else
      * is written meanwhile (wc_staging_failed, wc_staging_repaired). */
     struct wfailure {
-        uint32_t node; /* WTREE_NONE: the namespace or record */
-        uint64_t off;  /* where its data went missing; UINT64_MAX:
-                                 not durable (a failed sync) */
+        uint32_t node;        /* WTREE_NONE: the namespace or record */
+        uint64_t first, last; /* the bytes that went missing (a failed
+                                 write's whole range; one offset for other
+                                 operations); UINT64_MAX: not durable (a
+                                 failed sync) */
     } * failures;
     size_t n_failures;
     int failures_lost; /* one could not be recorded: only a commit

@@ -75,6 +75,10 @@ void wc_staging_failed(wckpt *c, int rc, const char *msg, uint32_t node, uint64_
 /* Failures of node at offsets first..last (inclusive) were made good;
  * with none left, a checkpoint failed by staging is writing again. */
 void wc_staging_repaired(wckpt *c, uint32_t node, uint64_t first, uint64_t last);
+/* wc_staging_failed for a write of len bytes at off that failed: all of
+ * them are missing until rewritten. */
+void wc_staging_write_failed(wckpt *c, int rc, const char *msg, uint32_t node, uint64_t off,
+                             size_t len);
 /* A commit started: every recorded failure is the packer's to judge. */
 void wc_staging_forget_failures(wckpt *c);
 /* Saves the namespace (and record) if changed; takes the locks itself. */

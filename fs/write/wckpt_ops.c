@@ -403,7 +403,7 @@ static ssize_t write_from(wckpt *c, uint32_t node, const void *buf, int fd, size
         /* Failed after the writer was told it worked: whatever the cause,
          * the checkpoint must not be packed without these bytes. */
         int why = ack && ack->given && n != -ENOSPC && n != -EDQUOT ? -EIO : (int)n;
-        wc_staging_failed(c, why, err.msg, node, off);
+        wc_staging_write_failed(c, why, err.msg, node, off, len);
         if (n != -ENOSPC && n != -EDQUOT)
             fslog_err("checkpoint '%s': %s", c->name, err.msg);
     } else if (n > 0) {

@@ -161,6 +161,12 @@ static int recover_one(void *ud, const char *sid)
                                            : WST_WRITING;
     if (rec.error)
         wc_set_error(c, rec.error);
+    /* Which writes failed is not saved: a failed checkpoint stays failed
+     * until `ckpt commit`, rather than until the next byte written
+     * anywhere, which would let the idle commit pack it with bytes
+     * missing. */
+    if (c->state == WST_FAILED)
+        c->failures_lost = 1;
     uint64_t next = 1;
     rc = stage_unlock(&t->root, &c->dir, &rec, &err);
     if (rc == 0)
