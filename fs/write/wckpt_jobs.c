@@ -143,7 +143,6 @@ static void pack_one(wtable *t, wckpt *c)
     for (size_t i = 0; rc == 0 && i < n; i++)
         total += files[i].size;
     pack_progress(c, 0, total);
-    c->cancel_pack = 0;
     char *name = strdup(c->name);
     pthread_mutex_unlock(&c->lock);
     ckpt_err err = {0};
@@ -271,7 +270,14 @@ void *wc_packer_main(void *arg)
             pthread_cond_wait(&t->wake, &t->lock);
             continue;
         }
+        /* Under the checkpoint's lock, where wc_unpack reads it: a writer
+         * that finds the pack running from here on asks to cancel it, and
+         * the request must not be cleared after (it was, in pack_one, so
+         * such a writer waited for the whole pack and then got EROFS). */
+        pthread_mutex_lock(&next->lock);
         next->pack_running = 1;
+        __atomic_store_n(&next->cancel_pack, 0, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&next->lock);
         pthread_mutex_unlock(&t->lock);
         pack_one(t, next);
         pthread_mutex_lock(&t->lock);
