@@ -39,6 +39,7 @@ int checkpoints_init(checkpoint_table *t, const char *backing_path, int backing_
         return rc;
     }
     pthread_mutex_init(&t->lock, NULL);
+    pthread_mutex_init(&t->warn_lock, NULL);
     t->backing_fd = backing_fd;
     t->key = key;
     t->cache = cache;
@@ -60,6 +61,7 @@ int checkpoints_init_store(checkpoint_table *t, ckpt_store *store, double list_i
         return -ENOMEM;
     }
     pthread_mutex_init(&t->lock, NULL);
+    pthread_mutex_init(&t->warn_lock, NULL);
     t->store = store;
     t->backing_fd = backing_fd;
     t->key = key;
@@ -92,10 +94,11 @@ static void stat_of_id(const ckpt_object_id *id, struct stat *st)
 }
 
 /* One warning per symlink name for the mount's lifetime: a listing
- * rescans the directory each time. */
+ * rescans the directory each time. Called from checkpoint_open with the
+ * checkpoint's open_lock held, so never under (nor taking) t->lock. */
 static void warn_link_once(checkpoint_table *t, const char *file_name)
 {
-    pthread_mutex_lock(&t->lock);
+    pthread_mutex_lock(&t->warn_lock);
     int seen = 0;
     for (size_t i = 0; !seen && i < t->n_warned_links; i++)
         seen = strcmp(t->warned_links[i], file_name) == 0;
@@ -107,7 +110,7 @@ static void warn_link_once(checkpoint_table *t, const char *file_name)
         if (copy)
             t->warned_links[t->n_warned_links++] = copy;
     }
-    pthread_mutex_unlock(&t->lock);
+    pthread_mutex_unlock(&t->warn_lock);
     if (!seen)
         fslog_warn("%s/%s is a symbolic link: ignored (packs must be regular files in the "
                    "backing directory; links are never followed)",
@@ -158,6 +161,7 @@ void checkpoints_destroy(checkpoint_table *t)
     for (size_t i = 0; i < t->n_warned_links; i++)
         free(t->warned_links[i]);
     free(t->warned_links);
+    pthread_mutex_destroy(&t->warn_lock);
     pthread_mutex_destroy(&t->lock);
     if (t->own_store)
         ckpt_store_free(t->store);

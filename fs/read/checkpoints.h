@@ -87,6 +87,9 @@ typedef struct checkpoint_table {
     checkpoint *all;
     uint32_t next_serial;
     int scan_generation;
+    /* Its own lock, not lock: a pack's open finds the link while holding
+     * the checkpoint's open_lock, and retiring takes open_lock under lock. */
+    pthread_mutex_t warn_lock;
     char **warned_links; /* NAME.tpack symlinks already warned about */
     size_t n_warned_links;
 } checkpoint_table;
