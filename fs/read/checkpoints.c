@@ -872,7 +872,8 @@ int checkpoint_is_empty(checkpoint *c)
     int empty = 1;
     pthread_mutex_lock(&c->hide_lock);
     for (uint32_t i = 0; empty && i < tree->n_nodes; i++) {
-        if (tree->nodes[i].kind != TREE_FILE)
+        /* A symbolic link is the user's too: rmdir must not delete it. */
+        if (tree->nodes[i].kind != TREE_FILE && tree->nodes[i].kind != TREE_LINK)
             continue;
         int hidden = 0;
         for (uint32_t n = i; c->hidden && !hidden && n != TREE_ROOT && n != TREE_NONE;

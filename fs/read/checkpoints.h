@@ -165,10 +165,11 @@ int checkpoint_first_fault(checkpoint *c, size_t chunk_id);
  * returns 0, -ENOENT, -ENOTDIR, -EISDIR, -ENOTEMPTY or -ENOMEM. */
 int checkpoint_hide(checkpoint *c, uint32_t dir, const char *name, int want_dir);
 int checkpoint_node_hidden(checkpoint *c, uint32_t node);
-/* Does the (opened) checkpoint show no packed file any more? Every one
- * hidden, or under a hidden directory, or none packed at all. What ckptfs
- * synthesizes (manifest.json, tensors/) and directories left empty do not
- * count: they are views of the files, so rmdir may delete the pack. */
+/* Does the (opened) checkpoint show no packed file or symbolic link any
+ * more? Every one hidden, or under a hidden directory, or none packed at
+ * all. What ckptfs synthesizes (manifest.json, tensors/) and directories
+ * left empty do not count: they are views of the files, so rmdir may
+ * delete the pack. */
 int checkpoint_is_empty(checkpoint *c);
 
 #endif

@@ -106,6 +106,17 @@ expect_ok "commit e3" "$CKPT" commit --wait "$MNT/e3"
 rm "$MNT/e3/y"
 py_errno "rmdir with a packed file left is ENOTEMPTY" ENOTEMPTY "    os.rmdir('$MNT/e3')"
 [ -e "$BACK/e3.tpack" ] && pass "and keeps the pack" || fail "and keeps the pack"
+# A symbolic link is content too: rmdir of a checkpoint that shows one is
+# ENOTEMPTY and keeps the pack (it used to delete the pack, link and all);
+# rm -r removes the link, then the checkpoint.
+mkdir "$MNT/e4"
+ln -s ../elsewhere "$MNT/e4/l"
+expect_ok "commit e4 (one symbolic link, no file)" "$CKPT" commit --wait "$MNT/e4"
+py_errno "rmdir with a symbolic link left is ENOTEMPTY" ENOTEMPTY "    os.rmdir('$MNT/e4')"
+[ -e "$BACK/e4.tpack" ] && [ "$(readlink "$MNT/e4/l")" = ../elsewhere ] &&
+    pass "and keeps the pack and its link" || fail "and keeps the pack and its link"
+expect_ok "rm -r of it" rm -r "$MNT/e4"
+expect_absent "deletes it" "$BACK/e4.tpack" "$MNT/e4"
 
 # ------------------------------------------------- deleting frees the space
 
