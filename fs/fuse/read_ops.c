@@ -252,6 +252,15 @@ void rops_open(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info
     h->u.file.checkpoint = c;
     h->u.file.node = node;
     checkpoint_ref(&fs->table, c);
+    /* Replaced between resolve() and the reference: its pack may be let
+     * go already, and the handle would read nothing. */
+    err = checkpoint_open(&fs->table, c);
+    if (err) {
+        checkpoint_unref(&fs->table, c);
+        free(h);
+        fuse_reply_err(req, -err);
+        return;
+    }
     /* Packs are immutable: pages cached by an earlier open stay valid. */
     fi->keep_cache = 1;
     fi->noflush = 1;
