@@ -48,7 +48,6 @@ typedef struct ckptfs {
     const char *mount_path; /* resolved before mounting */
     unsigned readahead_kib;
     int readahead_pending;   /* raise it at the first request after INIT */
-    int no_open;             /* the kernel can do without FUSE_OPEN */
     int hide_tensors;        /* -o tensors=hide: tensors/ left out of listings */
     wtable wtable;           /* checkpoints being written */
     ns_table ns;             /* namespace inodes */

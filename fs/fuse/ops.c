@@ -571,8 +571,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-    ckptfs *fs = userdata;
-    fs->no_open = (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) != 0;
+    (void)userdata;
     /* More readahead requests in flight keep the decode workers busy. */
     if (conn->max_background < 64)
         conn->max_background = 64;

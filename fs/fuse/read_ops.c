@@ -213,14 +213,14 @@ void rops_getattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino)
     fuse_reply_attr(req, &st, PACK_TIMEOUT);
 }
 
-/* Opening a packed file needs nothing from us once its lookup worked:
- * packs are immutable and the kernel checks permissions. So on a read-only
- * mount (-o ro), where the kernel supports it, the first open answers
- * ENOSYS, which
- * makes the kernel stop sending FUSE_OPEN and FUSE_RELEASE altogether and
- * keep cached pages across opens (its default for no-open). That saves
- * two round trips per file: about 15 us of some 37 us per small file,
- * which shows on checkpoints of many small tensors. */
+/* Every open gets a handle holding a reference to its checkpoint, so that
+ * the pack it opened stays readable when a new generation replaces it or
+ * it is deleted, as an open file on a local disk does (np.memmap and
+ * torch.from_file fault pages in long after the open). A read-only mount
+ * used to answer the first open ENOSYS, so that the kernel stopped
+ * sending opens (about 15 us of some 37 us per small file): it then held
+ * no reference, and such reads got ESTALE, a mapping SIGBUS, once the
+ * pack was replaced. */
 void rops_open(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     checkpoint *c;
@@ -236,12 +236,6 @@ void rops_open(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info
     }
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
         fuse_reply_err(req, EROFS);
-        return;
-    }
-    /* Only on a read-only mount: once the kernel stops sending opens, an
-     * open for writing of a packed file could no longer be refused. */
-    if (fs->no_open && !fs->writable) {
-        fuse_reply_err(req, ENOSYS);
         return;
     }
     fs_handle *h = calloc(1, sizeof *h);

@@ -213,6 +213,28 @@ if mount_ckptfs "$BACK" "$RO" "$TMP/ro.log" -o ro,key_file="$TMP/key"; then
     expect_fail "rmdir of a checkpoint is refused" rmdir "$RO/comp/sub/dir"
     expect_ok "python open(..., 'w') gets errno 30" $PY "$CLIENTS" erofs "$RO/comp"
     expect_same_sha256 "a refused write changed nothing" "$SRC/config.json" "$RO/comp/config.json"
+    # A file open (and mapped) while its pack is replaced keeps reading the
+    # generation it opened; a new open reads the new one. The read-only
+    # mount used to tell the kernel to send no opens, hold no reference,
+    # and answer ESTALE (SIGBUS through the mapping) after the rename.
+    cp "$BACK/plain.tpack" "$BACK/gen.tpack"
+    cp "$ROOT/tests/unit/fixtures/v1-plain.tpack" "$TMP/gen-next.tpack"
+    expect_ok "an open file keeps its generation when the pack is replaced" $PY -c '
+import hashlib, mmap, os, sys
+ro, back, tmp, src = sys.argv[1:5]
+f = open(os.path.join(ro, "gen/blob.bin"), "rb")
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+head = m[:4096]
+os.replace(os.path.join(tmp, "gen-next.tpack"), os.path.join(back, "gen.tpack"))
+names = os.listdir(os.path.join(ro, "gen"))
+assert "blob.bin" not in names, names
+os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # what is read next comes from the daemon
+want = hashlib.sha256(open(os.path.join(src, "blob.bin"), "rb").read()).hexdigest()
+f.seek(0)
+assert hashlib.sha256(f.read()).hexdigest() == want, "read() after the replacement"
+assert hashlib.sha256(m[:]).hexdigest() == want, "the mapping after the replacement"
+' "$RO" "$BACK" "$TMP" "$SRC"
+    rm -f "$BACK/gen.tpack"
     unmount_ckptfs "$RO"
 else
     fail "a read-only mount beside the writable one" "$(tail -3 "$TMP/ro.log")"
