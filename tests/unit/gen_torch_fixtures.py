@@ -18,6 +18,7 @@ Exits 3 when torch cannot be imported, so the caller can skip plainly.
 """
 import collections
 import hashlib
+import io
 import os
 import sys
 
@@ -141,6 +142,21 @@ def main():
     views = {"base": x, "rows": x[1:3], "tail": x.view(24)[5:], "t": x.t(), "col": x[:, 1]}
     out.save("views.pt", views, {k: views[k] for k in ("base", "rows", "tail")},
              {"t": "non-contiguous", "col": "non-contiguous"})
+
+    # A negated view is saved as its storage's bytes plus {'neg': True}
+    # (torch.load negates them): not those bytes, so skipped. torch 1.13
+    # drops the flag (it loads back its storage's bytes), so presented.
+    if hasattr(torch, "_neg_view"):
+        y = torch.arange(1, 7, dtype=torch.float32)
+        neg = {"base": y, "neg": torch._neg_view(y)}
+        buf = io.BytesIO()
+        torch.save(neg, buf)
+        buf.seek(0)
+        back = torch.load(buf)["neg"]
+        if torch.equal(back, neg["neg"]):
+            out.save("negated.pt", neg, {"base": y}, {"neg": "negated"})
+        else:
+            out.save("negated.pt", neg, {"base": y, "neg": back})
 
     # Dtypes that torch >= 2.1 saves as untyped storages (_rebuild_tensor_v3).
     extra = {}

@@ -472,6 +472,75 @@ Test(torch_built, repeated_names)
     free(p.p);
 }
 
+/* _rebuild_tensor_v2/_v3 with torch's view metadata (get_tensor_metadata)
+ * as its last argument: {"neg": v}. */
+static void pk_tensor_meta(ff_buf *b, int version, const char *key, uint8_t numel, bool neg)
+{
+    pk_global(b, "torch._utils", version == 3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2");
+    pk_op(b, '(');
+    pk_op(b, '(');
+    pk_str(b, "storage");
+    if (version == 3)
+        pk_global(b, "torch", "UntypedStorage");
+    else
+        pk_global(b, "torch", "FloatStorage");
+    pk_str(b, key);
+    pk_str(b, "cpu");
+    pk_k(b, numel);
+    pk_op(b, 't');
+    pk_op(b, 'Q');
+    pk_k(b, 0);
+    pk_k(b, 4);
+    ff_byte(b, 0x85);
+    pk_k(b, 1);
+    ff_byte(b, 0x85);
+    ff_byte(b, 0x89);
+    pk_global(b, "collections", "OrderedDict");
+    pk_op(b, ')');
+    pk_op(b, 'R');
+    if (version == 3)
+        pk_global(b, "torch", "uint16");
+    pk_op(b, '}');
+    pk_str(b, "neg");
+    ff_byte(b, neg ? 0x88 : 0x89);
+    pk_op(b, 's');
+    pk_op(b, 't');
+    pk_op(b, 'R');
+}
+
+/* torch saves a negated view (torch._neg_view(x), c.conj().imag) as its
+ * storage's bytes plus {'neg': True}, and torch.load negates them: those
+ * bytes are not the tensor's values, so it is skipped with why. A false
+ * flag changes nothing. (It was presented as its storage's bytes.) */
+Test(torch_built, negated_views_are_skipped)
+{
+    for (int version = 2; version <= 3; version++) {
+        ff_buf p = {0};
+        ff_byte(&p, 0x80);
+        ff_byte(&p, 2);
+        pk_op(&p, '}');
+        pk_str(&p, "neg");
+        pk_tensor_meta(&p, version, "0", version == 3 ? 96 : 24, true);
+        pk_op(&p, 's');
+        pk_str(&p, "plain");
+        pk_tensor_meta(&p, version, "0", version == 3 ? 96 : 24, false);
+        pk_op(&p, 's');
+        pk_op(&p, '.');
+        ff_buf a = archive_with(&p);
+        tf_result r = describe(a.p, a.len, "x.pt");
+        cr_assert_eq(r.rc, 0, "v%d: %s", version, r.msg);
+        cr_assert_eq(r.l.n, 1, "v%d: %zu tensors presented", version, r.l.n);
+        cr_assert_str_eq(r.l.t[0].name, "plain");
+        cr_assert_str_eq(r.l.t[0].dtype, version == 3 ? "U16" : "F32");
+        const ingest_skipped *s = ff_find_skipped(&r.l, "neg");
+        cr_assert_not_null(s, "v%d: 'neg' not skipped", version);
+        tu_assert_contains(s->reason, "negated");
+        ingest_layout_free(&r.l);
+        free(a.p);
+        free(p.p);
+    }
+}
+
 /* A big-endian archive: its storage stays a region, its tensor is skipped. */
 Test(torch_built, big_endian_archive)
 {

@@ -341,6 +341,28 @@ static bool int_tuple(const pk_value *v, uint64_t *out, uint32_t *n)
     return true;
 }
 
+/* Whether the rebuild call's optional metadata (torch._utils.
+ * get_tensor_metadata: argument 6 of _rebuild_tensor_v2, 7 of _v3) sets a
+ * view bit. torch saves a negated view (torch._neg_view(x), or
+ * c.conj().imag) as its storage's bytes plus {'neg': True}, and the loader
+ * negates; those bytes are not the tensor's values. Absent, None or a dict
+ * of false flags sets nothing; anything else is taken to set a bit. */
+static bool sets_view_bits(int version, const pk_value *args)
+{
+    size_t at = version == 2 ? 6 : version == 3 ? 7 : SIZE_MAX;
+    const pk_value *m = at < pk_len(args) ? pk_at(args, at) : NULL;
+    if (!m || m->kind == PK_NONE)
+        return false;
+    if (m->kind != PK_DICT)
+        return true;
+    for (size_t i = 1; i < pk_len(m); i += 2) {
+        int64_t x;
+        if (!pk_int(pk_at(m, i), &x) || x != 0)
+            return true;
+    }
+    return false;
+}
+
 /* The tensor at c->name, made by a rebuild call with these arguments. */
 static void add_tensor(torch_ctx *c, int version, const pk_value *args)
 {
@@ -380,6 +402,10 @@ static void add_tensor(torch_ctx *c, int version, const pk_value *args)
     const char *v3_dtype = version == 3 ? torch_dtype(pk_at(args, 6)) : NULL;
     if (version == 3 && (!v3_dtype || strcmp(s->dtype, v3_dtype) != 0)) {
         add_skipped(c, "its dtype differs from its storage's");
+        return;
+    }
+    if (sets_view_bits(version, args)) {
+        add_skipped(c, "it is a negated or conjugated view (torch metadata)");
         return;
     }
     unsigned es = ckpt_dtype_size(s->dtype);

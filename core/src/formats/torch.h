@@ -22,8 +22,9 @@
  *     named after the path without .pt/.pth/.bin. Each contiguous (C-order)
  *     tensor becomes one ingest_tensor over its storage's bytes; tensors
  *     that share a storage (tied weights) each get one, and may overlap.
- *     Tensors that cannot be presented (a non-contiguous view, an unknown
- *     dtype, a repeated name, ...) are listed in out->skipped with why.
+ *     Tensors that cannot be presented (a non-contiguous view, a negated
+ *     view, an unknown dtype, a repeated name, ...) are listed in
+ *     out->skipped with why.
  * A big-endian archive (<dir>/byteorder "big") keeps its regions but
  * presents no tensor. Anything else in the pickle (other objects, unknown
  * globals) is inert data and is not understood; that is not an error.
