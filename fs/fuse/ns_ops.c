@@ -95,11 +95,15 @@ fuse_ino_t nsops_route(ckptfs *fs, fuse_ino_t ino)
         checkpoint *c;
         if (w && wckpt_find(w, rel, &node) == 0) {
             out = wckpt_ino(w, node);
-        } else if (!w && (c = checkpoints_lookup(&fs->table, path, 0, &err)) && !c->is_file &&
-                   checkpoint_open(&fs->table, c) == 0) {
-            uint32_t n = pack_tree_find_written(c->tree, c->pack, rel, 0);
-            if (n != TREE_NONE)
-                out = checkpoint_ino(c, n);
+        } else if (!w && (c = checkpoints_lookup(&fs->table, path, 1, &err))) {
+            /* Counted while it is used: a replacement landing meanwhile
+             * would otherwise free it under us. */
+            if (!c->is_file && checkpoint_open(&fs->table, c) == 0) {
+                uint32_t n = pack_tree_find_written(c->tree, c->pack, rel, 0);
+                if (n != TREE_NONE)
+                    out = checkpoint_ino(c, n);
+            }
+            checkpoint_forget(&fs->table, c, 1);
         }
         path[cut] = saved;
     }
