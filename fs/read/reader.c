@@ -387,7 +387,9 @@ int reader_read(reader *r, checkpoint *c, uint32_t node, uint64_t offset, size_t
         if (failed) {
             if (failed != -ECANCELED && checkpoint_first_fault(c, pc->id))
                 log_fault(c, n, pc->file_index, pc->position, msg);
-            rc = failed == -ENOMEM ? -ENOMEM : -EIO;
+            /* A pack replaced in the store under this reader (the ETag
+             * no longer matches) says so, as a local pack let go does. */
+            rc = failed == -ENOMEM || failed == -ESTALE ? failed : -EIO;
         }
     }
     if (rc)

@@ -237,6 +237,36 @@ else
     unmount_ckptfs mnt-w
 fi
 
+# ------------------------- a pack replaced in the store under an open file
+# The open file keeps its generation or fails with ESTALE: it never reads
+# bytes of the new object (every GET carries If-Match: the ETag at open).
+"$CKPT_GEN" tiny2 --preset tiny --seed 7 >/dev/null
+expect_ok "pack tiny to s3://$BK/r/x.tpack (64K chunks)" "$CKPT" pack tiny -o s3://$BK/r/x.tpack --chunk-size 64K
+mount_ckptfs s3://$BK/r mnt-r "$LOG" -o ro,cache_size=1M || fail "mount for the replacement" "$(tail -n 3 "$LOG")"
+cat >replace.py <<'EOF'
+import errno, os, subprocess, sys
+here, ckpt, bk = sys.argv[1:4]
+old = open(os.path.join(here, "tiny/model.safetensors"), "rb").read()
+f = open(os.path.join(here, "mnt-r/x/model.safetensors"), "rb")
+assert f.read(4096) == old[:4096]
+subprocess.run([ckpt, "pack", os.path.join(here, "tiny2"), "-o", "s3://%s/r/x.tpack" % bk, "-f",
+                "--chunk-size", "64K"], check=True, stdout=subprocess.DEVNULL)
+os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+f.seek(0)
+try:
+    got = f.read()
+except OSError as e:
+    if e.errno != errno.ESTALE:
+        sys.exit("failed with %s, not ESTALE" % e)
+    print("ESTALE")
+else:
+    if got != old:
+        sys.exit("read bytes that are not its generation's")
+    print("its own generation")
+EOF
+expect_ok "an open file reads its generation or ESTALE after the object is replaced" $PY replace.py "$PWD" "$CKPT" "$BK"
+unmount_ckptfs mnt-r
+
 # ------------------------------ the gateway killed in a read through the mount
 rgw_pid() { cat "$RGW/run/client.rgw.a.pid" 2>/dev/null; }
 restart_rgw() { radosgw -c "$RGW/ceph.conf" -n client.rgw.a 2>>"$RGW/log/rgw-stderr.log"; }
