@@ -402,13 +402,17 @@ void wc_staging_repaired(wckpt *c, uint32_t node, uint64_t first, uint64_t last)
     size_t kept = 0, before = c->n_failures;
     for (size_t i = 0; i < before; i++) {
         struct wfailure f = c->failures[i];
-        if (f.node == node && first <= f.first && f.last <= last)
+        if (f.node != node) {
+            c->failures[kept++] = f;
             continue;
-        if (f.node == node && first <= f.first && f.first <= last) {
+        }
+        if (first <= f.first && f.last <= last)
+            continue;
+        if (first <= f.first && f.first <= last) {
             f.first = last + 1;
-        } else if (f.node == node && first <= f.last && f.last <= last) {
+        } else if (first <= f.last && f.last <= last) {
             f.last = first - 1;
-        } else if (f.node == node && f.first < first && last < f.last) {
+        } else if (f.first < first && last < f.last) {
             struct wfailure *grown =
                 realloc(c->failures, (c->n_failures + 1) * sizeof *c->failures);
             if (grown) {
