@@ -1080,8 +1080,15 @@ Test(s3_fake, lock_whose_first_answer_is_lost, .init = clean_env, .fini = drop_h
 /* The same for a renewal (here the one after a fork, as the daemon does):
  * a lost answer to our If-Match PUT must not make us give up a lease that
  * is still ours, which left it to expire while we wrote on. */
-Test(s3_fake, renewal_whose_answer_is_lost, .init = clean_env, .fini = drop_home)
+Test(s3_fake, renewal_whose_answer_is_lost, .init = clean_env, .fini = drop_home, .timeout = 60)
 {
+#ifdef __SANITIZE_ADDRESS__
+    /* The fork below happens while the lease's renewer thread starts up:
+     * gcc 12's ASan allocator takes no lock around fork, so a child forked
+     * while that thread allocates waits on the copied lock forever (seen
+     * in a CI run). glibc's malloc is safe there; the plain build runs it. */
+    cr_skip_test("fork beside a starting thread deadlocks ASan's allocator");
+#endif
     fake_s3 f;
     fake_start(&f);
     ckpt_store *s = fake_store(&f);
