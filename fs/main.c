@@ -431,6 +431,10 @@ static int mount_and_daemonize(daemon_run *d)
         d->fs.readahead_kib = READAHEAD_KIB;
         d->fs.readahead_pending = 1;
     }
+    /* No thread may be running across the fork: it would be copied in the
+     * middle of whatever it held. */
+    if (!d->cmd.foreground && d->fs.writable)
+        wtable_before_fork(&d->fs.wtable);
     if (fuse_daemonize(d->cmd.foreground) != 0)
         return -1;
     fslog_tee_stderr(0);

@@ -137,6 +137,12 @@ int ckpt_store_rename(ckpt_store *s, const char *from, const char *to, ckpt_err 
 typedef struct ckpt_store_lock ckpt_store_lock;
 int ckpt_store_lock_take(ckpt_store *s, const char *name, ckpt_store_lock **out, ckpt_err *err);
 void ckpt_store_lock_release(ckpt_store_lock *l);
+/* Before a fork (a daemon going to the background): an S3 lease's
+ * renewing thread is stopped, so that the fork copies no thread's state
+ * in the middle of a request (a mutex of the HTTP pool, an allocator
+ * lock). Until ckpt_store_lock_after_fork the lease is not renewed; it
+ * lasts a minute. */
+void ckpt_store_lock_before_fork(ckpt_store_lock *l);
 /* In the child of a fork (a daemon going to the background): the lock is
  * this process's now. A local flock needs nothing; an S3 lease, whose
  * renewing thread did not survive the fork, is renewed at once naming the

@@ -213,6 +213,9 @@ int wtable_init(wtable *t, const char *backing_path, int backing_fd, const mount
  * Refuses (-ENOLCK) unless this table holds the writer lock: staging may
  * belong to another daemon. */
 int wtable_recover(wtable *t);
+/* Before a fork: stops the store lease's renewer (after the fork
+ * wtable_note_pid renews the lease and starts it again). */
+void wtable_before_fork(wtable *t);
 /* Records this process in the writer lock again (after a fork). */
 void wtable_note_pid(wtable *t);
 /* Starts the packer and the commit timer (after any fork). */

@@ -88,6 +88,11 @@ int wtable_init(wtable *t, const char *backing_path, int backing_fd, const mount
     return 0;
 }
 
+void wtable_before_fork(wtable *t)
+{
+    ckpt_store_lock_before_fork(t->store_lock);
+}
+
 void wtable_note_pid(wtable *t)
 {
     int rc = t->lock_fd >= 0 ? backing_lock_note_pid(t->lock_fd, t->opts.mount_path) : 0;

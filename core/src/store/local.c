@@ -467,12 +467,9 @@ static void local_free(ckpt_store *s)
 }
 
 static const store_ops local_ops = {
-    local_list,   local_open_read,
-    local_create, local_remove,
-    local_rename, local_lock_take,
-    local_unlock, NULL,
-    local_free,   NULL,
-    NULL,
+    local_list,   local_open_read, local_create, local_remove,
+    local_rename, local_lock_take, local_unlock, NULL,
+    NULL,         local_free,      NULL,         NULL,
 };
 
 static local_store *local_new(int dirfd, const char *where)

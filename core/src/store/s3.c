@@ -619,15 +619,21 @@ static int s3_lock_take(ckpt_store *base, const char *name, ckpt_store_lock **ou
     return 0;
 }
 
-static void s3_unlock(ckpt_store_lock *base)
+static void stop_renewer(s3_lock *l)
 {
-    s3_lock *l = (s3_lock *)base;
     pthread_mutex_lock(&l->mu);
     l->stop = 1;
     pthread_cond_signal(&l->cv);
     pthread_mutex_unlock(&l->mu);
     if (l->running)
         pthread_join(l->renewer, NULL);
+    l->running = 0;
+}
+
+static void s3_unlock(ckpt_store_lock *base)
+{
+    s3_lock *l = (s3_lock *)base;
+    stop_renewer(l);
     if (!l->lost) {
         /* Only our own lease: a DELETE cannot be conditional, so check first. */
         char lease[512], etag[80];
@@ -645,8 +651,15 @@ static void s3_unlock(ckpt_store_lock *base)
     free(l);
 }
 
-/* The parent's renewer thread and any state of its mutex stay behind in
- * the parent; only this thread runs here, so they are made anew. */
+/* A renewal under way finishes first (it is one PUT); the next one is
+ * the child's, at once. */
+static void s3_lock_before_fork(ckpt_store_lock *base)
+{
+    stop_renewer((s3_lock *)base);
+}
+
+/* Only this thread runs here: the lock's mutex and renewer are made anew
+ * (the renewer was stopped before the fork, or never started). */
 static int s3_lock_after_fork(ckpt_store_lock *base, ckpt_err *err)
 {
     s3_lock *l = (s3_lock *)base;
@@ -791,8 +804,9 @@ static void s3_stats(ckpt_store *base, ckpt_store_cache_stats *out)
 }
 
 static const store_ops s3_ops = {
-    s3_list_objects, s3_open_read,       s3_create, s3_remove,      s3_rename, s3_lock_take,
-    s3_unlock,       s3_lock_after_fork, s3_free,   s3_abort_stale, s3_stats,
+    s3_list_objects,    s3_open_read, s3_create,      s3_remove,
+    s3_rename,          s3_lock_take, s3_unlock,      s3_lock_before_fork,
+    s3_lock_after_fork, s3_free,      s3_abort_stale, s3_stats,
 };
 
 int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out, ckpt_err *err)

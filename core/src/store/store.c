@@ -106,6 +106,12 @@ void ckpt_store_lock_release(ckpt_store_lock *l)
         l->store->ops->unlock(l);
 }
 
+void ckpt_store_lock_before_fork(ckpt_store_lock *l)
+{
+    if (l && l->store->ops->lock_before_fork)
+        l->store->ops->lock_before_fork(l);
+}
+
 int ckpt_store_lock_after_fork(ckpt_store_lock *l, ckpt_err *err)
 {
     if (!l || !l->store->ops->lock_after_fork)

@@ -50,6 +50,7 @@ struct store_ops {
     int (*lock)(ckpt_store *s, const char *name, ckpt_store_lock **out, ckpt_err *err);
     void (*unlock)(ckpt_store_lock *l);
     /* NULL when a lock survives fork as it is. */
+    void (*lock_before_fork)(ckpt_store_lock *l);
     int (*lock_after_fork)(ckpt_store_lock *l, ckpt_err *err);
     void (*free)(ckpt_store *s);
     /* Aborts unfinished uploads; NULL when a store leaves none behind. */
