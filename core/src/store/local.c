@@ -467,9 +467,14 @@ static void local_free(ckpt_store *s)
 }
 
 static const store_ops local_ops = {
-    local_list,   local_open_read, local_create, local_remove,
-    local_rename, local_lock_take, local_unlock, NULL,
-    NULL,         local_free,      NULL,         NULL,
+    .list = local_list,
+    .open_read = local_open_read,
+    .create = local_create,
+    .remove = local_remove,
+    .rename = local_rename,
+    .lock = local_lock_take,
+    .unlock = local_unlock,
+    .free = local_free,
 };
 
 static local_store *local_new(int dirfd, const char *where)

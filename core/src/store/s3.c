@@ -804,9 +804,18 @@ static void s3_stats(ckpt_store *base, ckpt_store_cache_stats *out)
 }
 
 static const store_ops s3_ops = {
-    s3_list_objects,    s3_open_read, s3_create,      s3_remove,
-    s3_rename,          s3_lock_take, s3_unlock,      s3_lock_before_fork,
-    s3_lock_after_fork, s3_free,      s3_abort_stale, s3_stats,
+    .list = s3_list_objects,
+    .open_read = s3_open_read,
+    .create = s3_create,
+    .remove = s3_remove,
+    .rename = s3_rename,
+    .lock = s3_lock_take,
+    .unlock = s3_unlock,
+    .lock_before_fork = s3_lock_before_fork,
+    .lock_after_fork = s3_lock_after_fork,
+    .free = s3_free,
+    .abort_stale = s3_abort_stale,
+    .cache_stats = s3_stats,
 };
 
 int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out, ckpt_err *err)
