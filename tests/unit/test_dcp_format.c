@@ -492,6 +492,9 @@ Test(dcp_metadata, overlapping_items_are_refused)
     REFUSED(b, "items of '__0_0.distcp' overlap: 'w' at [0, 100) and 'w' at [99, 149)");
     b = two_chunks(0, 100, 100, 50, 120, 10);
     REFUSED(b, "'w' at [100, 150) and 'step' at [120, 130)");
+    /* Not a neighbour: an empty item between them hid it. */
+    b = two_chunks(0, 100, 50, 0, 60, 10);
+    REFUSED(b, "'w' at [0, 100) and 'step' at [60, 70)");
 }
 
 Test(dcp_metadata, bad_items_are_refused)

@@ -404,12 +404,19 @@ static int parse_storage_data(parse_ctx *c, const pk_value *sd)
         if (it->kind == DCP_ITEM_TENSOR)
             c->md->tensors[it->tensor].chunks[it->chunk].item = i;
     }
-    for (size_t i = 1; i < c->md->n_items; i++) {
-        const dcp_item *a = &c->md->items[i - 1], *b = &c->md->items[i];
-        if (strcmp(a->relative_path, b->relative_path) != 0 || a->offset + a->length <= b->offset)
-            continue;
-        if (a->length == 0 || b->length == 0)
+    /* Sorted by file and offset, an item overlaps an earlier one exactly
+     * when it starts before the furthest end reached so far in its file
+     * (not only its neighbour's: a long item may cover several). */
+    const dcp_item *furthest = NULL;
+    for (size_t i = 0; i < c->md->n_items; i++) {
+        const dcp_item *a = furthest, *b = &c->md->items[i];
+        if (b->length == 0)
             continue; /* an empty item overlaps nothing */
+        int same_file = a && strcmp(a->relative_path, b->relative_path) == 0;
+        if (!same_file || b->offset + b->length > a->offset + a->length)
+            furthest = b;
+        if (!same_file || a->offset + a->length <= b->offset)
+            continue;
         char qa[FMT_QUOTE_BUF], qb[FMT_QUOTE_BUF], qp[FMT_QUOTE_BUF];
         quote_fqn(qa, sizeof qa, a->fqn);
         quote_fqn(qb, sizeof qb, b->fqn);
