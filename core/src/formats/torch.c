@@ -123,6 +123,7 @@ typedef struct torch_ctx {
     char name[MAX_NAME + 1];
     int err;         /* -ENOMEM once out of memory */
     bool big_endian; /* <dir>/byteorder says "big": no tensor is presented */
+    size_t shadowed; /* > 0 below a dict entry whose key comes again later */
 } torch_ctx;
 
 /* ('storage', storage_type, key, location, numel) */
@@ -482,11 +483,72 @@ static void walk_child(torch_ctx *c, const pk_value *v, const char *seg, size_t 
     c->name[at] = '\0';
 }
 
+/* Dict keys as Python compares them, for the kinds a name is made of. */
+static int key_cmp(const pk_value *a, const pk_value *b)
+{
+    if (a->kind != b->kind)
+        return a->kind < b->kind ? -1 : 1;
+    int64_t x, y;
+    if (a->kind == PK_STR) {
+        if (a->u.s.len != b->u.s.len)
+            return a->u.s.len < b->u.s.len ? -1 : 1;
+        return memcmp(a->u.s.p, b->u.s.p, a->u.s.len);
+    }
+    if (a->kind == PK_INT && pk_int(a, &x) && pk_int(b, &y))
+        return x < y ? -1 : x > y;
+    return 0;
+}
+
+typedef struct keyed_pair {
+    const pk_value *key;
+    size_t pair;
+} keyed_pair;
+
+static int keyed_pair_cmp(const void *a, const void *b)
+{
+    const keyed_pair *x = a, *y = b;
+    int r = key_cmp(x->key, y->key);
+    return r ? r : (x->pair < y->pair ? -1 : x->pair > y->pair);
+}
+
+/* A hostile pickle may set one key of a dict twice: torch.load keeps the
+ * last value, so the earlier ones must not be presented as that name.
+ * Returns a flag per pair (NULL when none is shadowed), or sets c->err. */
+static bool *shadowed_pairs(torch_ctx *c, const pk_value *const *items, size_t n_pairs)
+{
+    if (n_pairs < 2)
+        return NULL;
+    keyed_pair *ix = malloc(n_pairs * sizeof *ix);
+    bool *flags = calloc(n_pairs, sizeof *flags);
+    if (!ix || !flags) {
+        free(ix);
+        free(flags);
+        c->err = -ENOMEM;
+        return NULL;
+    }
+    for (size_t i = 0; i < n_pairs; i++)
+        ix[i] = (keyed_pair){items[2 * i], i};
+    qsort(ix, n_pairs, sizeof *ix, keyed_pair_cmp);
+    bool any = false;
+    for (size_t i = 0; i + 1 < n_pairs; i++) {
+        const pk_value *k = ix[i].key;
+        if ((k->kind == PK_STR || k->kind == PK_INT) && key_cmp(k, ix[i + 1].key) == 0)
+            any = flags[ix[i].pair] = true;
+    }
+    free(ix);
+    if (!any) {
+        free(flags);
+        return NULL;
+    }
+    return flags;
+}
+
 static void walk_items(torch_ctx *c, const pk_value *const *items, size_t n, bool pairs,
                        size_t depth)
 {
     char num[24];
-    for (size_t i = 0; i < n; i++) {
+    bool *shadowed = pairs ? shadowed_pairs(c, items, n / 2) : NULL;
+    for (size_t i = 0; i < n && !c->err; i++) {
         if (!pairs) {
             snprintf(num, sizeof num, "%zu", i);
             walk_child(c, items[i], num, strlen(num), depth);
@@ -494,15 +556,19 @@ static void walk_items(torch_ctx *c, const pk_value *const *items, size_t n, boo
         }
         if (i + 1 >= n)
             break;
+        bool hidden = shadowed && shadowed[i / 2];
         const pk_value *k = items[i], *val = items[++i];
         int64_t x;
+        c->shadowed += hidden;
         if (k->kind == PK_STR) {
             walk_child(c, val, k->u.s.p, k->u.s.len, depth);
         } else if (k->kind == PK_INT && pk_int(k, &x)) {
             snprintf(num, sizeof num, "%lld", (long long)x);
             walk_child(c, val, num, strlen(num), depth);
         }
+        c->shadowed -= hidden;
     }
+    free(shadowed);
 }
 
 static void walk(torch_ctx *c, const pk_value *v, size_t depth)
@@ -511,6 +577,10 @@ static void walk(torch_ctx *c, const pk_value *v, size_t depth)
         return;
     const pk_value *args;
     int version = tensor_call(v, &args);
+    if (version && c->shadowed) {
+        add_skipped(c, "its dict key is set again later, and torch.load keeps the last");
+        return;
+    }
     if (version) {
         add_tensor(c, version, args);
         return;
