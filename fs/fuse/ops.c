@@ -201,8 +201,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         handle_drop(fs, h);
         return;
     }
-    /* Files of writable checkpoints have no handle (fh 0). */
-    if (wtable_owns(ino) || !h)
+    /* Files of writable checkpoints have no handle (fh 0); one opened
+     * after its commit was opened by the read side, with a handle. */
+    if (!h)
         wops_release(req, fs, ino);
     else
         rops_release(req, fs, h);
