@@ -96,6 +96,8 @@ static int setup_writing(ckptfs *fs, const fs_options *o, const char *backing_pa
         return 0;
     }
     fs->wtable.drop_successor = handover_drop_successor;
+    fs->wtable.pin_successor = handover_pin_successor;
+    fs->wtable.unpin_successor = handover_unpin_successor;
     fs->wtable.committed = handover_committed;
     fs->wtable.pack_changed = handover_pack_changed;
     fs->wtable.successor_ud = fs;

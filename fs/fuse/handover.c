@@ -63,6 +63,32 @@ void handover_drop_successor(void *ud, void *successor_)
     checkpoint_forget(&fs->table, successor_, 1);
 }
 
+/* Opened now, while the name still leads to this generation: a pinned
+ * pack must be the one committed, and a later open by name would find
+ * whatever replaced it. */
+void handover_pin_successor(void *ud, wckpt *w)
+{
+    ckptfs *fs = ud;
+    checkpoint *c = successor(fs, w);
+    if (!c)
+        return; /* already gone: those files get ESTALE, as before */
+    checkpoint_ref(&fs->table, c);
+    int err = checkpoint_open(&fs->table, c);
+    pthread_mutex_lock(&w->lock);
+    int pin = !err && w->open_files > 0 && !w->successor_pinned;
+    if (pin)
+        w->successor_pinned = 1;
+    pthread_mutex_unlock(&w->lock);
+    if (!pin)
+        checkpoint_unref(&fs->table, c);
+}
+
+void handover_unpin_successor(void *ud, void *successor_)
+{
+    ckptfs *fs = ud;
+    checkpoint_unref(&fs->table, successor_);
+}
+
 int handover_resolve(ckptfs *fs, fuse_ino_t ino, checkpoint **out, uint32_t *node)
 {
     uint32_t wn;

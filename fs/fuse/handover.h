@@ -18,6 +18,10 @@ int handover_resolve(ckptfs *fs, fuse_ino_t ino, checkpoint **c, uint32_t *node)
 int handover_writable(ckptfs *fs, fuse_ino_t ino, int reopen, fuse_ino_t *out);
 /* For wtable.drop_successor: lets go of that pack. */
 void handover_drop_successor(void *ud, void *successor);
+/* For wtable.pin_successor and unpin_successor: files open since before
+ * a commit hold the pack it made as an open file of it would. */
+void handover_pin_successor(void *ud, wckpt *w);
+void handover_unpin_successor(void *ud, void *successor);
 /* For wtable.committed: has the kernel drop its entry for name, so the
  * inodes of the checkpoint as it was written are forgotten (and freed)
  * once unused; the next lookup finds the pack. */

@@ -199,6 +199,9 @@ void wc_free_blobs(wckpt *c)
 
 void wc_wckpt_free(wckpt *c)
 {
+    /* Files the kernel never released (a forced unmount). */
+    if (c->successor && c->successor_pinned && c->table->unpin_successor)
+        c->table->unpin_successor(c->table->successor_ud, c->successor);
     if (c->successor && c->table->drop_successor)
         c->table->drop_successor(c->table->successor_ud, c->successor);
     wc_free_blobs(c);

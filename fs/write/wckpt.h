@@ -131,6 +131,10 @@ typedef struct wckpt {
     /* Once committed: the FUSE layer's handle on the pack that replaced it,
      * released through the table's drop_successor when c is freed. */
     void *successor;
+    /* Files open since before the commit (open_files of them) read that
+     * pack: it is pinned (wtable.pin_successor) until the last is closed,
+     * so a later generation replacing it cannot take it from them. */
+    int successor_pinned;
 } wckpt;
 
 typedef struct wtable_opts {
@@ -167,6 +171,11 @@ typedef struct wtable {
     pthread_t packer, timer;
     pthread_cond_t timer_wake;
     void (*drop_successor)(void *ud, void *successor);
+    /* Called (from the packer thread) once c is committed with files still
+     * open in it: binds c->successor to the new pack and pins it (sets
+     * successor_pinned); unpin_successor lets it go after the last close. */
+    void (*pin_successor)(void *ud, wckpt *c);
+    void (*unpin_successor)(void *ud, void *successor);
     void *successor_ud;
     /* Called (from the packer thread) once a checkpoint is committed, so
      * the FUSE layer can make the kernel let go of its old inodes. */

@@ -209,6 +209,13 @@ static void pack_one(wtable *t, wckpt *c)
          * recovery (a "packing" record with its pack in place). */
         if (stage_remove(&t->root, &c->dir, &rm_err) != 0)
             fslog_warn("checkpoint '%s': %s (removed at the next mount)", name, rm_err.msg);
+        /* Before the kernel is told: files open since before the commit
+         * go on reading this generation, whatever replaces it later. */
+        pthread_mutex_lock(&c->lock);
+        int open_files = c->open_files > 0;
+        pthread_mutex_unlock(&c->lock);
+        if (open_files && t->pin_successor)
+            t->pin_successor(t->successor_ud, c);
         if (t->committed)
             t->committed(t->successor_ud, name);
     } else if (rc == -ECANCELED && __atomic_load_n(&c->cancel_pack, __ATOMIC_RELAXED)) {

@@ -327,7 +327,18 @@ void wckpt_release(wckpt *c, uint32_t node)
         }
         wc_drop_if_detached(c, node);
     }
+    void *unpin = NULL;
+    if (!f && c->state == WST_COMMITTED && c->open_files > 0) {
+        /* Open since before the commit (its file's staging is gone): the
+         * last of those lets go of the pack they read. */
+        if (--c->open_files == 0 && c->successor_pinned) {
+            c->successor_pinned = 0;
+            unpin = c->successor;
+        }
+    }
     pthread_mutex_unlock(&c->lock);
+    if (unpin && c->table->unpin_successor)
+        c->table->unpin_successor(c->table->successor_ud, unpin);
 }
 
 /* Takes a file for I/O without the lock: 0 with *f, or -errno. */

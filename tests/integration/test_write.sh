@@ -197,6 +197,19 @@ expect_ok "cp -r copy byte-identical after commit" $PY "$WCLIENTS" same-tree "$S
 expect_ok "mode of a copied file kept in the pack" test "$(stat -c %a "$MNT/a/optim/state/rng.bin")" = 600
 expect_ok "the staging area is empty once all is committed" test -z "$(ls "$BACK/.ckptfs/stage")"
 
+# A file open since before its commit reads the pack it was committed
+# into, from the first read to the last, whatever replaces that pack.
+expect_ok "a file held open across two generations" $PY "$WCLIENTS" held-open "$MNT/held" "$CKPT"
+expect_ok "its checkpoint is removed once closed" rm -r "$MNT/held"
+# Every open of it has been released (the kernel sends releases after
+# close returns): no descriptor of either pack is kept.
+for _ in $(seq 50); do
+    held=$(ls -l "/proc/${DAEMON_OF[$MNT]}/fd" | grep -c 'held.*tpack')
+    [ "$held" = 0 ] && break
+    sleep 0.1
+done
+[ "$held" = 0 ] && pass "the daemon let go of both generations" || fail "the daemon let go of both generations" "$(ls -l "/proc/${DAEMON_OF[$MNT]}/fd" | grep tpack)"
+
 # ----------------------------------------------------- remount, rename, rm
 
 mkdir "$MNT/w"

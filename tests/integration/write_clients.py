@@ -28,6 +28,9 @@ the mount, and a reader can regenerate what it should find.
                             (fsynced) until killed
   crash-check DIR LOG SEED  every file LOG lists is in DIR, intact
   errno-of OP PATH          run one operation, print the errno (0: worked)
+  held-open DIR CKPT        a file open since before its checkpoint's commit
+                            reads that generation, before and after a later
+                            one replaces it (CKPT: the ckpt binary)
 """
 import errno
 import hashlib
@@ -444,6 +447,71 @@ def errno_of(op, path):
     print(0)
 
 
+# ------------------------------------------------------------- held open
+
+def drop_page_cache(fd):
+    # The kernel would answer from pages it kept; the daemon must.
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1")
+    except OSError:
+        pass
+
+
+def read_all(fd, what):
+    drop_page_cache(fd)
+    try:
+        return os.pread(fd, 1 << 24, 0)
+    except OSError as e:
+        fail("%s: %s" % (what, os.strerror(e.errno)))
+
+
+def commit(ckpt, d):
+    import subprocess
+    r = subprocess.run([ckpt, "commit", "--wait", d], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("ckpt commit --wait %s: %s" % (d, r.stderr.strip()))
+
+
+def held_open(d, ckpt):
+    rng = random.Random(7)
+    v1 = bytes(rng.getrandbits(8) for _ in range(3 << 20))
+    v2 = bytes(b ^ 0xFF for b in v1)
+    os.mkdir(d)
+    path = os.path.join(d, "w.bin")
+    with open(path, "wb") as f:
+        f.write(v1)
+    fd = os.open(path, os.O_RDONLY)
+    # Opened again after the commit through the inode it had before (as
+    # /proc/self/fd does): the read side opens it, with a handle to free.
+    opath = os.open(path, os.O_PATH)
+    try:
+        commit(ckpt, d)
+        if read_all(fd, "a file open across its commit") != v1:
+            fail("a file open across its commit reads what was written")
+        ok("a file open across its commit reads what was written")
+        again = os.open("/proc/self/fd/%d" % opath, os.O_RDONLY)
+        got = read_all(again, "its inode opened again after the commit")
+        os.close(again)
+        if got != v1:
+            fail("its inode opened again after the commit reads the same")
+        ok("its inode opened again after the commit reads the same")
+        with open(path, "r+b") as f:  # reopens the checkpoint: a new generation
+            f.write(v2)
+        commit(ckpt, d)
+        with open(path, "rb") as f:
+            if f.read() != v2:
+                fail("the new generation reads as written")
+        ok("the new generation reads as written")
+        if read_all(fd, "the file open since before the first commit") != v1:
+            fail("the file open since before the first commit still reads that generation")
+        ok("the file open since before the first commit still reads that generation")
+    finally:
+        os.close(fd)
+        os.close(opath)
+
+
 def main(argv):
     if len(argv) < 2:
         fail(__doc__)
@@ -462,6 +530,8 @@ def main(argv):
         crash_check(args[0], args[1], int(args[2]))
     elif cmd == "errno-of":
         errno_of(args[0], args[1])
+    elif cmd == "held-open":
+        held_open(args[0], args[1])
     else:
         fail("unknown command " + cmd)
 
