@@ -8,7 +8,9 @@
  * free slot, so memory is bounded by (parts_in_flight + 1) part buffers.
  * Commit sends the last part, waits for all, and completes the upload
  * (CompleteMultipartUpload, whose 200 may still carry an <Error>): only then
- * is the object visible. Abort, or any failure, aborts the upload
+ * is the object visible. A Complete left without a clear answer (lost,
+ * a 5xx, NoSuchUpload to a retry) is judged by the object's ETag, which
+ * S3 derives from the parts' MD5s. Abort, or any failure, aborts the upload
  * (AbortMultipartUpload), so nothing is left; an upload left by a crash is
  * for ckpt_store_abort_stale_uploads.
  *
@@ -22,6 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef CKPT_USE_OPENSSL
+#include <openssl/evp.h>
+#endif
 
 #define MAX_PARTS 10000
 #define PART_CAP (64u << 20)
@@ -311,14 +316,71 @@ static int put_whole(s3_up *u, ckpt_err *err)
     return rc;
 }
 
-/* After a retried CompleteMultipartUpload answers NoSuchUpload, the first
- * try may have succeeded: the object then has our size. */
-static int completed_anyway(s3_up *u)
+/* The ETag S3 and RGW give a completed multipart object: the MD5 of the
+ * parts' binary MD5s (their ETags), "-", the number of parts. It tells our
+ * object from an older one under the key, which a same-size replacement
+ * matches in size. 0 and out ("<32 hex>-<n>", unquoted), or -1 when it is
+ * unknown: a part's ETag is no plain MD5 (SSE-KMS, some gateways), or the
+ * library is built without libcrypto. */
+static int expected_etag(const s3_up *u, char out[48])
 {
+#ifdef CKPT_USE_OPENSSL
+    size_t n = u->n_sent;
+    uint8_t *md5s = malloc(n * 16 + 1), sum[EVP_MAX_MD_SIZE];
+    unsigned sum_len = 0;
+    int ok = md5s != NULL;
+    for (size_t i = 0; ok && i < n; i++) {
+        const char *e = u->etags[i];
+        size_t len = strlen(e);
+        if (len == 34 && e[0] == '"' && e[33] == '"')
+            e++, len -= 2;
+        ok = len == 32 && strspn(e, "0123456789abcdefABCDEF") == 32;
+        for (size_t j = 0; ok && j < 16; j++) {
+            char byte[3] = {e[2 * j], e[2 * j + 1], 0};
+            md5s[i * 16 + j] = (uint8_t)strtoul(byte, NULL, 16);
+        }
+    }
+    ok = ok && EVP_Digest(md5s, n * 16, sum, &sum_len, EVP_md5(), NULL) == 1 && sum_len == 16;
+    for (unsigned j = 0; ok && j < 16; j++)
+        snprintf(out + 2 * j, 3, "%02x", sum[j]);
+    if (ok)
+        snprintf(out + 32, 16, "-%zu", n);
+    free(md5s);
+    return ok ? 0 : -1;
+#else
+    (void)u;
+    (void)out;
+    return -1;
+#endif
+}
+
+/* ETags as servers write them: quoted or not, hex in either case. */
+static int etag_equal(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    if (na >= 2 && a[0] == '"' && a[na - 1] == '"')
+        a++, na -= 2;
+    if (nb >= 2 && b[0] == '"' && b[nb - 1] == '"')
+        b++, nb -= 2;
+    return na && na == nb && strncasecmp(a, b, na) == 0;
+}
+
+/* Whether a Complete we got no clear answer to made our object after all:
+ * its answer lost, a 5xx, or NoSuchUpload to a retry (the first try may
+ * have taken effect). The object under the key must have the ETag our
+ * parts give; without that ETag, an object of our size is taken as ours
+ * only when size_will_do (after NoSuchUpload: the upload is surely gone),
+ * never after a mere transport error. */
+static int completed_anyway(s3_up *u, int size_will_do)
+{
+    char want[48];
+    int known = expected_etag(u, want) == 0;
+    if (!known && !size_will_do)
+        return 0;
     s3_req rq = {.method = "HEAD", .bucket = u->s->url.bucket, .key = u->key};
     s3_resp rs;
     int ok = s3_request(u->s->http, &rq, &rs) == 0 && rs.status == 200 && rs.has_length &&
-             rs.content_length == u->total;
+             rs.content_length == u->total && (!known || etag_equal(rs.etag, want));
     s3_resp_free(&rs);
     return ok;
 }
@@ -356,7 +418,10 @@ static int complete(s3_up *u, ckpt_err *err)
                            e.message[0] ? ": " : "", e.message);
         else if (r < 0)
             rc = ckpt_fail_prefix(err, u->shown);
-    } else if (rc == 0 && rs.status == 404 && rs.attempts > 1 && completed_anyway(u)) {
+    } else if (rc == 0 && rs.status == 404 && rs.attempts > 1 && completed_anyway(u, 1)) {
+        rc = 0;
+    } else if (((rc == -EIO && rs.status == 0) || (rc == 0 && rs.status >= 500)) &&
+               completed_anyway(u, 0)) {
         rc = 0;
     } else {
         rc = s3_fail(err, u->s->http, u->shown, "completing the upload", &rs);
