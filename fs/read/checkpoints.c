@@ -1,7 +1,7 @@
 /* The table of checkpoints.h: scanning the backing store and its
  * namespaces (a local directory, or an S3 prefix through
  * remote_listing.c), opening packs on first use, retiring replaced ones.
- * One job at about 880 lines: the scan, the open and the retirement share
+ * One job at about 920 lines: the scan, the open and the retirement share
  * the table's lock and each checkpoint's identity check. */
 #include "checkpoints.h"
 
@@ -140,6 +140,7 @@ static void checkpoint_free(checkpoint_table *t, checkpoint *c)
     if (c->pack)
         ckpt_close(c->pack);
     pthread_mutex_destroy(&c->open_lock);
+    pthread_mutex_destroy(&c->drop_lock);
     pthread_mutex_destroy(&c->fault_lock);
     pthread_mutex_destroy(&c->hide_lock);
     free(c->hidden);
@@ -183,20 +184,11 @@ static void release_if_unused(checkpoint_table *t, checkpoint *c)
     checkpoint_free(t, c);
 }
 
-/* A checkpoint no longer current serves only inodes the kernel still
- * holds; if no file is open in it either, its pack file is let go now
- * rather than when the kernel forgets the last inode (which may be never,
- * for a shell's working directory): a deleted pack's space comes back at
- * once. The descriptor is pointed at /dev/null instead of closed, so the
- * pack's in-memory index stays valid for a request that is already
- * looking at it (an xattr of a tensor, a handover); new ones get ESTALE.
- * Called with t->lock held. */
-static void drop_pack_file(checkpoint *c)
+/* The drop itself (drop_pack_file). Called with open_lock and drop_lock
+ * held. */
+static void let_go_of_pack(checkpoint *c)
 {
-    if (c->current || c->refs || c->file_dropped)
-        return;
-    c->file_dropped = 1;
-    pthread_mutex_lock(&c->open_lock);
+    c->drop_pending = 0;
     /* A store's pack holds no descriptor: nothing to let go of. */
     if (c->state == CHECKPOINT_OPEN && ckpt_fd(c->pack) >= 0) {
         int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -209,7 +201,48 @@ static void drop_pack_file(checkpoint *c)
     }
     c->open_err = -ESTALE;
     __atomic_store_n(&c->state, CHECKPOINT_FAILED, __ATOMIC_RELEASE);
+}
+
+/* A checkpoint no longer current serves only inodes the kernel still
+ * holds; if no file is open in it either, its pack file is let go now
+ * rather than when the kernel forgets the last inode (which may be never,
+ * for a shell's working directory): a deleted pack's space comes back at
+ * once. The descriptor is pointed at /dev/null instead of closed, so the
+ * pack's in-memory index stays valid for a request that is already
+ * looking at it (an xattr of a tensor, a handover); new ones get ESTALE.
+ * A first open under way (it holds open_lock, maybe for many seconds of
+ * S3 retries) is not waited for, since that would stall the whole mount
+ * on the table's lock: the open does the drop when it ends, and its
+ * caller gets ESTALE like any request after the drop. Called with t->lock
+ * held. */
+static void drop_pack_file(checkpoint *c)
+{
+    if (c->current || c->refs || c->file_dropped)
+        return;
+    c->file_dropped = 1;
+    pthread_mutex_lock(&c->drop_lock);
+    if (pthread_mutex_trylock(&c->open_lock) == 0) {
+        let_go_of_pack(c);
+        pthread_mutex_unlock(&c->open_lock);
+    } else {
+        c->drop_pending = 1;
+    }
+    pthread_mutex_unlock(&c->drop_lock);
+}
+
+/* Lets go of open_lock, first doing the drop that drop_pack_file left to
+ * this open, if it did: then rc becomes ESTALE. drop_lock is held across
+ * the unlock, so a drop either sees open_lock free or is seen here. */
+static int unlock_open(checkpoint *c, int rc)
+{
+    pthread_mutex_lock(&c->drop_lock);
+    if (c->drop_pending) {
+        let_go_of_pack(c);
+        rc = c->open_err;
+    }
     pthread_mutex_unlock(&c->open_lock);
+    pthread_mutex_unlock(&c->drop_lock);
+    return rc;
 }
 
 static void retire(checkpoint_table *t, checkpoint *c)
@@ -287,6 +320,7 @@ static checkpoint *checkpoint_new(checkpoint_table *t, const char *name, const c
     c->current = 1;
     c->state = CHECKPOINT_UNOPENED;
     pthread_mutex_init(&c->open_lock, NULL);
+    pthread_mutex_init(&c->drop_lock, NULL);
     pthread_mutex_init(&c->fault_lock, NULL);
     pthread_mutex_init(&c->hide_lock, NULL);
     return c;
@@ -797,8 +831,7 @@ int checkpoint_open(checkpoint_table *t, checkpoint *c)
             __atomic_store_n(&c->state, CHECKPOINT_FAILED, __ATOMIC_RELEASE);
         }
     }
-    pthread_mutex_unlock(&c->open_lock);
-    return rc;
+    return unlock_open(c, rc);
 }
 
 int checkpoint_first_fault(checkpoint *c, size_t chunk_id)

@@ -55,10 +55,19 @@ typedef struct checkpoint {
     unsigned refs;        /* open files and jobs */
     int scan_seen;        /* last scan generation that saw it */
 
+    /* Held by the first open for as long as it takes (on S3, HTTP GETs
+     * with their retries). Retiring runs under the table's lock, so it
+     * never waits for it: if an open holds it, the drop is left to that
+     * open (drop_pending), which does it before letting go. drop_lock
+     * makes "is a drop pending" and "is open_lock free" one question:
+     * taken under the table's lock and under open_lock, and held by
+     * neither for longer than the drop itself. */
     pthread_mutex_t open_lock;
-    int state;       /* CHECKPOINT_*, read with acquire ordering */
-    int open_err;    /* negative errno once FAILED */
-    ckpt_pack *pack; /* once OPEN */
+    pthread_mutex_t drop_lock;
+    int drop_pending; /* under drop_lock */
+    int state;        /* CHECKPOINT_*, read with acquire ordering */
+    int open_err;     /* negative errno once FAILED */
+    ckpt_pack *pack;  /* once OPEN */
     uint32_t chunk_size;
     pack_tree *tree;
 
@@ -88,7 +97,8 @@ typedef struct checkpoint_table {
     uint32_t next_serial;
     int scan_generation;
     /* Its own lock, not lock: a pack's open finds the link while holding
-     * the checkpoint's open_lock, and retiring takes open_lock under lock. */
+     * the checkpoint's open_lock, and locks are taken in one order only:
+     * the table's, then a checkpoint's. */
     pthread_mutex_t warn_lock;
     char **warned_links; /* NAME.tpack symlinks already warned about */
     size_t n_warned_links;
@@ -152,7 +162,8 @@ void checkpoint_ref(checkpoint_table *t, checkpoint *c);
 void checkpoint_unref(checkpoint_table *t, checkpoint *c);
 
 /* Opens the pack on first use. 0, or -EACCES (no key, wrong key), -EIO
- * (damaged pack), or a transient errno. Failures are logged once. */
+ * (damaged pack), -ESTALE (its pack file was let go, even while this
+ * open ran), or a transient errno. Failures are logged once. */
 int checkpoint_open(checkpoint_table *t, checkpoint *c);
 
 /* 1 the first time a fault in this chunk is reported, then 0: one damaged
