@@ -16,6 +16,12 @@
  * and a key check, so a wrong key is told apart from damage before
  * anything is decrypted (and before a crash tail is cut from a blob).
  *
+ * The meta file also keeps the staging writes that failed and were not
+ * made good yet (stage_failures), as byte ranges of the files it names: a
+ * restart then keeps the checkpoint failed until exactly those are
+ * rewritten. They are sealed with the namespace, as they tell which files
+ * lost which bytes.
+ *
  * Record and meta are replaced atomically: written to a temporary file,
  * fsynced, renamed over, and the directory fsynced. A checkpoint that is
  * committed has no staging directory: it is removed once the pack is in
@@ -73,6 +79,25 @@ typedef struct stage_record {
     int is_file, replaces, has_base; /* as in stage_dir */
 } stage_record;
 
+/* A staging write that failed and was not made good (wckpt.h). */
+typedef struct stage_failure {
+    uint32_t node;        /* a file of the tree; WTREE_NONE: the namespace
+                             or record, which the next save makes good (so
+                             never saved) */
+    uint64_t first, last; /* the bytes that went missing (a failed write's
+                             whole range; one offset for other operations);
+                             UINT64_MAX: not durable (a failed sync) */
+} stage_failure;
+
+typedef struct stage_failures {
+    stage_failure *v; /* malloc'd */
+    size_t n;
+    int lost; /* some are not in v: only a commit clears the failure */
+    /* From stage_load_meta: why none could be read back (then lost is
+     * set): damage, or a namespace saved before they were kept. */
+    const char *unread;
+} stage_failures;
+
 /* Creates BACKING/.ckptfs/stage if needed. Errors name the path. */
 int stage_root_open(stage_root *r, int backing_fd, const mount_key *key, ckpt_err *err);
 void stage_root_close(stage_root *r);
@@ -92,16 +117,21 @@ void stage_record_free(stage_record *rec);
 /* Replaces the record (atomically and durably). */
 int stage_write_record(stage_root *r, stage_dir *d, const char *name, stage_state state,
                        const char *error, ckpt_err *err);
-/* Replaces the meta file with the tree (linked nodes only). In two steps
- * too, so the (slow, durable) write can run without the tree's lock. */
-int stage_save_meta(stage_dir *d, const wtree *t, uint64_t next_blob_id, ckpt_err *err);
-int stage_encode_meta(const stage_dir *d, const wtree *t, uint64_t next_blob_id, uint8_t **out,
-                      size_t *len);
+/* Replaces the meta file with the tree (linked nodes only) and the
+ * failures f (NULL: none) of its linked files. In two steps too, so the
+ * (slow, durable) write can run without the tree's lock. */
+int stage_save_meta(stage_dir *d, const wtree *t, uint64_t next_blob_id, const stage_failures *f,
+                    ckpt_err *err);
+int stage_encode_meta(const stage_dir *d, const wtree *t, uint64_t next_blob_id,
+                      const stage_failures *f, uint8_t **out, size_t *len);
 int stage_write_meta(stage_dir *d, const uint8_t *buf, size_t len, ckpt_err *err);
-/* Builds the tree from the meta file (tree initialised here). No meta file
- * yet is an empty tree. -EIO for a damaged file, -EACCES if it does not
- * authenticate. */
-int stage_load_meta(stage_dir *d, wtree *t, uint64_t *next_blob_id, ckpt_err *err);
+/* Builds the tree from the meta file (tree initialised here), and the
+ * failures into f (unless NULL; f->v is the caller's to free). No meta
+ * file yet is an empty tree with no failures. -EIO for a damaged file,
+ * -EACCES if it does not authenticate; failures that do not make sense
+ * fail nothing but set f->unread. */
+int stage_load_meta(stage_dir *d, wtree *t, uint64_t *next_blob_id, stage_failures *f,
+                    ckpt_err *err);
 /* Removes the staging directory with everything in it, durably. */
 int stage_remove(stage_root *r, stage_dir *d, ckpt_err *err);
 

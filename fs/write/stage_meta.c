@@ -4,8 +4,13 @@
  * read back after crashes and may be damaged.
  *
  * Versions (the first u32 of the plaintext): 1 had mtimes only; 2 adds an
- * atime after every mtime. Version 2 is written; both are read (staging
- * left by an older daemon shows atime = mtime, as it did then). */
+ * atime after every mtime; 3 adds, after the nodes, the failed staging
+ * writes (stage_failures): a u8 "some lost", a u32 count, and per failure
+ * the u32 position of its file in this file and the u64 first and last
+ * byte. Version 3 is written; all are read (staging left by an older
+ * daemon shows atime = mtime, as it did then, and its failures as lost).
+ * The failures are checked apart from the nodes: ones that make no sense
+ * lose only themselves (f->unread), not the namespace. */
 #include "stage_internal.h"
 
 #include <dirent.h>
@@ -22,14 +27,17 @@
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
 
-#define META_VERSION 2u
+#define META_VERSION 3u
 /* The smallest node record (an empty name) of each version. */
 #define META_NODE_MIN_V1 31u
 #define META_NODE_MIN_V2 43u
+/* A failure: its file's position, first and last byte. */
+#define META_FAILURE_LEN 20u
 
 typedef struct enc {
     bytebuf b;
-    uint32_t *index_of; /* node id -> position in the file (0 = root) */
+    uint32_t *index_of; /* node id -> position in the file (0 = root or
+                           not saved) */
     uint32_t n;
 } enc;
 
@@ -56,8 +64,36 @@ static int encode_node(void *ud, const wtree *t, uint32_t id)
     return 0;
 }
 
-int stage_encode_meta(const stage_dir *d, const wtree *t, uint64_t next_blob_id, uint8_t **out,
-                      size_t *out_len)
+/* The failures of the files saved: those of the namespace (WTREE_NONE)
+ * are made good by this very save, and a detached file's went with it. */
+static void encode_failures(enc *e, const wtree *t, const stage_failures *f)
+{
+    size_t at = e->b.len;
+    uint8_t lost = f && f->lost;
+    uint32_t n = 0;
+    bb_u8(&e->b, 0);
+    bb_u32(&e->b, 0);
+    for (size_t i = 0; f && i < f->n; i++) {
+        const stage_failure *x = &f->v[i];
+        if (x->node >= t->n_nodes || !e->index_of[x->node])
+            continue;
+        if (n == UINT32_MAX) {
+            lost = 1;
+            break;
+        }
+        bb_u32(&e->b, e->index_of[x->node]);
+        bb_u64(&e->b, x->first);
+        bb_u64(&e->b, x->last);
+        n++;
+    }
+    if (!e->b.oom) {
+        e->b.p[at] = lost;
+        put_u32(e->b.p + at + 1, n);
+    }
+}
+
+int stage_encode_meta(const stage_dir *d, const wtree *t, uint64_t next_blob_id,
+                      const stage_failures *f, uint8_t **out, size_t *out_len)
 {
     enc e = {{0}, calloc(t->n_nodes ? t->n_nodes : 1, sizeof(uint32_t)), 0};
     if (!e.index_of)
@@ -73,6 +109,8 @@ int stage_encode_meta(const stage_dir *d, const wtree *t, uint64_t next_blob_id,
     size_t count_at = e.b.len;
     bb_u32(&e.b, 0);
     int rc = wtree_walk(t, encode_node, &e);
+    if (rc == 0)
+        encode_failures(&e, t, f);
     free(e.index_of);
     if (rc == 0 && e.b.oom)
         rc = -ENOMEM;
@@ -112,11 +150,12 @@ int stage_write_meta(stage_dir *d, const uint8_t *buf, size_t len, ckpt_err *err
     return stage_replace_file(d->fd, what, META_NAME, buf, len, err);
 }
 
-int stage_save_meta(stage_dir *d, const wtree *t, uint64_t next_blob_id, ckpt_err *err)
+int stage_save_meta(stage_dir *d, const wtree *t, uint64_t next_blob_id, const stage_failures *f,
+                    ckpt_err *err)
 {
     uint8_t *buf;
     size_t len;
-    int rc = stage_encode_meta(d, t, next_blob_id, &buf, &len);
+    int rc = stage_encode_meta(d, t, next_blob_id, f, &buf, &len);
     if (rc)
         return ckpt_fail(err, rc, "out of memory");
     rc = stage_write_meta(d, buf, len, err);
@@ -163,11 +202,57 @@ static uint8_t take_u8(dec *d)
     return p ? p[0] : 0;
 }
 
-static int decode_meta(const uint8_t *p, size_t len, wtree *t, uint64_t *next_blob_id)
+/* The failures after the nodes (id_of: position -> node id, n of them).
+ * Their bytes are authenticated with the rest, so what is wrong here came
+ * from a faulty writer: only they are lost, as unread says. */
+static void decode_failures(dec *d, const wtree *t, const uint32_t *id_of, uint32_t n,
+                            stage_failures *f)
+{
+    uint8_t lost = take_u8(d);
+    uint32_t count = take_u32(d);
+    if (d->bad || lost > 1) {
+        f->unread = "damaged: no valid header";
+        return;
+    }
+    if (count > d->left / META_FAILURE_LEN) {
+        f->unread = "damaged: more of them counted than the file holds";
+        return;
+    }
+    if (count && !(f->v = malloc((size_t)count * sizeof *f->v))) {
+        f->unread = "out of memory";
+        return;
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t at = take_u32(d);
+        uint64_t first = take_u64(d), last = take_u64(d);
+        if (at == 0 || at > n || t->nodes[id_of[at]].kind == WNODE_DIR) {
+            f->unread = "damaged: a failure names no file of the namespace";
+            break;
+        }
+        /* Past STAGE_MAX_SIZE only the "not durable" mark. */
+        if (first > last || (last > STAGE_MAX_SIZE && first != UINT64_MAX)) {
+            f->unread = "damaged: a failed range is reversed or past the largest file size";
+            break;
+        }
+        f->v[i] = (stage_failure){id_of[at], first, last};
+    }
+    if (!f->unread && d->left)
+        f->unread = "damaged: bytes after the last failure";
+    if (f->unread) {
+        free(f->v);
+        f->v = NULL;
+        return;
+    }
+    f->n = count;
+    f->lost = lost;
+}
+
+static int decode_meta(const uint8_t *p, size_t len, wtree *t, uint64_t *next_blob_id,
+                       stage_failures *f)
 {
     dec d = {p, len, 0};
     uint32_t version = take_u32(&d);
-    if (version != 1 && version != META_VERSION)
+    if (version < 1 || version > META_VERSION)
         return -EIO;
     int has_atime = version >= 2;
     *next_blob_id = take_u64(&d);
@@ -222,16 +307,27 @@ static int decode_meta(const uint8_t *p, size_t len, wtree *t, uint64_t *next_bl
             t->nodes[id_of[i]].atime_nsec = ansec;
         }
     }
+    if (rc == 0 && version >= 3)
+        decode_failures(&d, t, id_of, n, f);
+    else if (rc == 0)
+        f->unread = "saved by an older ckptfs, which kept them in memory only";
     free(id_of);
-    if (rc == 0 && d.left)
+    if (rc == 0 && d.left && version < 3)
         rc = -EIO;
+    if (rc == 0 && f->unread)
+        f->lost = 1;
     if (rc)
         wtree_free(t);
     return rc;
 }
 
-int stage_load_meta(stage_dir *d, wtree *t, uint64_t *next_blob_id, ckpt_err *err)
+int stage_load_meta(stage_dir *d, wtree *t, uint64_t *next_blob_id, stage_failures *f,
+                    ckpt_err *err)
 {
+    stage_failures ignored;
+    if (!f)
+        f = &ignored;
+    memset(f, 0, sizeof *f);
     uint8_t *buf = NULL;
     size_t len = 0;
     int rc = stage_read_small(d->fd, META_NAME, META_MAX, &buf, &len);
@@ -281,7 +377,11 @@ int stage_load_meta(stage_dir *d, wtree *t, uint64_t *next_blob_id, ckpt_err *er
     if (rc == 0 && !plain)
         rc = -ENOMEM;
     if (rc == 0)
-        rc = decode_meta(plain, plen, t, next_blob_id);
+        rc = decode_meta(plain, plen, t, next_blob_id, f);
+    if (f == &ignored || rc) {
+        free(f->v);
+        memset(f, 0, sizeof *f);
+    }
     if (plain)
         sodium_memzero(plain, plen);
     free(plain);

@@ -370,10 +370,10 @@ static void staging_failed(wckpt *c, int rc, const char *msg, uint32_t node, uin
                                  c->failures[i].last != last))
         i++;
     if (i == c->n_failures) {
-        struct wfailure *grown = realloc(c->failures, (c->n_failures + 1) * sizeof *grown);
+        stage_failure *grown = realloc(c->failures, (c->n_failures + 1) * sizeof *grown);
         if (grown) {
             c->failures = grown;
-            c->failures[c->n_failures++] = (struct wfailure){node, first, last};
+            c->failures[c->n_failures++] = (stage_failure){node, first, last};
         } else {
             c->failures_lost = 1;
         }
@@ -404,7 +404,7 @@ void wc_staging_repaired(wckpt *c, uint32_t node, uint64_t first, uint64_t last)
 {
     size_t kept = 0, before = c->n_failures;
     for (size_t i = 0; i < before; i++) {
-        struct wfailure f = c->failures[i];
+        stage_failure f = c->failures[i];
         if (f.node != node) {
             c->failures[kept++] = f;
             continue;
@@ -416,11 +416,10 @@ void wc_staging_repaired(wckpt *c, uint32_t node, uint64_t first, uint64_t last)
         } else if (first <= f.last && f.last <= last) {
             f.last = first - 1;
         } else if (f.first < first && last < f.last) {
-            struct wfailure *grown =
-                realloc(c->failures, (c->n_failures + 1) * sizeof *c->failures);
+            stage_failure *grown = realloc(c->failures, (c->n_failures + 1) * sizeof *c->failures);
             if (grown) {
                 c->failures = grown;
-                grown[c->n_failures++] = (struct wfailure){node, last + 1, f.last};
+                grown[c->n_failures++] = (stage_failure){node, last + 1, f.last};
                 f.last = first - 1;
             }
         }
@@ -467,7 +466,8 @@ int wc_save(wckpt *c, ckpt_err *err)
     c->last_save = wc_now_mono();
     uint8_t *buf = NULL;
     size_t len = 0;
-    int rc = name ? stage_encode_meta(&c->dir, &c->tree, c->next_blob_id, &buf, &len) : -ENOMEM;
+    stage_failures f = {c->failures, c->n_failures, c->failures_lost, NULL};
+    int rc = name ? stage_encode_meta(&c->dir, &c->tree, c->next_blob_id, &f, &buf, &len) : -ENOMEM;
     pthread_mutex_unlock(&c->lock);
     if (rc) {
         free(name);
@@ -545,7 +545,10 @@ int wtable_commit(wtable *t, wckpt *c)
     }
     uint8_t *buf = NULL;
     size_t len = 0;
-    int rc = stage_encode_meta(&c->dir, &c->tree, c->next_blob_id, &buf, &len);
+    /* Saved without failures: a commit hands them all to the packer
+     * (wc_staging_forget_failures), so after a failed pack new data makes
+     * the checkpoint writing again, after a restart as before one. */
+    int rc = stage_encode_meta(&c->dir, &c->tree, c->next_blob_id, NULL, &buf, &len);
     uint64_t gen = c->meta_gen;
     char *name = strdup(c->name);
     pthread_mutex_unlock(&c->lock);

@@ -15,7 +15,8 @@
  * A checkpoint failed by staging stays failed until what failed is made
  * good (the file rewritten over the failed range, truncated or removed;
  * the namespace saved), or a commit: data written elsewhere meanwhile does
- * not hide the failure. One failed by packing turns writing on new data.
+ * not hide the failure, nor does a restart (the failed ranges are saved
+ * with the namespace). One failed by packing turns writing on new data.
  * A commit comes from `ckpt commit` (wtable_commit) or, with a commit delay,
  * from the timer once data was written and nothing in the checkpoint has
  * been open or changed for that long. Making directories alone does not
@@ -92,17 +93,12 @@ typedef struct wckpt {
     char *error; /* why it failed (or is locked) */
     /* Staging writes that failed (a full disk, EIO) and were not made good
      * since: while any is left the checkpoint stays failed, whatever else
-     * is written meanwhile (wc_staging_failed, wc_staging_repaired). */
-    struct wfailure {
-        uint32_t node;        /* WTREE_NONE: the namespace or record */
-        uint64_t first, last; /* the bytes that went missing (a failed
-                                 write's whole range; one offset for other
-                                 operations); UINT64_MAX: not durable (a
-                                 failed sync) */
-    } * failures;
+     * is written meanwhile (wc_staging_failed, wc_staging_repaired). Saved
+     * with the namespace, so a restart keeps them (stage.h). */
+    stage_failure *failures;
     size_t n_failures;
-    int failures_lost; /* one could not be recorded: only a commit
-                                 clears the failure */
+    int failures_lost; /* one could not be recorded (or read back after
+                          a restart): only a commit clears the failure */
     int busy_logged;   /* "refused while packing" said this round */
     stage_dir dir;
     wtree tree;

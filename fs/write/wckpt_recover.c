@@ -100,6 +100,26 @@ static int open_blobs(wckpt *c)
     return wc_base_files(c);
 }
 
+/* A failed checkpoint gets back the staging writes that failed, so that
+ * rewriting them makes it good, as before the restart. Without them it
+ * stays failed until `ckpt commit`: the idle commit must not pack it with
+ * bytes missing. (Saved with a record not failed, they are ignored: the
+ * crash came before the record said so, and such a failure is lost with
+ * the rest of what was not saved.) */
+static void restore_failures(wckpt *c, stage_failures *f)
+{
+    if (f->unread) {
+        fslog_warn("checkpoint '%s': %s/stage/%s/meta: which writes failed cannot be read back "
+                   "(%s); it stays failed until 'ckpt commit'",
+                   c->name, STAGE_HIDDEN_DIR, c->dir.sid, f->unread);
+        return;
+    }
+    c->failures = f->v;
+    c->n_failures = f->n;
+    c->failures_lost = f->lost;
+    f->v = NULL;
+}
+
 static int recover_one(void *ud, const char *sid)
 {
     wtable *t = ud;
@@ -161,16 +181,17 @@ static int recover_one(void *ud, const char *sid)
                                            : WST_WRITING;
     if (rec.error)
         wc_set_error(c, rec.error);
-    /* Which writes failed is not saved: a failed checkpoint stays failed
-     * until `ckpt commit`, rather than until the next byte written
-     * anywhere, which would let the idle commit pack it with bytes
-     * missing. */
+    /* Until its failures are read back (restore_failures). */
     if (c->state == WST_FAILED)
         c->failures_lost = 1;
     uint64_t next = 1;
+    stage_failures failures = {0};
     rc = stage_unlock(&t->root, &c->dir, &rec, &err);
     if (rc == 0)
-        rc = stage_load_meta(&c->dir, &c->tree, &next, &err);
+        rc = stage_load_meta(&c->dir, &c->tree, &next, &failures, &err);
+    if (rc == 0 && c->state == WST_FAILED)
+        restore_failures(c, &failures);
+    free(failures.v);
     if (rc == 0 && rec.has_base)
         rc = wc_open_base(t, rec.name, rec.is_file, &c->base, &err);
     if (rc == 0) {

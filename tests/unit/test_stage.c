@@ -1,8 +1,11 @@
 /* The staging area (fs/write/stage.c): records and namespaces survive a reopen,
- * plain and sealed; a sealed namespace shows no names on disk; a wrong or
- * missing key is EACCES before anything is decrypted; damage is EIO; and
- * removal leaves nothing behind. */
+ * plain and sealed, and so do failed writes; a sealed namespace shows no
+ * names on disk; a wrong or missing key is EACCES before anything is
+ * decrypted; damage is EIO; failed writes that make no sense lose only
+ * themselves; and removal leaves nothing behind. */
 #include "testutil.h"
+
+#include "common.h"
 
 #include "write/stage.h"
 #include "write/stage_crypt.h"
@@ -103,7 +106,7 @@ static void roundtrip(const ckpt_key *key)
     cr_assert_eq(d.key != NULL, key != NULL);
     wtree t, back;
     build_tree(&t);
-    cr_assert_eq(stage_save_meta(&d, &t, 10, &err), 0, "%s", err.msg);
+    cr_assert_eq(stage_save_meta(&d, &t, 10, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(stage_write_record(&r, &d, "ckpt-1", STAGE_FAILED, "disk full\nreally", &err), 0);
     char sid[STAGE_SID_LEN + 1];
     strcpy(sid, d.sid);
@@ -119,7 +122,7 @@ static void roundtrip(const ckpt_key *key)
     cr_assert_eq(rec.sealed, key != NULL);
     cr_assert_eq(stage_unlock(&r, &d, &rec, &err), 0, "%s", err.msg);
     uint64_t next;
-    cr_assert_eq(stage_load_meta(&d, &back, &next, &err), 0, "%s", err.msg);
+    cr_assert_eq(stage_load_meta(&d, &back, &next, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(next, 10);
     expect_same_tree(&t, &back);
     /* Names reach the disk only without a key. */
@@ -188,7 +191,7 @@ Test(stage, reads_version_1_meta)
     close(fd);
     wtree t;
     uint64_t next;
-    cr_assert_eq(stage_load_meta(&d, &t, &next, &err), 0, "%s", err.msg);
+    cr_assert_eq(stage_load_meta(&d, &t, &next, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(next, 5);
     cr_assert_eq(t.nodes[WTREE_ROOT].atime_sec, 100);
     cr_assert_eq(t.nodes[WTREE_ROOT].atime_nsec, 7);
@@ -200,9 +203,9 @@ Test(stage, reads_version_1_meta)
     cr_assert_eq(t.nodes[f].blob_id, 3);
     /* Saved again, it is version 2 and keeps a changed atime. */
     t.nodes[f].atime_sec = 999;
-    cr_assert_eq(stage_save_meta(&d, &t, next, &err), 0, "%s", err.msg);
+    cr_assert_eq(stage_save_meta(&d, &t, next, NULL, &err), 0, "%s", err.msg);
     wtree_free(&t);
-    cr_assert_eq(stage_load_meta(&d, &t, &next, &err), 0, "%s", err.msg);
+    cr_assert_eq(stage_load_meta(&d, &t, &next, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(t.nodes[wtree_lookup(&t, WTREE_ROOT, "a.bin")].atime_sec, 999);
     wtree_free(&t);
     cr_assert_eq(stage_remove(&r, &d, &err), 0, "%s", err.msg);
@@ -238,7 +241,7 @@ static char *create_sealed(const ckpt_key *key)
     cr_assert_eq(stage_create(&r, "enc", &d, &err), 0, "%s", err.msg);
     wtree t;
     build_tree(&t);
-    cr_assert_eq(stage_save_meta(&d, &t, 10, &err), 0);
+    cr_assert_eq(stage_save_meta(&d, &t, 10, NULL, &err), 0);
     wtree_free(&t);
     char *sid = strdup(d.sid);
     stage_dir_close(&d);
@@ -269,7 +272,7 @@ Test(stage, wrong_or_missing_key_is_eacces)
     tu_assert_contains(err.msg, "encrypted");
     wtree t;
     uint64_t next;
-    cr_assert_eq(stage_load_meta(&d, &t, &next, &err), -EACCES);
+    cr_assert_eq(stage_load_meta(&d, &t, &next, NULL, &err), -EACCES);
     stage_record_free(&rec);
     stage_dir_close(&d);
     stage_root_close(&r);
@@ -277,7 +280,7 @@ Test(stage, wrong_or_missing_key_is_eacces)
     open_root(&r, good);
     cr_assert_eq(stage_open(&r, sid, &d, &rec, &err), 0);
     cr_assert_eq(stage_unlock(&r, &d, &rec, &err), 0);
-    cr_assert_eq(stage_load_meta(&d, &t, &next, &err), 0, "%s", err.msg);
+    cr_assert_eq(stage_load_meta(&d, &t, &next, NULL, &err), 0, "%s", err.msg);
     wtree_free(&t);
     stage_record_free(&rec);
     stage_dir_close(&d);
@@ -309,11 +312,11 @@ static void damaged_meta_is_eio(const ckpt_key *key)
     cr_assert_eq(stage_create(&r, "dmg", &d, &err), 0);
     wtree t;
     build_tree(&t);
-    cr_assert_eq(stage_save_meta(&d, &t, 10, &err), 0);
+    cr_assert_eq(stage_save_meta(&d, &t, 10, NULL, &err), 0);
     wtree_free(&t);
     damage_meta(d.sid, 50);
     uint64_t next;
-    cr_assert_eq(stage_load_meta(&d, &t, &next, &err), -EIO);
+    cr_assert_eq(stage_load_meta(&d, &t, &next, NULL, &err), -EIO);
     tu_assert_contains(err.msg, "damaged");
     stage_dir_close(&d);
     stage_root_close(&r);
@@ -331,6 +334,198 @@ Test(stage, sealed_damaged_meta_is_eio)
     ckpt_key_free(k);
 }
 
+static uint32_t node_at(const wtree *t, const char *dir_name, const char *name)
+{
+    uint32_t parent = dir_name ? wtree_lookup(t, WTREE_ROOT, dir_name) : WTREE_ROOT;
+    cr_assert_neq(parent, WTREE_NONE);
+    uint32_t n = wtree_lookup(t, parent, name);
+    cr_assert_neq(n, WTREE_NONE, "%s", name);
+    return n;
+}
+
+/* Failures are saved for the files saved, and come back naming the same
+ * files of the rebuilt tree (whose node ids are new). */
+static void failures_roundtrip(const ckpt_key *key)
+{
+    stage_root r;
+    open_root(&r, key);
+    stage_dir d;
+    ckpt_err err = {0};
+    cr_assert_eq(stage_create(&r, "ckpt-f", &d, &err), 0, "%s", err.msg);
+    wtree t, back;
+    build_tree(&t);
+    uint32_t gone = t.n_nodes - 1; /* detached: its failure went with it */
+    cr_assert_not(t.nodes[gone].linked);
+    stage_failure v[] = {
+        {node_at(&t, "secret-dir", "model-weights.bin"), 4096, 8191},
+        {WTREE_NONE, 0, 0}, /* the namespace: made good by this save */
+        {node_at(&t, NULL, "top.txt"), UINT64_MAX, UINT64_MAX},
+        {gone, 1, 2},
+        {node_at(&t, NULL, "top.txt"), 7, 7},
+    };
+    stage_failures f = {v, 5, 1, NULL}, got;
+    cr_assert_eq(stage_save_meta(&d, &t, 10, &f, &err), 0, "%s", err.msg);
+    uint64_t next;
+    cr_assert_eq(stage_load_meta(&d, &back, &next, &got, &err), 0, "%s", err.msg);
+    cr_assert_null(got.unread);
+    cr_assert_eq(got.lost, 1);
+    cr_assert_eq(got.n, 3);
+    cr_assert_eq(got.v[0].node, node_at(&back, "secret-dir", "model-weights.bin"));
+    cr_assert_eq(got.v[0].first, 4096);
+    cr_assert_eq(got.v[0].last, 8191);
+    cr_assert_eq(got.v[1].node, node_at(&back, NULL, "top.txt"));
+    cr_assert_eq(got.v[1].first, UINT64_MAX);
+    cr_assert_eq(got.v[1].last, UINT64_MAX);
+    cr_assert_eq(got.v[2].node, got.v[1].node);
+    cr_assert_eq(got.v[2].first, 7);
+    free(got.v);
+    wtree_free(&back);
+    /* None: none come back, and none are lost. */
+    cr_assert_eq(stage_save_meta(&d, &t, 10, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(stage_load_meta(&d, &back, &next, &got, &err), 0, "%s", err.msg);
+    cr_assert_eq(got.n, 0);
+    cr_assert_null(got.v);
+    cr_assert_eq(got.lost, 0);
+    cr_assert_null(got.unread);
+    wtree_free(&back);
+    wtree_free(&t);
+    stage_dir_close(&d);
+    stage_root_close(&r);
+}
+
+Test(stage, plain_failures_roundtrip)
+{
+    failures_roundtrip(NULL);
+}
+
+Test(stage, sealed_failures_roundtrip)
+{
+    ckpt_key *k = make_key(4);
+    failures_roundtrip(k);
+    ckpt_key_free(k);
+}
+
+/* Rewrites sid's plain meta file through edit, which changes its
+ * plaintext (room for 64 more bytes), and hashes it again: what a faulty
+ * writer could have left, authenticated. */
+static void edit_plain_meta(const char *sid, void (*edit)(uint8_t *p, size_t *len))
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.ckptfs/stage/%s/meta", dir, sid);
+    size_t len;
+    uint8_t *file = tu_read_file(path, &len);
+    cr_assert(len > 8 + 32 && memcmp(file, "CKPTMET1", 8) == 0);
+    size_t plen = len - 8 - 32;
+    uint8_t *buf = malloc(8 + plen + 64 + 32);
+    memcpy(buf, file, 8 + plen);
+    edit(buf + 8, &plen);
+    crypto_generichash(buf + 8 + plen, 32, buf + 8, plen, NULL, 0);
+    tu_write_file(path, buf, 8 + plen + 32);
+    free(buf);
+    free(file);
+}
+
+/* The plaintext ends with the failures: lost (1), count (4), and the one
+ * failure saved below: position (4), first (8), last (8). */
+#define TAIL 25
+static void keep(uint8_t *p, size_t *len)
+{
+}
+static void count_too_large(uint8_t *p, size_t *len)
+{
+    put_u32(p + *len - TAIL + 1, 2);
+}
+static void lost_not_a_flag(uint8_t *p, size_t *len)
+{
+    p[*len - TAIL] = 7;
+}
+static void position_root(uint8_t *p, size_t *len)
+{
+    put_u32(p + *len - 20, 0);
+}
+static void position_past_the_end(uint8_t *p, size_t *len)
+{
+    put_u32(p + *len - 20, 4);
+}
+static void position_a_directory(uint8_t *p, size_t *len)
+{
+    put_u32(p + *len - 20, 1); /* secret-dir, first after the root */
+}
+static void reversed(uint8_t *p, size_t *len)
+{
+    put_u64(p + *len - 16, 9);
+    put_u64(p + *len - 8, 8);
+}
+static void past_the_largest_file(uint8_t *p, size_t *len)
+{
+    put_u64(p + *len - 8, STAGE_MAX_SIZE + 1);
+}
+static void trailing_byte(uint8_t *p, size_t *len)
+{
+    p[(*len)++] = 0;
+}
+static void saved_by_version_2(uint8_t *p, size_t *len)
+{
+    put_u32(p, 2);
+    *len -= TAIL;
+}
+
+Test(stage, failures_that_make_no_sense_lose_only_themselves)
+{
+    static const struct {
+        void (*edit)(uint8_t *p, size_t *len);
+        const char *unread;
+    } cases[] = {
+        {keep, NULL},
+        {count_too_large, "more of them counted than the file holds"},
+        {lost_not_a_flag, "no valid header"},
+        {position_root, "names no file"},
+        {position_past_the_end, "names no file"},
+        {position_a_directory, "names no file"},
+        {reversed, "reversed"},
+        {past_the_largest_file, "past the largest file size"},
+        {trailing_byte, "bytes after the last failure"},
+        {saved_by_version_2, "older ckptfs"},
+    };
+    stage_root r;
+    open_root(&r, NULL);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        stage_dir d;
+        ckpt_err err = {0};
+        cr_assert_eq(stage_create(&r, "hostile", &d, &err), 0, "%s", err.msg);
+        wtree t;
+        build_tree(&t);
+        stage_failure v = {node_at(&t, NULL, "top.txt"), 100, 199};
+        stage_failures f = {&v, 1, 0, NULL}, got;
+        cr_assert_eq(stage_save_meta(&d, &t, 10, &f, &err), 0, "%s", err.msg);
+        edit_plain_meta(d.sid, cases[i].edit);
+        wtree back;
+        uint64_t next;
+        cr_assert_eq(stage_load_meta(&d, &back, &next, &got, &err), 0, "case %zu: %s", i, err.msg);
+        expect_same_tree(&t, &back);
+        if (!cases[i].unread) {
+            cr_assert_null(got.unread, "%s", got.unread);
+            cr_assert_eq(got.n, 1);
+            cr_assert_eq(got.v[0].node, node_at(&back, NULL, "top.txt"));
+            cr_assert_eq(got.v[0].first, 100);
+            cr_assert_eq(got.v[0].last, 199);
+            cr_assert_eq(got.lost, 0);
+        } else {
+            cr_assert_not_null(got.unread, "case %zu", i);
+            tu_assert_contains(got.unread, cases[i].unread);
+            cr_assert_eq(got.n, 0);
+            cr_assert_null(got.v);
+            cr_assert_eq(got.lost, 1);
+        }
+        free(got.v);
+        wtree_free(&back);
+        wtree_free(&t);
+        cr_assert_eq(stage_remove(&r, &d, &err), 0, "%s", err.msg);
+        stage_dir_close(&d);
+    }
+    stage_root_close(&r);
+}
+
 Test(stage, missing_meta_is_an_empty_tree)
 {
     stage_root r;
@@ -340,7 +535,7 @@ Test(stage, missing_meta_is_an_empty_tree)
     cr_assert_eq(stage_create(&r, "new", &d, &err), 0);
     wtree t;
     uint64_t next;
-    cr_assert_eq(stage_load_meta(&d, &t, &next, &err), 0);
+    cr_assert_eq(stage_load_meta(&d, &t, &next, NULL, &err), 0);
     cr_assert_eq(t.nodes[0].n_children, 0);
     cr_assert_eq(next, 1);
     wtree_free(&t);
