@@ -450,9 +450,11 @@ void wc_staging_forget_failures(wckpt *c)
 
 /* Writes the namespace and, if needed, the record, unless nothing changed
  * since the last wc_save. The tree is encoded under the lock, written without. */
-int wc_save(wckpt *c, ckpt_err *err)
+static int save(wckpt *c, int final, ckpt_err *err)
 {
     pthread_mutex_lock(&c->lock);
+    if (final && c->state == WST_FAILED)
+        c->meta_gen++; /* its failures, saved as complete this time */
     if (c->locked || c->state == WST_COMMITTED || c->state == WST_DELETED ||
         (c->saved_gen == c->meta_gen && !c->record_dirty)) {
         pthread_mutex_unlock(&c->lock);
@@ -466,7 +468,8 @@ int wc_save(wckpt *c, ckpt_err *err)
     c->last_save = wc_now_mono();
     uint8_t *buf = NULL;
     size_t len = 0;
-    stage_failures f = {c->failures, c->n_failures, c->failures_lost, NULL};
+    stage_failures f = {c->failures, c->n_failures,
+                        c->failures_lost || (!final && c->state == WST_FAILED), NULL};
     int rc = name ? stage_encode_meta(&c->dir, &c->tree, c->next_blob_id, &f, &buf, &len) : -ENOMEM;
     pthread_mutex_unlock(&c->lock);
     if (rc) {
@@ -503,6 +506,16 @@ int wc_save(wckpt *c, ckpt_err *err)
     }
     pthread_mutex_unlock(&c->lock);
     return rc;
+}
+
+int wc_save(wckpt *c, ckpt_err *err)
+{
+    return save(c, 0, err);
+}
+
+int wc_save_final(wckpt *c, ckpt_err *err)
+{
+    return save(c, 1, err);
 }
 
 int wtable_commit(wtable *t, wckpt *c)

@@ -81,8 +81,14 @@ void wc_staging_write_failed(wckpt *c, int rc, const char *msg, uint32_t node, u
                              size_t len);
 /* A commit started: every recorded failure is the packer's to judge. */
 void wc_staging_forget_failures(wckpt *c);
-/* Saves the namespace (and record) if changed; takes the locks itself. */
+/* Saves the namespace (and record) if changed; takes the locks itself.
+ * The failed ranges it saves are marked incomplete (a failure after it
+ * may never reach the disk: a full disk, then a crash), so after a crash
+ * a failed checkpoint stays failed until `ckpt commit`. wc_save_final,
+ * at a clean stop, saves them as complete: rewriting them is then enough
+ * after the restart too. */
 int wc_save(wckpt *c, ckpt_err *err);
+int wc_save_final(wckpt *c, ckpt_err *err);
 
 /* Removes BACKING/path and the empty directories below it (what a
  * namespace that became a checkpoint left when a crash cut it short);

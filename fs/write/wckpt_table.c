@@ -163,17 +163,21 @@ void wtable_stop(wtable *t)
         t->threads_started = 0;
     }
     log_suspended(t);
+    /* Parked first: a block that fails to reach the disk is then one of
+     * the failures the last save keeps. */
     for (wckpt *c = t->all; c; c = c->next) {
         ckpt_err err = {0};
-        if (c->current && wc_save(c, &err) != 0)
-            fslog_err("checkpoint '%s': cannot save its namespace: %s", c->name, err.msg);
         pthread_mutex_lock(&c->lock);
         for (uint32_t i = 0; i < c->tree.n_nodes; i++) {
             wfile *f = c->tree.nodes[i].kind != WNODE_DIR ? c->tree.nodes[i].data : NULL;
-            if (f && f->blob && stage_blob_park(f->blob, &err) != 0)
+            if (f && f->blob && stage_blob_park(f->blob, &err) != 0) {
+                wc_staging_failed(c, err.code, err.msg, i, UINT64_MAX);
                 fslog_err("checkpoint '%s': %s", c->name, err.msg);
+            }
         }
         pthread_mutex_unlock(&c->lock);
+        if (c->current && wc_save_final(c, &err) != 0)
+            fslog_err("checkpoint '%s': cannot save its namespace: %s", c->name, err.msg);
     }
 }
 
