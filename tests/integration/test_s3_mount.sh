@@ -237,6 +237,23 @@ else
     unmount_ckptfs mnt-w
 fi
 
+# ------------------------------------------- in the background (no -f)
+# The daemon forks after taking the lease (its renewer stopped across the
+# fork): the lease must then name the daemon, which writes, commits and
+# deletes the lease when unmounted.
+"$CKPTFS" -o commit_delay=0,stage_dir="$TMP/stage" s3://$BK/w mnt-w 2>>"$LOG"
+if [ $? -eq 0 ] && mountpoint -q mnt-w; then pass "a writable mount in the background"; else fail "a writable mount in the background" "$(tail -n 3 "$LOG")"; fi
+s3py get $BK w/.ckptfs/lock lease.txt
+bg_pid=$(sed -nE "s/^holder $(hostname):([0-9]+)$/\1/p" lease.txt)
+if [ -n "$bg_pid" ] && [ "$(cat "/proc/$bg_pid/comm" 2>/dev/null)" = ckptfs ]; then pass "the lease names the daemon (pid $bg_pid)"; else fail "the lease names the daemon" "$(cat lease.txt)"; fi
+cp -r tiny mnt-w/bg && "$CKPT" commit --wait mnt-w/bg >/dev/null 2>&1
+expect_same_files "it writes and commits a checkpoint" tiny mnt-w/bg
+rm -r mnt-w/bg
+fusermount3 -u mnt-w
+for _ in $(seq 100); do kill -0 "$bg_pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$bg_pid" 2>/dev/null && fail "the daemon exits when unmounted" "pid $bg_pid" || pass "the daemon exits when unmounted"
+s3py keys $BK w/.ckptfs/ | grep -qx "w/.ckptfs/lock" && fail "and deletes its lease" "still there" || pass "and deletes its lease"
+
 # ------------------------- a pack replaced in the store under an open file
 # The open file keeps its generation or fails with ESTALE: it never reads
 # bytes of the new object (every GET carries If-Match: the ETag at open).

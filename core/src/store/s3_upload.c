@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifdef CKPT_USE_OPENSSL
 #include <openssl/evp.h>
 #endif
@@ -370,18 +371,27 @@ static int etag_equal(const char *a, const char *b)
  * have taken effect). The object under the key must have the ETag our
  * parts give; without that ETag, an object of our size is taken as ours
  * only when size_will_do (after NoSuchUpload: the upload is surely gone),
- * never after a mere transport error. */
+ * never after a mere transport error. A first try may still be assembling
+ * a large object (our tries gave up on its slow answer): with the ETag
+ * known, the object is looked at a few times over some seconds. */
 static int completed_anyway(s3_up *u, int size_will_do)
 {
     char want[48];
     int known = expected_etag(u, want) == 0;
     if (!known && !size_will_do)
         return 0;
-    s3_req rq = {.method = "HEAD", .bucket = u->s->url.bucket, .key = u->key};
-    s3_resp rs;
-    int ok = s3_request(u->s->http, &rq, &rs) == 0 && rs.status == 200 && rs.has_length &&
+    static const unsigned waits_ms[] = {0, 1000, 2000, 4000};
+    int ok = 0;
+    for (size_t i = 0; !ok && i < (known ? 4u : 1u); i++) {
+        struct timespec ts = {waits_ms[i] / 1000, (long)(waits_ms[i] % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+            ;
+        s3_req rq = {.method = "HEAD", .bucket = u->s->url.bucket, .key = u->key};
+        s3_resp rs;
+        ok = s3_request(u->s->http, &rq, &rs) == 0 && rs.status == 200 && rs.has_length &&
              rs.content_length == u->total && (!known || etag_equal(rs.etag, want));
-    s3_resp_free(&rs);
+        s3_resp_free(&rs);
+    }
     return ok;
 }
 
@@ -413,15 +423,20 @@ static int complete(s3_up *u, ckpt_err *err)
     if (rc == 0 && rs.status == 200 && !rs.overflow) {
         s3_error e;
         int r = s3_xml_complete(rs.body, rs.body_len, "CompleteMultipartUploadResult", &e, err);
-        if (r == 1)
+        /* An <Error> in a 200 (InternalError: "retry") may follow a
+         * first try that took effect too. */
+        if (r == 1 && !completed_anyway(u, 0))
             rc = ckpt_fail(err, -EIO, "%s: completing the upload failed: %s%s%s", u->shown, e.code,
                            e.message[0] ? ": " : "", e.message);
         else if (r < 0)
             rc = ckpt_fail_prefix(err, u->shown);
     } else if (rc == 0 && rs.status == 404 && rs.attempts > 1 && completed_anyway(u, 1)) {
         rc = 0;
-    } else if (((rc == -EIO && rs.status == 0) || (rc == 0 && rs.status >= 500)) &&
+    } else if (((rc == -EIO && rs.status == 0) || (rc == 0 && rs.status >= 500) ||
+                (rc == 0 && rs.attempts > 1)) &&
                completed_anyway(u, 0)) {
+        /* No answer, a 5xx, or any refusal of a retry (InvalidPart from
+         * a gateway whose first try completed): judged by the object. */
         rc = 0;
     } else {
         rc = s3_fail(err, u->s->http, u->shown, "completing the upload", &rs);
