@@ -474,6 +474,67 @@ Test(torch_built, repeated_names)
     free(p.p);
 }
 
+/* {1: a, True: b} is {1: b} to Python: the 1 holding a is not shown as
+ * "1" (b, under a bool key, is not named at all). */
+Test(torch_built, keys_equal_across_kinds)
+{
+    ff_buf p = {0};
+    ff_byte(&p, 0x80);
+    ff_byte(&p, 2);
+    pk_op(&p, '}');
+    pk_op(&p, '(');
+    pk_k(&p, 1);
+    pk_tensor(&p, "FloatStorage", "0", 24, 0, 1, 6, 6, 1);
+    ff_byte(&p, 0x88); /* NEWTRUE */
+    pk_tensor(&p, "FloatStorage", "0", 24, 1, 1, 6, 6, 1);
+    pk_op(&p, 'u');
+    pk_op(&p, '.');
+    ff_buf a = archive_with(&p);
+    tf_result r = describe(a.p, a.len, "x.pt");
+    cr_assert_eq(r.rc, 0, "%s", r.msg);
+    cr_assert_eq(r.l.n, 0, "nothing is shown as '1'");
+    cr_assert_eq(r.l.n_skipped, 1);
+    cr_assert_str_eq(r.l.skipped[0].name, "1");
+    tu_assert_contains(r.l.skipped[0].reason, "torch.load keeps the last");
+    ingest_layout_free(&r.l);
+    free(a.p);
+    free(p.p);
+}
+
+/* One dict of 4000 unnamed (None) keys, reached 100000 times through the
+ * memo: each walk of it cost its length (and a sort), unbounded by the
+ * walk's visit count, which only named children paid. */
+Test(torch_hostile, a_big_dict_reached_often_through_the_memo, .timeout = 20)
+{
+    ff_buf p = {0};
+    ff_byte(&p, 0x80);
+    ff_byte(&p, 2);
+    pk_op(&p, ']');
+    pk_op(&p, '(');
+    pk_op(&p, '}');
+    pk_op(&p, '(');
+    for (int i = 0; i < 4000; i++) {
+        pk_op(&p, 'N');
+        pk_k(&p, (uint8_t)i);
+    }
+    pk_op(&p, 'u');
+    pk_op(&p, 'q');
+    ff_byte(&p, 0);
+    for (int i = 0; i < 100000; i++) {
+        pk_op(&p, 'h');
+        ff_byte(&p, 0);
+    }
+    pk_op(&p, 'e');
+    pk_op(&p, '.');
+    ff_buf a = archive_with(&p);
+    tf_result r = describe(a.p, a.len, "x.pt");
+    cr_assert_geq(r.rc, 0, "rc %d: %s", r.rc, r.msg); /* no tensor: 1, opaque */
+    cr_assert_eq(r.l.n, 0);
+    ingest_layout_free(&r.l);
+    free(a.p);
+    free(p.p);
+}
+
 /* _rebuild_tensor_v2/_v3 with torch's view metadata (get_tensor_metadata)
  * as its last argument: {"neg": v}. */
 static void pk_tensor_meta(ff_buf *b, int version, const char *key, uint8_t numel, bool neg)

@@ -483,37 +483,60 @@ static void walk_child(torch_ctx *c, const pk_value *v, const char *seg, size_t 
     c->name[at] = '\0';
 }
 
-/* Dict keys as Python compares them, for the kinds a name is made of. */
-static int key_cmp(const pk_value *a, const pk_value *b)
-{
-    if (a->kind != b->kind)
-        return a->kind < b->kind ? -1 : 1;
-    int64_t x, y;
-    if (a->kind == PK_STR) {
-        if (a->u.s.len != b->u.s.len)
-            return a->u.s.len < b->u.s.len ? -1 : 1;
-        return memcmp(a->u.s.p, b->u.s.p, a->u.s.len);
-    }
-    if (a->kind == PK_INT && pk_int(a, &x) && pk_int(b, &y))
-        return x < y ? -1 : x > y;
-    return 0;
-}
-
+/* A dict key as Python compares it: numbers by value (True == 1 == 1.0),
+ * str and bytes by their bytes (torch.load decodes a Python 2 byte string
+ * as UTF-8); other kinds equal nothing here. A bigint never equals an
+ * int64 once pickle has sized it, unless padded: not worth the cost. */
 typedef struct keyed_pair {
-    const pk_value *key;
+    int cls; /* 0: compares with nothing, 1: number, 2: string */
+    int64_t i;
+    const char *s;
+    size_t len;
     size_t pair;
 } keyed_pair;
+
+static keyed_pair key_of(const pk_value *k, size_t pair)
+{
+    keyed_pair kp = {.pair = pair};
+    if (k->kind == PK_INT || k->kind == PK_BOOL) {
+        kp.cls = pk_int(k, &kp.i) ? 1 : 0;
+    } else if (k->kind == PK_FLOAT && k->u.f > -9.2e18 && k->u.f < 9.2e18 &&
+               k->u.f == (double)(int64_t)k->u.f) {
+        kp.cls = 1;
+        kp.i = (int64_t)k->u.f;
+    } else if (k->kind == PK_STR || k->kind == PK_BYTES) {
+        kp.cls = 2;
+        kp.s = k->u.s.p;
+        kp.len = k->u.s.len;
+    }
+    return kp;
+}
+
+static int same_key_cmp(const keyed_pair *x, const keyed_pair *y)
+{
+    if (x->cls != y->cls)
+        return x->cls < y->cls ? -1 : 1;
+    if (x->cls == 1)
+        return x->i < y->i ? -1 : x->i > y->i;
+    if (x->cls == 2) {
+        if (x->len != y->len)
+            return x->len < y->len ? -1 : 1;
+        return memcmp(x->s, y->s, x->len);
+    }
+    return 0;
+}
 
 static int keyed_pair_cmp(const void *a, const void *b)
 {
     const keyed_pair *x = a, *y = b;
-    int r = key_cmp(x->key, y->key);
+    int r = same_key_cmp(x, y);
     return r ? r : (x->pair < y->pair ? -1 : x->pair > y->pair);
 }
 
 /* A hostile pickle may set one key of a dict twice: torch.load keeps the
- * last value, so the earlier ones must not be presented as that name.
- * Returns a flag per pair (NULL when none is shadowed), or sets c->err. */
+ * last value, so the earlier ones must not be presented as that name
+ * (nor as another spelling of it: {1: a, True: b} is {1: b}). Returns a
+ * flag per pair (NULL when none is shadowed), or sets c->err. */
 static bool *shadowed_pairs(torch_ctx *c, const pk_value *const *items, size_t n_pairs)
 {
     if (n_pairs < 2)
@@ -527,14 +550,12 @@ static bool *shadowed_pairs(torch_ctx *c, const pk_value *const *items, size_t n
         return NULL;
     }
     for (size_t i = 0; i < n_pairs; i++)
-        ix[i] = (keyed_pair){items[2 * i], i};
+        ix[i] = key_of(items[2 * i], i);
     qsort(ix, n_pairs, sizeof *ix, keyed_pair_cmp);
     bool any = false;
-    for (size_t i = 0; i + 1 < n_pairs; i++) {
-        const pk_value *k = ix[i].key;
-        if ((k->kind == PK_STR || k->kind == PK_INT) && key_cmp(k, ix[i + 1].key) == 0)
+    for (size_t i = 0; i + 1 < n_pairs; i++)
+        if (ix[i].cls && same_key_cmp(&ix[i], &ix[i + 1]) == 0)
             any = flags[ix[i].pair] = true;
-    }
     free(ix);
     if (!any) {
         free(flags);
@@ -547,6 +568,11 @@ static void walk_items(torch_ctx *c, const pk_value *const *items, size_t n, boo
                        size_t depth)
 {
     char num[24];
+    /* Counted up front, whatever is named: a dict or list reached through
+     * the memo millions of times costs its length each time. */
+    c->visits += n;
+    if (c->visits > MAX_VISITS)
+        return;
     bool *shadowed = pairs ? shadowed_pairs(c, items, n / 2) : NULL;
     for (size_t i = 0; i < n && !c->err; i++) {
         if (!pairs) {
