@@ -17,7 +17,7 @@ static void handle_free(ckptfs *fs, fs_handle *h)
     else if (h->is_wlisting)
         wdirents_free(h->u.wlisting.entries, h->u.wlisting.n);
     else if (h->is_fwd)
-        ;
+        wtable_unref(&fs->wtable, h->u.fwd.ckpt);
     else
         checkpoint_unref(&fs->table, h->u.file.checkpoint);
     free(h);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/backing_path.h"
+#include "common/fslog.h"
 
 /* The pack that replaced w, pinned by a lookup reference for as long as
  * w lives (its inodes may be used long after the commit: a shell's
@@ -70,10 +71,20 @@ void handover_pin_successor(void *ud, wckpt *w)
 {
     ckptfs *fs = ud;
     checkpoint *c = successor(fs, w);
+    int err = c ? 0 : -ESTALE;
+    if (c) {
+        checkpoint_ref(&fs->table, c);
+        err = checkpoint_open(&fs->table, c);
+    }
+    if (err) {
+        pthread_mutex_lock(&w->lock); /* a rename may replace the name */
+        fslog_warn("checkpoint '%s': files open since before its commit cannot hold on to its "
+                   "pack (%s): they read it until a newer one replaces it, then get ESTALE",
+                   w->name, strerror(-err));
+        pthread_mutex_unlock(&w->lock);
+    }
     if (!c)
-        return; /* already gone: those files get ESTALE, as before */
-    checkpoint_ref(&fs->table, c);
-    int err = checkpoint_open(&fs->table, c);
+        return;
     pthread_mutex_lock(&w->lock);
     int pin = !err && w->open_files > 0 && !w->successor_pinned;
     if (pin)

@@ -27,7 +27,11 @@ typedef struct fs_handle {
             uint32_t node;
         } file;
         root_listing listing;
-        uint64_t fwd; /* is_fwd: the writable file's inode */
+        struct {
+            uint64_t ino; /* the writable file's inode */
+            wckpt *ckpt;  /* its checkpoint, referenced: once committed,
+                             reads go to the pack it pinned (handover.h) */
+        } fwd;            /* is_fwd */
         struct {
             wdirent *entries;
             size_t n;

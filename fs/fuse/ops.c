@@ -180,10 +180,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     ckptfs *fs = fs_of(req);
     fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
     if (h && h->is_fwd) {
-        if (!wops_read(req, fs, h->u.fwd, size, off)) {
+        if (!wops_read(req, fs, h->u.fwd.ino, size, off)) {
             struct fuse_file_info plain = *fi; /* committed since: from its pack */
             plain.fh = 0;
-            rops_read(req, fs, h->u.fwd, size, off, &plain);
+            rops_read(req, fs, h->u.fwd.ino, size, off, &plain);
         }
         return;
     }
@@ -197,7 +197,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     ckptfs *fs = fs_of(req);
     fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
     if (h && h->is_fwd) {
-        wops_release(req, fs, h->u.fwd);
+        wops_release(req, fs, h->u.fwd.ino);
         handle_drop(fs, h);
         return;
     }
@@ -327,7 +327,7 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
     fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
     if (h && h->is_fwd)
-        ino = h->u.fwd;
+        ino = h->u.fwd.ino;
     if (!(wtable_owns(ino) && wops_flush(req, fs, ino)))
         fuse_reply_err(req, 0);
 }
@@ -338,7 +338,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
     (void)fi;
     ckptfs *fs = fs_of(req);
     fs_handle *h = fi ? (fs_handle *)(uintptr_t)fi->fh : NULL;
-    ino = h && h->is_fwd ? h->u.fwd : route(fs, ino);
+    ino = h && h->is_fwd ? h->u.fwd.ino : route(fs, ino);
     if (wtable_owns(ino) && wops_fsync(req, fs, ino))
         return;
     fuse_reply_err(req, 0);
@@ -531,7 +531,7 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
     ckptfs *fs = fs_of(req);
     fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
     if (h && h->is_fwd)
-        ino = h->u.fwd;
+        ino = h->u.fwd.ino;
     if (!(wtable_owns(ino) && wops_write_buf(req, fs, ino, bufv, off)))
         fuse_reply_err(req, EROFS);
 }
@@ -565,7 +565,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
     ckptfs *fs = fs_of(req);
     fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
     if (h && h->is_fwd)
-        ino = h->u.fwd;
+        ino = h->u.fwd.ino;
     if (!(wtable_owns(ino) && wops_fallocate(req, fs, ino, mode, offset, length)))
         fuse_reply_err(req, EROFS);
 }

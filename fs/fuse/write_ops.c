@@ -528,7 +528,11 @@ void wops_open_fwd(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_
         return;
     }
     h->is_fwd = 1;
-    h->u.fwd = ino;
+    h->u.fwd.ino = ino;
+    /* Kept alive while open: committed, a checkpoint nobody looked up
+     * would be freed, and its reads would find no pack to go to. */
+    h->u.fwd.ckpt = c;
+    wtable_ref(&fs->wtable, c);
     /* The kernel's pages are the old generation's: not kept. */
     set_open_cache(fi, 0);
     handle_track(fs, h);

@@ -219,7 +219,7 @@ static void drop_pack_file(checkpoint *c)
 {
     if (c->current || c->refs || c->file_dropped)
         return;
-    c->file_dropped = 1;
+    __atomic_store_n(&c->file_dropped, 1, __ATOMIC_RELEASE);
     pthread_mutex_lock(&c->drop_lock);
     if (pthread_mutex_trylock(&c->open_lock) == 0) {
         let_go_of_pack(c);
@@ -811,6 +811,11 @@ static int open_pack(checkpoint_table *t, checkpoint *c)
 
 int checkpoint_open(checkpoint_table *t, checkpoint *c)
 {
+    /* Decided (under the table's lock, with no reference) even if not
+     * done yet: an open under way does it when it ends, and a caller that
+     * took a reference since must not be handed a pack about to go. */
+    if (__atomic_load_n(&c->file_dropped, __ATOMIC_ACQUIRE))
+        return -ESTALE;
     int state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
     if (state == CHECKPOINT_OPEN)
         return 0;

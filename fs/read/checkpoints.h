@@ -50,7 +50,8 @@ typedef struct checkpoint {
                                * store: size, mtime and a mode only) */
     ckpt_object_id oid;   /* the same, as the store compares it */
     int current;          /* still what NAME means */
-    int file_dropped;     /* not current, unused: pack file let go */
+    int file_dropped;     /* not current, unused: pack file let go (or
+                             about to be, by an open under way); atomic */
     uint64_t nlookup;     /* kernel references to its inodes */
     unsigned refs;        /* open files and jobs */
     int scan_seen;        /* last scan generation that saw it */

@@ -361,6 +361,10 @@ static void staging_failed(wckpt *c, int rc, const char *msg, uint32_t node, uin
 {
     if (rc != -ENOSPC && rc != -EDQUOT && rc != -EIO)
         return;
+    /* Packed already (a close parking its blob as the commit lands):
+     * nothing staged is needed any more, and the state must stay. */
+    if (c->state == WST_COMMITTED || c->state == WST_DELETED)
+        return;
     if (c->state != WST_FAILED || !c->error || strcmp(c->error, msg) != 0)
         fslog_err("checkpoint '%s': %s; state is now failed (staged data is kept: free space, "
                   "rewrite what failed and run 'ckpt commit' to retry)",
@@ -560,8 +564,11 @@ int wtable_commit(wtable *t, wckpt *c)
     size_t len = 0;
     /* Saved without failures: a commit hands them all to the packer
      * (wc_staging_forget_failures), so after a failed pack new data makes
-     * the checkpoint writing again, after a restart as before one. */
-    int rc = stage_encode_meta(&c->dir, &c->tree, c->next_blob_id, NULL, &buf, &len);
+     * the checkpoint writing again. Marked incomplete all the same: a
+     * staging failure after that pack's may not reach the disk before a
+     * crash (wc_save). */
+    stage_failures none = {NULL, 0, 1, NULL};
+    int rc = stage_encode_meta(&c->dir, &c->tree, c->next_blob_id, &none, &buf, &len);
     uint64_t gen = c->meta_gen;
     char *name = strdup(c->name);
     pthread_mutex_unlock(&c->lock);

@@ -217,6 +217,17 @@ static int recover_one(void *ud, const char *sid)
         c->commit_seq = ++t->commit_seq;
     c->next = t->all;
     t->all = c;
+    /* Its failures came back complete (a clean stop). On disk they are
+     * marked incomplete again at once: a failure from now on may not
+     * reach the disk before a crash. */
+    if (rc == 0 && c->state == WST_FAILED && !c->failures_lost) {
+        c->meta_gen++;
+        ckpt_err save_err = {0};
+        if (wc_save(c, &save_err) != 0) {
+            fslog_warn("%s", save_err.msg);
+            c->failures_lost = 1;
+        }
+    }
     stage_record_free(&rec);
     return 0;
 skip:

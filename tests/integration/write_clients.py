@@ -478,6 +478,7 @@ def held_open(d, ckpt):
     rng = random.Random(7)
     v1 = bytes(rng.getrandbits(8) for _ in range(3 << 20))
     v2 = bytes(b ^ 0xFF for b in v1)
+    v3 = bytes(b ^ 0x55 for b in v1)
     os.mkdir(d)
     path = os.path.join(d, "w.bin")
     with open(path, "wb") as f:
@@ -497,16 +498,26 @@ def held_open(d, ckpt):
         if got != v1:
             fail("its inode opened again after the commit reads the same")
         ok("its inode opened again after the commit reads the same")
-        with open(path, "r+b") as f:  # reopens the checkpoint: a new generation
-            f.write(v2)
+        # A packed file opened for writing reopens the checkpoint (a
+        # forwarded handle), held open across that generation's commit.
+        w2 = os.open(path, os.O_RDWR)
+        os.pwrite(w2, v2, 0)
         commit(ckpt, d)
         with open(path, "rb") as f:
             if f.read() != v2:
                 fail("the new generation reads as written")
         ok("the new generation reads as written")
+        with open(path, "r+b") as f:  # a third generation
+            f.write(v3)
+        commit(ckpt, d)
         if read_all(fd, "the file open since before the first commit") != v1:
             fail("the file open since before the first commit still reads that generation")
         ok("the file open since before the first commit still reads that generation")
+        got = read_all(w2, "the file opened for writing, across its commit")
+        os.close(w2)
+        if got != v2:
+            fail("the file opened for writing reads the generation it wrote")
+        ok("the file opened for writing reads the generation it wrote")
     finally:
         os.close(fd)
         os.close(opath)

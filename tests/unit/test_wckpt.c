@@ -704,6 +704,43 @@ Test(wckpt, failed_ranges_after_a_crash_need_a_commit)
     failed_ranges_survive_a_restart(NULL, 0);
 }
 
+/* Ranges saved complete by a clean stop are marked incomplete on disk as
+ * soon as the next daemon has them back: a crash of that one (after a
+ * failure that never reached the disk) must not find them complete. */
+Test(wckpt, complete_ranges_are_marked_incomplete_once_running_again)
+{
+    wtable t;
+    open_table(&t, NULL, 0, 0);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "r", 0755, &c), 0);
+    uint32_t a = make_file(c, WTREE_ROOT, "a", "0123456789", 10);
+    pthread_mutex_lock(&c->lock);
+    wc_staging_write_failed(c, -ENOSPC, "write failed: No space left on device", a, 0, 10);
+    pthread_mutex_unlock(&c->lock);
+    close_table(&t);
+
+    open_table(&t, NULL, 0, 0);
+    c = wtable_get(&t, "r", 1);
+    cr_assert_not_null(c);
+    pthread_mutex_lock(&c->lock);
+    cr_assert_eq(c->n_failures, 1);
+    cr_assert_not(c->failures_lost, "complete after a clean stop");
+    pthread_mutex_unlock(&c->lock);
+    wtable_forget(&t, c, 1);
+    crash_table(&t);
+
+    open_table(&t, NULL, 0, 0);
+    c = wtable_get(&t, "r", 1);
+    cr_assert_not_null(c);
+    cr_assert_eq(state_now(c), WST_FAILED);
+    pthread_mutex_lock(&c->lock);
+    cr_assert_eq(c->n_failures, 1);
+    cr_assert(c->failures_lost, "incomplete after a crash of the daemon that had them back");
+    pthread_mutex_unlock(&c->lock);
+    wtable_forget(&t, c, 1);
+    close_table(&t);
+}
+
 /* Failures that cannot be read back (here a range a faulty writer saved
  * reversed; test_stage.c has the other faults) lose only themselves: the
  * namespace is recovered, the log names the file and the fault, and the
