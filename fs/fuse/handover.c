@@ -78,9 +78,11 @@ void handover_pin_successor(void *ud, wckpt *w)
     }
     if (err) {
         pthread_mutex_lock(&w->lock); /* a rename may replace the name */
-        fslog_warn("checkpoint '%s': files open since before its commit cannot hold on to its "
-                   "pack (%s): they read it until a newer one replaces it, then get ESTALE",
-                   w->name, strerror(-err));
+        if (w->open_files > 0)
+            fslog_warn("checkpoint '%s': files open since before its commit cannot hold on to "
+                       "its pack (%s): they read it until a newer one replaces it, then get "
+                       "ESTALE",
+                       w->name, strerror(-err));
         pthread_mutex_unlock(&w->lock);
     }
     if (!c)

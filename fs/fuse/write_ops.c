@@ -513,26 +513,30 @@ int wops_open(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info 
 void wops_open_fwd(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     uint32_t node;
-    wckpt *c = find(req, fs, ino, &node);
-    if (!c)
+    /* Referenced from the start, and by the handle while open: the kernel
+     * never looked this inode up, so nothing else keeps the checkpoint
+     * (once committed, its reads go to the pack it pinned). */
+    wckpt *c = wtable_find_ref(&fs->wtable, ino, &node);
+    if (!c) {
+        fuse_reply_err(req, ESTALE);
         return;
+    }
     int rc = wckpt_open(c, node, fi->flags);
     if (rc) {
+        wtable_unref(&fs->wtable, c);
         fuse_reply_err(req, rc == -ESTALE ? EROFS : -rc);
         return;
     }
     fs_handle *h = calloc(1, sizeof *h);
     if (!h) {
         wckpt_release(c, node);
+        wtable_unref(&fs->wtable, c);
         fuse_reply_err(req, ENOMEM);
         return;
     }
     h->is_fwd = 1;
     h->u.fwd.ino = ino;
-    /* Kept alive while open: committed, a checkpoint nobody looked up
-     * would be freed, and its reads would find no pack to go to. */
     h->u.fwd.ckpt = c;
-    wtable_ref(&fs->wtable, c);
     /* The kernel's pages are the old generation's: not kept. */
     set_open_cache(fi, 0);
     handle_track(fs, h);

@@ -238,6 +238,9 @@ wckpt *wtable_get(wtable *t, const char *name, int count_lookup);
 /* The checkpoint and node of an inode; NULL if not a writable one. The
  * caller holds a kernel reference to the inode. */
 wckpt *wtable_find(wtable *t, uint64_t ino, uint32_t *node);
+/* The same with a reference taken (wtable_unref), for a caller that keeps
+ * c beyond the kernel's lookups of its inodes. */
+wckpt *wtable_find_ref(wtable *t, uint64_t ino, uint32_t *node);
 static inline int wtable_owns(uint64_t ino)
 {
     return inode_is_written(ino);

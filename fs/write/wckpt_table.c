@@ -223,7 +223,7 @@ wckpt *wtable_get(wtable *t, const char *name, int count_lookup)
     return c;
 }
 
-wckpt *wtable_find(wtable *t, uint64_t ino, uint32_t *node)
+static wckpt *find(wtable *t, uint64_t ino, uint32_t *node, int ref)
 {
     uint32_t serial, n;
     if (!inode_split(ino, &serial, &n) || !inode_is_written(ino))
@@ -232,10 +232,22 @@ wckpt *wtable_find(wtable *t, uint64_t ino, uint32_t *node)
     wckpt *c = t->all;
     while (c && c->serial != serial)
         c = c->next;
+    if (c && ref)
+        c->refs++;
     pthread_mutex_unlock(&t->lock);
     if (c)
         *node = n;
     return c;
+}
+
+wckpt *wtable_find(wtable *t, uint64_t ino, uint32_t *node)
+{
+    return find(t, ino, node, 0);
+}
+
+wckpt *wtable_find_ref(wtable *t, uint64_t ino, uint32_t *node)
+{
+    return find(t, ino, node, 1);
 }
 
 void wtable_count_lookup(wtable *t, wckpt *c)
