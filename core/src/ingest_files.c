@@ -403,6 +403,29 @@ static int write_pieces(ckpt_writer *w, const char *pack_path, const source *src
 {
     uint64_t pos = 0;
     int rc = 0;
+    /* Each region's views in tensor order, by a stable counting sort: a
+     * scan of every tensor per region was quadratic (a torch.save with
+     * 60000 storages spent 44% of `ckpt pack` there). */
+    size_t *first = calloc(lay->n_regions + 1, sizeof *first);
+    size_t *views = malloc((lay->n ? lay->n : 1) * sizeof *views);
+    if (!first || !views) {
+        free(first);
+        free(views);
+        return ckpt_fail(err, -ENOMEM, "out of memory");
+    }
+    for (size_t j = 0; j < lay->n; j++)
+        if (owner[j] >= 0)
+            first[owner[j] + 1]++;
+    for (size_t r = 0; r < lay->n_regions; r++)
+        first[r + 1] += first[r];
+    for (size_t j = 0, r; j < lay->n; j++)
+        if (owner[j] >= 0) {
+            r = (size_t)owner[j];
+            views[first[r]++] = j;
+        }
+    for (size_t r = lay->n_regions; r > 0; r--) /* back to each region's start */
+        first[r] = first[r - 1];
+    first[0] = 0;
     strmap chunks = {0};
     if (lay->n_chunks) {
         if (strmap_init(&chunks, lay->n_chunks) < 0)
@@ -410,6 +433,8 @@ static int write_pieces(ckpt_writer *w, const char *pack_path, const source *src
         for (size_t i = 0; i < lay->n_chunks; i++)
             if (strmap_put(&chunks, lay->chunks[i].name, i, NULL) < 0) {
                 strmap_free(&chunks);
+                free(first);
+                free(views);
                 return ckpt_fail(err, -ENOMEM, "out of memory");
             }
     }
@@ -419,13 +444,12 @@ static int write_pieces(ckpt_writer *w, const char *pack_path, const source *src
             rc = copy_range(w, src, pos, p->off - pos, 0, err);
         if (rc == 0 && p->region) {
             rc = ckpt_writer_begin_region(w, lay->regions[p->idx].dtype, err);
-            for (size_t j = 0; rc == 0 && j < lay->n; j++)
-                if (owner[j] == (long)p->idx) {
-                    rc = ckpt_writer_add_view(w, lay->t[j].name, lay->t[j].dtype, lay->t[j].ndim,
-                                              lay->t[j].shape, lay->t[j].offset, err);
-                    if (rc == 0)
-                        rc = mark_chunk(w, pack_path, lay, &chunks, &lay->t[j], err);
-                }
+            for (size_t k = first[p->idx]; rc == 0 && k < first[p->idx + 1]; k++) {
+                const ingest_tensor *t = &lay->t[views[k]];
+                rc = ckpt_writer_add_view(w, t->name, t->dtype, t->ndim, t->shape, t->offset, err);
+                if (rc == 0)
+                    rc = mark_chunk(w, pack_path, lay, &chunks, t, err);
+            }
             if (rc == 0)
                 rc = copy_range(w, src, p->off, p->len, 1, err);
             if (rc == 0)
@@ -445,6 +469,8 @@ static int write_pieces(ckpt_writer *w, const char *pack_path, const source *src
     if (rc == 0 && size > pos)
         rc = copy_range(w, src, pos, size - pos, 0, err);
     strmap_free(&chunks);
+    free(first);
+    free(views);
     return rc;
 }
 
