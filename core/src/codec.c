@@ -531,6 +531,8 @@ int chunk_encode(chunk_encoder *e, const uint8_t *raw, size_t n, unsigned elem, 
 typedef struct decoder_state {
     ZSTD_DCtx *zd;
     struct libdeflate_decompressor *ld;
+    uint8_t *buf[DECODE_BUF_COUNT]; /* chunk_decode_buf */
+    size_t cap[DECODE_BUF_COUNT];
 } decoder_state;
 
 static pthread_key_t dec_key;
@@ -548,6 +550,8 @@ static void decoder_state_free(void *arg)
     ZSTD_freeDCtx(d->zd);
     if (d->ld)
         libdeflate_free_decompressor(d->ld);
+    for (int i = 0; i < DECODE_BUF_COUNT; i++)
+        free(d->buf[i]);
     free(d);
     dec_tls = NULL;
 }
@@ -574,6 +578,19 @@ static decoder_state *decoder(void)
         return NULL;
     }
     return dec_tls = d;
+}
+
+uint8_t *chunk_decode_buf(int which, size_t n)
+{
+    decoder_state *d = decoder();
+    if (!d)
+        return NULL;
+    if (d->cap[which] < n) {
+        free(d->buf[which]);
+        d->buf[which] = malloc(n);
+        d->cap[which] = d->buf[which] ? n : 0;
+    }
+    return d->buf[which];
 }
 
 void chunk_decoder_release(void)

@@ -47,6 +47,16 @@ int chunk_decode(const uint8_t *payload, size_t len, uint8_t codec, unsigned ele
                  uint8_t *out, size_t raw_size, uint8_t *scratch, const char **why);
 void chunk_decoder_release(void);
 
+/* This thread's buffer `which`, at least n bytes (n > 0), kept with its
+ * decoder state until the thread asks for a larger one or exits; NULL when
+ * out of memory. pack_chunk_decode needs up to three per chunk (the stored
+ * bytes, the plaintext, the byte-group scratch): a malloc and free of each
+ * for every chunk made glibc grow and trim its heap each time, and `ckpt
+ * cat` of an encrypted pack spent as long in page faults as in user code.
+ * Memory stays bounded by threads times three chunks. */
+enum { DECODE_BUF_STORED, DECODE_BUF_PLAIN, DECODE_BUF_SCRATCH, DECODE_BUF_COUNT };
+uint8_t *chunk_decode_buf(int which, size_t n);
+
 /* Is this (codec, elem, raw size, payload size) combination well-formed? */
 int chunk_shape_valid(uint8_t codec, unsigned elem, uint32_t raw_size, uint32_t payload_size);
 

@@ -1024,8 +1024,10 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
             return chunk_fault(p, id, "checksum mismatch", err);
         return 0;
     }
-    uint8_t *stored = malloc(c->stored_size);
-    uint8_t *scratch = c->codec == CODEC_BYTEGROUP ? malloc(c->raw_size) : NULL;
+    uint8_t *stored = chunk_decode_buf(DECODE_BUF_STORED, c->stored_size ? c->stored_size : 1);
+    uint8_t *scratch = c->codec == CODEC_BYTEGROUP
+                           ? chunk_decode_buf(DECODE_BUF_SCRATCH, c->raw_size ? c->raw_size : 1)
+                           : NULL;
     uint8_t *payload = NULL;
     void *hold = NULL;
     size_t plen = c->stored_size;
@@ -1049,7 +1051,8 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
                  c->elem_size);
         plen = c->stored_size - TPACK_AEAD_TAG;
         /* Stored chunks decrypt straight into the caller's buffer. */
-        payload = c->codec == CODEC_STORED ? out : malloc(plen ? plen : 1);
+        payload =
+            c->codec == CODEC_STORED ? out : chunk_decode_buf(DECODE_BUF_PLAIN, plen ? plen : 1);
         if (!payload) {
             rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
             goto done;
@@ -1072,10 +1075,6 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
 done:
     if (hold)
         p->obj->ops->release(p->obj, hold);
-    if (payload != out)
-        free(payload);
-    free(stored);
-    free(scratch);
     return rc;
 }
 
