@@ -107,13 +107,14 @@ static int setup_writing(ckptfs *fs, const fs_options *o, const char *backing_pa
     return 0;
 }
 
-/* libckpt allocates up to three chunk-sized buffers for every chunk it
- * decodes. With glibc's defaults those are mapped and unmapped each time
- * (or trimmed away and faulted back in): page faults on every chunk,
- * measured at about 7% of the daemon's CPU on compressed packs. Keeping
- * them in the heap recycles the memory; what stays reserved is bounded by
- * the decodes that can run at once (request threads plus workers) times
- * three chunks, and a few arenas keep it from multiplying. */
+/* Chunk-sized buffers come and go with every chunk packed and staged
+ * (libckpt's decoder keeps its own per thread: chunk_decode_buf). With
+ * glibc's defaults those are mapped and unmapped each time (or trimmed
+ * away and faulted back in): page faults on every chunk, measured at about
+ * 7% of the daemon's CPU on compressed packs when the decoder still
+ * allocated its three per chunk. Keeping them in the heap recycles the
+ * memory; what stays reserved is bounded by the threads that can work at
+ * once times a few chunks, and a few arenas keep it from multiplying. */
 static void tune_malloc(void)
 {
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
