@@ -1304,8 +1304,11 @@ Test(s3_fake, multipart_complete_whose_answers_are_all_lost, .init = clean_env, 
  * (aborted by a cleanup, say): NoSuchUpload. An older object of our size
  * under the key (a checkpoint replaced by one of the same size) is not
  * ours: its ETag is not the one our parts give (it was taken for ours). */
+/* No .timeout: with one, gcc 12's ASan build of Criterion 2.4 leaked 48
+ * bytes in its runner once this test ran past a second (its four looks at
+ * the object), failing the whole binary; the retry deadline bounds it. */
 Test(s3_fake, multipart_nosuchupload_beside_an_older_same_size_object, .init = clean_env,
-     .fini = drop_home, .timeout = 60)
+     .fini = drop_home)
 {
 #ifndef CKPT_USE_OPENSSL
     cr_skip_test("built without libcrypto: no MD5 to know the ETag by");

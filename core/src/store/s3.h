@@ -164,6 +164,7 @@ void s3_client_free(s3_client *c);
 const s3_config *s3_client_config(const s3_client *c);
 /* The policy of requests that name none (default: s3_retry_default). */
 void s3_client_set_retry(s3_client *c, const s3_retry_policy *p);
+const s3_retry_policy *s3_client_retry(const s3_client *c);
 
 typedef struct s3_req {
     const char *method; /* GET HEAD PUT POST DELETE */

@@ -164,6 +164,11 @@ void s3_client_set_retry(s3_client *c, const s3_retry_policy *p)
     c->retry = *p;
 }
 
+const s3_retry_policy *s3_client_retry(const s3_client *c)
+{
+    return &c->retry;
+}
+
 static conn *handle_get(s3_client *c)
 {
     conn *k = NULL;

@@ -373,17 +373,20 @@ static int etag_equal(const char *a, const char *b)
  * only when size_will_do (after NoSuchUpload: the upload is surely gone),
  * never after a mere transport error. A first try may still be assembling
  * a large object (our tries gave up on its slow answer): with the ETag
- * known, the object is looked at a few times over some seconds. */
+ * known, the object is looked at four times over about a quarter of the
+ * retry deadline (7 s of the default 30). */
 static int completed_anyway(s3_up *u, int size_will_do)
 {
     char want[48];
     int known = expected_etag(u, want) == 0;
     if (!known && !size_will_do)
         return 0;
-    static const unsigned waits_ms[] = {0, 1000, 2000, 4000};
+    static const unsigned waits_in_30ths[] = {0, 1, 2, 4};
+    unsigned deadline_ms = s3_client_retry(u->s->http)->deadline_ms;
     int ok = 0;
     for (size_t i = 0; !ok && i < (known ? 4u : 1u); i++) {
-        struct timespec ts = {waits_ms[i] / 1000, (long)(waits_ms[i] % 1000) * 1000000L};
+        unsigned ms = deadline_ms / 30 * waits_in_30ths[i];
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
             ;
         s3_req rq = {.method = "HEAD", .bucket = u->s->url.bucket, .key = u->key};
