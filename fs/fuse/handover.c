@@ -71,28 +71,21 @@ void handover_pin_successor(void *ud, wckpt *w)
 {
     ckptfs *fs = ud;
     checkpoint *c = successor(fs, w);
-    int err = c ? 0 : -ESTALE;
+    int err = -ESTALE;
     if (c) {
         checkpoint_ref(&fs->table, c);
         err = checkpoint_open(&fs->table, c);
     }
-    if (err) {
-        pthread_mutex_lock(&w->lock); /* a rename may replace the name */
-        if (w->open_files > 0)
-            fslog_warn("checkpoint '%s': files open since before its commit cannot hold on to "
-                       "its pack (%s): they read it until a newer one replaces it, then get "
-                       "ESTALE",
-                       w->name, strerror(-err));
-        pthread_mutex_unlock(&w->lock);
-    }
-    if (!c)
-        return;
-    pthread_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->lock); /* also for the name: a rename replaces it */
     int pin = !err && w->open_files > 0 && !w->successor_pinned;
     if (pin)
         w->successor_pinned = 1;
+    else if (err && w->open_files > 0)
+        fslog_warn("checkpoint '%s': files open since before its commit cannot hold on to its "
+                   "pack (%s): they read it until a newer one replaces it, then get ESTALE",
+                   w->name, strerror(-err));
     pthread_mutex_unlock(&w->lock);
-    if (!pin)
+    if (c && !pin)
         checkpoint_unref(&fs->table, c);
 }
 

@@ -185,10 +185,9 @@ static void release_if_unused(checkpoint_table *t, checkpoint *c)
 }
 
 /* The drop itself (drop_pack_file). Called with open_lock and drop_lock
- * held. */
+ * held; doing it twice changes nothing. */
 static void let_go_of_pack(checkpoint *c)
 {
-    c->drop_pending = 0;
     /* A store's pack holds no descriptor: nothing to let go of. */
     if (c->state == CHECKPOINT_OPEN && ckpt_fd(c->pack) >= 0) {
         int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -224,19 +223,18 @@ static void drop_pack_file(checkpoint *c)
     if (pthread_mutex_trylock(&c->open_lock) == 0) {
         let_go_of_pack(c);
         pthread_mutex_unlock(&c->open_lock);
-    } else {
-        c->drop_pending = 1;
     }
     pthread_mutex_unlock(&c->drop_lock);
 }
 
-/* Lets go of open_lock, first doing the drop that drop_pack_file left to
- * this open, if it did: then rc becomes ESTALE. drop_lock is held across
- * the unlock, so a drop either sees open_lock free or is seen here. */
+/* Lets go of open_lock, first doing the drop that drop_pack_file decided
+ * (file_dropped) and may have left to this open: then rc becomes ESTALE.
+ * drop_lock is held across the unlock, so a drop either finds open_lock
+ * free or is seen here. */
 static int unlock_open(checkpoint *c, int rc)
 {
     pthread_mutex_lock(&c->drop_lock);
-    if (c->drop_pending) {
+    if (__atomic_load_n(&c->file_dropped, __ATOMIC_ACQUIRE)) {
         let_go_of_pack(c);
         rc = c->open_err;
     }

@@ -58,17 +58,16 @@ typedef struct checkpoint {
 
     /* Held by the first open for as long as it takes (on S3, HTTP GETs
      * with their retries). Retiring runs under the table's lock, so it
-     * never waits for it: if an open holds it, the drop is left to that
-     * open (drop_pending), which does it before letting go. drop_lock
-     * makes "is a drop pending" and "is open_lock free" one question:
-     * taken under the table's lock and under open_lock, and held by
-     * neither for longer than the drop itself. */
+     * never waits for it: if an open holds it, the drop (decided by
+     * file_dropped) is left to that open, which does it before letting
+     * go. drop_lock makes "is a drop decided" and "is open_lock free" one
+     * question: taken under the table's lock and under open_lock, and held
+     * by neither for longer than the drop itself. */
     pthread_mutex_t open_lock;
     pthread_mutex_t drop_lock;
-    int drop_pending; /* under drop_lock */
-    int state;        /* CHECKPOINT_*, read with acquire ordering */
-    int open_err;     /* negative errno once FAILED */
-    ckpt_pack *pack;  /* once OPEN */
+    int state;       /* CHECKPOINT_*, read with acquire ordering */
+    int open_err;    /* negative errno once FAILED */
+    ckpt_pack *pack; /* once OPEN */
     uint32_t chunk_size;
     pack_tree *tree;
 
