@@ -435,9 +435,69 @@ interrupt() {
     fi
     expect_absent "SIG$sig during pack: neither the pack nor its temporary file remains" "$out" "$out.tmp"
 }
+# Unpacking: the process is stopped as soon as the big file exists (its
+# batch's decoding has then just begun), signalled, and let go, so the
+# signal always lands mid-file. What remains must be whole.
+interrupt_unpack() {
+    local sig=$1 out=$TMP/big-un-$1 pid rc i f
+    rm -rf "$out"
+    "$CKPT" unpack "$TMP/big-int.tpack" -o "$out" --threads 1 >/dev/null 2>"$TMP/int.err" &
+    pid=$!
+    for i in $(seq 1 2000); do
+        [ -e "$out/model.safetensors" ] && break
+        sleep 0.005
+    done
+    kill -STOP "$pid"
+    kill -s "$sig" "$pid"
+    kill -CONT "$pid"
+    wait "$pid"
+    rc=$?
+    if [ "$rc" -eq "$((128 + $(kill -l "$sig")))" ] && grep -q "interrupted" "$TMP/int.err"; then
+        pass "SIG$sig during unpack: reported, exit $rc"
+    else
+        fail "SIG$sig during unpack: reported, exit 128+signal" "exit $rc: $(cat "$TMP/int.err")"
+    fi
+    expect_absent "SIG$sig during unpack: the file being written is removed" "$out/model.safetensors"
+    for f in "$out"/*; do
+        [ -e "$f" ] || continue
+        if cmp -s "$f" "$BIG/${f##*/}"; then
+            pass "SIG$sig during unpack: ${f##*/}, kept, is whole"
+        else
+            fail "SIG$sig during unpack: ${f##*/}, kept, is whole" "differs from $BIG/${f##*/}"
+        fi
+    done
+}
+# A second pack to the name a first is still writing must not share its
+# temporary file (each would truncate and overwrite the other's bytes).
+two_packs_to_one_name() {
+    local out=$TMP/twice.tpack pid rc i
+    "$CKPT" pack "$BIG" -o "$out" --level 9 --threads 1 >/dev/null 2>"$TMP/twice1.err" &
+    pid=$!
+    for i in $(seq 1 200); do
+        [ "$(stat -c %s "$out.tmp" 2>/dev/null || echo 0)" -gt 1000000 ] && break
+        sleep 0.05
+    done
+    expect_fail "a second pack to the same name while the first writes" "$CKPT" pack "$BIG" -o "$out"
+    last_stderr_has "the second pack says the temporary file is taken" "$out.tmp: another writer is writing it now"
+    wait "$pid"
+    rc=$?
+    if [ "$rc" -eq 0 ]; then
+        pass "the first pack finishes"
+    else
+        fail "the first pack finishes" "exit $rc: $(cat "$TMP/twice1.err")"
+    fi
+    expect_ok "the first pack is intact" "$CKPT" verify "$out"
+    echo "left by a killed run" >"$out.tmp"
+    expect_ok "a pack over a temporary file a killed run left" "$CKPT" pack "$BIG" -o "$out" --force
+    expect_ok "that pack is intact" "$CKPT" verify "$out"
+}
 if [ "$LAST_RC" -eq 0 ]; then
     interrupt INT
     interrupt TERM
+    expect_ok "a big pack to unpack" "$CKPT" pack "$BIG" -o "$TMP/big-int.tpack" --threads 2
+    two_packs_to_one_name
+    interrupt_unpack INT
+    interrupt_unpack TERM
 else
     fail "ckpt-gen makes a gpt2-medium checkpoint with 4 layers" "$(head -n 3 "$LAST_ERR")"
 fi

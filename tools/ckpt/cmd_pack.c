@@ -228,13 +228,14 @@ static int write_pack(const struct pack_opts *o, int src_is_dir, ckpt_write_opts
     wo->warn_ud = &ctx;
 
     double t0 = cli_now();
-    tmp_to_remove = out_store ? NULL : tmp;
     set_signals(on_signal);
     if ((out_store ? ckpt_writer_open_in(out_store, out_name, NULL, wo, &w, &err)
                    : ckpt_writer_open(o->out, tmp, wo, &w, &err)) < 0) {
         set_signals(SIG_DFL);
         return cli_fail_err(&err);
     }
+    /* Only once it is ours: a temporary file another run holds is not. */
+    tmp_to_remove = out_store ? NULL : tmp;
     progress_start(&ctx.pg, "packing", wo->progress_total);
     int rc;
     if (src_is_dir) {

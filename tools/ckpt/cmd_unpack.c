@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,7 @@ static const char unpack_help[] =
     "Recreates every file of PACK under DIR (created if needed), byte for byte,\n"
     "with its permissions (less set-id bits) and modification time. Existing\n"
     "files are left alone and the command fails before writing anything,\n"
-    "unless --force is given.\n"
+    "unless --force is given. Interrupted, it removes the files it was writing.\n"
     "\n"
     "options:\n"
     "  -o, --output DIR          where to put the files (required)\n"
@@ -174,6 +175,37 @@ struct batch {
     pthread_mutex_t mu; /* the faults; writes need no lock */
 };
 
+/* An interruption stops the workers at their next chunk; the files being
+ * written are then removed like failed ones, and the files already
+ * finished stay. A second signal does not wait for the workers: it removes
+ * the files being decoded (unlinkat and _exit are async-signal-safe). */
+static volatile sig_atomic_t interrupted;
+static struct batch *volatile decoding; /* its files are all open */
+static volatile sig_atomic_t decoding_n;
+
+static void on_signal(int sig)
+{
+    if (interrupted) {
+        struct batch *b = decoding;
+        for (sig_atomic_t i = 0; b && i < decoding_n; i++)
+            if (b->f[i].fd >= 0)
+                unlinkat(b->f[i].dirfd, b->f[i].leaf, 0);
+        _exit(128 + sig);
+    }
+    interrupted = sig;
+}
+
+static void set_signals(void (*handler)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART; /* the flag stops the work, not an EINTR */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 /* On the worker that decoded the chunk: its bytes go straight to their place
  * in the file, so writing spreads over the workers with the decoding. A
  * fault only marks its file; the other files go on. */
@@ -181,6 +213,8 @@ static int sink(void *ud, size_t file_index, uint64_t off, const void *data, siz
                 const ckpt_err *cerr)
 {
     struct batch *b = ud;
+    if (interrupted)
+        return -EINTR;
     struct out_file *f = &b->f[file_index - b->first];
     ssize_t n = data ? ckpt_pwrite_full(f->fd, data, len, off) : 0;
     if (data && n >= 0) {
@@ -196,6 +230,20 @@ static int sink(void *ud, size_t file_index, uint64_t off, const void *data, siz
     }
     pthread_mutex_unlock(&b->mu);
     return 0;
+}
+
+/* ckpt_files_decode between the batch's opens and closes, with the second
+ * signal's handler knowing which files to remove. */
+static int decode_files(ckpt_pack *p, size_t first, size_t end, const struct unpack_opts *o,
+                        struct batch *b, ckpt_err *err)
+{
+    if (interrupted)
+        return -EINTR;
+    decoding_n = (sig_atomic_t)(end - b->first);
+    decoding = b;
+    int rc = ckpt_files_decode(p, first, end, o->threads, sink, b, err);
+    decoding = NULL;
+    return rc;
 }
 
 /* Creates file i's entry; -1 (and a message) when it cannot. */
@@ -276,9 +324,20 @@ static int close_out(ckpt_pack *p, size_t i, const struct unpack_opts *o, progre
     close(f->dirfd);
     if (!failed)
         return 0;
+    if (!*failed)
+        return -1;
     progress_clear(pg);
     cli_fail("%s", failed);
     return -1;
+}
+
+/* What a batch's decode failure does to its files: an interruption removes
+ * them without a message each (the command gives one). */
+static const char *batch_failure(int rc, const ckpt_err *err)
+{
+    if (rc == -EINTR && interrupted)
+        return "";
+    return rc < 0 ? err->msg : NULL;
 }
 
 /* Files [first, end): created, decoded by all workers at once, finished in
@@ -300,14 +359,14 @@ static size_t unpack_batch(ckpt_pack *p, size_t first, size_t end, int root,
             struct out_file *f = &b->f[i - first];
             if (f->fd < 0)
                 continue;
-            int rc = ckpt_files_decode(p, i, i + 1, o->threads, sink, b, &err);
-            failed += close_out(p, i, o, b->pg, f, rc < 0 ? err.msg : NULL) < 0;
+            int rc = decode_files(p, i, i + 1, o, b, &err);
+            failed += close_out(p, i, o, b->pg, f, batch_failure(rc, &err)) < 0;
         }
         return failed;
     }
-    int rc = ckpt_files_decode(p, first, end, o->threads, sink, b, &err);
+    int rc = decode_files(p, first, end, o, b, &err);
     for (size_t i = first; i < end; i++)
-        failed += close_out(p, i, o, b->pg, &b->f[i - first], rc < 0 ? err.msg : NULL) < 0;
+        failed += close_out(p, i, o, b->pg, &b->f[i - first], batch_failure(rc, &err)) < 0;
     return failed;
 }
 
@@ -366,8 +425,13 @@ int cmd_unpack(int argc, char **argv)
     }
     b->pg = &pg;
     pthread_mutex_init(&b->mu, NULL);
-    for (size_t i = 0; i < n; i += BATCH_FILES)
-        failed += unpack_batch(p, i, i + BATCH_FILES < n ? i + BATCH_FILES : n, root, &o, b);
+    set_signals(on_signal);
+    size_t done = 0;
+    for (; done < n && !interrupted; done += BATCH_FILES)
+        failed +=
+            unpack_batch(p, done, done + BATCH_FILES < n ? done + BATCH_FILES : n, root, &o, b);
+    int sig = interrupted;
+    set_signals(SIG_DFL);
     pthread_mutex_destroy(&b->mu);
     free(b);
     progress_end(&pg);
@@ -375,6 +439,11 @@ int cmd_unpack(int argc, char **argv)
     close(root);
     cli_close_pack(p, key);
 
+    if (sig) {
+        cli_fail("interrupted; the files being written were removed, those finished before "
+                 "were kept");
+        return 128 + sig;
+    }
     if (failed)
         return cli_fail("%s: %zu of %zu files could not be unpacked", o.pack, failed, n);
     char size[16], rate[16];

@@ -370,9 +370,21 @@ static int local_create(ckpt_store *s, const char *name, const char *tmp_name, s
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
     /* O_NOFOLLOW: a symlink planted at the temporary name must not redirect the write. */
-    u->fd = open_at(ls, u->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    u->fd = open_at(ls, u->tmp, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (u->fd < 0) {
         int rc = ckpt_fail(err, -errno, "%s: cannot create: %s", u->shown_tmp, strerror(errno));
+        upload_free(u);
+        return rc;
+    }
+    /* Two writers of one name would share the temporary file: each would
+     * truncate and overwrite the other's bytes, and the first to rename
+     * would publish the mix. The lock goes with the descriptor, so a
+     * temporary file left by a killed writer is simply taken over. */
+    if (flock(u->fd, LOCK_EX | LOCK_NB) < 0 || ftruncate(u->fd, 0) < 0) {
+        int e = errno;
+        int rc = e == EWOULDBLOCK
+                     ? ckpt_fail(err, -EBUSY, "%s: another writer is writing it now", u->shown_tmp)
+                     : ckpt_fail(err, -e, "%s: cannot create: %s", u->shown_tmp, strerror(e));
         upload_free(u);
         return rc;
     }
