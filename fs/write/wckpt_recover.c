@@ -118,6 +118,19 @@ static void restore_failures(wckpt *c, stage_failures *f)
     c->n_failures = f->n;
     c->failures_lost = f->lost;
     f->v = NULL;
+    /* A failed sync is made good by syncing again only while its bytes are
+     * still buffered: the previous daemon's buffer went with it, so no sync
+     * or rewrite here can tell which bytes are missing. */
+    for (size_t i = 0; i < c->n_failures && !c->failures_lost; i++)
+        if (c->failures[i].first == UINT64_MAX) {
+            char path[4096];
+            if (wtree_path(&c->tree, c->failures[i].node, path, sizeof path) < 0)
+                snprintf(path, sizeof path, "?");
+            c->failures_lost = 1;
+            fslog_warn("checkpoint '%s': a sync of '%s' failed before the restart, and the "
+                       "bytes it held went with that daemon; it stays failed until 'ckpt commit'",
+                       c->name, path);
+        }
 }
 
 static int recover_one(void *ud, const char *sid)

@@ -704,6 +704,50 @@ Test(wckpt, failed_ranges_after_a_crash_need_a_commit)
     failed_ranges_survive_a_restart(NULL, 0);
 }
 
+/* A sync that failed (here: parking at a clean stop) is made good by a
+ * later sync only while its bytes are still buffered. After a restart they
+ * are gone, so neither a sync nor a truncate may clear it: before, one did,
+ * and the idle commit packed the file without the bytes the sync lost. */
+static void failed_sync_across_a_restart(int by_truncate)
+{
+    wtable t;
+    open_table(&t, NULL, 0, 0);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "nd", 0755, &c), 0);
+    uint32_t a = make_file(c, WTREE_ROOT, "a", "0123456789", 10);
+    pthread_mutex_lock(&c->lock);
+    wc_staging_failed(c, -ENOSPC, "park failed: No space left on device", a, UINT64_MAX);
+    pthread_mutex_unlock(&c->lock);
+    close_table(&t);
+
+    open_table(&t, NULL, 0, 0);
+    c = wtable_get(&t, "nd", 1);
+    cr_assert_not_null(c);
+    uint32_t n;
+    struct stat st;
+    cr_assert_eq(wckpt_lookup(c, WTREE_ROOT, "a", &n, &st), 0);
+    if (by_truncate)
+        cr_assert_eq(wckpt_setattr(c, n, WSET_SIZE, 0, 10, NULL, NULL, &st), 0);
+    else
+        cr_assert_eq(wckpt_fsync(c, n), 0);
+    cr_assert_eq(state_now(c), WST_FAILED, "the lost bytes are not made good");
+    pthread_mutex_lock(&c->lock);
+    cr_assert(c->failures_lost);
+    pthread_mutex_unlock(&c->lock);
+    wtable_forget(&t, c, 1);
+    close_table(&t);
+}
+
+Test(wckpt, failed_sync_is_not_made_good_by_a_sync_after_a_restart)
+{
+    failed_sync_across_a_restart(0);
+}
+
+Test(wckpt, failed_sync_is_not_made_good_by_a_truncate_after_a_restart)
+{
+    failed_sync_across_a_restart(1);
+}
+
 /* Ranges saved complete by a clean stop are marked incomplete on disk as
  * soon as the next daemon has them back: a crash of that one (after a
  * failure that never reached the disk) must not find them complete. */
