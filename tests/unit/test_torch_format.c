@@ -501,6 +501,51 @@ Test(torch_built, keys_equal_across_kinds)
     free(p.p);
 }
 
+/* {"w": a, b"w": 0} keeps both keys in Python 3: bytes never equal str,
+ * so "w" is shown (it was skipped as set again). A non-ASCII Python 2 byte
+ * string (SHORT_BINSTRING) is a str to torch.load, which decodes it as
+ * UTF-8, so {"\u00e9": a, '\xc3\xa9': 0} does hide a. */
+static tf_result str_key_then(ff_buf *p, const char *key, char op)
+{
+    ff_byte(p, 0x80);
+    ff_byte(p, 3);
+    pk_op(p, '}');
+    pk_op(p, '(');
+    pk_str(p, key);
+    pk_tensor(p, "FloatStorage", "0", 24, 0, 1, 6, 6, 1);
+    pk_op(p, op); /* SHORT_BINBYTES or SHORT_BINSTRING of the same bytes */
+    ff_byte(p, (uint8_t)strlen(key));
+    ff_put(p, key, strlen(key));
+    pk_k(p, 0);
+    pk_op(p, 'u');
+    pk_op(p, '.');
+    ff_buf a = archive_with(p);
+    tf_result r = describe(a.p, a.len, "x.pt");
+    free(a.p);
+    return r;
+}
+
+Test(torch_built, bytes_key_does_not_hide_a_str_key)
+{
+    ff_buf p = {0};
+    tf_result r = str_key_then(&p, "w", 'C');
+    cr_assert_eq(r.rc, 0, "%s", r.msg);
+    cr_assert_eq(r.l.n, 1, "w is shown");
+    cr_assert_str_eq(r.l.t[0].name, "w");
+    cr_assert_eq(r.l.n_skipped, 0);
+    ingest_layout_free(&r.l);
+    free(p.p);
+
+    ff_buf q = {0};
+    r = str_key_then(&q, "\xc3\xa9", 'U');
+    cr_assert_eq(r.rc, 0, "%s", r.msg);
+    cr_assert_eq(r.l.n, 0, "the Python 2 string is the same key");
+    cr_assert_eq(r.l.n_skipped, 1);
+    tu_assert_contains(r.l.skipped[0].reason, "torch.load keeps the last");
+    ingest_layout_free(&r.l);
+    free(q.p);
+}
+
 /* One dict of 4000 unnamed (None) keys, reached 100000 times through the
  * memo: each walk of it cost its length (and a sort), unbounded by the
  * walk's visit count, which only named children paid. */

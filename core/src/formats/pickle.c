@@ -301,7 +301,10 @@ static int op_binstring(parser *ps, unsigned width)
     int rc = take_len(ps, width, &n);
     if (rc)
         return rc;
-    return push(ps, bytes_node(ps, ascii_only(ps->p + ps->pos, n) ? PK_STR : PK_BYTES, n));
+    pk_value *v = bytes_node(ps, ascii_only(ps->p + ps->pos, n) ? PK_STR : PK_BYTES, n);
+    if (v)
+        v->py2_string = v->kind == PK_BYTES;
+    return push(ps, v);
 }
 
 /* LONG1 / LONG4: little-endian two's complement of n bytes. */

@@ -73,7 +73,9 @@ typedef struct pk_seq {
 
 struct pk_value {
     pk_kind kind;
-    uint32_t depth; /* 0 for scalars; 1 + the deepest child when built */
+    uint32_t depth;  /* 0 for scalars; 1 + the deepest child when built */
+    bool py2_string; /* PK_BYTES from SHORT_BINSTRING/BINSTRING: a str to
+                           torch.load, which decodes them as UTF-8 */
     union {
         bool b;
         int64_t i;

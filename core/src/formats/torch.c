@@ -484,11 +484,12 @@ static void walk_child(torch_ctx *c, const pk_value *v, const char *seg, size_t 
 }
 
 /* A dict key as Python compares it: numbers by value (True == 1 == 1.0),
- * str and bytes by their bytes (torch.load decodes a Python 2 byte string
- * as UTF-8); other kinds equal nothing here. A bigint never equals an
- * int64 once pickle has sized it, unless padded: not worth the cost. */
+ * strings by their bytes, a Python 2 byte string as a string (torch.load
+ * decodes it as UTF-8), bytes only with bytes (b"w" != "w"); other kinds
+ * equal nothing here. A bigint never equals an int64 once pickle has
+ * sized it, unless padded: not worth the cost. */
 typedef struct keyed_pair {
-    int cls; /* 0: compares with nothing, 1: number, 2: string */
+    int cls; /* 0: compares with nothing, 1: number, 2: string, 3: bytes */
     int64_t i;
     const char *s;
     size_t len;
@@ -505,7 +506,7 @@ static keyed_pair key_of(const pk_value *k, size_t pair)
         kp.cls = 1;
         kp.i = (int64_t)k->u.f;
     } else if (k->kind == PK_STR || k->kind == PK_BYTES) {
-        kp.cls = 2;
+        kp.cls = k->kind == PK_STR || k->py2_string ? 2 : 3;
         kp.s = k->u.s.p;
         kp.len = k->u.s.len;
     }
@@ -518,7 +519,7 @@ static int same_key_cmp(const keyed_pair *x, const keyed_pair *y)
         return x->cls < y->cls ? -1 : 1;
     if (x->cls == 1)
         return x->i < y->i ? -1 : x->i > y->i;
-    if (x->cls == 2) {
+    if (x->cls >= 2) {
         if (x->len != y->len)
             return x->len < y->len ? -1 : 1;
         return memcmp(x->s, y->s, x->len);
