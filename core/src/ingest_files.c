@@ -428,8 +428,11 @@ static int write_pieces(ckpt_writer *w, const char *pack_path, const source *src
     first[0] = 0;
     strmap chunks = {0};
     if (lay->n_chunks) {
-        if (strmap_init(&chunks, lay->n_chunks) < 0)
+        if (strmap_init(&chunks, lay->n_chunks) < 0) {
+            free(first);
+            free(views);
             return ckpt_fail(err, -ENOMEM, "out of memory");
+        }
         for (size_t i = 0; i < lay->n_chunks; i++)
             if (strmap_put(&chunks, lay->chunks[i].name, i, NULL) < 0) {
                 strmap_free(&chunks);
