@@ -890,6 +890,7 @@ typedef struct fake_s3 {
     int upload_vanishes; /* the next Complete answers 503, the upload gone */
     int odd_part_etags;  /* part ETags that are no MD5 (as with SSE-KMS) */
     unsigned mp_aborts;  /* AbortMultipartUpload requests */
+    unsigned mp_heads;   /* HEADs of the object */
 } fake_s3;
 
 static void fake_send_len(int fd, int status, const char *etag, size_t len, const char *body)
@@ -999,7 +1000,7 @@ static void fake_multipart(fake_s3 *f, int fd, const char *method, const char *q
         f->mp_aborts++;
         fake_send(fd, f->uploading ? 204 : 404, NULL, f->uploading ? "" : no_upload);
         f->uploading = 0;
-    } else if (!strcmp(method, "HEAD") && f->mp_exists) {
+    } else if (!strcmp(method, "HEAD") && ++f->mp_heads && f->mp_exists) {
         fake_send_len(fd, 200, f->mp_etag, f->mp_size, "");
     } else {
         fake_send(fd, 404, NULL, "<Error><Code>NoSuchKey</Code></Error>");
@@ -1328,6 +1329,7 @@ Test(s3_fake, multipart_nosuchupload_beside_an_older_same_size_object, .init = c
               err.msg);
     fake_s3 snap = fake_snapshot(&f);
     cr_assert_str_eq(snap.mp_etag, "\"0123456789abcdef0123456789abcdef-2\"");
+    cr_assert_eq(snap.mp_heads, 4, "the object is judged once, in four looks (it was twice)");
     ckpt_store_free(s);
     fake_stop(&f);
 }

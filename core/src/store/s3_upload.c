@@ -433,8 +433,11 @@ static int complete(s3_up *u, ckpt_err *err)
                            e.message[0] ? ": " : "", e.message);
         else if (r < 0)
             rc = ckpt_fail_prefix(err, u->shown);
-    } else if (rc == 0 && rs.status == 404 && rs.attempts > 1 && completed_anyway(u, 1)) {
-        rc = 0;
+    } else if (rc == 0 && rs.status == 404 && rs.attempts > 1) {
+        /* Judged by the object once, however long that takes: not twice. */
+        rc = completed_anyway(u, 1)
+                 ? 0
+                 : s3_fail(err, u->s->http, u->shown, "completing the upload", &rs);
     } else if (((rc == -EIO && rs.status == 0) || (rc == 0 && rs.status >= 500) ||
                 (rc == 0 && rs.attempts > 1)) &&
                completed_anyway(u, 0)) {
