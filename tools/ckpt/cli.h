@@ -23,6 +23,11 @@ int cli_bad_option(const char *cmd, int c, char **argv);
 /* "ckpt: <msg>"; returns EXIT_FAIL. */
 int cli_fail(const char *fmt, ...) CLI_PRINTF(1, 2);
 int cli_fail_err(const ckpt_err *err);
+/* Names come from packs and mounts, which may be hostile: a control byte
+ * (an escape sequence, a newline that fakes a line) is written as '?', as
+ * ls does on a terminal. --json output escapes them instead. */
+void cli_put_name(const char *name);
+void cli_sanitize(char *s); /* the same, in place */
 
 /* ------------------------------------------------------------ parsing */
 

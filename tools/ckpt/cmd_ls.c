@@ -173,7 +173,9 @@ static void list_files(ckpt_pack *p, int lng)
     for (size_t i = 0; i < ckpt_file_count(p); i++) {
         const ckpt_file_info *f = ckpt_file_at(p, i);
         if (!lng) {
-            printf("%12" PRIu64 "  %04o  %s\n", f->size, (unsigned)f->mode, f->path);
+            printf("%12" PRIu64 "  %04o  ", f->size, (unsigned)f->mode);
+            cli_put_name(f->path);
+            putchar('\n');
             continue;
         }
         time_t t = (time_t)f->mtime_sec;
@@ -181,8 +183,9 @@ static void list_files(ckpt_pack *p, int lng)
         if (!localtime_r(&t, &tm) || !strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm))
             snprintf(when, sizeof when, "%" PRId64, f->mtime_sec);
         ckpt_hex32(f->sha256, hex);
-        printf("%04o  %12" PRIu64 "  %s  %.16s  %s\n", (unsigned)f->mode, f->size, when, hex,
-               f->path);
+        printf("%04o  %12" PRIu64 "  %s  %.16s  ", (unsigned)f->mode, f->size, when, hex);
+        cli_put_name(f->path);
+        putchar('\n');
     }
 }
 
@@ -205,11 +208,15 @@ static void list_tensors(ckpt_pack *p, int lng)
         if (t->part_of != SIZE_MAX)
             continue;
         fmt_shape(t, shape, sizeof shape);
-        printf("%-5s  %-*s  %12" PRIu64 "  %s", t->dtype, width, shape, t->nbytes, t->name);
-        if (lng && t->n_parts)
+        printf("%-5s  %-*s  %12" PRIu64 "  ", t->dtype, width, shape, t->nbytes);
+        cli_put_name(t->name);
+        if (lng && t->n_parts) {
             printf("  (assembled from %zu chunks)", t->n_parts);
-        else if (lng)
-            printf("  (%s @ %" PRIu64 ")", ckpt_file_at(p, t->file_index)->path, t->file_offset);
+        } else if (lng) {
+            fputs("  (", stdout);
+            cli_put_name(ckpt_file_at(p, t->file_index)->path);
+            printf(" @ %" PRIu64 ")", t->file_offset);
+        }
         putchar('\n');
     }
 }

@@ -187,7 +187,10 @@ static void print_entry(const entry *e, size_t name_width, size_t state_width)
     const mount_state *st = &e->st;
     char size[16], done[16], total[16], eta[16];
     cli_fmt_bytes(st->size, size, sizeof size);
-    printf("%-*s  %-*s  %10s", (int)name_width, e->name, (int)state_width, st->state, size);
+    char name[NAME_MAX + 1];
+    snprintf(name, sizeof name, "%s", e->name);
+    cli_sanitize(name);
+    printf("%-*s  %-*s  %10s", (int)name_width, name, (int)state_width, st->state, size);
     if (strcmp(st->state, CKPT_STATE_PACKING) == 0 && st->done == 0 && st->seconds == 0) {
         printf("  queued behind another checkpoint");
     } else if (strcmp(st->state, CKPT_STATE_PACKING) == 0) {

@@ -5,6 +5,8 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static const char verify_help[] =
     "usage: ckpt verify PACK [options]\n"
@@ -63,11 +65,18 @@ static void on_fault(void *ud, const char *kind, const char *name, uint64_t off,
      * rebuilding it here would only let the two drift apart. One printf per
      * line: stdio locks the stream per call, so concurrent faults do not
      * interleave. */
-    if (fault && fault[0])
-        printf("%s\n", fault);
-    else
-        printf("%s: %s '%s' at offset %" PRIu64 ": fault\n", ctx->name, kind, name, off);
+    char *line = NULL;
+    if ((fault && fault[0] ? asprintf(&line, "%s\n", fault)
+                           : asprintf(&line, "%s: %s '%s' at offset %" PRIu64 ": fault\n",
+                                      ctx->name, kind, name, off)) < 0) {
+        puts("fault (out of memory describing it)");
+        return;
+    }
+    cli_sanitize(line);
+    line[strlen(line) - 1] = '\n'; /* the newline was sanitized too */
+    fputs(line, stdout);
     fflush(stdout);
+    free(line);
 }
 
 int cmd_verify(int argc, char **argv)

@@ -36,6 +36,9 @@ int mount_state_read(const char *path, mount_state *st)
         st->done = st->total = 0;
     if (get_attr(path, CKPT_XATTR_ERROR, st->error, sizeof st->error) != 0)
         st->error[0] = '\0';
+    /* Printed as they are: the error quotes file names. */
+    cli_sanitize(st->state);
+    cli_sanitize(st->error);
     return 0;
 }
 

@@ -5,16 +5,44 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
+static int is_control(unsigned char c)
+{
+    return c < 0x20 || c == 0x7f;
+}
+
+void cli_sanitize(char *s)
+{
+    for (; *s; s++)
+        if (is_control((unsigned char)*s))
+            *s = '?';
+}
+
+void cli_put_name(const char *name)
+{
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+        putchar(is_control(*c) ? '?' : *c);
+}
+
+/* A message may quote names from a pack: its control bytes become '?'. */
 int cli_fail(const char *fmt, ...)
 {
     va_list ap;
-    fputs("ckpt: ", stderr);
+    char *msg = NULL;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    int n = vasprintf(&msg, fmt, ap);
     va_end(ap);
+    fputs("ckpt: ", stderr);
+    if (n < 0) {
+        fputs("out of memory\n", stderr);
+        return EXIT_FAIL;
+    }
+    cli_sanitize(msg);
+    fputs(msg, stderr);
     fputc('\n', stderr);
+    free(msg);
     return EXIT_FAIL;
 }
 
