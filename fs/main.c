@@ -319,7 +319,13 @@ static int open_store(daemon_run *d)
         .cache_dir = d->o.cache_dir,
         .cache_bytes = d->o.cache_dir_bytes,
     };
-    int rc = ckpt_store_open(d->o.backing_dir, &so, &d->store, &err);
+    /* Before the credentials are read: a core dump would hold them. */
+    int rc = ckpt_forbid_core_dumps();
+    if (rc < 0) {
+        fprintf(stderr, "ckptfs: cannot disable core dumps: %s\n", strerror(-rc));
+        return -1;
+    }
+    rc = ckpt_store_open(d->o.backing_dir, &so, &d->store, &err);
     if (rc < 0) {
         fprintf(stderr, "ckptfs: cannot mount %s: %s\n", d->o.backing_dir,
                 err.msg[0] ? err.msg : strerror(-rc));

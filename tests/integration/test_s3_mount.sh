@@ -246,6 +246,12 @@ if [ $? -eq 0 ] && mountpoint -q mnt-w; then pass "a writable mount in the backg
 s3py get $BK w/.ckptfs/lock lease.txt
 bg_pid=$(sed -nE "s/^holder $(hostname):([0-9]+)$/\1/p" lease.txt)
 if [ -n "$bg_pid" ] && [ "$(cat "/proc/$bg_pid/comm" 2>/dev/null)" = ckptfs ]; then pass "the lease names the daemon (pid $bg_pid)"; else fail "the lease names the daemon" "$(cat lease.txt)"; fi
+# It holds the gateway's credentials, key or not: no core dump may take them.
+if [ -n "$bg_pid" ] && grep -Eq '^Max core file size +0 +0' "/proc/$bg_pid/limits"; then
+    pass "core dumps are off in a daemon holding S3 credentials"
+else
+    fail "core dumps are off in a daemon holding S3 credentials" "$(grep core "/proc/$bg_pid/limits" 2>&1)"
+fi
 cp -r tiny mnt-w/bg && "$CKPT" commit --wait mnt-w/bg >/dev/null 2>&1
 expect_same_files "it writes and commits a checkpoint" tiny mnt-w/bg
 rm -r mnt-w/bg

@@ -130,6 +130,9 @@ int cli_parse_args(int argc, char **argv, const cli_args *a);
 
 /* Whether a pack name is an S3 URL (s3://BUCKET/[PREFIX/]NAME). */
 int cli_is_s3(const char *path);
+/* Opens the store at store_url with the S3 options of k, once core dumps
+ * are off (they would hold the credentials). 0 or -errno. */
+int cli_store_open(const char *store_url, const cli_keyopts *k, ckpt_store **out, ckpt_err *err);
 /* Opens the store holding the pack url (s3://BUCKET/PREFIX/NAME: the store
  * s3://BUCKET/PREFIX) and points *name into url at NAME. 0 or -errno. */
 int cli_store_for(const char *url, const cli_keyopts *k, ckpt_store **out, const char **name,

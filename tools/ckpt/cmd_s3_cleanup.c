@@ -62,9 +62,8 @@ int cmd_s3_cleanup(int argc, char **argv)
     if (!cli_is_s3(url))
         return cli_usage_error("s3-cleanup", "'%s' is not an s3:// URL", url);
     ckpt_err err = {0};
-    ckpt_store_opts so = {.endpoint = k.endpoint, .region = k.region, .profile = k.profile};
     ckpt_store *s;
-    if (ckpt_store_open(url, &so, &s, &err) < 0)
+    if (cli_store_open(url, &k, &s, &err) < 0)
         return cli_fail_err(&err);
     long n = ckpt_store_abort_stale_uploads(s, NULL, older, &err);
     ckpt_store_free(s);

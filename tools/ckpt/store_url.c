@@ -3,6 +3,8 @@
  * options (--endpoint, --region, --profile) travel in cli_keyopts with the
  * key options; credentials never come from the command line. */
 #include "cli.h"
+#define CKPT_INTERNAL_API /* ckpt_forbid_core_dumps */
+#include "ckpt_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -12,6 +14,16 @@
 int cli_is_s3(const char *path)
 {
     return strncmp(path, "s3://", 5) == 0;
+}
+
+int cli_store_open(const char *store_url, const cli_keyopts *k, ckpt_store **out, ckpt_err *err)
+{
+    ckpt_store_opts so = {.endpoint = k->endpoint, .region = k->region, .profile = k->profile};
+    /* Before the credentials are read: a core dump would hold them. */
+    int rc = ckpt_forbid_core_dumps();
+    if (rc < 0)
+        return ckpt_fail(err, rc, "cannot disable core dumps: %s", strerror(-rc));
+    return ckpt_store_open(store_url, &so, out, err);
 }
 
 int cli_store_for(const char *url, const cli_keyopts *k, ckpt_store **out, const char **name,
@@ -30,8 +42,7 @@ int cli_store_for(const char *url, const cli_keyopts *k, ckpt_store **out, const
         snprintf(err->msg, sizeof err->msg, "out of memory");
         return -ENOMEM;
     }
-    ckpt_store_opts so = {.endpoint = k->endpoint, .region = k->region, .profile = k->profile};
-    int rc = ckpt_store_open(store_url, &so, out, err);
+    int rc = cli_store_open(store_url, k, out, err);
     free(store_url);
     *name = slash + 1;
     return rc;

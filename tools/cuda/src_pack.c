@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define CKPT_INTERNAL_API /* ckpt_forbid_core_dumps */
+#include "ckpt_internal.h"
 #include "source.h"
 #include "util.h"
 
@@ -139,7 +141,12 @@ static int open_s3(pack_src *ps, const char *url, const ckpt_key *key, ckpt_err 
     char *store_url = strndup(url, (size_t)(slash - url));
     if (!store_url)
         return cc_fail(err, -ENOMEM, "%s: out of memory", url);
-    int rc = ckpt_store_open(store_url, NULL, &ps->store, err);
+    /* Before the credentials are read: a core dump would hold them. */
+    int rc = ckpt_forbid_core_dumps();
+    if (rc < 0)
+        cc_fail(err, rc, "cannot disable core dumps: %s", strerror(-rc));
+    else
+        rc = ckpt_store_open(store_url, NULL, &ps->store, err);
     free(store_url);
     if (rc == 0)
         rc = ckpt_pack_open_in(ps->store, slash + 1, key, &ps->p, err);
