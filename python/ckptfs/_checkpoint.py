@@ -240,8 +240,9 @@ class Checkpoint(Mapping):
         do not, ``ck[name].dtype`` always does.
 
         ``mode`` is numpy.memmap's: "r" (read-only, the default) or "c"
-        (copy-on-write in memory). An empty tensor gives an empty ndarray
-        (mmap cannot map 0 bytes).
+        (copy-on-write in memory). A zero-byte tensor gives an empty array
+        that no mapping backs (mmap cannot map 0 bytes), still a
+        ``numpy.memmap`` with ``ckptfs_dtype``.
         """
         if mode not in ("r", "c"):
             raise ValueError("mode must be 'r' or 'c' (the mount's tensors are read-only), not %r" % mode)
@@ -257,10 +258,12 @@ class Checkpoint(Mapping):
             if info.nbytes == 0:
                 if not os.path.exists(info.filename):
                     raise FileNotFoundError(_errno.ENOENT, os.strerror(_errno.ENOENT), info.filename)
-                a = np.empty(info.shape, dtype=dt)
+                # A memmap view (which has a __dict__) so that it carries
+                # ckptfs_dtype like every other array returned here.
+                a = np.empty(info.shape, dtype=dt).view(np.memmap)
                 a.flags.writeable = mode == "c"
-                return a
-            a = np.memmap(info.filename, dtype=dt, mode=mode, shape=info.shape)
+            else:
+                a = np.memmap(info.filename, dtype=dt, mode=mode, shape=info.shape)
         except OSError as e:
             raise CkptfsError("%s: %s" % (info.filename, e.strerror or e), path=info.filename, errno=e.errno) from None
         a.ckptfs_dtype = info.dtype

@@ -10,6 +10,9 @@ package must be importable by it (installed, or on PYTHONPATH).
   write MNT PREFIX         status and commit on a writable mount, in
                            checkpoints named PREFIX...
   no-key CKPT              open() of a pack the mount has no key for
+  plain [CHECK...]         the checks of PLAIN (all by default) on
+                           checkpoint directories written by hand in a
+                           temporary directory, no mount needed
 
 Every check prints "ok ..."; the first that fails prints "FAIL ..." and
 exits 1. What is compared is always the bit patterns: the sources are
@@ -218,7 +221,8 @@ def check(ckpt, src):
         a = ck.numpy(name)
         if a.dtype != np.dtype(NUMPY[dtype]) or a.shape != shape or a.tobytes() != raw:
             fail("%r: numpy() gives %s %s, bytes equal: %s" % (name, a.dtype, a.shape, a.tobytes() == raw))
-        if len(raw) and (not isinstance(a, np.memmap) or a.ckptfs_dtype != dtype):
+        # Every array carries the manifest's dtype, a zero-byte one too.
+        if not isinstance(a, np.memmap) or getattr(a, "ckptfs_dtype", None) != dtype:
             fail("%r: numpy() is a %s, ckptfs_dtype %r" % (name, type(a).__name__, getattr(a, "ckptfs_dtype", None)))
         if a.flags.writeable:
             fail("%r: the memmap is writable" % name)
@@ -413,6 +417,72 @@ def check_no_key(ckpt):
         fail("errno %r, want EACCES" % e.errno)
 
 
+# ------------------------------------------- hand-written checkpoint dirs
+
+def tensor_entry(name, dtype, shape, raw, path=None, file="model.bin", offset=0, nbytes=None):
+    """A manifest tensor entry; path None is "path": null (no tensors/ file)."""
+    return {"name": name, "dtype": dtype, "shape": list(shape), "nbytes": len(raw) if nbytes is None else nbytes,
+            "path": path, "file": file, "offset": offset, "sha256": hashlib.sha256(raw).hexdigest()}
+
+
+def file_entry(path, data, **more):
+    return dict({"path": path, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, **more)
+
+
+def plain_checkpoint(top, name, tensors, files=None, file_entries=None):
+    """TOP/NAME with a manifest.json of the given entries and, from files
+    (relative path -> bytes), the files; ckptfs.open() accepts any directory
+    with a manifest, so no mount is needed."""
+    d = os.path.join(top, name)
+    os.makedirs(os.path.join(d, "tensors"))
+    for rel, data in (files or {}).items():
+        os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
+        with open(os.path.join(d, rel), "wb") as f:
+            f.write(data)
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump({"name": name, "tensors": tensors, "files": file_entries or []}, f)
+    return d
+
+
+def plain_empty_dtype(top, ckptfs, torch):
+    """A zero-byte tensor: its array carries ckptfs_dtype like any other."""
+    ck = ckptfs.open(plain_checkpoint(top, "empty", [
+        tensor_entry("e.f16", "F16", (0, 3), b"", path="tensors/e.f16"),
+        tensor_entry("e.bf16", "BF16", (4, 0), b"", path="tensors/e.bf16"),
+    ], {"tensors/e.f16": b"", "tensors/e.bf16": b""}))
+    for name, dtype, npdt, shape in (("e.f16", "F16", "<f2", (0, 3)), ("e.bf16", "BF16", "<u2", (4, 0))):
+        for mode in ("r", "c"):
+            a = ck.numpy(name, mode=mode)
+            if (a.shape, a.dtype, getattr(a, "ckptfs_dtype", None)) != (shape, np.dtype(npdt), dtype):
+                fail("numpy(%r, mode=%r) of a zero-byte tensor: %s %s, ckptfs_dtype %r"
+                     % (name, mode, a.shape, a.dtype, getattr(a, "ckptfs_dtype", None)))
+            if a.flags.writeable != (mode == "c"):
+                fail("numpy(%r, mode=%r): writeable %r" % (name, mode, a.flags.writeable))
+    ok("numpy() of zero-byte tensors: empty arrays with ckptfs_dtype F16 / BF16 (mode r and c)")
+
+
+PLAIN = {"empty-dtype": plain_empty_dtype}
+
+
+def check_plain(*which):
+    """The checks of PLAIN named (all by default), in a temporary directory."""
+    import shutil
+    import tempfile
+
+    import ckptfs
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    top = tempfile.mkdtemp(prefix="ckptfs-plain-")
+    try:
+        for name in which or PLAIN:
+            PLAIN[name](top, ckptfs, torch)
+    finally:
+        shutil.rmtree(top)
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "make-data":
@@ -423,6 +493,8 @@ def main():
         check_write(*args)
     elif cmd == "no-key":
         check_no_key(*args)
+    elif cmd == "plain":
+        check_plain(*args)
     else:
         fail("unknown command %r" % cmd)
 

@@ -9,7 +9,8 @@
 #     (torch 2.13, numpy 2), which has every dtype, float8 included.
 # Each runs python_module.py: every dtype a manifest can hold, read with
 # .numpy(), .torch() and load_state_dict, bit-identical to the sources;
-# status and commit on the writable mount; clear errors for bad paths.
+# status and commit on the writable mount; clear errors for bad paths; and
+# hand-written checkpoint directories (no mount) for what no pack gives.
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
@@ -65,6 +66,7 @@ all_checks() {
     run_module "$label all" "$py" "$pypath" check "$MNT/all" "$TMP/src/all"
     run_module "$label common" "$py" "$pypath" check "$MNT/common" "$TMP/src/common"
     run_module "$label no key" "$py" "$pypath" no-key "$TMP/mnt-nokey/secret"
+    run_module "$label plain" "$py" "$pypath" plain
 }
 VERSION=$(sed -n 's/.*define CKPT_VERSION_STRING "\(.*\)"/\1/p' "$ROOT/core/include/ckpt.h")
 if grep -qx "version = \"$VERSION\"" "$ROOT/python/pyproject.toml" &&
