@@ -277,15 +277,17 @@ class Checkpoint(Mapping):
         The dtype is the real one (``torch.bfloat16`` for BF16,
         ``torch.float8_e4m3fn``/``torch.float8_e5m2`` for F8_E4M3/F8_E5M2);
         :class:`UnsupportedDtypeError` when the installed torch lacks it.
+
+        :class:`CkptfsError` when ``nbytes`` is not the shape's elements
+        times the dtype's size, as from :meth:`numpy`; a tensor with no
+        elements gives an empty tensor (nothing to map).
         """
         import torch
 
         info = self._filename(name)
         td = info.torch_dtype()
-        if info.nbytes == 0:
-            if not os.path.exists(info.filename):
-                raise CkptfsError("%s: no such tensor file" % info.filename, path=info.filename, errno=_errno.ENOENT)
-            return torch.empty(info.shape, dtype=td)
+        # Checked before the zero-byte case, as numpy() does: nbytes 0 is
+        # right only for a shape with no elements.
         itemsize = torch.empty((), dtype=td).element_size()
         if itemsize * info.numel != info.nbytes:
             raise CkptfsError(
@@ -293,6 +295,10 @@ class Checkpoint(Mapping):
                 % (self.path, name, info.nbytes, td, info.shape, itemsize * info.numel),
                 path=info.filename,
             )
+        if info.nbytes == 0:
+            if not os.path.exists(info.filename):
+                raise CkptfsError("%s: no such tensor file" % info.filename, path=info.filename, errno=_errno.ENOENT)
+            return torch.empty(info.shape, dtype=td)
         try:
             t = torch.from_file(info.filename, shared=False, size=info.numel, dtype=td)
         except RuntimeError as e:

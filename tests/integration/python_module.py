@@ -461,7 +461,29 @@ def plain_empty_dtype(top, ckptfs, torch):
     ok("numpy() of zero-byte tensors: empty arrays with ckptfs_dtype F16 / BF16 (mode r and c)")
 
 
-PLAIN = {"empty-dtype": plain_empty_dtype}
+def plain_zero_nbytes(top, ckptfs, torch):
+    """nbytes 0 for a shape that needs 16 bytes: an error from numpy() and
+    torch() alike; a genuinely empty [0, 4] tensor reads in both."""
+    ck = ckptfs.open(plain_checkpoint(top, "zero", [
+        tensor_entry("bad0", "F32", (2, 2), b"", path="tensors/bad0"),
+        tensor_entry("empty", "F32", (0, 4), b"", path="tensors/empty"),
+    ], {"tensors/bad0": b"", "tensors/empty": b""}))
+    expect_raises("numpy() of nbytes 0 for F32 [2, 2]", ckptfs.CkptfsError, ck.numpy, "bad0",
+                  contains=("bad0", "0 bytes", "needs 16"))
+    a = ck.numpy("empty")
+    if a.shape != (0, 4) or a.dtype != np.float32:
+        fail("numpy() of an F32 [0, 4] tensor: %s %s" % (a.shape, a.dtype))
+    ok("numpy() of an F32 [0, 4] tensor: an empty float32 array")
+    if torch is not None:
+        expect_raises("torch() of nbytes 0 for F32 [2, 2]", ckptfs.CkptfsError, ck.torch, "bad0",
+                      contains=("bad0", "0 bytes", "needs 16"))
+        t = ck.torch("empty")
+        if tuple(t.shape) != (0, 4) or t.dtype != torch.float32:
+            fail("torch() of an F32 [0, 4] tensor: %s %s" % (t.dtype, tuple(t.shape)))
+        ok("torch() of an F32 [0, 4] tensor: an empty float32 tensor")
+
+
+PLAIN = {"empty-dtype": plain_empty_dtype, "zero-nbytes": plain_zero_nbytes}
 
 
 def check_plain(*which):
