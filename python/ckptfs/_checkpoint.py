@@ -4,6 +4,7 @@ import errno as _errno
 import io
 import json
 import os
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -35,6 +36,9 @@ class TensorInfo:
       path      its file relative to the checkpoint, exactly as the manifest
                 gives it ("tensors/h.0.attn.c_attn.weight"; unsafe bytes of a
                 name are %-escaped there), or None if the mount shows none
+                (its name clashes under tensors/: "a" and "a/b", a name
+                that is not a usable path); :meth:`Checkpoint.numpy` and
+                :meth:`Checkpoint.torch` then read ``file`` at ``offset``
       filename  ``path`` joined to the checkpoint directory (or None)
       sha256    SHA-256 of its bytes, 64 hex digits
       file      the packed file it came from ("model.safetensors"), or
@@ -222,15 +226,40 @@ class Checkpoint(Mapping):
     def __repr__(self):
         return "<ckptfs.Checkpoint %r: %d tensors, %d files>" % (self.path, len(self), len(self.files))
 
-    def _filename(self, name):
+    def _where(self, name):
+        """(info, filename, offset): where the tensor's bytes are. Its
+        ``tensors/`` file, at 0; for a tensor the mount shows none of
+        ("path": null), the packed file it came from, where the mount shows
+        that file (its "mount_path" when moved under .packed/), at the
+        manifest's "offset": the mount shows every packed file
+        byte-identical, so these are the bytes its tensors/ file would
+        hold (ckpt-cuda reads them so too). CkptfsError when there is no
+        such place: a tensor assembled from parts (file null) or a file
+        the mount does not show."""
         info = self[name]
-        if info.filename is None:
-            raise CkptfsError("%s: tensor %r has no file under tensors/" % (self.path, name), path=self.path)
-        return info
+        if info.filename is not None:
+            return info, info.filename, 0
+        if info.file is None or info.offset is None:
+            raise CkptfsError(
+                "%s: tensor %r has no file under tensors/ (its name clashes there) and, assembled from %d part(s), "
+                "has no one place in a packed file" % (self.path, name, len(info.extra.get("parts") or ())),
+                path=self.path,
+            )
+        fi = self.files.get(info.file)
+        if fi is None or fi.filename is None:
+            raise CkptfsError(
+                "%s: tensor %r has no file under tensors/ (its name clashes there), and the mount does not "
+                "show its file %r" % (self.path, name, info.file),
+                path=self.path,
+            )
+        return info, fi.filename, info.offset
 
     def numpy(self, name, mode="r"):
         """The tensor as a ``numpy.memmap`` of its ``tensors/`` file: no copy,
-        pages are read from the mount when touched.
+        pages are read from the mount when touched. A tensor with no
+        ``tensors/`` file (``path`` None) is mapped from its packed ``file``
+        at ``offset`` instead; :class:`CkptfsError` when it has none either
+        (assembled from parts, or a file the mount does not show).
 
         The dtype is :attr:`TensorInfo.numpy_dtype`: the values for every
         dtype numpy has, and the raw bits for the ones it lacks (BF16 as
@@ -246,26 +275,31 @@ class Checkpoint(Mapping):
         """
         if mode not in ("r", "c"):
             raise ValueError("mode must be 'r' or 'c' (the mount's tensors are read-only), not %r" % mode)
-        info = self._filename(name)
+        info, filename, offset = self._where(name)
         dt = info.numpy_dtype
         if dt.itemsize * info.numel != info.nbytes:
             raise CkptfsError(
                 "%s: tensor %r: %d bytes, but %s x %s needs %d"
                 % (self.path, name, info.nbytes, dt, info.shape, dt.itemsize * info.numel),
-                path=info.filename,
+                path=filename,
             )
         try:
             if info.nbytes == 0:
-                if not os.path.exists(info.filename):
-                    raise FileNotFoundError(_errno.ENOENT, os.strerror(_errno.ENOENT), info.filename)
+                if not os.path.exists(filename):
+                    raise FileNotFoundError(_errno.ENOENT, os.strerror(_errno.ENOENT), filename)
                 # A memmap view (which has a __dict__) so that it carries
                 # ckptfs_dtype like every other array returned here.
                 a = np.empty(info.shape, dtype=dt).view(np.memmap)
                 a.flags.writeable = mode == "c"
             else:
-                a = np.memmap(info.filename, dtype=dt, mode=mode, shape=info.shape)
+                a = np.memmap(filename, dtype=dt, mode=mode, offset=offset, shape=info.shape)
         except OSError as e:
-            raise CkptfsError("%s: %s" % (info.filename, e.strerror or e), path=info.filename, errno=e.errno) from None
+            raise CkptfsError("%s: %s" % (filename, e.strerror or e), path=filename, errno=e.errno) from None
+        except ValueError as e:
+            # mmap's "mmap length is greater than file size": a short file.
+            raise CkptfsError(
+                "%s: tensor %r: %d bytes at offset %d: %s" % (filename, name, info.nbytes, offset, e), path=filename
+            ) from None
         a.ckptfs_dtype = info.dtype
         return a
 
@@ -278,13 +312,19 @@ class Checkpoint(Mapping):
         ``torch.float8_e4m3fn``/``torch.float8_e5m2`` for F8_E4M3/F8_E5M2);
         :class:`UnsupportedDtypeError` when the installed torch lacks it.
 
+        A tensor with no ``tensors/`` file (``path`` None) comes from a
+        copy-on-write ``numpy.memmap`` of its packed ``file`` at ``offset``
+        (``torch.frombuffer``; ``torch.from_file`` takes no offset), just as
+        lazy and private; :class:`CkptfsError` when it has none either, as
+        from :meth:`numpy`.
+
         :class:`CkptfsError` when ``nbytes`` is not the shape's elements
         times the dtype's size, as from :meth:`numpy`; a tensor with no
         elements gives an empty tensor (nothing to map).
         """
         import torch
 
-        info = self._filename(name)
+        info, filename, offset = self._where(name)
         td = info.torch_dtype()
         # Checked before the zero-byte case, as numpy() does: nbytes 0 is
         # right only for a shape with no elements.
@@ -293,24 +333,51 @@ class Checkpoint(Mapping):
             raise CkptfsError(
                 "%s: tensor %r: %d bytes, but %s x %s needs %d"
                 % (self.path, name, info.nbytes, td, info.shape, itemsize * info.numel),
-                path=info.filename,
+                path=filename,
             )
         if info.nbytes == 0:
-            if not os.path.exists(info.filename):
-                raise CkptfsError("%s: no such tensor file" % info.filename, path=info.filename, errno=_errno.ENOENT)
+            if not os.path.exists(filename):
+                raise CkptfsError("%s: no such tensor file" % filename, path=filename, errno=_errno.ENOENT)
             return torch.empty(info.shape, dtype=td)
+        if info.filename is None:
+            # Its packed file at its offset, privately mapped.
+            raw = self._raw(name, filename, offset, info.nbytes)
+            return torch.frombuffer(raw, dtype=td).view(info.shape)
         try:
-            t = torch.from_file(info.filename, shared=False, size=info.numel, dtype=td)
+            t = torch.from_file(filename, shared=False, size=info.numel, dtype=td)
         except RuntimeError as e:
             # torch reports open and mmap failures as RuntimeError.
-            raise CkptfsError("%s: %s" % (info.filename, e), path=info.filename) from None
+            raise CkptfsError("%s: %s" % (filename, e), path=filename) from None
         return t.view(info.shape)
+
+    def _raw(self, name, filename, offset, nbytes):
+        """nbytes bytes of filename from offset: a private (copy-on-write)
+        uint8 memmap, writable without changing the file."""
+        try:
+            return np.memmap(filename, dtype=np.uint8, mode="c", offset=offset, shape=(nbytes,))
+        except OSError as e:
+            raise CkptfsError("%s: %s" % (filename, e.strerror or e), path=filename, errno=e.errno) from None
+        except ValueError as e:
+            raise CkptfsError(
+                "%s: tensor %r: %d bytes at offset %d: %s" % (filename, name, nbytes, offset, e), path=filename
+            ) from None
 
     def state_dict(self, device="cpu"):
         """Every tensor, name -> ``torch.Tensor``, in manifest order (see
-        :func:`ckptfs.load_state_dict`)."""
+        :func:`ckptfs.load_state_dict`).
+
+        A tensor with no ``tensors/`` file is read from its packed file at
+        its offset (see :meth:`torch`); one with no place to read from at
+        all (assembled from parts, or in a file the mount does not show) is
+        left out with a warning naming it, and the rest are returned. Any
+        other error raises."""
         sd = {}
         for name in self._tensors:
+            try:
+                self._where(name)
+            except CkptfsError as e:
+                warnings.warn("%s: left out of the state dict" % e, stacklevel=2)
+                continue
             t = self.torch(name)
             if device is not None and str(device) != "cpu":
                 t = t.to(device)
@@ -369,7 +436,10 @@ def open(path):  # noqa: A001 - ckptfs.open is the package's entry point
 def load_state_dict(path, device="cpu"):
     """A full state dict (tensor name -> ``torch.Tensor``) of a mounted
     checkpoint, built lazily: each tensor maps its ``tensors/`` file with
-    ``torch.from_file`` (shared=False), so nothing is read until used.
+    ``torch.from_file`` (shared=False), so nothing is read until used. A
+    tensor whose name clashes under ``tensors/`` ("path": null) maps its
+    packed file at its offset; one with no place at all is left out with a
+    warning (see :meth:`Checkpoint.state_dict`).
 
     With ``device`` other than "cpu" each tensor is copied there with
     ``.to(device)`` (which reads it). Needs torch; raises as :func:`open`,

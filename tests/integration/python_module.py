@@ -59,6 +59,8 @@ NPY_DESCR = {"|b1": "BOOL", "|i1": "I8", "|u1": "U8", "<i2": "I16", "<u2": "U16"
 COMMON = ["F32", "F16", "BF16", "I64", "BOOL", "F64", "I32", "I16", "I8", "U8"]
 # Names that are not usable path components: the manifest's path escapes them.
 ODD_NAMES = ["a//b", "x%y", "sp ace", "ctl\x01c", "deep/er/name", ".."]
+# Tensor names that clash in tensors/ (a file and a directory of one name).
+CLASH_NAMES = ["clash", "clash/x"]
 # The header metadata of every safetensors file written here; transformers'
 # save_pretrained marks its files the same way.
 PT_METADATA = {"format": "pt"}
@@ -101,6 +103,10 @@ def make_set(out, dtypes, rng):
     tensors.append(("vector.bf16", "BF16", (4096,), values(rng, "BF16", (4096,))))
     for i, name in enumerate(ODD_NAMES):
         tensors.append((name, "I32", (2, i + 1), np.arange(2 * (i + 1), dtype="<i4").tobytes()))
+    # One name is a directory of the other: one of them gets no tensors/
+    # file ("path": null in the manifest) and is read from its file.
+    for k, name in enumerate(CLASH_NAMES):
+        tensors.append((name, "F32", (2, 3), (np.arange(6, dtype="<f4") + 10 * k).tobytes()))
     write_safetensors(os.path.join(out, "model.safetensors"), tensors[: len(tensors) // 2], PT_METADATA)
     write_safetensors(os.path.join(out, "model-2.safetensors"), tensors[len(tensors) // 2:], PT_METADATA)
     # numpy's own files, for the dtypes .npy can hold.
@@ -195,7 +201,7 @@ def check(ckpt, src):
         fail("tensor names: %s vs sources %s" % (sorted(ck), sorted(truth)))
     ok("open(): %d tensors, the sources' names, in manifest order" % len(ck))
     paths = {t["name"]: t["path"] for t in manifest["tensors"]}
-    seen_dtypes = set()
+    seen_dtypes, no_path = set(), []
     for name, (dtype, shape, raw, rel) in truth.items():
         info = ck[name]
         seen_dtypes.add(dtype)
@@ -204,9 +210,12 @@ def check(ckpt, src):
                  % (name, info, dtype, shape, len(raw), rel))
         if info.sha256 != hashlib.sha256(raw).hexdigest():
             fail("%r: sha256 %s" % (name, info.sha256))
-        if info.path != paths[name] or info.filename != os.path.join(ckpt, paths[name]):
+        want_filename = None if paths[name] is None else os.path.join(ckpt, paths[name])
+        if info.path != paths[name] or info.filename != want_filename:
             fail("%r: path %r / filename %r, the manifest says %r" % (name, info.path, info.filename, paths[name]))
-        if os.getxattr(info.filename, "user.ckptfs.dtype").decode() != dtype:
+        if paths[name] is None:
+            no_path.append(name)
+        elif os.getxattr(info.filename, "user.ckptfs.dtype").decode() != dtype:
             fail("%r: the file's dtype xattr differs" % name)
         if not isinstance(info.offset, int):
             fail("%r: offset %r" % (name, info.offset))
@@ -240,6 +249,11 @@ def check(ckpt, src):
             if ck.numpy(name).tobytes() != raw:
                 fail("%r: mode='c' wrote through" % name)
     ok("numpy(): every tensor bit-identical to its source, dtypes %s" % " ".join(sorted(seen_dtypes)))
+    # The clash leaves one name without a tensors/ file: read from its file.
+    if len(no_path) != 1 or no_path[0] not in CLASH_NAMES:
+        fail("tensors without a path: %r, want one of %r" % (no_path, CLASH_NAMES))
+    ok("numpy(): %r, with no tensors/ file (\"path\": null), read from %s at offset %d"
+       % (no_path[0], ck[no_path[0]].file, ck[no_path[0]].offset))
     expect_raises("numpy(mode='r+')", ValueError, ck.numpy, next(iter(ck)), mode="r+")
     expect_raises("ck['no such tensor']", KeyError, lambda: ck["no such tensor"])
     expect_raises("an unknown dtype name", ckptfs.UnsupportedDtypeError, ckptfs.numpy_dtype, "F128",
@@ -483,7 +497,89 @@ def plain_zero_nbytes(top, ckptfs, torch):
         ok("torch() of an F32 [0, 4] tensor: an empty float32 tensor")
 
 
-PLAIN = {"empty-dtype": plain_empty_dtype, "zero-nbytes": plain_zero_nbytes}
+def plain_no_path(top, ckptfs, torch):
+    """"path": null: the bytes are read from the packed file at the offset,
+    where the mount shows the file (its "mount_path" when moved); a tensor
+    with nowhere to read from is an error, and load_state_dict skips it
+    with a warning."""
+    import warnings
+
+    clash = (np.arange(6, dtype="<f4") * 1.5).tobytes()
+    moved = (np.array([1.0, -2.0, 0.5, 3.0], dtype="<f4").view("<u4") >> 16).astype("<u2").tobytes()
+    model = b"H" * 16 + clash + b"T" * 8
+    packed = b"P" * 8 + moved
+    nopath = plain_checkpoint(top, "nopath", [
+        tensor_entry("clash", "F32", (2, 3), clash, file="model.bin", offset=16),
+        tensor_entry("clash/x", "I32", (3,), np.arange(3, dtype="<i4").tobytes(), path="tensors/clash/x",
+                     file="model.bin", offset=0),
+        tensor_entry("moved", "BF16", (2, 2), moved, file="tensors/w.bin", offset=8),
+        tensor_entry("nothing", "F32", (0,), b"", file="model.bin", offset=40),
+        # Nowhere to read from: assembled from parts, and a file the mount
+        # does not show.
+        dict(tensor_entry("assembled", "F32", (2,), b"\0" * 8, file=None, offset=None),
+             parts=[{"name": "p0", "row": 0, "shape": [2], "nbytes": 8, "file": "model.bin", "offset": 0,
+                     "sha256": hashlib.sha256(b"\0" * 8).hexdigest()}]),
+        tensor_entry("hidden", "F32", (1,), b"\0" * 4, file="dup.bin", offset=0),
+    ], {"model.bin": model, ".packed/tensors/w.bin": packed,
+        "tensors/clash/x": np.arange(3, dtype="<i4").tobytes()},
+        [file_entry("model.bin", model), file_entry("tensors/w.bin", packed, mount_path=".packed/tensors/w.bin"),
+         file_entry("dup.bin", b"\0" * 4, mount_path=None)])
+    ck = ckptfs.open(nopath)
+    want = {"clash": (clash, np.float32, (2, 3)), "moved": (moved, np.uint16, (2, 2)),
+            "nothing": (b"", np.float32, (0,))}
+    for name, (raw, npdt, shape) in want.items():
+        for mode in ("r", "c"):
+            try:
+                a = ck.numpy(name, mode=mode)
+            except ckptfs.CkptfsError as e:
+                fail("numpy(%r, mode=%r) with \"path\": null: %s" % (name, mode, e))
+            if a.tobytes() != raw or a.dtype != npdt or a.shape != shape or a.ckptfs_dtype != ck[name].dtype:
+                fail("numpy(%r, mode=%r) with \"path\": null: %s %s, bytes equal %s"
+                     % (name, mode, a.dtype, a.shape, a.tobytes() == raw))
+        if raw:
+            c = ck.numpy(name, mode="c")
+            c.reshape(-1)[0] = c.reshape(-1)[-1]
+            if ck.numpy(name).tobytes() != raw:
+                fail("numpy(%r, mode='c') wrote through" % name)
+    ok("numpy() with \"path\": null: the bytes of the file at its offset (a moved file's mount_path followed)")
+    for name, why in (("assembled", "assembled"), ("hidden", "dup.bin")):
+        expect_raises("numpy(%r), with nowhere to read from" % name, ckptfs.CkptfsError, ck.numpy, name,
+                      contains=(name, why))
+    if torch is not None:
+        for name, (raw, _, shape) in want.items():
+            t = ck.torch(name)
+            if tensor_bytes(t) != raw or tuple(t.shape) != shape or t.dtype != ck[name].torch_dtype():
+                fail("torch(%r) with \"path\": null: %s %s" % (name, t.dtype, tuple(t.shape)))
+            if t.numel():
+                t.reshape(-1)[0] = t.reshape(-1)[-1]
+                if tensor_bytes(ck.torch(name)) != raw or ck.numpy(name).tobytes() != raw:
+                    fail("writing torch(%r) changed the file" % name)
+        ok("torch() with \"path\": null: the bytes of the file at its offset, writes private")
+        expect_raises("torch('assembled'), with nowhere to read from", ckptfs.CkptfsError, ck.torch, "assembled",
+                      contains=("assembled",))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sd = ckptfs.load_state_dict(nopath)
+        said = [str(w.message) for w in caught]
+        if list(sd) != ["clash", "clash/x", "moved", "nothing"] or tensor_bytes(sd["clash"]) != clash:
+            fail("load_state_dict with \"path\": null entries: %r" % list(sd))
+        if len(said) != 2 or "'assembled'" not in said[0] or "'hidden'" not in said[1]:
+            fail("load_state_dict warned %r" % said)
+        ok("load_state_dict: the null-path tensors read from their files; skipped with a warning: %s"
+           % "; ".join(said))
+
+    # A packed file shorter than offset + nbytes: an error, not a short read.
+    ck = ckptfs.open(plain_checkpoint(top, "short", [
+        tensor_entry("cut", "F32", (2, 3), clash, file="model.bin", offset=len(model) - 8),
+    ], {"model.bin": model}, [file_entry("model.bin", model)]))
+    expect_raises("numpy() of a tensor past the end of its file", ckptfs.CkptfsError, ck.numpy, "cut",
+                  contains=("model.bin", "'cut'", "offset %d" % (len(model) - 8)))
+    if torch is not None:
+        expect_raises("torch() of a tensor past the end of its file", ckptfs.CkptfsError, ck.torch, "cut",
+                      contains=("model.bin", "'cut'", "offset %d" % (len(model) - 8)))
+
+
+PLAIN = {"empty-dtype": plain_empty_dtype, "zero-nbytes": plain_zero_nbytes, "no-path": plain_no_path}
 
 
 def check_plain(*which):
