@@ -25,6 +25,19 @@ def _u64(v):
     return int(v)
 
 
+def _check_entry(entry, fields, what, key, root):
+    """CkptfsError naming the manifest and what is missing unless entry
+    is an object with every one of fields (a bare KeyError or TypeError
+    would say neither)."""
+    mpath = os.path.join(root, MANIFEST)
+    if not isinstance(entry, dict):
+        raise CkptfsError("%s: a %s entry is not an object: %r" % (mpath, what, entry), path=mpath)
+    missing = [f for f in fields if f not in entry]
+    if missing:
+        label = " (%s %r)" % (key, entry[key]) if key in entry else ""
+        raise CkptfsError("%s: a %s entry%s lacks %s" % (mpath, what, label, ", ".join(missing)), path=mpath)
+
+
 class TensorInfo:
     """One tensor of a checkpoint, as its manifest.json entry describes it.
 
@@ -60,12 +73,7 @@ class TensorInfo:
     """
 
     def __init__(self, entry, root):
-        missing = [f for f in _TENSOR_FIELDS if f not in entry]
-        if missing:
-            raise CkptfsError(
-                "%s: a tensor entry lacks %s" % (os.path.join(root, MANIFEST), ", ".join(missing)),
-                path=os.path.join(root, MANIFEST),
-            )
+        _check_entry(entry, _TENSOR_FIELDS, "tensor", "name", root)
         self.name = entry["name"]
         self.dtype = entry["dtype"]
         self.shape = tuple(_u64(d) for d in entry["shape"])
@@ -149,9 +157,14 @@ class FileInfo:
     manifest's "mount_path" when it moved the file, e.g. under ``.packed/``,
     else with ``path``; None if the mount does not show it) and ``extra``
     (every other field, also readable as attributes).
+
+    Raises :class:`CkptfsError` naming the manifest and the field when the
+    entry lacks one of path, size and sha256 (as :class:`TensorInfo` does
+    for its fields).
     """
 
     def __init__(self, entry, root):
+        _check_entry(entry, _FILE_FIELDS, "file", "path", root)
         self.path = entry["path"]
         self.size = _u64(entry["size"])
         self.sha256 = entry["sha256"]

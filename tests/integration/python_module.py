@@ -579,7 +579,24 @@ def plain_no_path(top, ckptfs, torch):
                       contains=("model.bin", "'cut'", "offset %d" % (len(model) - 8)))
 
 
-PLAIN = {"empty-dtype": plain_empty_dtype, "zero-nbytes": plain_zero_nbytes, "no-path": plain_no_path}
+def plain_missing_field(top, ckptfs, torch):
+    """A manifest entry that lacks a field: CkptfsError naming the manifest
+    and the field, not a bare KeyError."""
+    for what, tensors, files in (
+            ("a file entry without size", [], [{"path": "a.bin", "sha256": "0" * 64}]),
+            ("a file entry without path", [], [{"size": 1, "sha256": "0" * 64}]),
+            ("a file entry that is no object", [], ["a.bin"]),
+            ("a tensor entry without nbytes", [{k: v for k, v in tensor_entry("t", "F32", (1,), b"\0" * 4).items()
+                                               if k != "nbytes"}], []),
+            ("a tensor entry that is no object", ["t"], [])):
+        d = plain_checkpoint(top, "bad-%d" % len(os.listdir(top)), tensors, file_entries=files)
+        field = what.split(" without ")[1] if " without " in what else "object"
+        expect_raises("open() of %s" % what, ckptfs.CkptfsError, ckptfs.open, d,
+                      contains=(os.path.join(d, "manifest.json"), field))
+
+
+PLAIN = {"empty-dtype": plain_empty_dtype, "zero-nbytes": plain_zero_nbytes, "no-path": plain_no_path,
+         "missing-field": plain_missing_field}
 
 
 def check_plain(*which):
