@@ -132,7 +132,26 @@ static int get_u64(json_t *o, const char *key, uint64_t *out)
 }
 
 /* One manifest entry into ms->tensors[i] / ms->where[i]. */
-static int parse_tensor(mount_src *ms, const char *mpath, size_t i, json_t *o, ckpt_err *err)
+/* Where the mount shows the packed file rel: the manifest's "mount_path"
+ * when it moved the file (under .packed/, its own path being one the mount
+ * uses, such as tensors/...), rel itself when not moved, NULL when the
+ * mount does not show it. */
+static const char *file_shown_at(json_t *files, const char *rel)
+{
+    size_t n = json_array_size(files);
+    for (size_t i = 0; i < n; i++) {
+        json_t *f = json_array_get(files, i);
+        const char *path = json_string_value(json_object_get(f, "path"));
+        if (!path || strcmp(path, rel) != 0)
+            continue;
+        json_t *moved = json_object_get(f, "mount_path");
+        return moved ? json_string_value(moved) : rel;
+    }
+    return rel;
+}
+
+static int parse_tensor(mount_src *ms, const char *mpath, size_t i, json_t *o, json_t *files,
+                        ckpt_err *err)
 {
     cc_tensor *t = &ms->tensors[i];
     mount_tensor *w = &ms->where[i];
@@ -180,6 +199,10 @@ static int parse_tensor(mount_src *ms, const char *mpath, size_t i, json_t *o, c
         if (!rel || get_u64(o, "offset", &w->base) < 0)
             return cc_fail(err, -EINVAL, "%s: tensor '%s': neither path nor file and offset", mpath,
                            name);
+        const char *file = rel;
+        if (!(rel = file_shown_at(files, file)))
+            return cc_fail(err, -ENOENT, "%s: tensor '%s': the mount does not show its file '%s'",
+                           mpath, name, file);
     }
     if (!ckpt_path_is_safe(rel))
         return cc_fail(err, -EINVAL, "%s: tensor '%s': unsafe path '%s'", mpath, name, rel);
@@ -236,7 +259,8 @@ int cc_source_open_mount(const char *dir, cc_source **out, ckpt_err *err)
     }
     for (size_t i = 0; i < n; i++) {
         ms->n = i + 1; /* so close() frees what the failing entry got */
-        if ((rc = parse_tensor(ms, mpath, i, json_array_get(arr, i), err)) < 0)
+        if ((rc = parse_tensor(ms, mpath, i, json_array_get(arr, i), json_object_get(root, "files"),
+                               err)) < 0)
             goto out;
     }
     ms->base.origin = ms->dir;

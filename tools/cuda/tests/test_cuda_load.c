@@ -225,6 +225,67 @@ Test(load, mount_directory)
     free(m);
 }
 
+/* A tensor with no tensors/ file is read from its packed file, which the
+ * mount may have moved under .packed/ (its own path being one the mount
+ * uses): the manifest's "mount_path" says where. It was opened at its
+ * original path, which the mount shows as something else, or not at all. */
+static char *move_tail_file(const char *m, json_t *mount_path_of)
+{
+    char *mp = tu_join(m, "manifest.json");
+    json_t *root = json_load_file(mp, 0, NULL);
+    cr_assert_not_null(root);
+    json_t *arr = json_object_get(root, "tensors"), *e;
+    size_t i;
+    const char *file = NULL;
+    json_array_foreach(arr, i, e) if (json_object_get(e, "file")) file =
+        json_string_value(json_object_get(e, "file"));
+    cr_assert_not_null(file);
+    char *from = tu_join(m, file), *packed = tu_join(m, ".packed"), *to = tu_join(packed, file);
+    cr_assert_eq(mkdir(packed, 0755), 0);
+    cr_assert_eq(rename(from, to), 0);
+    json_t *moved = mount_path_of ? mount_path_of : json_sprintf(".packed/%s", file);
+    json_object_set_new(root, "files",
+                        json_pack("[{s:s, s:o}]", "path", file, "mount_path", moved));
+    cr_assert_eq(json_dump_file(root, mp, 0), 0);
+    char *name = strdup(file);
+    json_decref(root);
+    free(from);
+    free(packed);
+    free(to);
+    free(mp);
+    return name;
+}
+
+Test(load, mount_file_moved_under_packed)
+{
+    char *m = tu_join(dir, "moved");
+    cr_assert_eq(mkdir(m, 0755), 0);
+    tl_make_mount_dir(m);
+    free(move_tail_file(m, NULL));
+    fake_cfg f = {0};
+    ckpt_cuda_load_opts o = {.pinned_bytes = 256 * 1024, .threads = 2};
+    ckpt_cuda_ckpt *c = load_ok(&f, m, &o);
+    cr_assert_eq(ckpt_cuda_count(c), TL_N);
+    cr_assert_eq(ckpt_cuda_verify(c, NULL, NULL, NULL), 0, "the moved file's tensor is right");
+    ckpt_cuda_free(c);
+    check_clean(&f);
+    free(m);
+
+    m = tu_join(dir, "unshown");
+    cr_assert_eq(mkdir(m, 0755), 0);
+    tl_make_mount_dir(m);
+    char *file = move_tail_file(m, json_null());
+    ckpt_cuda_ckpt *c2 = NULL;
+    ckpt_err err = {0};
+    fake_cfg f2 = {0};
+    cr_assert_lt(cc_load(fake_open, &f2, m, NULL, &c2, &err), 0);
+    tu_assert_contains(err.msg, "the mount does not show its file");
+    tu_assert_contains(err.msg, file);
+    check_clean(&f2);
+    free(file);
+    free(m);
+}
+
 /* Rewrites one manifest entry's field and expects the load to fail. */
 static void bad_manifest(const char *field, json_t *value, const char *expect)
 {
