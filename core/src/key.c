@@ -78,7 +78,9 @@ static int read_secret_file(const char *path, uint8_t **buf, size_t *len, size_t
 {
     if (ckpt_sodium_init() < 0)
         return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO put in its place must not hang the open; it is
+     * refused below like anything that is not a regular file. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return ckpt_fail(err, -errno, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -89,7 +91,8 @@ static int read_secret_file(const char *path, uint8_t **buf, size_t *len, size_t
     if (st.st_mode & 077) {
         close(fd);
         return ckpt_fail(err, -EACCES,
-                         "%s: key file is accessible by group or others (mode %04o); run chmod 600",
+                         "%s: group or others may access it (mode %04o), and it holds a secret; "
+                         "run chmod 600",
                          path, (unsigned)(st.st_mode & 07777));
     }
     if ((uint64_t)st.st_size > max) {

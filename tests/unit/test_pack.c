@@ -782,7 +782,7 @@ Test(pack, add_tree_indexes_safetensors_and_npy)
     free(path);
 }
 
-Test(pack, keys)
+Test(pack, keys, .timeout = 30)
 {
     char *kf = tu_join(dir, "key");
     ckpt_err e = {0};
@@ -806,6 +806,15 @@ Test(pack, keys)
     tu_write_str(hex, "short");
     cr_assert_eq(ckpt_key_load_file(hex, &k, &e), -EINVAL);
     cr_assert(tu_contains(e.msg, "32 raw bytes or 64 hex digits"), "%s", e.msg);
+    /* A FIFO in place of the key or passphrase file is refused at once: the
+     * open blocked until something wrote to it, hanging the command. */
+    char *fifo = tu_join(dir, "fifo");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    cr_assert_eq(ckpt_key_load_file(fifo, &k, &e), -EINVAL);
+    cr_assert(tu_contains(e.msg, "not a regular file"), "%s", e.msg);
+    cr_assert_eq(ckpt_key_load_passphrase_file(fifo, &k, &e), -EINVAL);
+    cr_assert(tu_contains(e.msg, "not a regular file"), "%s", e.msg);
+    free(fifo);
     free(kf);
     free(hex);
 }
