@@ -258,6 +258,8 @@ usage "unknown option" pack "$SRC" -o "$TMP/u.tpack" --bogus
 usage "missing SRC" pack -o "$TMP/u.tpack"
 usage "missing -o" pack "$SRC"
 usage "-o without a value" pack "$SRC" -o
+usage "an empty -o to pack" pack "$SRC" -o ""
+usage "an empty -o to unpack" unpack "$TMP/default.tpack" -o ""
 usage "chunk size not a power of two" pack "$SRC" -o "$TMP/u.tpack" --chunk-size 3M
 usage "chunk size too small" pack "$SRC" -o "$TMP/u.tpack" --chunk-size 32K
 usage "chunk size too large" pack "$SRC" -o "$TMP/u.tpack" --chunk-size 32M

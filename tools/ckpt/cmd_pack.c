@@ -120,6 +120,8 @@ static int parse_pack_opts(int argc, char **argv, struct pack_opts *o)
         return rc;
     if (!o->out)
         return cli_usage_error("pack", "missing -o OUT.tpack");
+    if (!o->out[0])
+        return cli_usage_error("pack", "-o names no file (it is empty)");
     if (o->no_compress && o->level > 0)
         return cli_usage_error("pack", "--level and --no-compress contradict each other");
     if (o->cipher && !o->keys.key_file && !o->keys.pass_file)

@@ -79,6 +79,8 @@ static int parse_unpack_opts(int argc, char **argv, struct unpack_opts *o)
         return rc;
     if (!o->dir)
         return cli_usage_error("unpack", "missing -o DIR");
+    if (!o->dir[0])
+        return cli_usage_error("unpack", "-o names no directory (it is empty)");
     return cli_keyopts_check("unpack", &o->keys);
 }
 
