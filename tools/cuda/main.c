@@ -36,7 +36,7 @@ static void usage(FILE *f)
           "  --select PATTERN      load only matching tensors (repeatable): an exact\n"
           "                        name, or a glob such as 'h.0.*'\n"
           "  --pinned SIZE         pinned host memory bound (default 256M; K/M/G)\n"
-          "  --threads N           reader/decoder threads (default: one per core)\n"
+          "  --threads N           reader/decoder threads (default: one per core, at most 32)\n"
           "  --streams N           CUDA streams (default 4)\n"
           "  --align N             tensor alignment in device memory (default 256)\n"
           "  --key-file FILE       key of an encrypted .tpack\n"
