@@ -414,6 +414,54 @@ opaque_source bad-safetensors-offsets offsets_past_end "w.safetensors" "data_off
 opaque_source bad-npy npy_garbage "bad.npy" "npy header"
 bad_source link-in-tree a_symlink "link.txt" "symbolic link"
 
+# ------------------------------------------------------------ a stalled store
+
+# An S3 pack whose gateway answers listings but never answers an upload:
+# the first signal waits for the next progress callback, which a stalled
+# request does not make; a second one must end the command at once (it
+# did nothing, and the command waited out the retries).
+$PY -c 'import http.server, sys, time
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>"
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def do_HEAD(self):
+        self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers()
+    def stall(self):
+        time.sleep(120)
+    do_POST = do_PUT = stall
+    def log_message(self, *a):
+        pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()' >"$TMP/stall.port" &
+stall_pid=$!
+for _ in $(seq 50); do [ -s "$TMP/stall.port" ] && break; sleep 0.1; done
+AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=y "$CKPT" pack "$SRC" -o s3://bkt/stalled.tpack \
+    --endpoint "http://127.0.0.1:$(cat "$TMP/stall.port")" >/dev/null 2>"$TMP/stall.err" &
+pack_pid=$!
+sleep 1.5
+kill -TERM "$pack_pid"
+sleep 0.3
+kill -TERM "$pack_pid"
+for _ in $(seq 30); do kill -0 "$pack_pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$pack_pid" 2>/dev/null; then
+    fail "a second signal ends a pack stalled on its store" "still running 3 s later"
+    kill -9 "$pack_pid"
+    wait "$pack_pid"
+else
+    wait "$pack_pid"
+    rc=$?
+    if [ "$rc" -eq 143 ] && grep -q "s3-cleanup" "$TMP/stall.err"; then
+        pass "a second signal ends a pack stalled on its store (exit 143, naming s3-cleanup)"
+    else
+        fail "a second signal ends a pack stalled on its store" "exit $rc: $(cat "$TMP/stall.err")"
+    fi
+fi
+kill "$stall_pid" 2>/dev/null
+wait "$stall_pid" 2>/dev/null
+
 # ------------------------------------------------------------ hostile names
 
 # Names come from the pack: a tensor named with a terminal escape (it set

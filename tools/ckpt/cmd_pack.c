@@ -138,9 +138,16 @@ static const char *out_name;
 static void on_signal(int sig)
 {
     /* A second signal means the user will not wait for the next progress
-     * callback; unlink and _exit are both async-signal-safe. */
-    if (interrupted && tmp_to_remove) {
-        unlink(tmp_to_remove);
+     * callback (an S3 request may be retrying for 30 s); unlink, write and
+     * _exit are async-signal-safe. An upload is left to the store's
+     * cleanup: aborting it needs requests. */
+    if (interrupted) {
+        static const char left[] =
+            "ckpt: interrupted again; the unfinished upload is left for 'ckpt s3-cleanup'\n";
+        if (tmp_to_remove)
+            unlink(tmp_to_remove);
+        else if (out_store && write(STDERR_FILENO, left, sizeof left - 1) < 0)
+            _exit(128 + sig);
         _exit(128 + sig);
     }
     interrupted = sig;
