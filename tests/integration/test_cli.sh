@@ -259,6 +259,9 @@ usage "missing SRC" pack -o "$TMP/u.tpack"
 usage "missing -o" pack "$SRC"
 usage "-o without a value" pack "$SRC" -o
 usage "an empty -o to pack" pack "$SRC" -o ""
+usage "ls --json with --tensors" ls --json --tensors "$TMP/default.tpack"
+usage "ls --json with -l" ls --json -l "$TMP/default.tpack"
+usage "status --interval without --watch" status "$TMP" --interval 2
 usage "an empty -o to unpack" unpack "$TMP/default.tpack" -o ""
 usage "chunk size not a power of two" pack "$SRC" -o "$TMP/u.tpack" --chunk-size 3M
 usage "chunk size too small" pack "$SRC" -o "$TMP/u.tpack" --chunk-size 32K

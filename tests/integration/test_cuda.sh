@@ -52,6 +52,8 @@ expect_exit "bad --align" 2 "$CKPT_CUDA" load back/tiny.tpack --align 3
 expect_exit "unknown option" 2 "$CKPT_CUDA" load back/tiny.tpack --frob
 expect_exit "--select is for load" 2 "$CKPT_CUDA" bench back/tiny.tpack --select x
 expect_exit "two keys" 2 "$CKPT_CUDA" load enc.tpack --key-file key --passphrase-file key
+expect_exit "a key for a directory" 2 "$CKPT_CUDA" load src --key-file key
+last_stderr_has "a key for a directory: the daemon decrypts it" "src is a mounted checkpoint" "for .tpack files"
 
 # --------------------------------------------- source errors (any machine)
 

@@ -26,6 +26,7 @@ static const char ls_help[] =
     "  --json                    everything as one JSON document: pack, files\n"
     "                            [{path,size,mode,mtime,sha256}] and tensors\n"
     "                            [{name,dtype,shape,nbytes,file,offset,sha256}]\n"
+    "                            (so not with --tensors or -l)\n"
     "  --key-file FILE           key of an encrypted pack\n"
     "  --passphrase-file FILE    passphrase of an encrypted pack\n" CLI_S3_HELP
     "  -h, --help                show this help\n";
@@ -93,6 +94,8 @@ static int parse_ls_opts(const char *cmd, int argc, char **argv, struct ls_opts 
         return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
     if (!o->pack)
         return cli_usage_error(cmd, "missing PACK");
+    if (o->json && (o->tensors || o->lng))
+        return cli_usage_error(cmd, "--json lists everything: --tensors and -l do not apply");
     return cli_keyopts_check(cmd, &o->keys);
 }
 

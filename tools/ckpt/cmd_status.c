@@ -44,6 +44,7 @@ struct status_opts {
     const char *path;
     int watch;
     double interval;
+    int interval_given;
 };
 
 static int parse_status_opts(int argc, char **argv, struct status_opts *o)
@@ -70,6 +71,7 @@ static int parse_status_opts(int argc, char **argv, struct status_opts *o)
         case 'n': {
             char *end;
             o->interval = strtod(optarg, &end);
+            o->interval_given = 1;
             if (end == optarg || *end || !(o->interval >= 0.1 && o->interval <= 3600))
                 return cli_usage_error("status", "bad --interval '%s': want seconds, 0.1 to 3600",
                                        optarg);
@@ -88,6 +90,8 @@ static int parse_status_opts(int argc, char **argv, struct status_opts *o)
         return cli_usage_error("status", "unexpected argument '%s'", argv[optind]);
     if (!o->path)
         return cli_usage_error("status", "missing MOUNT");
+    if (o->interval_given && !o->watch)
+        return cli_usage_error("status", "--interval needs --watch");
     return 0;
 }
 

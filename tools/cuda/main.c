@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "backend_cuda.h"
 #include "cmd_load.h"
@@ -191,6 +192,12 @@ static int parse_opts(const char *cmd, int argc, char **argv, tool_opts *o)
     if (optind + 1 < argc)
         return tool_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
     o->src = argv[optind];
+    struct stat st;
+    if ((o->key_file || o->passphrase_file) && stat(o->src, &st) == 0 && S_ISDIR(st.st_mode))
+        return tool_usage_error(cmd,
+                                "%s is a mounted checkpoint, which its daemon decrypts: "
+                                "--key-file and --passphrase-file are for .tpack files",
+                                o->src);
     o->load.select = o->select;
     o->load.n_select = o->n_select;
     return 0;
