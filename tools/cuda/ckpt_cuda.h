@@ -135,9 +135,7 @@ typedef struct ckpt_cuda_save_opts {
 typedef struct ckpt_cuda_save_job ckpt_cuda_save_job;
 
 /* Writes the tensors, in the order given, as a safetensors file at path
- * (mode 0644; a regular file is written as path.tmp-PID-N and renamed over
- * path once whole, so a failed save keeps the file it would have replaced;
- * a device or FIFO is written in place); for ckptfs this is a file inside a
+ * (created or truncated, mode 0644); for ckptfs this is a file inside a
  * writing checkpoint, e.g. MOUNT/NAME/model.safetensors, and the daemon packs
  * it in the background. It first waits for all work already queued on the
  * device (so kernels still writing the tensors finish), and returns once
@@ -147,8 +145,8 @@ typedef struct ckpt_cuda_save_job ckpt_cuda_save_job;
  * and the partial file is removed. */
 int ckpt_cuda_save(const char *path, const ckpt_cuda_save_tensor *tensors, size_t n,
                    const ckpt_cuda_save_opts *opts, ckpt_cuda_save_job **job, ckpt_err *err);
-/* Waits until the file is written, closed and renamed into place, frees the
- * job, and returns 0 or the write error (the partial file is then removed). */
+/* Waits until the file is written and closed, frees the job, and returns 0
+ * or the write error (the partial file is then removed). */
 int ckpt_cuda_save_wait(ckpt_cuda_save_job *job, ckpt_err *err);
 
 /* ----------------------------------------------------------------- misc */

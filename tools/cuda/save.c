@@ -8,15 +8,17 @@
  * memory is no longer needed and the call returns; the writer finishes the
  * file in the background and ckpt_cuda_save_wait() joins it.
  *
- * A regular file is written under a temporary name beside it and renamed
- * over the path only once whole: a save that fails leaves the previous
- * checkpoint of that name as it was. */
+ * The file is written in place, as torch.save and safetensors write theirs,
+ * not under a temporary name renamed over it: in a ckptfs mount that name
+ * would be a file of the checkpoint for as long as the save runs (or for
+ * good, if the process dies), a rename over a file checkpoint still being
+ * packed is refused with EBUSY, and a rename replaces a symlink and drops
+ * the file's mode, owner and links. */
 #include "save.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -31,7 +33,6 @@ struct ckpt_cuda_save_job {
     cc_backend *be;
     cc_ring *ring;
     char *path;
-    char *tmp_path; /* written, then renamed to path; NULL: path written in place */
     int fd;
     int is_regular; /* only a regular file is removed after a failure */
     int do_fsync;
@@ -74,7 +75,6 @@ static void job_free(ckpt_cuda_save_job *j)
     pthread_mutex_destroy(&j->mu);
     free(j->queue);
     free(j->path);
-    free(j->tmp_path);
     free(j->header);
     free(j->dev);
     free(j->off);
@@ -135,9 +135,6 @@ static void *writer_main(void *arg)
     j->fd = -1;
     if (close(fd) != 0 && rc == 0)
         rc = cc_fail(&e, -errno, "%s: close: %s", j->path, strerror(errno));
-    if (rc == 0 && j->tmp_path && rename(j->tmp_path, j->path) != 0)
-        rc = cc_fail(&e, -errno, "%s: cannot rename %s over it: %s", j->path, j->tmp_path,
-                     strerror(errno));
     if (rc < 0 && j->ring)
         cc_ring_fail(j->ring, &e); /* stops the producer at its next slot */
     j->wrc = rc;
@@ -179,31 +176,7 @@ static int produce_window(ckpt_cuda_save_job *j, uint64_t w, ckpt_err *err)
 static void remove_partial(ckpt_cuda_save_job *j)
 {
     if (j->is_regular)
-        unlink(j->tmp_path ? j->tmp_path : j->path);
-}
-
-/* A regular file (or none yet) is written as PATH.tmp-PID-N beside it; a
- * device, FIFO or the like is written in place. */
-static int open_target(ckpt_cuda_save_job *j, ckpt_err *err)
-{
-    struct stat st;
-    if (stat(j->path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        j->fd = open(j->path, O_WRONLY | O_CLOEXEC);
-        if (j->fd < 0)
-            return cc_fail(err, -errno, "%s: %s", j->path, strerror(errno));
-        return 0;
-    }
-    static unsigned seq;
-    if (asprintf(&j->tmp_path, "%s.tmp-%ld-%u", j->path, (long)getpid(),
-                 __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED)) < 0) {
-        j->tmp_path = NULL;
-        return cc_fail(err, -ENOMEM, "out of memory");
-    }
-    j->fd = open(j->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (j->fd < 0)
-        return cc_fail(err, -errno, "%s: %s", j->tmp_path, strerror(errno));
-    j->is_regular = 1;
-    return 0;
+        unlink(j->path);
 }
 
 static void stop_producer(ckpt_cuda_save_job *j)
@@ -262,8 +235,11 @@ static int start(ckpt_cuda_save_job *j, const ckpt_cuda_save_opts *o, ckpt_err *
         if (!(j->queue = calloc(slots, sizeof *j->queue)))
             return cc_fail(err, -ENOMEM, "out of memory");
     }
-    if ((rc = open_target(j, err)) < 0)
-        return rc;
+    j->fd = open(j->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (j->fd < 0)
+        return cc_fail(err, -errno, "%s: %s", j->path, strerror(errno));
+    struct stat st;
+    j->is_regular = fstat(j->fd, &st) == 0 && S_ISREG(st.st_mode);
     if (pthread_create(&j->writer, NULL, writer_main, j) != 0) {
         rc = cc_fail(err, -EAGAIN, "cannot start the writer thread");
         remove_partial(j);
