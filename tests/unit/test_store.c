@@ -165,6 +165,24 @@ Test(store, a_new_object_is_visible_only_after_commit)
     expect_listing("", "obj:9\n");
 }
 
+/* Two uploads of one name would share its temporary file, truncating and
+ * overwriting each other, and the first commit would publish the mix: the
+ * second is refused while the first writes, and may go once it is done. */
+Test(store, a_name_being_written_is_refused_to_a_second_upload)
+{
+    store_upload *a, *b;
+    ckpt_err err = {0};
+    cr_assert_eq(store->ops->create(store, "obj", NULL, &a, &err), 0, "%s", err.msg);
+    cr_assert_eq(a->ops->write(a, "first", 5, &err), 0, "%s", err.msg);
+    cr_assert_eq(store->ops->create(store, "obj", NULL, &b, &err), -EBUSY);
+    tu_assert_contains(err.msg, "obj.tmp: another writer is writing it now");
+    cr_assert_eq(a->ops->commit(a, &err), 0, "%s", err.msg);
+    expect_listing("", "obj:5\n");
+    cr_assert_eq(store->ops->create(store, "obj", NULL, &b, &err), 0, "%s", err.msg);
+    b->ops->abort(b);
+    expect_listing("", "obj:5\n");
+}
+
 Test(store, abort_leaves_nothing)
 {
     store_upload *u;

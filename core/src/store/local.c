@@ -327,14 +327,17 @@ static int upload_commit(store_upload *su, ckpt_err *err)
         upload_abort(su);
         return rc;
     }
-    close(u->fd);
-    u->fd = -1;
+    /* Renamed while still locked: a writer that opened the temporary name
+     * meanwhile finds, once it has the lock, that the name is no longer
+     * this file (take_temporary). */
     if (renameat(u->store->dirfd, u->tmp, u->store->dirfd, u->name) < 0) {
         rc = ckpt_fail(err, -errno, "%s: cannot rename to %s: %s", u->shown_tmp, u->shown_name,
                        strerror(errno));
         upload_abort(su);
         return rc;
     }
+    close(u->fd);
+    u->fd = -1;
     if ((rc = fsync_dir_of(u->store, u->name)) < 0)
         /* The object is complete and in place; only its durability is in doubt. */
         ckpt_fail(err, rc, "%s: directory fsync failed: %s", u->shown_name, strerror(-rc));
@@ -344,6 +347,42 @@ static int upload_commit(store_upload *su, ckpt_err *err)
 
 static const store_upload_ops upload_ops = {upload_write, upload_commit, upload_abort,
                                             upload_write_at};
+
+/* Opens the upload's temporary file, empty and locked. Two writers of one
+ * name would share it: each would truncate and overwrite the other's
+ * bytes, and the first to rename would publish the mix. The lock goes with
+ * the descriptor, so a file left by a killed writer is simply taken over;
+ * one whose name was renamed or removed under us (its writer finished or
+ * gave up between our open and our lock) is not ours to truncate, so the
+ * name is opened again. Where the file system has no flock, as before. */
+static int take_temporary(local_store *ls, local_upload *u, ckpt_err *err)
+{
+    for (int tries = 0; tries < 8; tries++) {
+        /* O_NOFOLLOW: a symlink planted at the temporary name must not redirect the write. */
+        u->fd = open_at(ls, u->tmp, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (u->fd < 0)
+            return ckpt_fail(err, -errno, "%s: cannot create: %s", u->shown_tmp, strerror(errno));
+        if (flock(u->fd, LOCK_EX | LOCK_NB) < 0) {
+            int e = errno;
+            if (e == EWOULDBLOCK)
+                return ckpt_fail(err, -EBUSY, "%s: another writer is writing it now", u->shown_tmp);
+            if (e != ENOSYS && e != EOPNOTSUPP && e != ENOLCK && e != EINVAL)
+                return ckpt_fail(err, -e, "%s: cannot lock: %s", u->shown_tmp, strerror(e));
+        }
+        struct stat mine, named;
+        if (fstat(u->fd, &mine) == 0 &&
+            fstatat(ls->dirfd, u->tmp, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+            mine.st_dev == named.st_dev && mine.st_ino == named.st_ino) {
+            if (ftruncate(u->fd, 0) < 0)
+                return ckpt_fail(err, -errno, "%s: cannot create: %s", u->shown_tmp,
+                                 strerror(errno));
+            return 0;
+        }
+        close(u->fd);
+        u->fd = -1;
+    }
+    return ckpt_fail(err, -EBUSY, "%s: other writers keep replacing it", u->shown_tmp);
+}
 
 static int local_create(ckpt_store *s, const char *name, const char *tmp_name, store_upload **out,
                         ckpt_err *err)
@@ -369,22 +408,8 @@ static int local_create(ckpt_store *s, const char *name, const char *tmp_name, s
         upload_free(u);
         return ckpt_fail(err, -ENOMEM, "out of memory");
     }
-    /* O_NOFOLLOW: a symlink planted at the temporary name must not redirect the write. */
-    u->fd = open_at(ls, u->tmp, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (u->fd < 0) {
-        int rc = ckpt_fail(err, -errno, "%s: cannot create: %s", u->shown_tmp, strerror(errno));
-        upload_free(u);
-        return rc;
-    }
-    /* Two writers of one name would share the temporary file: each would
-     * truncate and overwrite the other's bytes, and the first to rename
-     * would publish the mix. The lock goes with the descriptor, so a
-     * temporary file left by a killed writer is simply taken over. */
-    if (flock(u->fd, LOCK_EX | LOCK_NB) < 0 || ftruncate(u->fd, 0) < 0) {
-        int e = errno;
-        int rc = e == EWOULDBLOCK
-                     ? ckpt_fail(err, -EBUSY, "%s: another writer is writing it now", u->shown_tmp)
-                     : ckpt_fail(err, -e, "%s: cannot create: %s", u->shown_tmp, strerror(e));
+    int rc = take_temporary(ls, u, err);
+    if (rc < 0) {
         upload_free(u);
         return rc;
     }
