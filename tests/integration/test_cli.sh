@@ -513,9 +513,12 @@ interrupt() {
 }
 # Unpacking: the process is stopped as soon as the big file exists (its
 # batch's decoding has then just begun), signalled, and let go, so the
-# signal always lands mid-file. What remains must be whole.
+# signal always lands mid-file. 70 small files come first in the pack, so
+# the first batch of 64 is finished by then: those are kept, and must be
+# whole; the big file's batch is removed.
 interrupt_unpack() {
-    local sig=$1 out=$TMP/big-un-$1 pid rc i f
+    local sig=$1 second=${2:-} pid rc i f
+    local out=$TMP/big-un-$sig$second
     rm -rf "$out"
     "$CKPT" unpack "$TMP/big-int.tpack" -o "$out" --threads 1 >/dev/null 2>"$TMP/int.err" &
     pid=$!
@@ -525,23 +528,34 @@ interrupt_unpack() {
     done
     kill -STOP "$pid"
     kill -s "$sig" "$pid"
+    # Two signals at once: whichever handler runs second does not wait for
+    # the workers; it removes the open files itself and exits with its own.
+    [ -n "$second" ] && kill -s "$second" "$pid"
     kill -CONT "$pid"
     wait "$pid"
     rc=$?
-    if [ "$rc" -eq "$((128 + $(kill -l "$sig")))" ] && grep -q "interrupted" "$TMP/int.err"; then
+    if [ -n "$second" ] && { [ "$rc" -eq "$((128 + $(kill -l "$sig")))" ] ||
+        [ "$rc" -eq "$((128 + $(kill -l "$second")))" ]; } && ! grep -q "interrupted;" "$TMP/int.err"; then
+        pass "SIG$sig and SIG$second during unpack: exit $rc at once, from the second handler"
+    elif [ -n "$second" ]; then
+        fail "SIG$sig and SIG$second during unpack: exit 128+signal" "exit $rc: $(cat "$TMP/int.err")"
+    elif [ "$rc" -eq "$((128 + $(kill -l "$sig")))" ] && grep -q "interrupted" "$TMP/int.err"; then
         pass "SIG$sig during unpack: reported, exit $rc"
     else
         fail "SIG$sig during unpack: reported, exit 128+signal" "exit $rc: $(cat "$TMP/int.err")"
     fi
-    expect_absent "SIG$sig during unpack: the file being written is removed" "$out/model.safetensors"
-    for f in "$out"/*; do
-        [ -e "$f" ] || continue
-        if cmp -s "$f" "$BIG/${f##*/}"; then
-            pass "SIG$sig during unpack: ${f##*/}, kept, is whole"
-        else
-            fail "SIG$sig during unpack: ${f##*/}, kept, is whole" "differs from $BIG/${f##*/}"
-        fi
-    done
+    local label=SIG$sig${second:+ and SIG$second}
+    expect_absent "$label during unpack: the file being written is removed" "$out/model.safetensors"
+    local kept=0 bad=""
+    while IFS= read -r f; do
+        kept=$((kept + 1))
+        cmp -s "$out/$f" "$TMP/big-int/$f" || bad+=" $f"
+    done < <(cd "$out" && find . -type f | sed 's|^\./||')
+    if [ "$kept" -ge 64 ] && [ -z "$bad" ]; then
+        pass "$label during unpack: the $kept files finished before are kept, whole"
+    else
+        fail "$label during unpack: the files finished before are kept, whole" "$kept kept; differ:$bad"
+    fi
 }
 # A second pack to the name a first is still writing must not share its
 # temporary file (each would truncate and overwrite the other's bytes).
@@ -570,10 +584,14 @@ two_packs_to_one_name() {
 if [ "$LAST_RC" -eq 0 ]; then
     interrupt INT
     interrupt TERM
-    expect_ok "a big pack to unpack" "$CKPT" pack "$BIG" -o "$TMP/big-int.tpack" --threads 2
+    cp -r "$BIG" "$TMP/big-int"
+    mkdir "$TMP/big-int/aa"
+    for i in $(seq -w 0 69); do echo "small file $i" >"$TMP/big-int/aa/f$i"; done
+    expect_ok "a big pack to unpack" "$CKPT" pack "$TMP/big-int" -o "$TMP/big-int.tpack" --threads 2
     two_packs_to_one_name
     interrupt_unpack INT
     interrupt_unpack TERM
+    interrupt_unpack INT TERM
 else
     fail "ckpt-gen makes a gpt2-medium checkpoint with 4 layers" "$(head -n 3 "$LAST_ERR")"
 fi

@@ -180,17 +180,20 @@ struct batch {
 /* An interruption stops the workers at their next chunk; the files being
  * written are then removed like failed ones, and the files already
  * finished stay. A second signal does not wait for the workers: it removes
- * the files being decoded (unlinkat and _exit are async-signal-safe). */
+ * the batch's files still open (unlinkat and _exit are async-signal-safe;
+ * a file's fd is published last when opened and first when closed, with
+ * atomics, since the handler may run on any thread). */
 static volatile sig_atomic_t interrupted;
-static struct batch *volatile decoding; /* its files are all open */
-static volatile sig_atomic_t decoding_n;
+static struct batch *volatile current; /* the batch from its opens to its closes */
+static volatile sig_atomic_t current_n;
+static size_t removed_on_interrupt; /* by the main thread, once stopped */
 
 static void on_signal(int sig)
 {
     if (interrupted) {
-        struct batch *b = decoding;
-        for (sig_atomic_t i = 0; b && i < decoding_n; i++)
-            if (b->f[i].fd >= 0)
+        struct batch *b = current;
+        for (sig_atomic_t i = 0; b && i < current_n; i++)
+            if (__atomic_load_n(&b->f[i].fd, __ATOMIC_ACQUIRE) >= 0)
                 unlinkat(b->f[i].dirfd, b->f[i].leaf, 0);
         _exit(128 + sig);
     }
@@ -234,18 +237,13 @@ static int sink(void *ud, size_t file_index, uint64_t off, const void *data, siz
     return 0;
 }
 
-/* ckpt_files_decode between the batch's opens and closes, with the second
- * signal's handler knowing which files to remove. */
+/* ckpt_files_decode, unless interrupted before it began. */
 static int decode_files(ckpt_pack *p, size_t first, size_t end, const struct unpack_opts *o,
                         struct batch *b, ckpt_err *err)
 {
     if (interrupted)
         return -EINTR;
-    decoding_n = (sig_atomic_t)(end - b->first);
-    decoding = b;
-    int rc = ckpt_files_decode(p, first, end, o->threads, sink, b, err);
-    decoding = NULL;
-    return rc;
+    return ckpt_files_decode(p, first, end, o->threads, sink, b, err);
 }
 
 /* Creates file i's entry; -1 (and a message) when it cannot. */
@@ -281,7 +279,7 @@ static int open_out(ckpt_pack *p, size_t i, int root, const struct unpack_opts *
         return -1;
     }
     f->dirfd = dirfd;
-    f->fd = fd;
+    __atomic_store_n(&f->fd, fd, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -316,7 +314,9 @@ static int close_out(ckpt_pack *p, size_t i, const struct unpack_opts *o, progre
             failed = why;
         }
     }
-    if (close(f->fd) < 0 && !failed) {
+    int fd = f->fd;
+    __atomic_store_n(&f->fd, -1, __ATOMIC_RELEASE); /* the handler's no more */
+    if (close(fd) < 0 && !failed) {
         snprintf(why, sizeof why, "%s/%s: write failed: %s", o->dir, fi->path, strerror(errno));
         failed = why;
     }
@@ -326,8 +326,10 @@ static int close_out(ckpt_pack *p, size_t i, const struct unpack_opts *o, progre
     close(f->dirfd);
     if (!failed)
         return 0;
-    if (!*failed)
+    if (!*failed) {
+        removed_on_interrupt++;
         return -1;
+    }
     progress_clear(pg);
     cli_fail("%s", failed);
     return -1;
@@ -350,6 +352,10 @@ static size_t unpack_batch(ckpt_pack *p, size_t first, size_t end, int root,
     size_t failed = 0;
     b->first = first;
     for (size_t i = first; i < end; i++)
+        b->f[i - first].fd = -1;
+    current_n = (sig_atomic_t)(end - first);
+    current = b;
+    for (size_t i = first; i < end; i++)
         if (open_out(p, i, root, o, b->pg, &b->f[i - first]) < 0)
             failed++;
     /* A file that could not be created takes no chunks: the whole batch is
@@ -364,11 +370,13 @@ static size_t unpack_batch(ckpt_pack *p, size_t first, size_t end, int root,
             int rc = decode_files(p, i, i + 1, o, b, &err);
             failed += close_out(p, i, o, b->pg, f, batch_failure(rc, &err)) < 0;
         }
+        current = NULL;
         return failed;
     }
     int rc = decode_files(p, first, end, o, b, &err);
     for (size_t i = first; i < end; i++)
         failed += close_out(p, i, o, b->pg, &b->f[i - first], batch_failure(rc, &err)) < 0;
+    current = NULL;
     return failed;
 }
 
@@ -441,9 +449,18 @@ int cmd_unpack(int argc, char **argv)
     close(root);
     cli_close_pack(p, key);
 
+    if (sig && removed_on_interrupt) {
+        cli_fail("interrupted; the %zu files being written were removed, those finished "
+                 "before were kept",
+                 removed_on_interrupt);
+        return 128 + sig;
+    }
+    if (sig && done < n) {
+        cli_fail("interrupted between files; those written were kept");
+        return 128 + sig;
+    }
     if (sig) {
-        cli_fail("interrupted; the files being written were removed, those finished before "
-                 "were kept");
+        cli_fail("interrupted once every file was written; they are all kept");
         return 128 + sig;
     }
     if (failed)
