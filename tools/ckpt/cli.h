@@ -23,9 +23,10 @@ int cli_bad_option(const char *cmd, int c, char **argv);
 /* "ckpt: <msg>"; returns EXIT_FAIL. */
 int cli_fail(const char *fmt, ...) CLI_PRINTF(1, 2);
 int cli_fail_err(const ckpt_err *err);
-/* Names come from packs and mounts, which may be hostile: a control byte
- * (an escape sequence, a newline that fakes a line) is written as '?', as
- * ls does on a terminal. --json output escapes them instead. */
+/* Names come from packs and mounts, which may be hostile: a control (C0 or
+ * DEL byte, or a UTF-8 C1 control such as U+009B, CSI to xterm) is written
+ * as one '?', so no escape sequence runs and no newline fakes a line.
+ * --json output escapes them instead. */
 void cli_put_name(const char *name);
 void cli_sanitize(char *s); /* the same, in place */
 

@@ -8,22 +8,40 @@
 #include <stdlib.h>
 #include <time.h>
 
-static int is_control(unsigned char c)
+/* Bytes of s at c that a terminal takes as a control: C0 and DEL (1), and
+ * the C1 controls U+0080..U+009F in UTF-8 (2: xterm reads U+009B as CSI).
+ * 0: a byte to show as it is. */
+static int control_len(const unsigned char *c)
 {
-    return c < 0x20 || c == 0x7f;
+    if (*c < 0x20 || *c == 0x7f)
+        return 1;
+    if (c[0] == 0xc2 && c[1] >= 0x80 && c[1] <= 0x9f)
+        return 2;
+    return 0;
 }
 
 void cli_sanitize(char *s)
 {
-    for (; *s; s++)
-        if (is_control((unsigned char)*s))
-            *s = '?';
+    unsigned char *in = (unsigned char *)s, *out = in;
+    while (*in) {
+        int n = control_len(in);
+        if (n) {
+            *out++ = '?';
+            in += n;
+        } else {
+            *out++ = *in++;
+        }
+    }
+    *out = '\0';
 }
 
 void cli_put_name(const char *name)
 {
-    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
-        putchar(is_control(*c) ? '?' : *c);
+    for (const unsigned char *c = (const unsigned char *)name; *c;) {
+        int n = control_len(c);
+        putchar(n ? '?' : *c);
+        c += n ? n : 1;
+    }
 }
 
 /* A message may quote names from a pack: its control bytes become '?'. */

@@ -64,14 +64,12 @@ static void fit(char *out, const char *s, size_t width)
         while (keep > 0 && ((unsigned char)s[keep] & 0xC0) == 0x80)
             keep--;
     }
-    for (size_t i = 0; i < keep; i++) {
-        unsigned char c = (unsigned char)s[i];
-        out[i] = c < 0x20 || c == 0x7f ? '?' : (char)c;
-    }
+    memcpy(out, s, keep);
     if (keep < len)
         memcpy(out + keep, "...", 4);
     else
         out[keep] = '\0';
+    cli_sanitize(out);
 }
 
 /* Errors name the pack ("/BACKING/NAME.tpack: wrong key: ..."); the line
