@@ -615,9 +615,13 @@ static int add_fd(ckpt_writer *w, const char *pack_path, int fd, const char *src
                         (int64_t)st->st_mtim.tv_sec, (uint32_t)st->st_mtim.tv_nsec, err);
     if (rc == 0) {
         struct stat now;
+        /* ctime too: a rewrite that puts the mtime back (rsync --inplace
+         * -t, futimens) cannot put it back. */
         if (fstat(fd, &now) == 0 &&
             (now.st_size != st->st_size || now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
-             now.st_mtim.tv_nsec != st->st_mtim.tv_nsec))
+             now.st_mtim.tv_nsec != st->st_mtim.tv_nsec ||
+             now.st_ctim.tv_sec != st->st_ctim.tv_sec ||
+             now.st_ctim.tv_nsec != st->st_ctim.tv_nsec))
             rc = ckpt_fail(err, -EAGAIN, "%s: file changed while being packed", src_path);
     }
     return rc;
@@ -646,7 +650,8 @@ int ckpt_writer_add_reader_shared(ckpt_writer *w, const char *pack_path, ckpt_re
 
 int ckpt_writer_add_path(ckpt_writer *w, const char *pack_path, const char *src_path, ckpt_err *err)
 {
-    int fd = open(src_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* O_NONBLOCK: a FIFO must not hang the open; it is refused below. */
+    int fd = open(src_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         if (errno == ELOOP)
             return ckpt_fail(err, -ELOOP, "%s: is a symbolic link; refusing to follow it",
@@ -659,6 +664,8 @@ int ckpt_writer_add_path(ckpt_writer *w, const char *pack_path, const char *src_
         rc = ckpt_fail(err, -errno, "%s: stat failed: %s", src_path, strerror(errno));
     else if (!S_ISREG(st.st_mode))
         rc = ckpt_fail(err, -EINVAL, "%s: not a regular file", src_path);
+    else if (fcntl(fd, F_SETFL, 0) < 0)
+        rc = ckpt_fail(err, -errno, "%s: cannot open: %s", src_path, strerror(errno));
     else
         rc = add_fd(w, pack_path, fd, src_path, &st, err);
     close(fd);
@@ -690,8 +697,10 @@ static int cmp_str(const void *a, const void *b)
 
 /* Collects regular files below root/rel; anything else is an error, so
  * nothing is silently left out of a checkpoint. */
-static int walk(const char *root, const char *rel, pathlist *out, dev_t skip_dev, ino_t skip_ino,
-                uint64_t *bytes, int depth, ckpt_err *err)
+/* skip_dev/skip_ino: files left out (the pack being written and the one it
+ * replaces), 0 0 for none. */
+static int walk(const char *root, const char *rel, pathlist *out, const dev_t skip_dev[2],
+                const ino_t skip_ino[2], uint64_t *bytes, int depth, ckpt_err *err)
 {
     if (depth > 64)
         return ckpt_fail(err, -ELOOP, "%s/%s: directories nested too deeply", root, rel);
@@ -730,7 +739,8 @@ static int walk(const char *root, const char *rel, pathlist *out, dev_t skip_dev
                 "%s: is a symbolic link; refusing to follow it (copy the target in instead)", full);
         } else if (!S_ISREG(st.st_mode)) {
             rc = ckpt_fail(err, -EINVAL, "%s: not a regular file or directory", full);
-        } else if (!(st.st_dev == skip_dev && st.st_ino == skip_ino)) {
+        } else if (!(st.st_dev == skip_dev[0] && st.st_ino == skip_ino[0]) &&
+                   !(st.st_dev == skip_dev[1] && st.st_ino == skip_ino[1] && skip_ino[1])) {
             if (bytes)
                 *bytes += (uint64_t)st.st_size;
             if (out) {
@@ -755,9 +765,9 @@ static int walk(const char *root, const char *rel, pathlist *out, dev_t skip_dev
 int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err)
 {
     pathlist l = {0};
-    dev_t dev;
-    ino_t ino;
-    writer_output_id(w, &dev, &ino);
+    dev_t dev[2];
+    ino_t ino[2];
+    writer_output_id(w, dev, ino);
     int rc = walk(src_dir, "", &l, dev, ino, NULL, 0, err);
     if (rc == 0)
         qsort(l.v, l.n, sizeof *l.v, cmp_str);
@@ -784,5 +794,7 @@ int ckpt_tree_size(const char *path, uint64_t *out, ckpt_err *err)
         *out = (uint64_t)st.st_size;
         return 0;
     }
-    return walk(path, "", NULL, 0, 0, out, 0, err);
+    static const dev_t none_dev[2];
+    static const ino_t none_ino[2];
+    return walk(path, "", NULL, none_dev, none_ino, out, 0, err);
 }

@@ -1275,10 +1275,12 @@ int ckpt_writer_open_in(ckpt_store *s, const char *name, const char *tmp_name,
     return rc;
 }
 
-void writer_output_id(const ckpt_writer *w, dev_t *dev, ino_t *ino)
+void writer_output_id(const ckpt_writer *w, dev_t dev[2], ino_t ino[2])
 {
-    *dev = w->dev;
-    *ino = w->ino;
+    dev[0] = w->dev;
+    ino[0] = w->ino;
+    dev[1] = (dev_t)w->out->replaces.dev;
+    ino[1] = (ino_t)w->out->replaces.ino;
 }
 
 int writer_has_tensor(const ckpt_writer *w, const char *name)

@@ -6,7 +6,9 @@
 #include <sys/types.h>
 
 /* The pack being written, so a tree walk can skip its own output. */
-void writer_output_id(const ckpt_writer *w, dev_t *dev, ino_t *ino);
+/* The file being written and the one it will replace (0, 0 where none or
+ * not local): a tree packed into itself must skip both. */
+void writer_output_id(const ckpt_writer *w, dev_t dev[2], ino_t ino[2]);
 struct ingest_layout;
 /* Adds one file of size bytes read through read(ud, ...) as a container
  * whose parser returned lay (NULL: opaque) or, when fault is non-empty,

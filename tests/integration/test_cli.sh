@@ -417,6 +417,22 @@ opaque_source bad-safetensors-offsets offsets_past_end "w.safetensors" "data_off
 opaque_source bad-npy npy_garbage "bad.npy" "npy header"
 bad_source link-in-tree a_symlink "link.txt" "symbolic link"
 
+# ------------------------------------------------------------ packing into itself
+
+# A pack written inside the tree it packs leaves itself out, and, with
+# --force, the pack it replaces too (that old pack was nested in the new
+# one, and again at each repack).
+mkdir -p "$TMP/self"
+echo a >"$TMP/self/a"
+expect_ok "a pack inside its own source" "$CKPT" pack "$TMP/self" -o "$TMP/self/x.tpack"
+expect_ok "packed again over itself" "$CKPT" pack "$TMP/self" -o "$TMP/self/x.tpack" --force
+expect_ok "ls of it" "$CKPT" ls "$TMP/self/x.tpack"
+if grep -q "x.tpack" "$LAST_OUT" || [ "$(wc -l <"$LAST_OUT")" -ne 1 ]; then
+    fail "the repacked pack holds only the source's own file" "$(cat "$LAST_OUT")"
+else
+    pass "the repacked pack holds only the source's own file"
+fi
+
 # ------------------------------------------------------------ a stalled store
 
 # An S3 pack whose gateway answers listings but never answers an upload:

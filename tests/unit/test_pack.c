@@ -782,6 +782,70 @@ Test(pack, add_tree_indexes_safetensors_and_npy)
     free(path);
 }
 
+/* A FIFO given to ckpt_writer_add_path is refused at once (the open
+ * blocked until something wrote to it). */
+Test(pack, a_fifo_is_refused_without_hanging, .timeout = 30)
+{
+    char *fifo = tu_join(dir, "fifo"), *pack = tu_join(dir, "f.tpack");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    ckpt_write_opts o = {.threads = 1};
+    ckpt_writer *w;
+    ckpt_err e = {0};
+    cr_assert_eq(ckpt_writer_open(pack, NULL, &o, &w, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_add_path(w, "fifo", fifo, &e), -EINVAL);
+    tu_assert_contains(e.msg, "not a regular file");
+    ckpt_writer_abort(w);
+    free(fifo);
+    free(pack);
+}
+
+/* A file rewritten while it is packed, its mtime then put back (rsync
+ * --inplace -t does so): the ctime still tells, and the pack fails rather
+ * than store a file torn between two versions. */
+struct rewrite_ctx {
+    const char *path;
+    int done;
+};
+
+static void rewrite_once(void *ud, uint64_t done, uint64_t total)
+{
+    struct rewrite_ctx *r = ud;
+    (void)done;
+    (void)total;
+    if (r->done++)
+        return;
+    struct stat st;
+    int fd = open(r->path, O_WRONLY);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(fstat(fd, &st), 0);
+    usleep(20000); /* a ctime tick later */
+    cr_assert_eq(pwrite(fd, "!", 1, 0), 1);
+    struct timespec ts[2] = {st.st_atim, st.st_mtim};
+    cr_assert_eq(futimens(fd, ts), 0);
+    close(fd);
+}
+
+Test(pack, a_file_rewritten_with_its_mtime_put_back_fails_the_pack)
+{
+    char *src = tu_join(dir, "w.bin"), *pack = tu_join(dir, "w.tpack");
+    uint8_t *data = malloc(1u << 20);
+    tu_fill_pattern(data, 1u << 20, 5);
+    tu_write_file(src, data, 1u << 20);
+    struct rewrite_ctx r = {src, 0};
+    ckpt_write_opts o = {
+        .threads = 1, .chunk_size = CKPT_CHUNK_MIN, .progress = rewrite_once, .progress_ud = &r};
+    ckpt_writer *w;
+    ckpt_err e = {0};
+    cr_assert_eq(ckpt_writer_open(pack, NULL, &o, &w, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_add_path(w, "w.bin", src, &e), -EAGAIN, "%s", e.msg);
+    tu_assert_contains(e.msg, "changed while being packed");
+    cr_assert(r.done > 0, "the file was rewritten during the pack");
+    ckpt_writer_abort(w);
+    free(data);
+    free(src);
+    free(pack);
+}
+
 Test(pack, keys, .timeout = 30)
 {
     char *kf = tu_join(dir, "key");

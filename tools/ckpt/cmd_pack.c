@@ -201,7 +201,14 @@ static void pack_warn(void *ud, const char *src, const char *reason)
 {
     struct pack_ctx *ctx = ud;
     progress_clear(&ctx->pg);
-    fprintf(stderr, "warning: %s: stored opaque: %s\n", src, reason);
+    char *line = NULL;
+    if (asprintf(&line, "warning: %s: stored opaque: %s", src, reason) < 0) {
+        fputs("warning: a file is stored opaque (out of memory saying which)\n", stderr);
+        return;
+    }
+    cli_sanitize(line);
+    fprintf(stderr, "%s\n", line);
+    free(line);
 }
 
 static const char *plural(size_t n, const char *one, const char *many)

@@ -416,6 +416,8 @@ static int local_create(ckpt_store *s, const char *name, const char *tmp_name, s
     struct stat st;
     if (fstat(u->fd, &st) == 0)
         id_from_stat(&st, &u->base.id);
+    if (fstatat(ls->dirfd, u->name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+        id_from_stat(&st, &u->base.replaces);
     *out = &u->base;
     return 0;
 }

@@ -103,7 +103,8 @@ typedef struct store_upload_ops {
 
 struct store_upload {
     const store_upload_ops *ops;
-    ckpt_object_id id; /* of what is being written, where known (dev, ino) */
+    ckpt_object_id id;       /* of what is being written, where known (dev, ino) */
+    ckpt_object_id replaces; /* of the object commit will replace, where known */
 };
 
 /* Every backend's lock begins with this, so ckpt_store_lock_release finds
