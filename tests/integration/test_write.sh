@@ -311,6 +311,27 @@ sleep 2.5
 [ "$(state_of "$MNT/open")" = writing ] && pass "not while a file in it is open" || fail "not while a file in it is open" "$(state_of "$MNT/open")"
 exec 7>&-
 wait_state "committed once it is closed" "$MNT/open" committed 30
+# A committed checkpoint changed only by a remove, a rename or a touch is
+# committed again once quiet too (it stayed writing until ckpt commit).
+for change in rm mv touch; do
+    mkdir "$MNT/re-$change"
+    echo a >"$MNT/re-$change/a"
+    echo b >"$MNT/re-$change/b"
+    wait_state "re-$change: committed" "$MNT/re-$change" committed 30
+    case $change in
+    rm) rm "$MNT/re-$change/b" ;;
+    mv) mv "$MNT/re-$change/b" "$MNT/re-$change/c" ;;
+    touch) touch -d @1000000000 "$MNT/re-$change/b" ;;
+    esac
+    wait_state "re-$change: committed again once quiet, after only a $change" "$MNT/re-$change" committed 30
+    expect_ok "re-$change: the new pack holds the change" "$CKPT" ls -l "$BACK/re-$change.tpack"
+    case $change in
+    rm) ! grep -q " b$" "$LAST_OUT" && pass "re-rm: b is gone from the pack" || fail "re-rm: b is gone from the pack" "$(cat "$LAST_OUT")" ;;
+    mv) grep -q " c$" "$LAST_OUT" && ! grep -q " b$" "$LAST_OUT" && pass "re-mv: b is c in the pack" || fail "re-mv: b is c in the pack" "$(cat "$LAST_OUT")" ;;
+    touch) grep -q "2001-09-0[89].* b$" "$LAST_OUT" && pass "re-touch: b's new mtime is in the pack" || fail "re-touch: b's new mtime is in the pack" "$(cat "$LAST_OUT")" ;;
+    esac
+    [ -e "$MNT/re-$change/manifest.json" ] && pass "re-$change: shown packed again" || fail "re-$change: shown packed again" "no manifest.json"
+done
 hwm=$(awk '/VmHWM/ {print $2}' "/proc/${DAEMON_OF[$MNT]}/status")
 [ "${hwm:-999999}" -lt $((200 << 10)) ] && pass "daemon peak memory ${hwm} KiB" || fail "daemon peak memory" "${hwm} KiB"
 unmount_ckptfs "$MNT"
