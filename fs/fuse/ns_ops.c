@@ -168,8 +168,15 @@ void nsops_setattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct stat *attr
         rc = EROFS;
     else if (to_set & FUSE_SET_ATTR_SIZE)
         rc = EISDIR;
-    else if (!*path && (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)))
-        rc = EPERM; /* the backing directory itself is the administrator's */
+    if (!rc && !*path) {
+        /* The backing directory itself is the administrator's, so its mode
+         * and times stay; but copies into the mount's root (rsync -a, cp -a
+         * dir/. MNT/, tar with a ./ entry) set them and failed on EPERM. A
+         * no-op, as chown is; the mount is private to its user anyway. */
+        free(path);
+        nsops_getattr(req, fs, ino);
+        return;
+    }
     int dir = rc ? -1 : backing_open_dir(fs->table.backing_fd, path, 0);
     if (!rc && dir < 0)
         rc = -dir;

@@ -36,6 +36,13 @@ expect_ok "mkdir makes a directory" mkdir "$MNT/a"
 [ "$(state_of "$MNT/a")" = writing ] && pass "its state is writing" || fail "its state is writing" "$(state_of "$MNT/a")"
 expect_fail "mkdir of an existing checkpoint fails" mkdir "$MNT/a"
 expect_absent "the staging area does not show" "$MNT/.ckptfs"
+# Copies into the root set its times and mode (rsync -a, cp -a dir/. MNT/,
+# tar's ./ entry): they succeed and change nothing (they failed with EPERM).
+root_mode=$(stat -c %a "$BACK")
+expect_ok "touch of the mount root" touch "$MNT"
+expect_ok "chmod of the mount root" chmod 700 "$MNT"
+expect_ok "touch -d of the mount root (as cp -a and tar set it)" touch -d @1000000000 "$MNT"
+[ "$(stat -c %a "$BACK")" = "$root_mode" ] && pass "the backing directory's mode is kept" || fail "the backing directory's mode is kept" "$(stat -c %a "$BACK")"
 [ -d "$BACK/.ckptfs" ] && pass "staging lives under BACKING/.ckptfs" || fail "staging lives under BACKING/.ckptfs"
 
 # ---------------------------------------------------------------- cp -r
