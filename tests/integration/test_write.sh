@@ -36,6 +36,13 @@ expect_ok "mkdir makes a directory" mkdir "$MNT/a"
 [ "$(state_of "$MNT/a")" = writing ] && pass "its state is writing" || fail "its state is writing" "$(state_of "$MNT/a")"
 expect_fail "mkdir of an existing checkpoint fails" mkdir "$MNT/a"
 expect_absent "the staging area does not show" "$MNT/.ckptfs"
+# A directory whose inode the kernel got while it was a namespace (a shell's
+# cwd) is listed after it became a committed checkpoint (ESTALE before).
+mkdir "$MNT/cw"
+expect_ok "ls in a directory that became a committed checkpoint under its cwd" \
+    bash -c "cd '$MNT/cw' && echo x >a && '$CKPT' commit --wait . >/dev/null && ls"
+last_stdout_has "and it lists its file" "a"
+rm -r "$MNT/cw"
 # Copies into the root set its times and mode (rsync -a, cp -a dir/. MNT/,
 # tar's ./ entry): they succeed and change nothing (they failed with EPERM).
 root_mode=$(stat -c %a "$BACK")
