@@ -61,6 +61,9 @@ enum tpack_container {
 };
 /* The longest note a file record may carry (bytes of UTF-8). */
 #define TPACK_NOTE_MAX 1024
+/* The largest index a reader accepts (raw bytes); a writer refuses to
+ * finish a pack whose index is larger, which no reader would open. */
+#define TPACK_INDEX_MAX (1ull << 31)
 
 #define TPACK_EXTENT_RECORD 24
 #define TPACK_CHUNK_RECORD 24

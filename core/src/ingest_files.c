@@ -334,6 +334,16 @@ static int plan_pieces(const ckpt_writer *w, const char *pack_path, ingest_layou
         if ((rc = qualify_name(w, pack_path, &names, t, &renamed[i], why, why_len)) < 0)
             goto out;
         rc = -EINVAL;
+        /* What ckpt_writer_begin_tensor refuses would fail the whole pack
+         * halfway; here it only makes this file opaque. */
+        const char *final = renamed[i] ? renamed[i] : t->name;
+        if (strlen(final) > UINT16_MAX || t->ndim > 64) {
+            snprintf(why, why_len,
+                     "layout: tensor '%.200s' has a name over %u bytes or over 64 "
+                     "dimensions",
+                     final, UINT16_MAX);
+            goto out;
+        }
         owner[i] = region_of(lay, t);
         if (owner[i] >= 0) {
             if (ckpt_dtype_size(lay->regions[owner[i]].dtype) != ckpt_dtype_size(t->dtype)) {

@@ -22,8 +22,6 @@
 #include <libdeflate.h>
 #include <zlib.h>
 
-#define MAX_INDEX_BYTES (1ull << 31)
-
 /* Fuzz builds skip checksums so mutated inputs reach the checks behind them
  * (the usual libFuzzer convention); release builds never define this. */
 #ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
@@ -780,7 +778,7 @@ static int load_index(ckpt_pack *p, ckpt_err *err)
      * pass the sum check too. */
     if (ioff < TPACK_HEADER_SIZE || istored > p->file_size - TPACK_FOOTER_SIZE ||
         ioff > p->file_size - TPACK_FOOTER_SIZE - istored ||
-        ioff + istored + TPACK_FOOTER_SIZE != p->file_size || iraw > MAX_INDEX_BYTES ||
+        ioff + istored + TPACK_FOOTER_SIZE != p->file_size || iraw > TPACK_INDEX_MAX ||
         istored != iraw + tag || iraw < 32)
         return ckpt_fail(err, -EIO,
                          "%s: footer points outside the file (index at %llu, %llu bytes)", p->path,

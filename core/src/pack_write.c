@@ -1451,6 +1451,14 @@ int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
         rc = ckpt_fail(err, -ENOMEM, "out of memory for the index");
         goto fail;
     }
+    if (idx.len > TPACK_INDEX_MAX) {
+        rc = ckpt_fail(err, -EFBIG,
+                       "%s: its index would be %zu bytes, over the %llu a reader "
+                       "accepts (too many files, tensors or chunks, or names too long)",
+                       w->final_path, idx.len, (unsigned long long)TPACK_INDEX_MAX);
+        bb_free(&idx);
+        goto fail;
+    }
     if (w->keys.subkey) {
         stored = malloc(idx.len + TPACK_AEAD_TAG);
         if (!stored) {

@@ -782,6 +782,50 @@ Test(pack, add_tree_indexes_safetensors_and_npy)
     free(path);
 }
 
+/* A safetensors key longer than a pack can name a tensor (65535 bytes): the
+ * file is stored opaque with a warning, and the rest of the pack goes on
+ * (the writer refused it halfway, failing the whole pack with "invalid
+ * tensor name", naming neither file nor tensor). */
+Test(pack, an_over_long_tensor_name_makes_its_file_opaque)
+{
+    size_t nl = 70000;
+    char *json = malloc(nl + 128);
+    cr_assert_not_null(json);
+    json[0] = '{';
+    json[1] = '"';
+    memset(json + 2, 'a', nl);
+    strcpy(json + 2 + nl, "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}");
+    size_t jl = strlen(json), total = 8 + jl + 4;
+    uint8_t *st = malloc(total);
+    for (int i = 0; i < 8; i++)
+        st[i] = (uint8_t)((uint64_t)jl >> (8 * i));
+    memcpy(st + 8, json, jl);
+    memset(st + 8 + jl, 0, 4);
+    char *src = tu_join(dir, "long"), *stp = tu_join(src, "m.safetensors");
+    cr_assert_eq(mkdir(src, 0755), 0);
+    tu_write_file(stp, st, total);
+    char *path = tu_join(dir, "long.tpack");
+    warned w_seen = {0};
+    ckpt_write_opts wo = {.level = -1, .warn = on_warn, .warn_ud = &w_seen};
+    ckpt_writer *w;
+    ckpt_err e = {0};
+    cr_assert_eq(ckpt_writer_open(path, NULL, &wo, &w, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_add_tree(w, src, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(w_seen.n, 1);
+    cr_assert(tu_contains(w_seen.reason, "name over 65535 bytes"), "%s", w_seen.reason);
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(path, NULL, &p, &e), 0, "%s", e.msg);
+    expect_file(p, "m.safetensors", st, total);
+    cr_assert_eq(ckpt_tensor_count(p), 0);
+    ckpt_close(p);
+    free(json);
+    free(st);
+    free(stp);
+    free(src);
+    free(path);
+}
+
 /* A FIFO given to ckpt_writer_add_path is refused at once (the open
  * blocked until something wrote to it). */
 Test(pack, a_fifo_is_refused_without_hanging, .timeout = 30)
