@@ -28,6 +28,9 @@ int cli_fail_err(const ckpt_err *err);
  * as one '?', so no escape sequence runs and no newline fakes a line.
  * --json output escapes them instead. */
 void cli_put_name(const char *name);
+/* SIGINT and SIGTERM go to handler (SIG_DFL: back to the default), with
+ * interrupted I/O restarted. */
+void cli_catch_interrupts(void (*handler)(int));
 void cli_sanitize(char *s); /* the same, in place */
 
 /* ------------------------------------------------------------ parsing */

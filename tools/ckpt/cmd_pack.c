@@ -153,19 +153,6 @@ static void on_signal(int sig)
     interrupted = sig;
 }
 
-static void set_signals(void (*handler)(int))
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = handler;
-    sigemptyset(&sa.sa_mask);
-    /* Restart interrupted I/O: the library should not see a spurious EINTR
-     * and report it as a write error; the flag is what stops the work. */
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
 struct pack_ctx {
     progress pg;
     const char *tmp;
@@ -244,10 +231,10 @@ static int write_pack(const struct pack_opts *o, int src_is_dir, ckpt_write_opts
     wo->warn_ud = &ctx;
 
     double t0 = cli_now();
-    set_signals(on_signal);
+    cli_catch_interrupts(on_signal);
     if ((out_store ? ckpt_writer_open_in(out_store, out_name, NULL, wo, &w, &err)
                    : ckpt_writer_open(o->out, tmp, wo, &w, &err)) < 0) {
-        set_signals(SIG_DFL);
+        cli_catch_interrupts(SIG_DFL);
         return cli_fail_err(&err);
     }
     /* Only once it is ours: a temporary file another run holds is not. */
@@ -266,7 +253,7 @@ static int write_pack(const struct pack_opts *o, int src_is_dir, ckpt_write_opts
         int sig = interrupted;
         progress_end(&ctx.pg);
         ckpt_writer_abort(w);
-        set_signals(SIG_DFL);
+        cli_catch_interrupts(SIG_DFL);
         if (!sig)
             return cli_fail_err(&err);
         cli_fail("interrupted; nothing was written");
@@ -276,7 +263,7 @@ static int write_pack(const struct pack_opts *o, int src_is_dir, ckpt_write_opts
     progress_end(&ctx.pg);
     double secs = cli_now() - t0;
     int sig = interrupted;
-    set_signals(SIG_DFL);
+    cli_catch_interrupts(SIG_DFL);
     if (rc < 0)
         return cli_fail_err(&err);
     if (sig) {

@@ -200,17 +200,6 @@ static void on_signal(int sig)
     interrupted = sig;
 }
 
-static void set_signals(void (*handler)(int))
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = handler;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART; /* the flag stops the work, not an EINTR */
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
 /* On the worker that decoded the chunk: its bytes go straight to their place
  * in the file, so writing spreads over the workers with the decoding. A
  * fault only marks its file; the other files go on. */
@@ -435,13 +424,13 @@ int cmd_unpack(int argc, char **argv)
     }
     b->pg = &pg;
     pthread_mutex_init(&b->mu, NULL);
-    set_signals(on_signal);
+    cli_catch_interrupts(on_signal);
     size_t done = 0;
     for (; done < n && !interrupted; done += BATCH_FILES)
         failed +=
             unpack_batch(p, done, done + BATCH_FILES < n ? done + BATCH_FILES : n, root, &o, b);
     int sig = interrupted;
-    set_signals(SIG_DFL);
+    cli_catch_interrupts(SIG_DFL);
     pthread_mutex_destroy(&b->mu);
     free(b);
     progress_end(&pg);
