@@ -212,6 +212,11 @@ int wtable_reopen(wtable *t, const char *name, wckpt **out)
         base = NULL;
         rc = tree_from_base(c);
         c->meta_gen++;
+        /* Reopened for a change, which may never come (a file opened for
+         * writing and closed untouched): the idle commit still packs it
+         * again once quiet, as the log says, or it would stay writing, its
+         * pack shown through the write side, until ckpt commit. */
+        c->changed_since_commit = 1;
         pthread_mutex_unlock(&c->lock);
         made = c;
     }

@@ -327,7 +327,7 @@ exec 7>&-
 wait_state "committed once it is closed" "$MNT/open" committed 30
 # A committed checkpoint changed only by a remove, a rename or a touch is
 # committed again once quiet too (it stayed writing until ckpt commit).
-for change in rm mv touch; do
+for change in rm mv touch open; do
     mkdir "$MNT/re-$change"
     echo a >"$MNT/re-$change/a"
     echo b >"$MNT/re-$change/b"
@@ -336,6 +336,7 @@ for change in rm mv touch; do
     rm) rm "$MNT/re-$change/b" ;;
     mv) mv "$MNT/re-$change/b" "$MNT/re-$change/c" ;;
     touch) touch -d @1000000000 "$MNT/re-$change/b" ;;
+    open) $PY -c "open('$MNT/re-$change/b', 'r+').close()" ;;
     esac
     wait_state "re-$change: committed again once quiet, after only a $change" "$MNT/re-$change" committed 30
     expect_ok "re-$change: the new pack holds the change" "$CKPT" ls -l "$BACK/re-$change.tpack"
@@ -343,6 +344,7 @@ for change in rm mv touch; do
     rm) ! grep -q " b$" "$LAST_OUT" && pass "re-rm: b is gone from the pack" || fail "re-rm: b is gone from the pack" "$(cat "$LAST_OUT")" ;;
     mv) grep -q " c$" "$LAST_OUT" && ! grep -q " b$" "$LAST_OUT" && pass "re-mv: b is c in the pack" || fail "re-mv: b is c in the pack" "$(cat "$LAST_OUT")" ;;
     touch) grep -q "2001-09-0[89].* b$" "$LAST_OUT" && pass "re-touch: b's new mtime is in the pack" || fail "re-touch: b's new mtime is in the pack" "$(cat "$LAST_OUT")" ;;
+    open) grep -q " a$" "$LAST_OUT" && grep -q " b$" "$LAST_OUT" && pass "re-open: the pack is unchanged" || fail "re-open: the pack is unchanged" "$(cat "$LAST_OUT")" ;;
     esac
     [ -e "$MNT/re-$change/manifest.json" ] && pass "re-$change: shown packed again" || fail "re-$change: shown packed again" "no manifest.json"
 done
