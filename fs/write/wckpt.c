@@ -328,15 +328,12 @@ int wc_unpack(wckpt *c, const char *what)
 }
 
 /* Called with c->lock held after a change succeeded. Only data arms the
- * auto-commit of a new checkpoint: a writer that makes its directories,
- * then spends a while before the first file, must not see an empty
- * checkpoint committed. A reopened one (has_base) has its data: removing,
- * renaming or touching a file there is a change its next generation must
- * hold, or it would stay writing, its pack shown through the write side,
- * until someone ran ckpt commit. */
+ * auto-commit: a writer that makes its directories, then spends a while
+ * before the first file, must not see an empty checkpoint committed. (A
+ * reopened one is armed from its reopening: wtable_reopen.) */
 void wc_touched(wckpt *c, int namespace)
 {
-    if (!namespace || c->dir.has_base)
+    if (!namespace)
         c->changed_since_commit = 1;
     c->last_change = wc_now_mono();
     if (namespace)
