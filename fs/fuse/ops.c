@@ -224,13 +224,12 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
     ckptfs *fs = fs_of(req);
     fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
-    /* Routed as opendir was: a directory opened (a shell's cwd) while it
-     * was a namespace may be a committed checkpoint by now. */
     if (h && h->is_wlisting)
         wops_readdir(req, h, size, off);
-    else
-        rops_readdir(req, fs, nsops_route(fs, ino), size, off,
-                     h && h->is_root_listing ? &h->u.listing : NULL);
+    else if (h && h->is_root_listing)
+        rops_readdir(req, fs, ino, size, off, &h->u.listing);
+    else /* routed as opendir was: a namespace (a shell's cwd) may be a checkpoint by now */
+        rops_readdir(req, fs, nsops_route(fs, ino), size, off, NULL);
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
