@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/stat.h>
 
 #include "ckpt.h"
 
@@ -119,6 +120,13 @@ ssize_t ckpt_pread_full(int fd, void *buf, size_t len, uint64_t off);
 ssize_t ckpt_read_full(int fd, void *buf, size_t len);
 ssize_t ckpt_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
 ssize_t ckpt_write_full(int fd, const void *buf, size_t len);
+
+/* Opens path read-only (O_CLOEXEC and `flags`, e.g. O_NOFOLLOW) if it is a
+ * regular file, and fills *st. A FIFO or device put in its place must not
+ * hang or act on the open: it is opened O_NONBLOCK, which is cleared once
+ * the file is known to be regular. Returns the descriptor, -errno, or
+ * -EINVAL for anything but a regular file. */
+int ckpt_open_regular(const char *path, int flags, struct stat *st);
 
 /* ------------------------------------------------ store administration */
 

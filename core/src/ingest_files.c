@@ -41,19 +41,14 @@ static int read_disk_sibling(const char *path, const char *name, uint8_t **out, 
     char *full;
     if (asprintf(&full, "%.*s%s", slash ? (int)(slash - path + 1) : 0, path, name) < 0)
         return -ENOMEM;
-    /* O_NONBLOCK: a FIFO planted as the sibling must not block the pack */
-    int fd = open(full, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    struct stat st;
+    int fd = ckpt_open_regular(full, O_NOFOLLOW, &st); /* a planted FIFO must not block */
     free(full);
     if (fd < 0)
-        return -errno;
-    struct stat st;
+        return fd;
     int rc = 0;
     uint8_t *buf = NULL;
-    if (fstat(fd, &st) < 0)
-        rc = -errno;
-    else if (!S_ISREG(st.st_mode))
-        rc = -EINVAL;
-    else if ((uint64_t)st.st_size > max)
+    if ((uint64_t)st.st_size > max)
         rc = -EFBIG;
     else if (!(buf = malloc(st.st_size ? (size_t)st.st_size : 1)))
         rc = -ENOMEM;
@@ -660,24 +655,15 @@ int ckpt_writer_add_reader_shared(ckpt_writer *w, const char *pack_path, ckpt_re
 
 int ckpt_writer_add_path(ckpt_writer *w, const char *pack_path, const char *src_path, ckpt_err *err)
 {
-    /* O_NONBLOCK: a FIFO must not hang the open; it is refused below. */
-    int fd = open(src_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) {
-        if (errno == ELOOP)
-            return ckpt_fail(err, -ELOOP, "%s: is a symbolic link; refusing to follow it",
-                             src_path);
-        return ckpt_fail(err, -errno, "%s: cannot open: %s", src_path, strerror(errno));
-    }
     struct stat st;
-    int rc;
-    if (fstat(fd, &st) < 0)
-        rc = ckpt_fail(err, -errno, "%s: stat failed: %s", src_path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        rc = ckpt_fail(err, -EINVAL, "%s: not a regular file", src_path);
-    else if (fcntl(fd, F_SETFL, 0) < 0)
-        rc = ckpt_fail(err, -errno, "%s: cannot open: %s", src_path, strerror(errno));
-    else
-        rc = add_fd(w, pack_path, fd, src_path, &st, err);
+    int fd = ckpt_open_regular(src_path, O_NOFOLLOW, &st);
+    if (fd == -ELOOP)
+        return ckpt_fail(err, -ELOOP, "%s: is a symbolic link; refusing to follow it", src_path);
+    if (fd == -EINVAL)
+        return ckpt_fail(err, -EINVAL, "%s: not a regular file", src_path);
+    if (fd < 0)
+        return ckpt_fail(err, fd, "%s: cannot open: %s", src_path, strerror(-fd));
+    int rc = add_fd(w, pack_path, fd, src_path, &st, err);
     close(fd);
     return rc;
 }

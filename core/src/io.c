@@ -4,7 +4,25 @@
  * and streaming variants differ only in whether the offset advances. */
 #include "common.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+int ckpt_open_regular(const char *path, int flags, struct stat *st)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | flags);
+    if (fd < 0)
+        return -errno;
+    int rc = fstat(fd, st) < 0 ? -errno : !S_ISREG(st->st_mode) ? -EINVAL : 0;
+    if (rc == 0 && fcntl(fd, F_SETFL, 0) < 0)
+        rc = -errno;
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
 
 ssize_t ckpt_pread_full(int fd, void *buf, size_t len, uint64_t off)
 {

@@ -78,16 +78,12 @@ static int read_secret_file(const char *path, uint8_t **buf, size_t *len, size_t
 {
     if (ckpt_sodium_init() < 0)
         return ckpt_fail(err, -ENOSYS, "libsodium failed to initialise");
-    /* O_NONBLOCK: a FIFO put in its place must not hang the open; it is
-     * refused below like anything that is not a regular file. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return ckpt_fail(err, -errno, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
+    int fd = ckpt_open_regular(path, 0, &st); /* a FIFO in its place must not hang */
+    if (fd == -EINVAL)
         return ckpt_fail(err, -EINVAL, "%s: not a regular file", path);
-    }
+    if (fd < 0)
+        return ckpt_fail(err, fd, "%s: cannot open: %s", path, strerror(-fd));
     if (st.st_mode & 077) {
         close(fd);
         return ckpt_fail(err, -EACCES,
