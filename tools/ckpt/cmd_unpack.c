@@ -226,15 +226,6 @@ static int sink(void *ud, size_t file_index, uint64_t off, const void *data, siz
     return 0;
 }
 
-/* ckpt_files_decode, unless interrupted before it began. */
-static int decode_files(ckpt_pack *p, size_t first, size_t end, const struct unpack_opts *o,
-                        struct batch *b, ckpt_err *err)
-{
-    if (interrupted)
-        return -EINTR;
-    return ckpt_files_decode(p, first, end, o->threads, sink, b, err);
-}
-
 /* Creates file i's entry; -1 (and a message) when it cannot. */
 static int open_out(ckpt_pack *p, size_t i, int root, const struct unpack_opts *o, progress *pg,
                     struct out_file *f)
@@ -356,13 +347,13 @@ static size_t unpack_batch(ckpt_pack *p, size_t first, size_t end, int root,
             struct out_file *f = &b->f[i - first];
             if (f->fd < 0)
                 continue;
-            int rc = decode_files(p, i, i + 1, o, b, &err);
+            int rc = ckpt_files_decode(p, i, i + 1, o->threads, sink, b, &err);
             failed += close_out(p, i, o, b->pg, f, batch_failure(rc, &err)) < 0;
         }
         current = NULL;
         return failed;
     }
-    int rc = decode_files(p, first, end, o, b, &err);
+    int rc = ckpt_files_decode(p, first, end, o->threads, sink, b, &err);
     for (size_t i = first; i < end; i++)
         failed += close_out(p, i, o, b->pg, &b->f[i - first], batch_failure(rc, &err)) < 0;
     current = NULL;

@@ -6,7 +6,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 static const char verify_help[] =
     "usage: ckpt verify PACK [options]\n"
@@ -66,15 +65,14 @@ static void on_fault(void *ud, const char *kind, const char *name, uint64_t off,
      * line: stdio locks the stream per call, so concurrent faults do not
      * interleave. */
     char *line = NULL;
-    if ((fault && fault[0] ? asprintf(&line, "%s\n", fault)
-                           : asprintf(&line, "%s: %s '%s' at offset %" PRIu64 ": fault\n",
-                                      ctx->name, kind, name, off)) < 0) {
+    if ((fault && fault[0] ? asprintf(&line, "%s", fault)
+                           : asprintf(&line, "%s: %s '%s' at offset %" PRIu64 ": fault", ctx->name,
+                                      kind, name, off)) < 0) {
         puts("fault (out of memory describing it)");
         return;
     }
-    cli_sanitize(line);
-    line[strlen(line) - 1] = '\n'; /* the newline was sanitized too */
-    fputs(line, stdout);
+    cli_sanitize(line); /* it quotes names from the pack */
+    printf("%s\n", line);
     fflush(stdout);
     free(line);
 }
