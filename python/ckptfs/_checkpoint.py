@@ -296,23 +296,16 @@ class Checkpoint(Mapping):
                 % (self.path, name, info.nbytes, dt, info.shape, dt.itemsize * info.numel),
                 path=filename,
             )
-        try:
-            if info.nbytes == 0:
-                if not os.path.exists(filename):
-                    raise FileNotFoundError(_errno.ENOENT, os.strerror(_errno.ENOENT), filename)
-                # A memmap view (which has a __dict__) so that it carries
-                # ckptfs_dtype like every other array returned here.
-                a = np.empty(info.shape, dtype=dt).view(np.memmap)
-                a.flags.writeable = mode == "c"
-            else:
-                a = np.memmap(filename, dtype=dt, mode=mode, offset=offset, shape=info.shape)
-        except OSError as e:
-            raise CkptfsError("%s: %s" % (filename, e.strerror or e), path=filename, errno=e.errno) from None
-        except ValueError as e:
-            # mmap's "mmap length is greater than file size": a short file.
-            raise CkptfsError(
-                "%s: tensor %r: %d bytes at offset %d: %s" % (filename, name, info.nbytes, offset, e), path=filename
-            ) from None
+        if info.nbytes == 0:
+            if not os.path.exists(filename):
+                enoent = _errno.ENOENT
+                raise CkptfsError("%s: %s" % (filename, os.strerror(enoent)), path=filename, errno=enoent)
+            # A memmap view (which has a __dict__) so that it carries
+            # ckptfs_dtype like every other array returned here.
+            a = np.empty(info.shape, dtype=dt).view(np.memmap)
+            a.flags.writeable = mode == "c"
+        else:
+            a = self._memmap(name, filename, dt, mode, offset, info.shape, info.nbytes)
         a.ckptfs_dtype = info.dtype
         return a
 
@@ -354,7 +347,7 @@ class Checkpoint(Mapping):
             return torch.empty(info.shape, dtype=td)
         if info.filename is None:
             # Its packed file at its offset, privately mapped.
-            raw = self._raw(name, filename, offset, info.nbytes)
+            raw = self._memmap(name, filename, np.uint8, "c", offset, (info.nbytes,), info.nbytes)
             return torch.frombuffer(raw, dtype=td).view(info.shape)
         try:
             t = torch.from_file(filename, shared=False, size=info.numel, dtype=td)
@@ -363,11 +356,11 @@ class Checkpoint(Mapping):
             raise CkptfsError("%s: %s" % (filename, e), path=filename) from None
         return t.view(info.shape)
 
-    def _raw(self, name, filename, offset, nbytes):
-        """nbytes bytes of filename from offset: a private (copy-on-write)
-        uint8 memmap, writable without changing the file."""
+    def _memmap(self, name, filename, dtype, mode, offset, shape, nbytes):
+        """``numpy.memmap`` of filename, with its errors as CkptfsError
+        naming the file (a file too short: mmap's ValueError)."""
         try:
-            return np.memmap(filename, dtype=np.uint8, mode="c", offset=offset, shape=(nbytes,))
+            return np.memmap(filename, dtype=dtype, mode=mode, offset=offset, shape=shape)
         except OSError as e:
             raise CkptfsError("%s: %s" % (filename, e.strerror or e), path=filename, errno=e.errno) from None
         except ValueError as e:
