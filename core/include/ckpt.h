@@ -492,6 +492,14 @@ typedef struct ckpt_write_stats {
 int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err);
 /* Abandons the pack: frees everything and removes the temporary file. */
 void ckpt_writer_abort(ckpt_writer *w);
+/* Stops a pack from outside the call adding to it: from the progress
+ * callback, or from another thread (not from a signal handler: it takes a
+ * lock). The writer then fails as it would on a write error: the call
+ * adding to it returns -ECANCELED at its next chunk, as does any later
+ * call that adds bytes, ends a file or finishes. ckpt_writer_abort() then
+ * drops what this writer wrote: its temporary file, or its own upload,
+ * never another writer's upload of the same name. */
+void ckpt_writer_cancel(ckpt_writer *w);
 
 /* Total size in bytes of the regular files under path (a file or a tree);
  * for progress bars. */

@@ -1313,6 +1313,13 @@ void ckpt_writer_abort(ckpt_writer *w)
     writer_free(w); /* stops the threads first, then removes the temporary file */
 }
 
+void ckpt_writer_cancel(ckpt_writer *w)
+{
+    ckpt_err e;
+    ckpt_fail(&e, -ECANCELED, "%s: packing cancelled", w->final_path);
+    writer_set_failed(w, &e);
+}
+
 /* The head of a tensor record, stored and assembled alike: name, dtype,
  * rank, shape (FORMAT.md section 4). */
 static void bb_tensor_head(bytebuf *b, const char *name, const char *dtype, uint32_t ndim,

@@ -890,6 +890,7 @@ typedef struct fake_s3 {
     int upload_vanishes; /* the next Complete answers 503, the upload gone */
     int odd_part_etags;  /* part ETags that are no MD5 (as with SSE-KMS) */
     unsigned mp_aborts;  /* AbortMultipartUpload requests */
+    unsigned mp_lists;   /* ListMultipartUploads requests */
     unsigned mp_heads;   /* HEADs of the object */
 } fake_s3;
 
@@ -1065,6 +1066,8 @@ static void fake_serve(fake_s3 *f, int fd)
     snprintf(query, sizeof query, "%s", target + strcspn(target, "?"));
     target[strcspn(target, "?")] = 0;
     pthread_mutex_lock(&f->mu);
+    if (!strcmp(target, "/bucket") && strstr(query, "uploads"))
+        f->mp_lists++;
     if (!strcmp(target, "/bucket") && f->stuck && strstr(query, "uploads")) {
         fake_send(fd, 200, NULL,
                   "<ListMultipartUploadsResult><IsTruncated>true</IsTruncated>"
@@ -1354,6 +1357,90 @@ Test(s3_fake, multipart_answers_lost_without_md5_part_etags, .init = clean_env, 
     cr_assert_eq(snap.mp_aborts, 1);
     ckpt_store_free(s);
     fake_stop(&f);
+}
+
+/* A pack of PACK_SIZE bytes (byte i is i % 251) to p/mp, stopped once its
+ * upload has begun and STOP_AT bytes are in: by the progress callback
+ * cancelling the writer (`ckpt pack` on SIGINT), or by a read failing. */
+#define PACK_SIZE (24u << 20)
+#define STOP_AT (16u << 20)
+typedef struct stopped_pack {
+    fake_s3 *f;
+    ckpt_writer *w;
+    int read_fails; /* else the progress callback cancels */
+    int cancelled;
+} stopped_pack;
+
+static void wait_for_upload(fake_s3 *f)
+{
+    for (int i = 0; i < 1000 && !fake_get(f, &f->uploading); i++)
+        usleep(10000);
+}
+
+static ssize_t stopped_pack_read(void *ud, void *buf, size_t len, uint64_t off)
+{
+    stopped_pack *p = ud;
+    if (p->read_fails && off + len > STOP_AT) {
+        wait_for_upload(p->f);
+        return -EIO;
+    }
+    if (len > PACK_SIZE - off)
+        len = (size_t)(PACK_SIZE - off);
+    for (size_t i = 0; i < len; i++)
+        ((uint8_t *)buf)[i] = (uint8_t)((off + i) % 251);
+    return (ssize_t)len;
+}
+
+static void stopped_pack_progress(void *ud, uint64_t done, uint64_t total)
+{
+    stopped_pack *p = ud;
+    (void)total;
+    if (!p->read_fails && !p->cancelled && done >= STOP_AT) {
+        p->cancelled = 1;
+        wait_for_upload(p->f);
+        ckpt_writer_cancel(p->w);
+    }
+}
+
+/* Either way the writer's abort aborts its own upload, by its id, and
+ * lists no uploads: aborting those of the name, as `ckpt pack` did on
+ * SIGINT, aborted another writer's of the same name too. */
+static void pack_stopped_midway(int read_fails, int want_rc)
+{
+    fake_s3 f;
+    fake_start(&f);
+    ckpt_store *s = fake_store(&f);
+    stopped_pack p = {.f = &f, .read_fails = read_fails};
+    ckpt_write_opts wo = {.level = 0,
+                          .threads = 2,
+                          .progress = stopped_pack_progress,
+                          .progress_ud = &p,
+                          .progress_total = PACK_SIZE};
+    ckpt_writer *w;
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_writer_open_in(s, "mp", NULL, &wo, &w, &err), 0, "%s", err.msg);
+    p.w = w;
+    int rc = ckpt_writer_add_reader(w, "data.bin", stopped_pack_read, &p, PACK_SIZE, 0644, 0, 0,
+                                    NULL, &err);
+    cr_assert_eq(rc, want_rc, "%d: %s", rc, err.msg);
+    cr_assert(fake_get(&f, &f.uploading), "the upload had begun");
+    ckpt_writer_abort(w);
+    fake_s3 snap = fake_snapshot(&f);
+    cr_assert_eq(snap.mp_aborts, 1, "its own upload is aborted");
+    cr_assert(!snap.uploading && !snap.mp_exists);
+    cr_assert_eq(snap.mp_lists, 0, "no uploads listed, so none but its own aborted");
+    ckpt_store_free(s);
+    fake_stop(&f);
+}
+
+Test(s3_fake, cancelled_pack_aborts_only_its_own_upload, .init = clean_env, .fini = drop_home)
+{
+    pack_stopped_midway(0, -ECANCELED);
+}
+
+Test(s3_fake, failed_pack_aborts_only_its_own_upload, .init = clean_env, .fini = drop_home)
+{
+    pack_stopped_midway(1, -EIO);
 }
 
 static int count_object(void *ud, const ckpt_object_info *info)
