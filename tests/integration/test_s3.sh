@@ -12,7 +12,8 @@
 #   - the gateway killed in the middle of a cat and restarted: the read
 #     completes after retries or fails cleanly within the bound
 #   - ckpt pack SIGKILLed in the middle of a multipart upload: no object,
-#     and ckpt s3-cleanup leaves no upload behind
+#     and ckpt s3-cleanup leaves no upload behind; SIGINTed, it aborts its
+#     own upload and leaves another writer's upload of the same name
 #   - the s3_live suite of tests/unit/test_s3.c (lock, -ESTALE, rename, ...)
 # Needs root (the gateway's daemons) and Debian's ceph packages, which the
 # script installs on first use; when that fails, the test fails.
@@ -189,10 +190,13 @@ for _ in $(seq 100); do curl -s -o /dev/null "$S3_ENDPOINT/" && break; sleep 0.2
 # -------------------------------- ckpt pack killed in a multipart upload
 # Polled with curl (boto3 starts too slowly to catch a pack of a few
 # seconds); one thread and level 9 make the pack last long enough.
+# upload_started PREFIX [N]: N (default 1) uploads under PREFIX/ or more.
 upload_started() {
-    curl -s --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+    local n
+    n=$(curl -s --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
         -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$S3_ENDPOINT/$BK?prefix=$1%2F&uploads=" |
-        grep -q "<Upload>"
+        grep -o "<Upload>" | wc -l)
+    [ "$n" -ge "${2:-1}" ]
 }
 "$CKPT" pack big -o s3://$BK/crash/big.tpack --threads 1 --level 9 >/dev/null 2>&1 &
 pack_pid=$!
@@ -228,6 +232,27 @@ if [ "$int_rc" -eq 130 ] && [ -z "$(s3py uploads $BK int/)" ] && [ "$(s3py size 
 else
     fail "SIGINT mid-upload: exit 130, no object, no upload left" "exit $int_rc" "$(s3py uploads $BK int/)" "$(cat int.err)"
 fi
+
+# Another writer (another host, say) is packing the same name: SIGINT
+# aborts this pack's own upload, never the other's.
+other=$(s3py start-upload $BK int2/big.tpack)
+"$CKPT" pack big -o s3://$BK/int2/big.tpack --threads 1 --level 9 >/dev/null 2>int2.err &
+pack_pid=$!
+for _ in $(seq 300); do
+    upload_started int2 2 && break
+    sleep 0.05
+done
+kill -INT "$pack_pid"
+wait "$pack_pid"
+int_rc=$?
+left=$(s3py uploads $BK int2/)
+if [ "$int_rc" -eq 130 ] && [ "$left" = "int2/big.tpack $other" ] && grep -q interrupted int2.err; then
+    pass "SIGINT mid-upload beside another writer's upload of the name: exit 130, only ours aborted"
+else
+    fail "SIGINT mid-upload beside another writer's upload of the name: exit 130, only ours aborted" \
+        "exit $int_rc" "other: $other" "left: $left" "$(cat int2.err)"
+fi
+run_cmd "$CKPT" s3-cleanup s3://$BK/int2 --older-than 0
 
 # ------------------------------------------- the store API on the gateway
 if [ -x "$BUILD/tests/test_s3" ]; then

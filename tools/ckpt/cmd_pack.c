@@ -3,11 +3,13 @@
  * The library writes OUT.tmp and renames it into place only when the pack is
  * complete, so the one thing left to this command is never to leave the
  * temporary file behind: on errors it aborts the writer, and on SIGINT or
- * SIGTERM it stops at the next progress callback.
+ * SIGTERM the next progress callback cancels it, which fails the add under
+ * way, and it is aborted the same.
  *
  * OUT may be s3://BUCKET/[PREFIX/]NAME.tpack: the pack is then uploaded as
  * it is written (a multipart upload that becomes the object only when the
- * pack is complete); an interrupted pack aborts its upload. */
+ * pack is complete); an interrupted pack aborts its own upload, and only
+ * that one: another writer may be uploading the same name. */
 #define CKPT_INTERNAL_API /* ckpt_store_remove */
 #include "ckpt_internal.h"
 #include "cli.h"
@@ -131,7 +133,7 @@ static int parse_pack_opts(int argc, char **argv, struct pack_opts *o)
 
 static volatile sig_atomic_t interrupted;
 static const char *tmp_to_remove;
-/* An S3 pack being uploaded: what an interruption aborts. */
+/* An S3 pack's store and object name (NULL: a local pack). */
 static ckpt_store *out_store;
 static const char *out_name;
 
@@ -155,29 +157,19 @@ static void on_signal(int sig)
 
 struct pack_ctx {
     progress pg;
-    const char *tmp;
+    ckpt_writer *w;
 };
 
 static void pack_progress(void *ud, uint64_t done, uint64_t total)
 {
     struct pack_ctx *ctx = ud;
     if (interrupted) {
-        /* The writer cannot be unwound from inside its own callback, and
-         * freeing it here would pull it out from under its caller. Removing
-         * the temporary file is all that ckpt_writer_abort would leave
-         * visible, so do that and leave; the worker threads die with us. */
-        progress_clear(&ctx->pg);
-        if (out_store) {
-            /* The writer's upload cannot be reached from here; aborting the
-             * uploads of this name does what its abort would. */
-            ckpt_err err = {0};
-            if (ckpt_store_abort_stale_uploads(out_store, out_name, 0, &err) < 0)
-                fprintf(stderr, "ckpt: %s\n", err.msg);
-        } else {
-            unlink(ctx->tmp);
-        }
-        fprintf(stderr, "ckpt: interrupted; nothing was written\n");
-        _exit(128 + interrupted);
+        /* The writer cannot be freed inside its own callback; cancelled,
+         * it fails the add under way, and write_pack aborts it: its
+         * temporary file is removed, or its own upload aborted (not the
+         * uploads of this name: another writer's would go too). */
+        ckpt_writer_cancel(ctx->w);
+        return;
     }
     progress_set(&ctx->pg, done, total);
 }
@@ -221,7 +213,7 @@ static int write_pack(const struct pack_opts *o, int src_is_dir, ckpt_write_opts
     ckpt_err err = {0};
     ckpt_writer *w;
     ckpt_write_stats st;
-    struct pack_ctx ctx = {.tmp = tmp};
+    struct pack_ctx ctx = {0};
 
     if (ckpt_tree_size(o->src, &wo->progress_total, &err) < 0)
         return cli_fail_err(&err);
@@ -239,6 +231,7 @@ static int write_pack(const struct pack_opts *o, int src_is_dir, ckpt_write_opts
     }
     /* Only once it is ours: a temporary file another run holds is not. */
     tmp_to_remove = out_store ? NULL : tmp;
+    ctx.w = w;
     progress_start(&ctx.pg, "packing", wo->progress_total);
     int rc;
     if (src_is_dir) {
