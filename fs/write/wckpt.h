@@ -5,7 +5,9 @@
  * the pack is what NAME shows. NAME is a path (common/backing_path.h):
  * "run1/checkpoint-500" packs into BACKING/run1/checkpoint-500.tpack. A
  * file written directly into a namespace is a checkpoint of its own
- * (is_file; wtable_create_file), packed into BACKING/NAME.tfile.
+ * (is_file; wtable_create_file), packed into BACKING/NAME.tfile; unlinked
+ * while open, it goes with its staging at once and lives on only through
+ * its descriptors, as an unlinked file does (wtable_unlink_file).
  *
  * Namespaces are directories of the backing directory; the table makes,
  * removes and renames them (wtable_ns_*) as it is the writer.
@@ -295,7 +297,9 @@ int wtable_reopen(wtable *t, const char *name, wckpt **out);
  * while packing. */
 int wtable_rmdir(wtable *t, const char *name);
 /* unlink of a single-file checkpoint: -ENOENT if none, -EISDIR for a
- * directory. Removes a pack it would have replaced too. */
+ * directory. Removes a pack it would have replaced too. A handle still
+ * open on its file keeps reading and writing it (an unlinked blob) until
+ * its last release. */
 int wtable_unlink_file(wtable *t, const char *name);
 /* Removes BACKING/name.tpack (or .tfile, is_file) durably. */
 int wtable_remove_pack(wtable *t, const char *name, int is_file);

@@ -58,6 +58,10 @@ int wc_copy_up(wckpt *c, uint32_t node, wfile *f, int keep);
 wfile *wc_file_of(wckpt *c, uint32_t node);
 /* Frees a removed file's data once nothing uses it (c->lock held). */
 void wc_drop_if_detached(wckpt *c, uint32_t node);
+/* A node just detached from the namespace: its staged data goes now (an
+ * open descriptor keeps its unlinked blob until closed), the rest of it
+ * when the last user lets go (c->lock held). */
+void wc_removed(wckpt *c, uint32_t node);
 
 /* State changes (c->lock held). */
 /* Can the namespace or data change now? A checkpoint being packed is

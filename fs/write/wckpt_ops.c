@@ -48,15 +48,35 @@ static void fill_attr(wckpt *c, uint32_t node, struct stat *st)
     }
 }
 
+/* A file removed while open (a descriptor still uses it): it lives on
+ * through that descriptor, also once its checkpoint is gone (a file
+ * checkpoint unlinked while open, as tempfile.TemporaryFile does). */
+static int open_detached(wckpt *c, uint32_t node)
+{
+    const wnode *n = wtree_node(&c->tree, node);
+    return n && n->kind != WNODE_DIR && !n->linked && n->data;
+}
+
 /* The node, if it can be looked at: -EACCES when locked, -ESTALE once
- * the checkpoint is committed or gone (callers then look at the pack). */
+ * the checkpoint is committed or gone (callers then look at the pack),
+ * except a file of a deleted checkpoint that is still open. */
 static int usable(wckpt *c, uint32_t node)
 {
+    if (c->state == WST_DELETED && open_detached(c, node))
+        return 0;
     if (c->state == WST_COMMITTED || c->state == WST_DELETED)
         return -ESTALE;
     if (c->locked)
         return node == WTREE_ROOT ? 0 : -EACCES;
     return node < c->tree.n_nodes ? 0 : -ESTALE;
+}
+
+/* wc_modifiable for a change to node, which usable let through: the open
+ * file of a deleted checkpoint changes freely, as an unlinked file does on
+ * any filesystem (its checkpoint has nothing left to stage or pack). */
+static int node_modifiable(wckpt *c, const char *what)
+{
+    return c->state == WST_DELETED ? 0 : wc_modifiable(c, what);
 }
 
 int wckpt_getattr(wckpt *c, uint32_t node, struct stat *st)
@@ -206,9 +226,7 @@ int wckpt_mkdir(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32_
     return rc;
 }
 
-/* A node just detached from the namespace: its data goes now, or when
- * the last user lets go. c->lock held. */
-static void removed(wckpt *c, uint32_t node)
+void wc_removed(wckpt *c, uint32_t node)
 {
     /* Whatever failed in it is gone with it. */
     wc_staging_repaired(c, node, 0, UINT64_MAX);
@@ -229,7 +247,7 @@ int wckpt_unlink(wckpt *c, uint32_t dir, const char *name)
     if (rc == 0)
         rc = wtree_remove(&c->tree, dir, name, 0, &node);
     if (rc == 0) {
-        removed(c, node);
+        wc_removed(c, node);
         wc_mark_mtime(&c->tree.nodes[dir]);
         wc_touched(c, 1);
     }
@@ -262,7 +280,7 @@ int wckpt_rename(wckpt *c, uint32_t dir, const char *name, uint32_t newdir, cons
         rc = wtree_rename(&c->tree, dir, name, newdir, newname, noreplace, &replaced);
     if (rc == 0) {
         if (replaced != WTREE_NONE)
-            removed(c, replaced);
+            wc_removed(c, replaced);
         wc_mark_mtime(&c->tree.nodes[dir]);
         if (newdir != dir)
             wc_mark_mtime(&c->tree.nodes[newdir]);
@@ -281,7 +299,7 @@ int wckpt_open(wckpt *c, uint32_t node, int flags)
     if (rc == 0 && c->tree.nodes[node].kind == WNODE_DIR)
         rc = -EISDIR;
     if (rc == 0 && ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)))
-        rc = wc_modifiable(c, "opening a file for writing");
+        rc = node_modifiable(c, "opening a file for writing");
     wfile *f = rc == 0 ? wc_file_of(c, node) : NULL;
     if (rc == 0 && !f)
         rc = -ESTALE;
@@ -350,7 +368,7 @@ static int begin_io(wckpt *c, uint32_t node, int write, wfile **f)
     if (rc == 0 && c->tree.nodes[node].kind == WNODE_DIR)
         rc = -EISDIR;
     if (rc == 0 && write)
-        rc = wc_modifiable(c, "writing");
+        rc = node_modifiable(c, "writing");
     if (rc == 0 && !(*f = wc_file_of(c, node)))
         rc = -ESTALE;
     if (rc == 0 && write && !(*f)->blob)
@@ -469,7 +487,7 @@ int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t si
     pthread_mutex_lock(&c->lock);
     int rc = usable(c, node);
     if (rc == 0 && flags)
-        rc = wc_modifiable(c, "changing attributes");
+        rc = node_modifiable(c, "changing attributes");
     wnode *n = rc == 0 ? &c->tree.nodes[node] : NULL;
     if (rc == 0 && (flags & WSET_SIZE)) {
         wfile *f = wc_file_of(c, node);

@@ -440,6 +440,15 @@ static int drop(wtable *t, wckpt *c, int want_file)
         c->state = WST_DELETED;
         while (c->inflight)
             pthread_cond_wait(&c->changed, &c->lock);
+        /* A file checkpoint's file goes as a file unlinked inside a
+         * checkpoint does: a descriptor still open on it goes on reading
+         * and writing its unlinked blob (wckpt_ops.c), which the last close
+         * frees; nothing of it stays in the staging area meanwhile. */
+        const wnode *root = &c->tree.nodes[WTREE_ROOT];
+        const char *base = root->n_children ? c->tree.nodes[root->children[0]].name : NULL;
+        uint32_t file;
+        if (want_file && base && wtree_remove(&c->tree, WTREE_ROOT, base, 0, &file) == 0)
+            wc_removed(c, file);
         wc_let_go_of_base(c); /* its space comes back at once */
     }
     int replaces = c->dir.replaces;

@@ -30,6 +30,39 @@ pass "ckptfs mounts writable"
 
 expect_ok "a file at the mount root is a checkpoint of its own" bash -c "printf stray >'$MNT/stray'"
 expect_ok "and reads back" grep -q stray "$MNT/stray"
+# A file at the root unlinked while open (tempfile.TemporaryFile's fallback:
+# open, unlink, use the descriptor) keeps working through its descriptor, as
+# on a local disk, and leaves nothing staged or packed (its next write got
+# EROFS before).
+staged_before=$(ls "$BACK/.ckptfs/stage" | wc -l)
+expect_ok "a file at the root unlinked while open: write, read, fstat, ftruncate" $PY - "$MNT/anon" "$BACK/.ckptfs/stage" "$staged_before" <<'PYEOF'
+import os, sys
+path, stage, before = sys.argv[1], sys.argv[2], int(sys.argv[3])
+fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, b"head")
+os.unlink(path)
+assert not os.path.exists(path), "the name is gone"
+data = os.urandom(1 << 20)
+assert os.write(fd, data) == len(data)
+os.lseek(fd, 0, os.SEEK_SET)
+got = b""
+while len(got) < 4 + len(data):
+    chunk = os.read(fd, 1 << 20)
+    if not chunk:
+        break
+    got += chunk
+assert got == b"head" + data, "reads back what was written"
+st = os.fstat(fd)
+assert st.st_size == 4 + len(data) and st.st_nlink == 0, (st.st_size, st.st_nlink)
+os.ftruncate(fd, 10)
+assert os.fstat(fd).st_size == 10 and os.pread(fd, 100, 0) == got[:10]
+# Nothing of it is left for a restart to find while it is still open.
+assert len(os.listdir(stage)) == before, os.listdir(stage)
+os.close(fd)
+PYEOF
+expect_absent "then the name is gone and nothing was packed" "$MNT/anon" "$BACK/anon.tfile"
+[ "$(ls "$BACK/.ckptfs/stage" | wc -l)" = "$staged_before" ] && pass "nor left staged" ||
+    fail "nor left staged" "$(ls "$BACK/.ckptfs/stage")"
 expect_fail "the staging directory's name is refused" mkdir "$MNT/.ckptfs"
 expect_ok "a name starting with '.' is fine" mkdir "$MNT/.hidden"
 expect_ok "mkdir makes a directory" mkdir "$MNT/a"

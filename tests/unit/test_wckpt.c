@@ -942,6 +942,42 @@ Test(wckpt, setattr_truncate_rename_inside)
     close_table(&t);
 }
 
+/* A file checkpoint unlinked while open (tempfile.TemporaryFile's fallback)
+ * keeps working through its handle, as a file unlinked inside a checkpoint
+ * does, with nothing left staged meanwhile and nothing packed. */
+Test(wckpt, file_checkpoint_unlinked_while_open)
+{
+    wtable t;
+    open_table(&t, NULL, 0, 1);
+    wckpt *c;
+    uint32_t f;
+    struct stat st;
+    cr_assert_eq(wtable_create_file(&t, "tmp", 0600, &c, &f, &st), 0);
+    cr_assert_eq(wckpt_write(c, f, "head", 4, 0), 4);
+    cr_assert_eq(wtable_unlink_file(&t, "tmp"), 0);
+    cr_assert_null(wtable_get(&t, "tmp", 0), "the name is gone");
+    cr_assert_eq(count_entries(".ckptfs/stage"), 0, "nothing staged is left for a restart");
+    cr_assert_eq(wckpt_write(c, f, "tail", 4, 4), 4);
+    char buf[8];
+    cr_assert_eq(wckpt_read(c, f, buf, sizeof buf, 0), 8);
+    cr_assert_eq(memcmp(buf, "headtail", 8), 0);
+    cr_assert_eq(wckpt_getattr(c, f, &st), 0);
+    cr_assert_eq(st.st_size, 8);
+    cr_assert_eq(st.st_nlink, 0);
+    cr_assert_eq(wckpt_setattr(c, f, WSET_SIZE, 0, 2, NULL, NULL, &st), 0);
+    cr_assert_eq(st.st_size, 2);
+    cr_assert_eq(wckpt_allocate(c, f, 0, 100), 0);
+    cr_assert_eq(wckpt_fsync(c, f), 0);
+    cr_assert_eq(wckpt_flush(c, f), 0);
+    wckpt_release(c, f);
+    cr_assert_null(c->tree.nodes[f].data, "freed on last release");
+    cr_assert_eq(wckpt_read(c, f, buf, 1, 0), -ESTALE, "gone once closed");
+    wtable_forget(&t, c, 1);
+    close_table(&t);
+    cr_assert_eq(count_entries(".ckptfs/stage"), 0);
+    cr_assert_eq(count_entries(""), 0, "nothing packed");
+}
+
 /* Writes len zeros at 0 into node f of c, answered (stage_ack) by starting
  * race(arg) on a thread of its own and giving it 50 ms to meet the write
  * still in flight; the write's result, once race is done too. */
