@@ -42,7 +42,9 @@
 #include "stage_crypt.h"
 
 #define STAGE_BLOCK (64u * 1024u)
-/* The largest staged file (the reach of a sealed blob's map). */
+/* The largest staged file (the reach of a sealed blob's map); a plain
+ * blob's is its file system's largest file too when that is smaller (16
+ * TiB on ext4): a write past it is refused (EFBIG) before its answer. */
 #define STAGE_MAX_SIZE (256ull << 40)
 
 typedef struct stage_blob stage_blob;

@@ -37,6 +37,7 @@ struct stage_blob {
     char name[24];
     const stage_key *key; /* NULL: plain */
     uint64_t size;
+    uint64_t fits; /* plain: a size its file system is known to allow */
     int unlinked;
     int need_dir_sync; /* created or compacted; its name is not known durable yet */
     /* A write that failed after its answer (stage_ack): its error for the

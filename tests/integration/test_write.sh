@@ -63,6 +63,54 @@ PYEOF
 expect_absent "then the name is gone and nothing was packed" "$MNT/anon" "$BACK/anon.tfile"
 [ "$(ls "$BACK/.ckptfs/stage" | wc -l)" = "$staged_before" ] && pass "nor left staged" ||
     fail "nor left staged" "$(ls "$BACK/.ckptfs/stage")"
+# A write past the largest file the staging file system allows (16 TiB
+# less 4 KiB on ext4, where staging itself allows 256 TiB) is refused with
+# EFBIG, as that file system refuses it, and the checkpoint stays good; so
+# are a truncate and a fallocate to such a size. (The write was answered,
+# then failed the checkpoint.) fs_max: the largest size a file may have
+# there, found with ftruncate on the backing file system.
+fs_max=$($PY - "$TMP" <<'PYEOF'
+import os, sys, tempfile
+fd, path = tempfile.mkstemp(dir=sys.argv[1])
+os.unlink(path)
+lo, hi = 0, (1 << 63) - 1
+while lo < hi:
+    mid = (lo + hi + 1) // 2
+    try:
+        os.ftruncate(fd, mid)
+        lo = mid
+    except OSError:
+        hi = mid - 1
+print(lo)
+PYEOF
+)
+if [ "$fs_max" -ge $((256 << 40)) ]; then
+    skip "a write past the staging file system's largest file" "$(stat -f -c %T "$TMP") allows more than staging does"
+else
+    mkdir "$MNT/huge"
+    expect_ok "writes, truncates and fallocates past the staging file system's largest file: EFBIG" \
+        $PY - "$MNT/huge/sparse.bin" "$fs_max" <<'PYEOF'
+import errno, os, sys
+path, at = sys.argv[1], int(sys.argv[2])
+fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+os.write(fd, b"kept")
+for what, op in (("pwrite", lambda: os.pwrite(fd, b"x", at)),
+                 ("ftruncate", lambda: os.ftruncate(fd, at + 1)),
+                 ("fallocate", lambda: os.posix_fallocate(fd, at, 1))):
+    try:
+        op()
+    except OSError as e:
+        assert e.errno == errno.EFBIG, (what, e)
+    else:
+        raise AssertionError(what + " past the largest file worked")
+os.write(fd, b" and more")
+os.close(fd)
+PYEOF
+    [ "$(state_of "$MNT/huge")" = writing ] && pass "the checkpoint stays writing" || fail "the checkpoint stays writing" "$(state_of "$MNT/huge")"
+    expect_ok "and commits" "$CKPT" commit --wait "$MNT/huge"
+    [ "$(cat "$MNT/huge/sparse.bin")" = "kept and more" ] && pass "with what was written" || fail "with what was written" "$(head -c 100 "$MNT/huge/sparse.bin")"
+    rm -r "$MNT/huge"
+fi
 expect_fail "the staging directory's name is refused" mkdir "$MNT/.ckptfs"
 expect_ok "a name starting with '.' is fine" mkdir "$MNT/.hidden"
 expect_ok "mkdir makes a directory" mkdir "$MNT/a"

@@ -762,6 +762,58 @@ Test(stage_blob, write_fd_short_pipe)
     close(p[0]);
 }
 
+/* The largest size the scratch file system allows a file (s_maxbytes:
+ * 16 TiB less 4 KiB on ext4 with 4 KiB blocks), found with ftruncate. */
+static uint64_t fs_max_file_size(void)
+{
+    int fd = openat(dirfd_, "probe", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    cr_assert_geq(fd, 0);
+    unlinkat(dirfd_, "probe", 0);
+    uint64_t lo = 0, hi = INT64_MAX;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo + 1) / 2;
+        if (ftruncate(fd, (off_t)mid) == 0)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    close(fd);
+    return lo;
+}
+
+/* A plain blob cannot grow past what its file system allows, which may be
+ * less than STAGE_MAX_SIZE: a write past it is refused with EFBIG before
+ * its answer, as a local disk refuses it, and leaves no error to report
+ * later (it was answered, then failed). */
+Test(stage_blob, plain_write_past_the_file_systems_largest_file)
+{
+    uint64_t max = fs_max_file_size();
+    if (max >= STAGE_MAX_SIZE)
+        cr_skip_test("the scratch file system allows files of %llu bytes", (unsigned long long)max);
+    stage_blob *b = open_blob(16, NULL, 1);
+    ckpt_err err = {0};
+    ack_seen seen = {16, 0, 0, -1};
+    stage_ack ack = {record_ack, &seen, 0};
+    cr_assert_eq(stage_blob_pwrite_acked(b, "x", 1, max, &ack, &err), -EFBIG);
+    cr_assert_eq(seen.calls, 0, "refused before its answer");
+    tu_assert_contains(err.msg, "staging file");
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    cr_assert_eq(write(p[1], "yz", 2), 2);
+    cr_assert_eq(stage_blob_write_fd(b, p[0], 2, max - 1, &ack, &err), -EFBIG, "%s", err.msg);
+    cr_assert_eq(seen.calls, 0);
+    close(p[0]);
+    close(p[1]);
+    cr_assert_eq(stage_blob_truncate(b, max + 1, &err), -EFBIG);
+    cr_assert_eq(stage_blob_take_error(b, &err), 0, "nothing kept for close");
+    cr_assert_eq(stage_blob_pwrite_acked(b, "ok", 2, 0, &ack, &err), 2, "%s", err.msg);
+    cr_assert_eq(stage_blob_pwrite(b, "!", 1, max - 1, &err), 1, "up to the limit: %s", err.msg);
+    cr_assert_eq(stage_blob_size(b), max);
+    cr_assert_eq(stage_blob_truncate(b, 2, &err), 0, "%s", err.msg);
+    expect_contents(b, (const uint8_t *)"ok", 2);
+    stage_blob_free(b);
+}
+
 /* A write answered early that then fails (here: past RLIMIT_FSIZE, as a
  * full disk would) keeps its error, as a page cache keeps a writeback
  * error: the next write is refused with it, once and unanswered; close
