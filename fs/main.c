@@ -384,6 +384,31 @@ static int check_mount_point(const daemon_run *d)
     return 0;
 }
 
+/* The options ckptfs always mounts with. The source that the mount table
+ * shows (fsname) is the backing directory or store URL, as /etc/fstab names
+ * it: `mount -a` then knows the line is mounted (with any other source it
+ * mounts it again, which fails), and findmnt and df say what is mounted.
+ * Commas and backslashes in it are escaped for libfuse's option parser. */
+static int add_mount_options(struct fuse_args *args, int read_only, const char *source)
+{
+    const char *fixed = read_only ? "-oro,default_permissions,subtype=ckptfs,fsname="
+                                  : "-odefault_permissions,subtype=ckptfs,fsname=";
+    size_t n = strlen(source);
+    char *opt = malloc(strlen(fixed) + 2 * n + 1);
+    if (!opt)
+        return -1;
+    char *p = stpcpy(opt, fixed);
+    for (size_t i = 0; i < n; i++) {
+        if (source[i] == ',' || source[i] == '\\')
+            *p++ = '\\';
+        *p++ = source[i];
+    }
+    *p = '\0';
+    int rc = fuse_opt_add_arg(args, opt);
+    free(opt);
+    return rc;
+}
+
 /* The read side, then the write side (which recovers what an earlier run
  * left), then the FUSE session over both. -2 when libfuse refused an
  * option (it has said which), else -1 on failure. */
@@ -414,9 +439,7 @@ static int build_mount(daemon_run *d)
 
     /* The mode bits we show are enforced; without staging, read-only in
      * the kernel too. */
-    if (fuse_opt_add_arg(
-            &d->args, fs->writable ? "-odefault_permissions,subtype=ckptfs,fsname=ckptfs"
-                                   : "-oro,default_permissions,subtype=ckptfs,fsname=ckptfs") != 0)
+    if (add_mount_options(&d->args, !fs->writable, d->backing_path) != 0)
         return -1;
     /* Tracing costs nothing unless asked for: another table, other I/O. */
     const struct fuse_lowlevel_ops *ops = d->cmd.debug ? trace_ops(&ckptfs_ops) : &ckptfs_ops;

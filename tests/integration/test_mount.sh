@@ -48,6 +48,10 @@ if ! mount_ckptfs "$BACK" "$MNT" "$TMP/ckptfs.log" -o key_file="$TMP/key"; then
     finish
 fi
 pass "ckptfs mounts"
+# The mount table names the backing directory as the source, as fstab does
+# (`mount -a` compares them; test_packaging.sh mounts through fstab).
+src=$(findmnt -n -o SOURCE --mountpoint "$MNT")
+if [ "$src" = "$BACK" ]; then pass "the mount's source is the backing directory"; else fail "the mount's source is the backing directory" "'$src'"; fi
 
 # ------------------------------------------------------------------ layout
 

@@ -477,6 +477,14 @@ if [ "$can_mount" = 1 ]; then
         expect_fail "an fstab line with a missing key fails" mount --fstab "$TMP/fstab.bad" "$MNT"
         last_stderr_has "the failure names the key file" "cannot load key" "$TMP/no-such-key"
         if is_mounted "$MNT"; then fail "the failed mount leaves nothing mounted"; else pass "the failed mount leaves nothing mounted"; fi
+        # mount -a, as at boot and after each edit of fstab, must leave a
+        # line that is mounted alone: mounting it again fails.
+        printf '%s %s fuse.ckptfs key_file=%s 0 0\n' "$TMP/packs" "$MNT" "$TMP/key" >"$TMP/fstab.auto"
+        expect_ok "mount -a mounts an fstab line" mount --fstab "$TMP/fstab.auto" -a
+        expect_ok "mount -a again sees that line mounted" mount --fstab "$TMP/fstab.auto" -a
+        n=$(awk -v m="$MNT" '$2 == m' /proc/self/mounts | wc -l)
+        if [ "$n" -eq 1 ]; then pass "mount -a twice: mounted once"; else fail "mount -a twice: mounted once" "$n mounts"; fi
+        expect_ok "umount after mount -a" umount "$MNT"
     else
         skip "an fstab line" "this mount(8) has no --fstab"
     fi
