@@ -135,6 +135,14 @@ fi
 if command -v shellcheck >/dev/null; then
     expect_ok "the installed mount helper is shellcheck-clean" shellcheck "$D/sbin/mount.ckptfs"
 fi
+# What an administrator copies to /etc/ckptfs/NAME.conf: its mount must be
+# root's alone unless they add allow_other (which shows the decrypted
+# checkpoints to every user the modes let in).
+example_options=$(. "$D/etc/ckptfs/example.conf" && printf '%s' "${OPTIONS-}")
+case ,$example_options, in
+*,allow_other,* | *,allow_root,*) fail "example.conf's mount is private to root" "OPTIONS=$example_options" ;;
+*) pass "example.conf's mount is private to root" ;;
+esac
 expect_ok "the installed ckpt runs" "$D/usr/bin/ckpt" --version
 last_stdout_has "the installed ckpt is this version" "ckpt $VERSION"
 
