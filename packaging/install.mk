@@ -28,8 +28,6 @@ SYSTEMDUNITDIR   ?= $(PREFIX)/lib/systemd/system
 SYSCONFDIR       ?= /etc
 PYTHONDIR        ?= $(PREFIX)/lib/python3/dist-packages
 MOUNT_HELPER_DIR ?= /sbin
-# What the systemd unit runs to unmount (Debian's fuse3 ships it here).
-FUSERMOUNT       ?= /bin/fusermount3
 INSTALL          ?= install
 LDCONFIG         ?= ldconfig
 
@@ -47,7 +45,7 @@ GEN_FILES   := $(GEN_DIR)/libckpt.pc $(GEN_DIR)/mount.ckptfs $(GEN_DIR)/ckptfs@.
 # Paths as installed, for the templates (no DESTDIR: they are read at run time).
 SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' \
             -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
-            -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@FUSERMOUNT@|$(FUSERMOUNT)|g' \
+            -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
             -e 's|@VERSION@|$(LIB_VERSION)|g'
 
 D_BIN  = $(DESTDIR)$(BINDIR)
