@@ -34,6 +34,7 @@ static const struct fuse_opt ckptfs_opts[] = {
     OPT("list_interval=%s", list_interval_text),
     OPT("stage_dir=%s", stage_dir),
     FUSE_OPT_KEY("ro", KEY_RO),
+    FUSE_OPT_KEY("-r", KEY_RO), /* libfuse's short form of ro */
     FUSE_OPT_END,
 };
 

@@ -49,6 +49,15 @@ expect_same_sha256 "and reads the committed pack" "$TMP/data" "$MNT3/run/weights
 [ "$(cat "$BACK/.ckptfs/lock")" = "pid $first mount $MNT" ] && pass "and leaves the lock alone" ||
     fail "and leaves the lock alone" "$(cat "$BACK/.ckptfs/lock")"
 unmount_ckptfs "$MNT3"
+# -r, which libfuse takes for ro: read-only for ckptfs too, not a writer
+# that the kernel mounted read-only.
+if mount_ckptfs "$BACK" "$MNT3" "$TMP/r.log" -r; then
+    pass "-r beside the writer works"
+    expect_same_sha256 "-r reads the committed pack" "$TMP/data" "$MNT3/run/weights.bin"
+    unmount_ckptfs "$MNT3"
+else
+    fail "-r beside the writer works" "$(cat "$TMP/r.log")"
+fi
 
 # Mounting again on a mount point that is a ckptfs mount.
 mkdir -p "$TMP/other"
