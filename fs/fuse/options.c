@@ -238,6 +238,15 @@ int fs_options_parse(struct fuse_args *args, fs_options *o)
     o->hide_tensors = o->tensors_text && strcmp(o->tensors_text, "hide") == 0;
     if (parse_store_options(o) != 0)
         return -1;
+    /* The write side's settings do nothing on a read-only mount. Said
+     * rather than refused, so that adding ro to an fstab line is enough. */
+    const char *write_only = o->stage_dir           ? "stage_dir"
+                             : o->commit_delay_text ? "commit_delay"
+                             : o->finish_on_exit    ? "finish_on_exit"
+                                                    : NULL;
+    if (o->read_only && write_only)
+        fprintf(stderr, "ckptfs: warning: %s does nothing on a read-only mount (ro); ignored\n",
+                write_only);
     if (make_absolute(&o->key_file, "key_file") != 0 ||
         make_absolute(&o->cache_dir, "cache_dir") != 0 ||
         make_absolute(&o->stage_dir, "stage_dir") != 0 ||

@@ -316,6 +316,9 @@ chmod 600 "$TMP/key"
 expect_exit "a missing backing directory fails" 1 "$CKPTFS" -f "$TMP/nope" "$MNT"
 last_stderr_has "the backing error names the directory" "$TMP/nope"
 expect_ok "no mount was left by the failures" bash -c "! mountpoint -q '$MNT'"
+expect_ok "ro with a write-side option mounts" "$CKPTFS" -o ro,commit_delay=5 "$BACK" "$MNT"
+last_stderr_has "ro says the write-side option does nothing" "commit_delay does nothing on a read-only mount"
+mountpoint -q "$MNT" && fusermount3 -u "$MNT"
 
 # ------------------------------------------------------------- daemon mode
 
