@@ -192,8 +192,10 @@ void wops_ckpt_rename(fuse_req_t req, ckptfs *fs, const char *name, const char *
         return;
     }
     int rc = wtable_rename(&fs->wtable, name, newname, (flags & RENAME_NOREPLACE) != 0);
-    if (rc == 0)
+    if (rc == 0) {
         fslog_info("checkpoint '%s' renamed to '%s'", name, newname);
+        ns_removed(&fs->ns, newname); /* an empty namespace it replaced */
+    }
     fuse_reply_err(req, -rc);
 }
 

@@ -306,7 +306,9 @@ int wtable_remove_pack(wtable *t, const char *name, int is_file);
 /* Renames a checkpoint, writable or packed, within or across namespaces
  * (to's namespace must exist). A single file replaces a single file, as
  * rename(2) does, atomically: a writable one hides the pack it replaces
- * until its own pack replaces it. */
+ * until its own pack replaces it. A directory replaces an empty
+ * namespace (removed first); -ENOTEMPTY over anything else that is a
+ * directory, an empty checkpoint included. */
 int wtable_rename(wtable *t, const char *from, const char *to, int noreplace);
 
 /* ------------------------------------------------------- namespaces */
@@ -317,7 +319,9 @@ int wtable_ns_mkdir(wtable *t, const char *path, uint32_t mode);
 /* rmdir of an empty namespace: -ENOTEMPTY if anything is in it. */
 int wtable_ns_rmdir(wtable *t, const char *path);
 /* Renames a namespace with everything packed in it; -EBUSY while a
- * checkpoint below it is being written. */
+ * checkpoint below it is being written. Over a checkpoint: -ENOTDIR for
+ * a single file, -ENOTEMPTY for a directory; -ENOTEMPTY over a namespace
+ * with a checkpoint being written below it. */
 int wtable_ns_rename(wtable *t, const char *from, const char *to, int noreplace);
 /* The first file into the namespace path makes it a checkpoint: when it
  * holds nothing but empty directories, they become the checkpoint's

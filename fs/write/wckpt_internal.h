@@ -99,6 +99,14 @@ int wc_save_final(wckpt *c, ckpt_err *err);
  * -ENOTEMPTY if anything else is in it. */
 int wc_remove_empty_namespace(wtable *t, const char *path);
 
+/* A rename of a directory over the namespace path replaces it when the
+ * mount shows it empty: removes BACKING/path then, its mode in *mode;
+ * else -ENOTEMPTY, a checkpoint being written below it included (nothing
+ * of that is in BACKING until its commit) (t->lock held). */
+int wc_ns_take_empty(wtable *t, const char *path, uint32_t *mode);
+/* Makes it again when the rename failed after all. */
+void wc_ns_put_back(wtable *t, const char *path, uint32_t mode);
+
 /* Thread bodies (wckpt_jobs.c). */
 void *wc_packer_main(void *arg);
 void *wc_timer_main(void *arg);

@@ -16,6 +16,7 @@
 
 #include "common/backing_path.h"
 #include "common/fslog.h"
+#include "packer.h"
 #include "wckpt_internal.h"
 
 /* Namespace names must not read as packs. */
@@ -36,6 +37,36 @@ static int busy_below(wtable *t, const char *path)
         if (c->current && backing_is_below(c->name, path))
             return 1;
     return 0;
+}
+
+int wc_ns_take_empty(wtable *t, const char *path, uint32_t *mode)
+{
+    if (busy_below(t, path) || (t->opts.store && packer_store_kind(t->store, path) == PACKER_NS))
+        return -ENOTEMPTY;
+    int dir = backing_open_parent(t->backing_fd, path, 0);
+    if (dir < 0)
+        return dir;
+    struct stat st;
+    int rc = fstatat(dir, backing_base(path), &st, AT_SYMLINK_NOFOLLOW) != 0 ? -errno : 0;
+    if (rc == 0 && unlinkat(dir, backing_base(path), AT_REMOVEDIR) != 0)
+        rc = errno == EEXIST ? -ENOTEMPTY : -errno;
+    if (rc == 0 && fsync(dir) != 0)
+        rc = -errno;
+    close(dir);
+    if (rc == 0)
+        *mode = st.st_mode & 07777;
+    return rc;
+}
+
+void wc_ns_put_back(wtable *t, const char *path, uint32_t mode)
+{
+    int dir = backing_open_parent(t->backing_fd, path, 0);
+    if (dir < 0 || mkdirat(dir, backing_base(path), mode) != 0 || fsync(dir) != 0)
+        fslog_warn("'%s': a rename over this empty directory failed, and the directory could not "
+                   "be made again",
+                   path);
+    if (dir >= 0)
+        close(dir);
 }
 
 int wtable_ns_mkdir(wtable *t, const char *path, uint32_t mode)
@@ -87,15 +118,21 @@ int wtable_ns_rename(wtable *t, const char *from, const char *to, int noreplace)
         return strcmp(from, to) == 0 ? 0 : -EINVAL;
     pthread_mutex_lock(&t->lock);
     int rc = 0, kind = wc_backing_kind(t, to);
+    wckpt *target = wc_by_name(t, to);
     if (busy_below(t, from)) {
         fslog_warn("cannot rename '%s': a checkpoint in it is being written; rename it once "
                    "committed",
                    from);
         rc = -EBUSY;
-    } else if (wc_by_name(t, to) || (kind && kind != WC_NAMESPACE)) {
-        rc = noreplace ? -EEXIST : -ENOTDIR;
-    } else if (kind && noreplace) {
+    } else if ((target || kind) && noreplace) {
         rc = -EEXIST;
+    } else if (target ? target->is_file : kind == WC_PACK_FILE) {
+        rc = -ENOTDIR;
+    } else if (target || kind == WC_PACK_DIR || busy_below(t, to)) {
+        /* A checkpoint directory counts as not empty (as in wtable_rename),
+         * and so does a namespace with one being written below it, which
+         * has nothing of it in BACKING yet for renameat to see. */
+        rc = -ENOTEMPTY;
     }
     int a = rc ? rc : backing_open_parent(t->backing_fd, from, 0);
     int b = a < 0 ? a : backing_open_parent(t->backing_fd, to, 0);

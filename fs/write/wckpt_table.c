@@ -663,14 +663,25 @@ int wtable_rename(wtable *t, const char *from, const char *to, int noreplace)
     int from_file = c ? c->is_file : from_kind == WC_PACK_FILE;
     int to_exists = target || to_kind;
     int to_file = target ? target->is_file : to_kind == WC_PACK_FILE;
-    int rc = 0;
-    if (!c && from_kind != WC_PACK_DIR && from_kind != WC_PACK_FILE)
+    int rc = 0, ns_taken = 0;
+    uint32_t ns_mode = 0;
+    if (!c && from_kind != WC_PACK_DIR && from_kind != WC_PACK_FILE) {
         rc = -ENOENT;
-    else if (to_exists && noreplace)
+    } else if (to_exists && noreplace) {
         rc = -EEXIST;
-    else if (to_exists && !(from_file && to_file))
+    } else if (!target && to_kind == WC_NAMESPACE && !from_file) {
+        /* A directory replaces an empty one: the namespace goes first (a
+         * crash then loses an empty directory, never hides the checkpoint
+         * behind it) and comes back if the rename fails. */
+        rc = wc_ns_take_empty(t, to, &ns_mode);
+        ns_taken = rc == 0;
+        to_kind = ns_taken ? wc_backing_kind(t, to) : to_kind;
+        if (ns_taken && to_kind)
+            rc = -ENOTEMPTY; /* a pack the directory hid */
+    } else if (to_exists && !(from_file && to_file)) {
         /* A directory replaces only an empty one; a checkpoint is not. */
         rc = from_file ? -EISDIR : to_file ? -ENOTDIR : -ENOTEMPTY;
+    }
     if (rc == 0 && target) {
         /* rename(2) over a file: the one there goes. */
         pthread_mutex_lock(&target->lock);
@@ -701,6 +712,8 @@ int wtable_rename(wtable *t, const char *from, const char *to, int noreplace)
         if (drop(t, target, 1) != 0)
             fslog_warn("checkpoint '%s': replaced, but its staging is left", to);
     }
+    if (rc && ns_taken)
+        wc_ns_put_back(t, to, ns_mode);
     pthread_mutex_unlock(&t->lock);
     return rc;
 }

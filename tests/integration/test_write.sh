@@ -340,6 +340,35 @@ expect_ok "reads through the new name" grep -q weights "$MNT/kept2/ck5/a.bin"
 rm -r "$MNT/kept2" "$MNT/run"
 expect_absent "rm -r of namespaces removes them" "$MNT/kept2" "$MNT/run" "$BACK/kept2" "$BACK/run"
 
+# rename(2) of a directory over another: an empty one is replaced (it
+# gave ENOTEMPTY), a checkpoint is a directory that is not empty (a
+# namespace over one gave ENOTDIR), and so is a directory whose only entry
+# is a checkpoint being written (nothing of it in BACKING yet).
+mkdir -p "$MNT/rn/ck" "$MNT/rn/ck2" "$MNT/rn/pk" "$MNT/rn/pk2" "$MNT/rn/re" "$MNT/rn/e1" "$MNT/rn/e2" "$MNT/rn/e3" "$MNT/rn/full/sub" "$MNT/rn/busy/w"
+for d in ck ck2 pk pk2 re busy/w; do printf '%s' "$d" >"$MNT/rn/$d/f"; done
+printf s >"$MNT/rn/single"
+for d in pk pk2 re single; do "$CKPT" commit --wait "$MNT/rn/$d" >/dev/null; done
+printf re2 >"$MNT/rn/re/g" # written again: its pack moves along
+expect_ok "mv -T of a checkpoint being written over an empty directory" mv -T "$MNT/rn/ck" "$MNT/rn/e1"
+expect_errno "of a committed one" 0 rename "$MNT/rn/pk" "$MNT/rn/e2"
+expect_errno "of one written again after its commit" 0 rename "$MNT/rn/re" "$MNT/rn/e3"
+[ "$(cat "$MNT/rn/e1/f" "$MNT/rn/e2/f" "$MNT/rn/e3/f" "$MNT/rn/e3/g")" = ckpkrere2 ] && pass "each reads under the name it replaced" ||
+    fail "each reads under the name it replaced" "$(ls -R "$MNT/rn")"
+[ -f "$BACK/rn/e2.tpack" ] && [ -f "$BACK/rn/e3.tpack" ] && [ ! -d "$BACK/rn/e1" ] && [ ! -d "$BACK/rn/e2" ] && [ ! -d "$BACK/rn/e3" ] &&
+    pass "the empty directories are gone from BACKING, the packs moved" || fail "the empty directories are gone from BACKING, the packs moved" "$(find "$BACK/rn")"
+expect_errno "a checkpoint over a directory holding a directory: ENOTEMPTY" ENOTEMPTY rename "$MNT/rn/ck2" "$MNT/rn/full"
+expect_errno "over one holding only a checkpoint being written: ENOTEMPTY" ENOTEMPTY rename "$MNT/rn/ck2" "$MNT/rn/busy"
+expect_errno "a single-file checkpoint over a directory: EISDIR" EISDIR rename "$MNT/rn/single" "$MNT/rn/full"
+expect_errno "a directory over a committed checkpoint: ENOTEMPTY" ENOTEMPTY rename "$MNT/rn/full" "$MNT/rn/pk2"
+expect_errno "over one being written: ENOTEMPTY" ENOTEMPTY rename "$MNT/rn/full" "$MNT/rn/ck2"
+expect_errno "over a single-file checkpoint: ENOTDIR" ENOTDIR rename "$MNT/rn/full" "$MNT/rn/single"
+expect_errno "over a directory holding only a checkpoint being written: ENOTEMPTY" ENOTEMPTY rename "$MNT/rn/full" "$MNT/rn/busy"
+[ -d "$MNT/rn/full/sub" ] && [ "$(cat "$MNT/rn/busy/w/f" "$MNT/rn/pk2/f" "$MNT/rn/ck2/f")" = busy/wpk2ck2 ] && [ -d "$BACK/rn/full/sub" ] &&
+    pass "the refused renames changed nothing" || fail "the refused renames changed nothing" "$(ls -R "$MNT/rn")"
+expect_ok "ckpt commit --wait of what was renamed" "$CKPT" commit --wait "$MNT/rn"
+[ -f "$BACK/rn/e1.tpack" ] && [ "$(cat "$MNT/rn/e3/g")" = re2 ] && pass "commits under the new names" || fail "commits under the new names" "$(find "$BACK/rn")"
+rm -r "$MNT/rn"
+
 # Symbolic links: a Hugging Face cache tree copied with cp -a (relative
 # links into blobs/), and a link straight in a namespace (Lightning's
 # last.ckpt), kept in the packs with their target text.

@@ -27,7 +27,8 @@ the mount, and a reader can regenerate what it should find.
                             each, then append "name size sha256" to LOG
                             (fsynced) until killed
   crash-check DIR LOG SEED  every file LOG lists is in DIR, intact
-  errno-of OP PATH          run one operation, print the errno (0: worked)
+  errno-of OP PATH [TO]     run one operation, print the errno (0: worked);
+                            OP rename renames PATH to TO
   held-open DIR CKPT        a file open since before its checkpoint's commit
                             reads that generation, before and after a later
                             one replaces it (CKPT: the ckpt binary)
@@ -420,7 +421,7 @@ def crash_check(d, log, seed):
 
 # ---------------------------------------------------------------- errno
 
-def errno_of(op, path):
+def errno_of(op, path, to=None):
     try:
         if op == "create":
             open(path, "wb").close()
@@ -439,6 +440,8 @@ def errno_of(op, path):
             os.mkdir(path)
         elif op == "truncate":
             os.truncate(path, 0)
+        elif op == "rename":
+            os.rename(path, to)
         else:
             fail("unknown op " + op)
     except OSError as e:
@@ -540,7 +543,7 @@ def main(argv):
     elif cmd == "crash-check":
         crash_check(args[0], args[1], int(args[2]))
     elif cmd == "errno-of":
-        errno_of(args[0], args[1])
+        errno_of(*args[:3])
     elif cmd == "held-open":
         held_open(args[0], args[1])
     else:

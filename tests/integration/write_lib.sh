@@ -36,9 +36,10 @@ wait_state() {
     fail "$name" "state is '$s', want '$want'"
 }
 
-# expect_errno NAME ERRNO OP PATH: one operation gets that errno ("0": works).
+# expect_errno NAME ERRNO OP PATH [TO]: one operation gets that errno
+# ("0": works); OP rename renames PATH to TO.
 expect_errno() {
     local name=$1 want=$2 got
-    got=$($PY "$WCLIENTS" errno-of "$3" "$4" 2>&1)
+    got=$($PY "$WCLIENTS" errno-of "${@:3}" 2>&1)
     if [ "$got" = "$want" ]; then pass "$name"; else fail "$name" "got $got, want $want"; fi
 }

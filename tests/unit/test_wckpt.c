@@ -341,6 +341,68 @@ Test(wckpt, names_rename_and_rmdir)
     close_table(&t);
 }
 
+static int backing_has(const char *sub)
+{
+    char *p = tu_join(dir, sub);
+    int found = access(p, F_OK) == 0;
+    free(p);
+    return found;
+}
+
+/* rename(2)'s errnos where a checkpoint or a namespace meets another
+ * name: a directory replaces an empty directory, and only that. */
+Test(wckpt, rename_over_a_directory)
+{
+    wtable t;
+    open_table(&t, NULL, 0, 1);
+    wckpt *c, *busy;
+    cr_assert_eq(wtable_mkdir(&t, "a", 0755, &c), 0);
+    make_file(c, WTREE_ROOT, "f", "1", 1);
+    char *pp = pack_path("packed");
+    tu_write_str(pp, "x");
+    free(pp);
+    cr_assert_eq(wtable_ns_mkdir(&t, "e1", 0700), 0);
+    cr_assert_eq(wtable_ns_mkdir(&t, "e2", 0700), 0);
+    cr_assert_eq(wtable_ns_mkdir(&t, "full", 0755), 0);
+    cr_assert_eq(wtable_ns_mkdir(&t, "full/sub", 0755), 0);
+    /* A checkpoint being written below: nothing of it in BACKING/ns yet. */
+    cr_assert_eq(wtable_ns_mkdir(&t, "ns", 0755), 0);
+    cr_assert_eq(wtable_mkdir(&t, "ns/w", 0755, &busy), 0);
+
+    cr_assert_eq(wtable_rename(&t, "a", "full", 0), -ENOTEMPTY);
+    cr_assert_eq(wtable_rename(&t, "a", "ns", 0), -ENOTEMPTY);
+    cr_assert_eq(wtable_rename(&t, "a", "e1", 1), -EEXIST);
+    cr_assert(backing_has("full/sub") && backing_has("ns") && backing_has("e1"));
+    /* Over an empty namespace: it is replaced, written or packed. */
+    cr_assert_eq(wtable_rename(&t, "a", "e1", 0), 0);
+    cr_assert_eq(wtable_get(&t, "e1", 0), c);
+    cr_assert(!backing_has("e1"), "the empty directory is gone");
+    cr_assert_eq(wtable_rename(&t, "packed", "e2", 0), 0);
+    cr_assert(backing_has("e2.tpack") && !backing_has("e2") && !backing_has("packed.tpack"));
+    int rc = wtable_commit(&t, c);
+    cr_assert_eq(rc, 0, "commit: %s", strerror(-rc));
+    wait_state(c, WST_COMMITTED);
+    cr_assert(backing_has("e1.tpack"));
+
+    /* A namespace over a checkpoint: a directory that is not empty, or a
+     * file; over a namespace with a checkpoint being written below. */
+    cr_assert_eq(wtable_ns_rename(&t, "full", "e2", 0), -ENOTEMPTY);
+    cr_assert_eq(wtable_ns_rename(&t, "full", "e2", 1), -EEXIST);
+    wckpt *f;
+    uint32_t node;
+    struct stat st;
+    cr_assert_eq(wtable_create_file(&t, "single", 0644, &f, &node, &st), 0);
+    wckpt_release(f, node);
+    cr_assert_eq(wtable_ns_rename(&t, "full", "single", 0), -ENOTDIR);
+    cr_assert_eq(wtable_ns_rename(&t, "full", "ns", 0), -ENOTEMPTY);
+    cr_assert(backing_has("full/sub") && backing_has("ns"));
+    cr_assert_eq(wtable_get(&t, "ns/w", 0), busy);
+    wtable_forget(&t, f, 1);
+    wtable_forget(&t, busy, 1);
+    wtable_forget(&t, c, 1);
+    close_table(&t);
+}
+
 static void crash_while_writing(const ckpt_key *key)
 {
     wtable t;
