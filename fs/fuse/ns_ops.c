@@ -229,6 +229,9 @@ void nsops_opendir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_
         if (rc)
             root_listing_free(&h->u.listing);
     }
+    h->u.listing.parent = *path ? ns_parent_ino(&fs->ns, path) : FUSE_ROOT_ID;
+    if (rc == 0 && !h->u.listing.parent)
+        rc = -ENOMEM;
     for (size_t i = 0; rc == 0 && i < h->u.listing.n; i++) {
         struct root_entry *e = &h->u.listing.entries[i];
         if (!e->is_ns)

@@ -53,6 +53,12 @@ uint64_t ns_ino(ns_table *t, const char *path)
     return ino;
 }
 
+uint64_t ns_parent_ino(ns_table *t, const char *path)
+{
+    char dir[BACKING_PATH_MAX + 1];
+    return backing_dir_of(path, dir, sizeof dir) == 0 ? ns_ino(t, dir) : 0;
+}
+
 char *ns_path(ns_table *t, uint64_t ino)
 {
     if (!ns_owns(ino))

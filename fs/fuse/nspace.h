@@ -27,6 +27,9 @@ static inline int ns_owns(uint64_t ino)
 }
 /* The inode of path, numbered on first use; 0 when out of memory. */
 uint64_t ns_ino(ns_table *t, const char *path);
+/* The inode of the namespace that holds path (what ".." of path's
+ * directory is); 0 when out of memory. */
+uint64_t ns_parent_ino(ns_table *t, const char *path);
 /* The path of a namespace inode, malloc'd; NULL if unknown. */
 char *ns_path(ns_table *t, uint64_t ino);
 /* A namespace is gone (removed, or a checkpoint now): its inodes and

@@ -66,7 +66,11 @@ static void node_attr(ckptfs *fs, const checkpoint *c, uint32_t node, struct sta
     }
     const tree_node *n = &c->tree->nodes[node];
     memset(st, 0, sizeof *st);
-    st->st_ino = checkpoint_ino(c, node);
+    /* A single-file checkpoint's file has its checkpoint's number: the one
+     * a namespace's listing gives it without opening the pack. The kernel
+     * still knows it by its own node. */
+    st->st_ino =
+        checkpoint_ino(c, c->is_file && node == checkpoint_entry_node(c) ? TREE_ROOT : node);
     st->st_uid = fs->uid;
     st->st_gid = fs->gid;
     st->st_mtim.tv_sec = n->mtime_sec;
@@ -357,8 +361,14 @@ void rops_readdir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t
         return;
     }
     const tree_node *dir = c ? &c->tree->nodes[node] : NULL;
-    uint64_t self = c ? checkpoint_ino(c, node) : FUSE_ROOT_ID;
-    uint64_t parent = !c || node == TREE_ROOT ? FUSE_ROOT_ID : checkpoint_ino(c, dir->parent);
+    uint64_t self = c ? checkpoint_ino(c, node) : ino;
+    uint64_t parent = listing ? listing->parent : FUSE_ROOT_ID;
+    if (c && node != TREE_ROOT)
+        parent = checkpoint_ino(c, dir->parent);
+    else if (c && off <= 1) /* the namespace that holds the checkpoint */
+        parent = ns_parent_ino(&fs->ns, c->name);
+    if (!parent) /* out of memory */
+        parent = FUSE_ROOT_ID;
     size_t total = c ? 2 + (size_t)dir->n_children : 2 + listing->n;
     size_t used = 0;
     for (size_t i = off < 0 ? 0 : (size_t)off; i < total; i++) {

@@ -20,7 +20,7 @@ void rops_read(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t of
                struct fuse_file_info *fi);
 void rops_release(fuse_req_t req, ckptfs *fs, fs_handle *h);
 void rops_opendir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info *fi);
-/* A pack directory, or the root when listing (taken at opendir) is set. */
+/* A pack directory, or a namespace when listing (taken at opendir) is set. */
 void rops_readdir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off,
                   const root_listing *listing);
 void rops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name, size_t size);

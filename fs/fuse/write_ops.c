@@ -687,7 +687,16 @@ int wops_opendir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_in
     }
     h->is_wlisting = 1;
     h->u.wlisting.self = ino;
-    h->u.wlisting.parent = parent == WTREE_NONE ? FUSE_ROOT_ID : wckpt_ino(c, parent);
+    if (parent != WTREE_NONE) {
+        h->u.wlisting.parent = wckpt_ino(c, parent);
+    } else {
+        /* Its root: ".." is the namespace that holds the checkpoint (its
+         * name is under c->lock, which a rename takes). */
+        pthread_mutex_lock(&c->lock);
+        uint64_t ns = ns_parent_ino(&fs->ns, c->name);
+        pthread_mutex_unlock(&c->lock);
+        h->u.wlisting.parent = ns ? ns : FUSE_ROOT_ID; /* 0: out of memory */
+    }
     handle_reply_open(req, fs, h, fi);
     return 1;
 }

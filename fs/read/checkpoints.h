@@ -106,9 +106,10 @@ typedef struct checkpoint_table {
 
 /* One namespace's listing (the root's, or a subdirectory's), taken when
  * it is opened: its checkpoints, and its subdirectories (is_ns, ino 0:
- * the caller numbers namespaces). */
+ * the caller numbers namespaces, and sets parent, the inode of ".."). */
 typedef struct root_listing {
     size_t n;
+    uint64_t parent;
     struct root_entry {
         char *name;
         uint64_t ino;

@@ -369,6 +369,25 @@ expect_ok "ckpt commit --wait of what was renamed" "$CKPT" commit --wait "$MNT/r
 [ -f "$BACK/rn/e1.tpack" ] && [ "$(cat "$MNT/rn/e3/g")" = re2 ] && pass "commits under the new names" || fail "commits under the new names" "$(find "$BACK/rn")"
 rm -r "$MNT/rn"
 
+# readdir gives each entry the inode stat does (find -inum, ls -i): a
+# committed single file gave its pack's root, and ".." of a checkpoint or
+# of a namespace in a namespace (and "." of the latter) the mount root.
+mkdir -p "$MNT/inos/wdir/d" "$MNT/inos/pdir/d" "$MNT/inos/sub/deeper"
+printf w >"$MNT/inos/wdir/d/f"
+printf p >"$MNT/inos/pdir/d/f"
+printf f >"$MNT/inos/wfile"
+printf g >"$MNT/inos/pfile"
+"$CKPT" commit --wait "$MNT/inos/pdir" >/dev/null && "$CKPT" commit --wait "$MNT/inos/pfile" >/dev/null
+expect_ok "readdir's inodes are stat's: namespaces, written and committed checkpoints" $PY "$WCLIENTS" same-inodes \
+    "$MNT" "$MNT/inos" "$MNT/inos/sub" "$MNT/inos/wdir" "$MNT/inos/wdir/d" "$MNT/inos/pdir" "$MNT/inos/pdir/d"
+if mount_ckptfs "$BACK" "$TMP/ro" "$LOG" -o ro; then
+    expect_ok "on a read-only mount too" $PY "$WCLIENTS" same-inodes "$TMP/ro" "$TMP/ro/inos" "$TMP/ro/inos/sub" "$TMP/ro/inos/pdir"
+    unmount_ckptfs "$TMP/ro"
+else
+    fail "on a read-only mount too" "it does not mount: $(tail -3 "$LOG")"
+fi
+rm -r "$MNT/inos"
+
 # Symbolic links: a Hugging Face cache tree copied with cp -a (relative
 # links into blobs/), and a link straight in a namespace (Lightning's
 # last.ckpt), kept in the packs with their target text.

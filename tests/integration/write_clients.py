@@ -32,7 +32,12 @@ the mount, and a reader can regenerate what it should find.
   held-open DIR CKPT        a file open since before its checkpoint's commit
                             reads that generation, before and after a later
                             one replaces it (CKPT: the ckpt binary)
+  same-inodes DIR...        readdir's d_ino of every entry of each DIR, "."
+                            and ".." too (but a mount root's ".."), is the
+                            st_ino stat gives it (what find -inum and ls -i
+                            rely on)
 """
+import ctypes
 import errno
 import hashlib
 import json
@@ -450,6 +455,48 @@ def errno_of(op, path, to=None):
     print(0)
 
 
+# ------------------------------------------------------------------ inodes
+
+class _Dirent(ctypes.Structure):
+    _fields_ = [("d_ino", ctypes.c_uint64), ("d_off", ctypes.c_int64),
+                ("d_reclen", ctypes.c_ushort), ("d_type", ctypes.c_ubyte),
+                ("d_name", ctypes.c_char * 256)]
+
+
+def raw_listing(d):
+    """[(name, d_ino)] of d as readdir(3) gives them, "." and ".." included
+    (os.scandir leaves those out)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.opendir.restype = ctypes.c_void_p
+    libc.opendir.argtypes = [ctypes.c_char_p]
+    libc.readdir.restype = ctypes.POINTER(_Dirent)
+    libc.readdir.argtypes = [ctypes.c_void_p]
+    libc.closedir.argtypes = [ctypes.c_void_p]
+    h = libc.opendir(os.fsencode(d))
+    if not h:
+        fail("opendir %s: %s" % (d, os.strerror(ctypes.get_errno())))
+    out = []
+    while True:
+        e = libc.readdir(h)
+        if not e:
+            break
+        out.append((os.fsdecode(e.contents.d_name), e.contents.d_ino))
+    libc.closedir(h)
+    return out
+
+
+def same_inodes(dirs):
+    for d in dirs:
+        entries = raw_listing(d)
+        for name, ino in entries:
+            if name == ".." and os.path.ismount(d):
+                continue
+            st = os.lstat(os.path.join(d, name))
+            if ino != st.st_ino:
+                fail("%s/%s: readdir says inode %d, stat %d" % (d, name, ino, st.st_ino))
+        ok("%s: %d entries, readdir's inodes are stat's" % (d, len(entries)))
+
+
 # ------------------------------------------------------------- held open
 
 def drop_page_cache(fd):
@@ -544,6 +591,8 @@ def main(argv):
         crash_check(args[0], args[1], int(args[2]))
     elif cmd == "errno-of":
         errno_of(*args[:3])
+    elif cmd == "same-inodes":
+        same_inodes(args)
     elif cmd == "held-open":
         held_open(args[0], args[1])
     else:
