@@ -216,6 +216,29 @@ typedef struct daemon_run {
     sigset_t unblocked;
 } daemon_run;
 
+/* libfuse checks its own options only in fuse_session_new, which runs
+ * after the backing store is opened, the key read and the writer lock
+ * taken: a typo beside a running writer was reported as that writer's
+ * lock. A session made and dropped now, on a copy of the arguments (it
+ * consumes what it parses), names the typo first; it opens nothing. */
+static int check_libfuse_options(const struct fuse_args *args)
+{
+    struct fuse_args copy = FUSE_ARGS_INIT(0, NULL);
+    for (int i = 0; i < args->argc; i++) {
+        if (fuse_opt_add_arg(&copy, args->argv[i]) != 0) {
+            fuse_opt_free_args(&copy);
+            return -1;
+        }
+    }
+    static const struct fuse_lowlevel_ops no_ops;
+    struct fuse_session *se = fuse_session_new(&copy, &no_ops, sizeof no_ops, NULL);
+    fuse_opt_free_args(&copy);
+    if (!se)
+        return -1;
+    fuse_session_destroy(se);
+    return 0;
+}
+
 /* 0 to go on; 1 when done (help, version); -1 on a usage error. */
 static int parse_command_line(daemon_run *d, const char *prog)
 {
@@ -238,6 +261,8 @@ static int parse_command_line(daemon_run *d, const char *prog)
             return -1;
         fslog_set_max_priority(LOG_DEBUG);
     }
+    if (check_libfuse_options(&d->args) != 0)
+        return -1;
     if (backing_is_store_url(d->o.backing_dir)) {
         d->stage_dir = d->o.stage_dir ? strdup(d->o.stage_dir)
                                       : backing_default_stage_dir(d->o.backing_dir, d->o.endpoint);

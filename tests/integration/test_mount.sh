@@ -306,6 +306,9 @@ expect_exit "cache_size below 1M is refused" 2 "$CKPTFS" -o cache_size=10K "$BAC
 expect_exit "bad threads is a usage error" 2 "$CKPTFS" -o threads=0 "$BACK" "$MNT"
 last_stderr_has "bad threads is named" "threads"
 expect_exit "unknown option is a usage error" 2 "$CKPTFS" -o no_such_option "$BACK" "$MNT"
+expect_exit "an unknown option is named before the backing directory is opened" 2 \
+    "$CKPTFS" -f -o no_such_option "$TMP/nope" "$MNT"
+last_stderr_has "the unknown option is named" "no_such_option"
 expect_exit "key_file with passphrase_file is a usage error" 2 \
     "$CKPTFS" -o key_file="$TMP/key",passphrase_file="$TMP/pass" "$BACK" "$MNT"
 expect_exit "a missing key file fails before mounting" 1 "$CKPTFS" -f -o key_file="$TMP/nokey" "$BACK" "$MNT"
