@@ -39,20 +39,31 @@ static int busy_below(wtable *t, const char *path)
     return 0;
 }
 
-int wc_ns_take_empty(wtable *t, const char *path, uint32_t *mode)
+/* rmdir of the namespace path, with t->lock held: -ENOTEMPTY if anything
+ * is in it, a checkpoint being written below it included (nothing of that
+ * is in BACKING until its commit); its mode in *st when st is not NULL. */
+static int remove_namespace_locked(wtable *t, const char *path, struct stat *st)
 {
-    if (busy_below(t, path) || (t->opts.store && packer_store_kind(t->store, path) == PACKER_NS))
+    if (busy_below(t, path))
         return -ENOTEMPTY;
     int dir = backing_open_parent(t->backing_fd, path, 0);
     if (dir < 0)
         return dir;
-    struct stat st;
-    int rc = fstatat(dir, backing_base(path), &st, AT_SYMLINK_NOFOLLOW) != 0 ? -errno : 0;
+    int rc = st && fstatat(dir, backing_base(path), st, AT_SYMLINK_NOFOLLOW) != 0 ? -errno : 0;
     if (rc == 0 && unlinkat(dir, backing_base(path), AT_REMOVEDIR) != 0)
         rc = errno == EEXIST ? -ENOTEMPTY : -errno;
     if (rc == 0 && fsync(dir) != 0)
         rc = -errno;
     close(dir);
+    return rc;
+}
+
+int wc_ns_take_empty(wtable *t, const char *path, uint32_t *mode)
+{
+    if (t->opts.store && packer_store_kind(t->store, path) == PACKER_NS)
+        return -ENOTEMPTY;
+    struct stat st;
+    int rc = remove_namespace_locked(t, path, &st);
     if (rc == 0)
         *mode = st.st_mode & 07777;
     return rc;
@@ -96,16 +107,7 @@ int wtable_ns_mkdir(wtable *t, const char *path, uint32_t mode)
 int wtable_ns_rmdir(wtable *t, const char *path)
 {
     pthread_mutex_lock(&t->lock);
-    int rc = busy_below(t, path) ? -ENOTEMPTY : 0;
-    int dir = rc ? rc : backing_open_parent(t->backing_fd, path, 0);
-    if (rc == 0 && dir < 0)
-        rc = dir;
-    if (rc == 0 && unlinkat(dir, backing_base(path), AT_REMOVEDIR) != 0)
-        rc = errno == EEXIST ? -ENOTEMPTY : -errno;
-    if (rc == 0 && fsync(dir) != 0)
-        rc = -errno;
-    if (dir >= 0)
-        close(dir);
+    int rc = remove_namespace_locked(t, path, NULL);
     pthread_mutex_unlock(&t->lock);
     return rc;
 }
