@@ -89,9 +89,11 @@ static void node_attr(ckptfs *fs, const checkpoint *c, uint32_t node, struct sta
         return;
     }
     /* On a writable mount a packed file can be written again (the
-     * checkpoint is reopened): its mode as written. */
+     * checkpoint is reopened): its mode as written, less the set-id bits,
+     * which a pack from elsewhere must not bring in (as on -o ro and in
+     * ckpt unpack). */
     st->st_mode = S_IFREG | (fs->writable && n->kind == TREE_FILE
-                                 ? ckpt_file_at(c->pack, n->file_index)->mode & 07777
+                                 ? ckpt_file_at(c->pack, n->file_index)->mode & 0777
                                  : n->mode);
     st->st_nlink = 1;
     st->st_size = (off_t)n->size;

@@ -142,9 +142,10 @@ static int tree_from_base(wckpt *c)
         uint32_t dir, node;
         char *p;
         rc = parent_of(c, path, fi->mtime_sec, fi->mtime_nsec, &dir, &p);
+        /* Without set-id bits, as stat shows a packed file (read_ops.c). */
         if (rc == 0)
-            rc = wtree_add(&c->tree, dir, p, WNODE_FILE, fi->mode, fi->mtime_sec, fi->mtime_nsec,
-                           WTREE_BASE_BLOB | i, &node);
+            rc = wtree_add(&c->tree, dir, p, WNODE_FILE, fi->mode & 0777, fi->mtime_sec,
+                           fi->mtime_nsec, WTREE_BASE_BLOB | i, &node);
         wfile *f = rc == 0 ? calloc(1, sizeof *f) : NULL;
         if (rc == 0 && !f)
             rc = -ENOMEM;

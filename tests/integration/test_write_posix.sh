@@ -5,7 +5,7 @@
 # remount; rmdir of an empty committed checkpoint deletes its pack, and
 # deleting a checkpoint frees its space at once; symlinks in the backing
 # store are ignored, never followed; statfs shows the backing store's
-# numbers.
+# numbers; packed files never show set-id bits.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
 
@@ -186,6 +186,26 @@ diff=$((mf > bf ? mf - bf : bf - mf))
 dfm=$(df -P "$MNT" | awk 'NR == 2 { print $2, $4 }')
 dfb=$(df -P "$BACK" | awk 'NR == 2 { print $2 }')
 [ "${dfm%% *}" = "$dfb" ] && pass "df shows the backing store's size" || fail "df shows the backing store's size" "$dfm vs $dfb"
+
+
+# ------------------------------------------------- set-id bits of packed files
+
+# A pack made elsewhere (here by ckpt pack of a set-uid, set-gid file)
+# shows its files without set-id bits, as a read-only mount and ckpt
+# unpack do, also once the checkpoint is reopened by a write beside them.
+mkdir -p "$TMP/suid"
+printf '#!/bin/sh\nid\n' >"$TMP/suid/tool"
+chmod 6755 "$TMP/suid/tool"
+"$CKPT" pack "$TMP/suid" -o "$BACK/suid.tpack" >/dev/null 2>&1 || fail "pack a set-id file"
+m=$(stat -c %a "$MNT/suid/tool" 2>&1)
+[ "$m" = 755 ] && pass "a packed set-id file shows mode 755" || fail "a packed set-id file shows mode 755" "$m"
+echo y >"$MNT/suid/other"
+m=$(stat -c %a "$MNT/suid/tool" 2>&1)
+[ "$m" = 755 ] && pass "and still once reopened" || fail "and still once reopened" "$m"
+"$CKPT" commit "$MNT/suid" --wait >/dev/null 2>&1 || fail "commit the reopened checkpoint"
+m=$(stat -c %a "$MNT/suid/tool" 2>&1)
+[ "$m" = 755 ] && pass "and once committed again" || fail "and once committed again" "$m"
+rm -rf "$MNT/suid" "$TMP/suid"
 
 unmount_ckptfs "$MNT"
 finish
