@@ -416,43 +416,78 @@ void nsops_rename(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *nam
     free(to);
 }
 
-/* Bytes of the packs at or below fd; *count counts them. */
-static uint64_t pack_bytes(int fd, int depth, unsigned *count)
+/* What the packs below a namespace add to its state: their bytes, and the
+ * first that cannot be read (key mismatch or damaged), so that a namespace
+ * never shows committed over a checkpoint that is not. */
+typedef struct ns_packs {
+    ckptfs *fs;
+    unsigned count;
+    uint64_t bytes;
+    const char *bad_state; /* NULL: every pack opens */
+    char error[512];
+    char name[BACKING_PATH_MAX + 1]; /* the path being walked */
+} ns_packs;
+
+/* Opens the pack of checkpoint p->name (once: the table keeps it open). */
+static void check_pack(ns_packs *p)
+{
+    int err;
+    checkpoint *c = checkpoints_lookup(&p->fs->table, p->name, 1, &err);
+    if (!c)
+        return;
+    const char *state = checkpoint_state_name(&p->fs->table, c);
+    if (strcmp(state, CKPT_STATE_COMMITTED) != 0) {
+        p->bad_state = state;
+        if (!checkpoint_get_error(c, p->error, sizeof p->error))
+            snprintf(p->error, sizeof p->error, "%.400s: %s", p->name, state);
+    }
+    checkpoint_forget(&p->fs->table, c, 1);
+}
+
+/* Walks the namespace at fd, whose path p->name holds (len bytes). */
+static void walk_packs(ns_packs *p, int fd, size_t len, int depth)
 {
     int dup_fd = dup(fd);
     DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
     if (!d) {
         if (dup_fd >= 0)
             close(dup_fd);
-        return 0;
+        return;
     }
     rewinddir(d);
-    uint64_t sum = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         struct stat st;
-        size_t len = strlen(e->d_name);
-        if (e->d_name[0] == '.' || fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        size_t n = strlen(e->d_name);
+        if (e->d_name[0] == '.' || fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            len + 1 + n > BACKING_PATH_MAX)
             continue;
+        snprintf(p->name + len, sizeof p->name - len, "/%s", e->d_name);
         if (S_ISDIR(st.st_mode) && depth < 64) {
             int sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
             if (sub >= 0) {
-                sum += pack_bytes(sub, depth + 1, count);
+                walk_packs(p, sub, len + 1 + n, depth + 1);
                 close(sub);
             }
-        } else if (S_ISREG(st.st_mode) && len > BACKING_SUFFIX_LEN &&
-                   (strcmp(e->d_name + len - BACKING_SUFFIX_LEN, BACKING_PACK_SUFFIX) == 0 ||
-                    strcmp(e->d_name + len - BACKING_SUFFIX_LEN, BACKING_FILE_SUFFIX) == 0)) {
-            sum += (uint64_t)st.st_size;
-            (*count)++;
+        } else if (S_ISREG(st.st_mode) && n > BACKING_SUFFIX_LEN &&
+                   (strcmp(e->d_name + n - BACKING_SUFFIX_LEN, BACKING_PACK_SUFFIX) == 0 ||
+                    strcmp(e->d_name + n - BACKING_SUFFIX_LEN, BACKING_FILE_SUFFIX) == 0)) {
+            p->bytes += (uint64_t)st.st_size;
+            p->count++;
+            if (!p->bad_state) {
+                p->name[len + 1 + n - BACKING_SUFFIX_LEN] = 0;
+                check_pack(p);
+            }
         }
+        p->name[len] = 0;
     }
     closedir(d);
-    return sum;
 }
 
 /* A namespace's state attributes sum up what is below it, so that
- * `ckpt status` and `ckpt commit --wait` treat it as one checkpoint. */
+ * `ckpt status` and `ckpt commit --wait` treat it as one checkpoint:
+ * writing, packing or failed while a checkpoint below is, else key
+ * mismatch or damaged when a pack below is, else committed. */
 void nsops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name, size_t size)
 {
     if (ino == FUSE_ROOT_ID) { /* the mount itself: ckpt status lists what is in it */
@@ -467,32 +502,46 @@ void nsops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name
     st.state = WST_COMMITTED;
     if (fs->writable)
         wtable_ns_state(&fs->wtable, path, &st);
+    ns_packs *packs = calloc(1, sizeof *packs);
+    if (!packs) {
+        free(path);
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    packs->fs = fs;
     int fd = backing_open_dir(fs->table.backing_fd, path, 0);
-    unsigned packs = 0;
-    uint64_t packed = fd >= 0 ? pack_bytes(fd, 0, &packs) : 0;
+    size_t len = strlen(path);
+    if (fd >= 0 && len <= BACKING_PATH_MAX) {
+        memcpy(packs->name, path, len + 1);
+        walk_packs(packs, fd, len, 0);
+    }
     if (fd >= 0)
         close(fd);
     /* Nothing in it yet: waiting for data, as a new checkpoint would. */
-    if (!st.rank && !packs)
+    if (!st.rank && !packs->count)
         st.state = WST_WRITING;
+    const char *bad = st.rank ? NULL : packs->bad_state;
     char value[640];
-    int len = -1;
+    int len_out = -1;
     if (strcmp(name, CKPT_XATTR_STATE) == 0) {
-        len = snprintf(value, sizeof value, "%s", wstate_name(st.state));
+        len_out = snprintf(value, sizeof value, "%s", bad ? bad : wstate_name(st.state));
     } else if (strcmp(name, CKPT_XATTR_SIZE) == 0) {
-        len = snprintf(value, sizeof value, "%" PRIu64, st.size + packed);
+        len_out = snprintf(value, sizeof value, "%" PRIu64, st.size + packs->bytes);
     } else if (strcmp(name, CKPT_XATTR_PROGRESS) == 0) {
-        len = snprintf(value, sizeof value, "%" PRIu64 " %" PRIu64 " %.3f", st.done, st.total,
-                       st.seconds);
+        len_out = snprintf(value, sizeof value, "%" PRIu64 " %" PRIu64 " %.3f", st.done, st.total,
+                           st.seconds);
+    } else if (strcmp(name, CKPT_XATTR_ERROR) == 0 && bad) {
+        len_out = snprintf(value, sizeof value, "%s", packs->error);
     } else if (strcmp(name, CKPT_XATTR_ERROR) == 0 && st.state == WST_FAILED) {
-        len = snprintf(value, sizeof value, "%s", st.error);
+        len_out = snprintf(value, sizeof value, "%s", st.error);
     }
+    free(packs);
     free(path);
-    if (len < 0)
+    if (len_out < 0)
         fuse_reply_err(req, ENODATA);
     else
-        reply_xattr_value(req, value, (size_t)len < sizeof value ? (size_t)len : sizeof value - 1,
-                          size);
+        reply_xattr_value(
+            req, value, (size_t)len_out < sizeof value ? (size_t)len_out : sizeof value - 1, size);
 }
 
 void nsops_listxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Everyday use of a mount, as a new user meets it (issue 17): errors that
-# show (a wrong key, damaged packs, the log when there is no syslog),
-# non-UTF-8 names in manifest.json and `ckpt ls --json`, `ckpt` commands
-# given MOUNT/NAME, `ckpt status --watch` at 80 columns, du of a mounted
-# checkpoint and -o tensors=hide.
+# show (a wrong key, damaged packs, also below a namespace, the log when
+# there is no syslog), non-UTF-8 names in manifest.json and `ckpt ls
+# --json`, `ckpt` commands given MOUNT/NAME, `ckpt status --watch` at 80
+# columns, du of a mounted checkpoint and -o tensors=hide.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/mount_lib.sh"
 . "$(dirname "$0")/write_lib.sh"
@@ -37,6 +37,13 @@ printf '\x00\x00\x00\x00' | dd of="$BACK/badhead.tpack" bs=1 seek=8 conv=notrunc
 cp "$BACK/plain.tpack" "$BACK/badindex.tpack"
 size=$(stat -c %s "$BACK/badindex.tpack")
 printf 'XXXXXXXXXXXXXXXX' | dd of="$BACK/badindex.tpack" bs=1 seek=$((size - 200)) conv=notrunc status=none
+# Namespaces: one holding the key-1 pack beside a good one, one holding a
+# damaged pack, one holding only good packs.
+mkdir -p "$BACK/ns_key/deeper" "$BACK/ns_dmg" "$BACK/ns_ok"
+cp "$BACK/enc.tpack" "$BACK/ns_key/deeper/a.tpack"
+cp "$BACK/plain.tpack" "$BACK/ns_key/b.tpack"
+cp "$BACK/garbage.tpack" "$BACK/ns_dmg/a.tpack"
+cp "$BACK/plain.tpack" "$BACK/ns_ok/a.tpack"
 
 # The mount has key 2: enc.tpack was made with key 1.
 if ! mount_ckptfs "$BACK" "$MNT" "$LOG" -o key_file="$TMP/k2"; then
@@ -74,6 +81,21 @@ if grep -E '^(empty|garbage|badhead|badindex) ' "$LAST_OUT" | grep -q committed;
 else
     pass "no unreadable pack shows as committed"
 fi
+
+# A namespace sums up the checkpoints below it: one that does not open
+# shows, with its reason, rather than committed.
+[ "$(state_of "$MNT/ns_key")" = "key mismatch" ] && pass "a namespace over a wrong-key pack: key mismatch" ||
+    fail "a namespace over a wrong-key pack: key mismatch" "$(state_of "$MNT/ns_key")"
+err=$(getfattr --only-values -n user.ckptfs.error "$MNT/ns_key" 2>&1)
+case $err in *"ns_key/deeper/a.tpack"*"wrong key"*) pass "  its error names that pack" ;;
+*) fail "  its error names that pack" "'$err'" ;; esac
+[ "$(state_of "$MNT/ns_dmg")" = damaged ] && pass "a namespace over a damaged pack: damaged" ||
+    fail "a namespace over a damaged pack: damaged" "$(state_of "$MNT/ns_dmg")"
+[ "$(state_of "$MNT/ns_ok")" = committed ] && pass "a namespace of good packs: committed" ||
+    fail "a namespace of good packs: committed" "$(state_of "$MNT/ns_ok")"
+expect_ok "ckpt status" "$CKPT" status "$MNT"
+last_stdout_matches "  shows the namespace's key mismatch" '^ns_key +key mismatch .*wrong key'
+last_stdout_matches "  and the damaged one" '^ns_dmg +damaged'
 
 # ------------------------------------------------------- non-UTF-8 names
 
