@@ -294,6 +294,10 @@ fi
 
 expect_ok "--help" "$CKPTFS" --help
 last_stdout_has "--help describes the options" "BACKING_DIR MOUNTPOINT" key_file passphrase_file cache_size threads
+# It said "Committed checkpoints are read-only" (writing reopens them) and
+# "K/M/G" (T is taken too), and left -r out.
+last_stdout_has "--help: writing reopens a committed checkpoint; T sizes; -r" "writing into it reopens it" "K/M/G/T" "-o ro, -r"
+if grep -q "Committed checkpoints are read-only" "$LAST_OUT"; then fail "--help claims committed checkpoints are read-only"; else pass "--help does not claim committed checkpoints are read-only"; fi
 expect_ok "--version" "$CKPTFS" --version
 last_stdout_has "--version names the version" "ckptfs 0."
 expect_exit "no arguments is a usage error" 2 "$CKPTFS"
