@@ -7,7 +7,7 @@
  *
  * A mount shows one directory per checkpoint:
  *
- *   MOUNT/NAME/                   a checkpoint (read-only once packed)
+ *   MOUNT/NAME/                   a checkpoint (writing reopens it once packed)
  *   MOUNT/NAME/manifest.json      every file and tensor, with offsets (JSON)
  *   MOUNT/NAME/tensors/<name>     each tensor's raw bytes, one file per tensor
  *   MOUNT/NAME/.packed/...        packed files whose names clash with the two

@@ -412,13 +412,16 @@ void rops_readdir(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t
  * its length, or -1 for an attribute the tensor does not have. */
 static long tensor_xattr(const ckpt_tensor_info *t, const char *name, char *buf, size_t cap)
 {
+    int n = -1;
     if (strcmp(name, CKPT_XATTR_DTYPE) == 0)
-        return snprintf(buf, cap, "%s", t->dtype);
+        n = snprintf(buf, cap, "%s", t->dtype);
     if (strcmp(name, CKPT_XATTR_SHA256) == 0) {
         char hex[65];
         ckpt_hex32(t->sha256, hex);
-        return snprintf(buf, cap, "%s", hex);
+        n = snprintf(buf, cap, "%s", hex);
     }
+    if (n >= 0) /* a value cut short is never sent: its length is past buf */
+        return (size_t)n < cap ? n : -2;
     if (strcmp(name, CKPT_XATTR_SHAPE) == 0) {
         size_t len = 0;
         len += (size_t)snprintf(buf, cap, "[");
@@ -491,8 +494,9 @@ void rops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name,
         fuse_reply_err(req, ENODATA);
         return;
     }
-    /* Room for the longest shape: 32 dimensions of 20 digits. */
-    size_t cap = 32 + (size_t)t->ndim * 24;
+    /* Room for a digest (64 hex digits) or the dtype's name, and for the
+     * longest shape: ndim numbers of up to 20 digits with ", " between. */
+    size_t cap = 80 + (size_t)t->ndim * 24;
     char *value = malloc(cap);
     if (!value) {
         fuse_reply_err(req, ENOMEM);

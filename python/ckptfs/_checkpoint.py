@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _dtypes
 from ._errors import CkptfsError, NotACheckpointError, UnsupportedDtypeError
-from ._mount import _read_state
+from ._mount import XATTR_STATE, _read_state
 
 MANIFEST = "manifest.json"
 
@@ -391,6 +391,25 @@ class Checkpoint(Mapping):
         return sd
 
 
+def _is_namespace(path):
+    """Whether path is a namespace of a mount (run1/ holding run1/step-500/):
+    its state sums up the checkpoints below it, which have states of their
+    own, where the files inside a checkpoint have none."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    for name in names:
+        if name.startswith("."):
+            continue
+        try:
+            os.getxattr(os.path.join(path, name), XATTR_STATE, follow_symlinks=False)
+            return True
+        except OSError:
+            pass
+    return False
+
+
 def _open_error(path, e):
     """Why ``open(path)`` failed, in words a user can act on."""
     if e.errno == _errno.ENOENT:
@@ -401,6 +420,13 @@ def _open_error(path, e):
         except CkptfsError:
             return NotACheckpointError(
                 "%s: not a checkpoint directory of a ckptfs mount (no manifest.json)" % path,
+                path=path,
+                errno=e.errno,
+            )
+        if _is_namespace(path):
+            return NotACheckpointError(
+                "%s: a namespace of a ckptfs mount (a directory of checkpoints), not a checkpoint: "
+                "open one of them (ckptfs.status(path) lists them)" % path,
                 path=path,
                 errno=e.errno,
             )

@@ -181,7 +181,7 @@ def status(path):
 def commit(path, wait=True, timeout=None):
     """Commits a checkpoint written into a writable ckptfs mount, like
     ``ckpt commit PATH [--wait]``: the daemon packs it in the background into
-    ``BACKING/NAME.tpack``, after which it is read-only.
+    ``BACKING/NAME.tpack`` (writing into it later reopens it).
 
     With ``wait`` (the default), follows it until packing ends and returns
     the final :class:`Status` (state ``"committed"``); raises

@@ -414,6 +414,14 @@ def check_write(mnt, prefix, back):
     expect_raises("status(/)", ckptfs.NotACheckpointError, ckptfs.status, "/", contains=("not a ckptfs mount",))
     expect_raises("status(a missing path)", ckptfs.NotACheckpointError, ckptfs.status, "/no/such/dir")
     expect_raises("open(MOUNT)", ckptfs.NotACheckpointError, ckptfs.open, mnt, contains=("not a checkpoint",))
+    # A namespace (a directory of checkpoints) reads committed and has no
+    # manifest: it was a bare CkptfsError naming a missing manifest.json.
+    ns = os.path.join(mnt, prefix + "pyns")
+    os.makedirs(os.path.join(ns, "step-1"))
+    with open(os.path.join(ns, "step-1", "x.txt"), "w") as f:
+        f.write("x\n")
+    ckptfs.commit(ns, wait=True)
+    expect_raises("open(a namespace)", ckptfs.NotACheckpointError, ckptfs.open, ns, contains=("a namespace",))
     e = expect_raises("open(a missing path)", ckptfs.NotACheckpointError, ckptfs.open, os.path.join(mnt, "nope"),
                       contains=("no such checkpoint",))
     if e.errno != errno.ENOENT or not isinstance(e, ckptfs.CkptfsError):

@@ -283,6 +283,15 @@ expect_ok "--help" "$CKPT" --help
 last_stdout_has "--help lists the commands" pack unpack ls cat verify keygen
 expect_ok "pack --help" "$CKPT" pack --help
 last_stdout_has "pack --help shows its usage" "usage: ckpt pack" "--chunk-size"
+# Late writes reopen a committed checkpoint and stop a packing one (README,
+# ckptfs(8)): the helps said "becomes read-only" and "read-only meanwhile".
+expect_ok "commit --help" "$CKPT" commit --help
+last_stdout_has "commit --help: writing reopens a committed checkpoint" "reopens it"
+expect_ok "status --help" "$CKPT" status --help
+last_stdout_has "status --help: a write stops the packing" "a write into it stops the"
+if grep -q "read-only" "$LAST_OUT"; then fail "status --help claims read-only"; else pass "status --help claims no read-only"; fi
+expect_ok "ls --help" "$CKPT" ls --help
+last_stdout_has "ls --help names --long and the manifest's fields" "-l, --long" "container"
 expect_ok "--version" "$CKPT" --version
 last_stdout_matches "--version names the format" '^ckpt [0-9]+\.[0-9]+\.[0-9]+ \(format [0-9]+\)$'
 

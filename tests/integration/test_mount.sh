@@ -189,6 +189,21 @@ expect_ok "getfattr -d lists the three attributes" getfattr -d "$T"
 last_stdout_has "listxattr names them" user.ckptfs.dtype user.ckptfs.shape user.ckptfs.sha256
 expect_ok "scalar shape" getfattr --only-values -n user.ckptfs.shape "$MNT/comp/tensors/scalar"
 [ "$(cat "$LAST_OUT")" = "[]" ] && pass "a scalar's shape is []" || fail "a scalar's shape is []" "$(cat "$LAST_OUT")"
+# Every tensor's, scalars and 1-D ones included: their value was cut to 55
+# or 31 digits, then bytes past the daemon's buffer were sent.
+expect_ok "user.ckptfs.sha256 is the digest of every tensor, whatever its rank" $PY - "$MNT/comp/tensors" <<'PYEOF'
+import hashlib, os, sys
+bad, n = [], 0
+for d, _, names in os.walk(sys.argv[1]):
+    for name in names:
+        p = os.path.join(d, name)
+        n += 1
+        want = hashlib.sha256(open(p, "rb").read()).hexdigest().encode()
+        got = os.getxattr(p, "user.ckptfs.sha256")
+        if got != want:
+            bad.append("%s: %r" % (p, got))
+assert n > 10 and not bad, "%d tensors; %s" % (n, "; ".join(bad[:5]))
+PYEOF
 expect_fail "a missing attribute fails" getfattr -n user.ckptfs.nope "$T"
 last_stderr_has "a missing attribute is ENODATA" "No such attribute"
 expect_fail "plain files have no tensor attributes" getfattr -n user.ckptfs.dtype "$MNT/comp/config.json"
@@ -294,6 +309,10 @@ fi
 
 expect_ok "--help" "$CKPTFS" --help
 last_stdout_has "--help describes the options" "BACKING_DIR MOUNTPOINT" key_file passphrase_file cache_size threads
+# It said "Committed checkpoints are read-only" (writing reopens them) and
+# "K/M/G" (T is taken too), and left -r out.
+last_stdout_has "--help: writing reopens a committed checkpoint; T sizes; -r" "writing into it reopens it" "K/M/G/T" "-o ro, -r"
+if grep -q "Committed checkpoints are read-only" "$LAST_OUT"; then fail "--help claims committed checkpoints are read-only"; else pass "--help does not claim committed checkpoints are read-only"; fi
 expect_ok "--version" "$CKPTFS" --version
 last_stdout_has "--version names the version" "ckptfs 0."
 expect_exit "no arguments is a usage error" 2 "$CKPTFS"

@@ -219,6 +219,10 @@ expect_ok "the read-only view: manifest.json" test -f "$MNT/py/safetensors/manif
 n=$(find "$MNT"/py/*/tensors -type f | wc -l)
 [ "$n" -gt 10 ] && pass "and tensors/ ($n tensors from safetensors and npy)" || fail "and tensors/" "$n files"
 expect_ok "ckpt verify passes on the pack" "$CKPT" verify "$BACK/py/safetensors.tpack"
+# A namespace stands for no pack: ckpt ls says so (it said "this checkpoint
+# is committed: it has no pack until it is committed").
+expect_fail "ckpt ls of a committed namespace fails" "$CKPT" ls "$MNT/py"
+last_stderr_has "naming it a namespace, not a checkpoint" "a namespace of a ckptfs mount" "ckpt status $MNT/py"
 expect_ok "ckpt commit of a committed checkpoint is a no-op" "$CKPT" commit --wait "$MNT/py"
 
 # Late writes never fail: the checkpoint is reopened, and a new

@@ -21,12 +21,13 @@ static const char ls_help[] =
     "\n"
     "options:\n"
     "  --tensors                 list tensors instead of files\n"
-    "  -l                        long listing: pack details first, then mtime and\n"
+    "  -l, --long                long listing: pack details first, then mtime and\n"
     "                            SHA-256 for files, file and offset for tensors\n"
     "  --json                    everything as one JSON document: pack, files\n"
-    "                            [{path,size,mode,mtime,sha256}] and tensors\n"
-    "                            [{name,dtype,shape,nbytes,file,offset,sha256}]\n"
-    "                            (so not with --tensors or -l)\n"
+    "                            [{path,size,mode,mtime,sha256,container,...}],\n"
+    "                            tensors [{name,dtype,shape,nbytes,file,offset,\n"
+    "                            sha256,...}] and skipped, with the fields of a\n"
+    "                            mount's manifest.json (so not with --tensors or -l)\n"
     "  --key-file FILE           key of an encrypted pack\n"
     "  --passphrase-file FILE    passphrase of an encrypted pack\n" CLI_S3_HELP
     "  -h, --help                show this help\n";
