@@ -727,9 +727,11 @@ Test(s3_live, multipart_upload_round_trip)
 /* ------------------------------------------------------------ readahead */
 
 /* A fake object whose byte i is (i * 7 + i / 4096) & 0xff; fetches count
- * and can be made to fail from a given offset on. */
+ * and can be made to fail from a given offset on, after fail_ms (a gateway
+ * that does not answer, through the retries). */
 typedef struct fake_obj {
     uint64_t size, fail_from;
+    unsigned fail_ms;
     unsigned fetches;
     pthread_mutex_t mu;
 } fake_obj;
@@ -745,8 +747,11 @@ static ssize_t fake_fetch(void *ud, void *buf, size_t len, uint64_t off, ckpt_er
     pthread_mutex_lock(&o->mu);
     o->fetches++;
     pthread_mutex_unlock(&o->mu);
-    if (off + len > o->fail_from)
+    if (off + len > o->fail_from) {
+        struct timespec ts = {o->fail_ms / 1000, (long)(o->fail_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
         return ckpt_fail(err, -EIO, "fake: failed at %llu", (unsigned long long)off);
+    }
     for (size_t i = 0; i < len; i++)
         ((uint8_t *)buf)[i] = fake_byte(off + i);
     return (ssize_t)len;
@@ -842,6 +847,39 @@ Test(s3_readahead, a_failed_segment_falls_back_to_the_caller)
     cr_assert(!served_after_failure, "a read past the failure was served");
     cr_assert_gt(st.failed, 0u);
     cr_assert_gt(st.hits, 10u);
+    s3_ra_free(ra);
+    free(buf);
+}
+
+/* A sequential reader that reaches a segment still being fetched waits
+ * for it; when that fetch fails (its retries spent), the read fails with
+ * its error. It used to fall back to a GET of its own, with retries of its
+ * own: against a hung gateway a read failed after twice the retry time. */
+Test(s3_readahead, a_read_that_waited_for_a_failed_segment_fails_with_it)
+{
+    fake_obj o = {.size = 40ull << 20, .fail_from = 20ull << 20, .fail_ms = 300};
+    pthread_mutex_init(&o.mu, NULL);
+    s3_ra *ra;
+    cr_assert_eq(s3_ra_new(o.size, fake_fetch, &o, &ra), 0);
+    uint8_t *buf = malloc(1 << 20);
+    int r = 0;
+    uint64_t off;
+    for (off = 0; off < o.size; off += 1 << 20) {
+        r = s3_ra_read(ra, buf, 1 << 20, off);
+        if (off + (1 << 20) > o.fail_from)
+            break;
+        cr_assert(r == 0 || r == 1);
+    }
+    cr_assert_eq(r, -EIO, "the read at %llu: %d, not the segment's -EIO", (unsigned long long)off,
+                 r);
+    /* The segment's error, for the caller to report. */
+    const void *data;
+    void *hold;
+    ckpt_err err = {0};
+    r = s3_ra_borrow(ra, buf, 1 << 20, 28ull << 20, &data, &hold, &err);
+    cr_assert(r == -EIO || r == 0, "%d", r);
+    if (r == -EIO)
+        cr_assert(strstr(err.msg, "fake: failed at"), "%s", err.msg);
     s3_ra_free(ra);
     free(buf);
 }

@@ -119,8 +119,11 @@ static ssize_t reader_borrow(store_reader *r, void *spare, size_t len, uint64_t 
         return 0;
     if (len > size - off)
         len = (size_t)(size - off);
-    if (sr->ra && s3_ra_borrow(sr->ra, spare, len, off, data, hold) == 1)
+    int ra = sr->ra ? s3_ra_borrow(sr->ra, spare, len, off, data, hold, err) : 0;
+    if (ra == 1)
         return (ssize_t)len;
+    if (ra < 0)
+        return ra; /* the segment's GET failed, its retries spent */
     return read_uncached_ahead(sr, spare, len, off, err);
 }
 

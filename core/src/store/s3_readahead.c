@@ -26,7 +26,12 @@
  * reused only when unpinned and outside the window of the latest read. A
  * FAILED segment is not an error here: the read falls back to the caller's
  * own ranged GET, whose error (HTTP status, -ESTALE for a replaced object)
- * is the one reported, so readahead never changes what a read returns.
+ * is the one reported, so readahead never changes what a read returns;
+ * except for a reader that waited for the segment's fetch: it gets that
+ * fetch's error (the same GET with the same If-Match, over a wider range).
+ * Falling back there made a second GET with a retry budget of its own after
+ * the first had spent all of its: against a hung gateway a read failed
+ * after 60 s, not the 30 s that one request's retries take.
  *
  * Generations: the segment fetch is the caller's ranged GET, carrying
  * If-Match with the ETag fixed at open, so every byte served from a
@@ -64,6 +69,8 @@ typedef struct slot {
     size_t len;
     int state;
     unsigned refs;
+    int rc;       /* FAILED: the fetch's -errno */
+    ckpt_err err; /* FAILED: why */
 } slot;
 
 struct s3_ra {
@@ -148,6 +155,12 @@ static void *fetch_thread(void *arg)
             got = ra->fetch(ra->ud, next->buf, next->len, next->seg * RA_SEG, &err);
         pthread_mutex_lock(&ra->mu);
         next->state = got == (ssize_t)next->len ? READY : FAILED;
+        next->rc = got < 0 ? (int)got : -EIO;
+        next->err = err;
+        if (next->state == FAILED && !next->err.msg[0])
+            ckpt_fail(&next->err, next->rc, "read ahead of bytes %llu-%llu: %zd of %zu bytes",
+                      (unsigned long long)(next->seg * RA_SEG),
+                      (unsigned long long)(next->seg * RA_SEG + next->len - 1), got, next->len);
         ra->stats.segments++;
         ra->stats.bytes += next->state == READY ? next->len : 0;
         ra->stats.failed += next->state == FAILED;
@@ -216,7 +229,8 @@ int s3_ra_segment(const s3_ra *ra, uint64_t off, size_t len, uint64_t *seg_off, 
     return 1;
 }
 
-int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **data, void **hold)
+int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **data, void **hold,
+                 ckpt_err *err)
 {
     *hold = NULL;
     if (!in_object(ra, len, off))
@@ -232,12 +246,20 @@ int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **da
     }
     /* All the segments the read needs, loaded and pinned, or none. */
     slot *held[2] = {NULL, NULL};
-    int ok = last - first < 2 && ra->n_threads > 0;
+    int ok = last - first < 2 && ra->n_threads > 0, failed = 0;
     for (uint64_t seg = first; ok && seg <= last; seg++) {
         slot *s = find(ra, seg);
+        int waited = 0;
         while (s && (s->state == QUEUED || s->state == LOADING)) {
+            waited = 1;
             pthread_cond_wait(&ra->done, &ra->mu);
             s = find(ra, seg);
+        }
+        if (s && s->state == FAILED && waited && s->rc != -ENOMEM) {
+            /* Its fetch failed while we waited: no second GET. */
+            failed = s->rc;
+            if (err)
+                *err = s->err;
         }
         if (!s || s->state != READY) {
             ok = 0;
@@ -252,7 +274,7 @@ int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **da
                 held[i]->refs--;
         ra->stats.misses++;
         pthread_mutex_unlock(&ra->mu);
-        return 0;
+        return failed;
     }
     ra->stats.hits++;
     pthread_mutex_unlock(&ra->mu);
@@ -287,8 +309,9 @@ int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off)
 {
     const void *data;
     void *hold;
-    if (!s3_ra_borrow(ra, buf, len, off, &data, &hold))
-        return 0;
+    int r = s3_ra_borrow(ra, buf, len, off, &data, &hold, NULL);
+    if (r <= 0)
+        return r;
     if (hold) {
         memcpy(buf, data, len);
         s3_ra_release(ra, hold);
