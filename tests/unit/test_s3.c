@@ -549,6 +549,92 @@ Test(s3_secrets, messages_never_carry_them, .init = clean_env, .fini = drop_home
     s3_client_free(cl);
 }
 
+/* A client of endpoint whose environment names proxy (NULL: none) and
+ * no_proxy (NULL: none). */
+static s3_client *client_via(const char *endpoint, const char *proxy, const char *no_proxy)
+{
+    setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "SecretExample123", 1);
+    const char *vars[] = {"http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy",
+                          "ALL_PROXY",  "no_proxy",    "NO_PROXY"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        unsetenv(vars[i]);
+    if (proxy)
+        setenv(strncmp(endpoint, "https:", 6) ? "http_proxy" : "HTTPS_PROXY", proxy, 1);
+    if (no_proxy)
+        setenv("no_proxy", no_proxy, 1);
+    ckpt_store_opts o = {.endpoint = endpoint};
+    s3_config c;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_config_resolve(&o, &c, &err), 0, "%s", err.msg);
+    s3_client *cl;
+    cr_assert_eq(s3_client_new(&c, &cl, &err), 0, "%s", err.msg);
+    return cl;
+}
+
+/* An answer that is no S3 error (a web server at a mistyped endpoint, a
+ * proxy's policy page) names the endpoint, and the proxy the environment
+ * sends requests through, without its password; it was "no such object
+ * (HTTP 404)" for a bucket listing, "access denied (HTTP 403 Forbidden)"
+ * for a proxy's refusal, naming neither. */
+Test(s3_secrets, answers_not_from_s3_name_the_endpoint_and_the_proxy, .init = clean_env,
+     .fini = drop_home)
+{
+    s3_client *cl = client_via("http://gw.example:7480", "http://pu:ProxyPass99@px.example:3128",
+                               "localhost,.other.example");
+    s3_resp rs = {0};
+    rs.status = 404;
+    rs.attempts = 1;
+    rs.body = strdup("<html><body>Not Found</body></html>");
+    rs.body_len = strlen(rs.body);
+    ckpt_err err = {0};
+    cr_assert_eq(s3_fail(&err, cl, "s3://b", "open", &rs), -ENOENT);
+    cr_assert(strstr(err.msg, "HTTP 404 from http://gw.example:7480"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "not an S3 answer"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "proxy http://px.example:3128 of http_proxy"), "%s", err.msg);
+    cr_assert_null(strstr(err.msg, "no such object"), "%s", err.msg);
+    cr_assert_null(strstr(err.msg, "ProxyPass99"), "%s", err.msg);
+    free(rs.body);
+    rs.body = strdup("<html>Access Denied by policy</html>");
+    rs.body_len = strlen(rs.body);
+    rs.status = 403;
+    cr_assert_eq(s3_fail(&err, cl, "s3://b", "open", &rs), -EACCES);
+    cr_assert(strstr(err.msg, "HTTP 403 from http://gw.example:7480 (through the proxy"), "%s",
+              err.msg);
+    free(rs.body);
+    rs.body = NULL;
+    rs.body_len = 0;
+    rs.status = 0;
+    rs.attempts = 7;
+    snprintf(rs.curl_msg, sizeof rs.curl_msg, "Couldn't connect to server");
+    cr_assert_eq(s3_fail(&err, cl, "s3://b", "open", &rs), -EIO);
+    cr_assert(strstr(err.msg, "no answer from http://gw.example:7480 (through the proxy "
+                              "http://px.example:3128 of http_proxy)"),
+              "%s", err.msg);
+    s3_client_free(cl);
+
+    /* no_proxy as libcurl reads it: a domain suffix, an address range. */
+    const char *unproxied[][2] = {{"http://gw.example:7480", ".example"},
+                                  {"http://gw.example:7480", "gw.example"},
+                                  {"http://10.1.2.3:7480", "10.0.0.0/8"},
+                                  {"https://10.1.2.3", "10.1.2.3"},
+                                  {"http://gw.example:7480", "*"}};
+    const char *proxied[][2] = {{"http://gw.example:7480", "w.example"},
+                                {"http://10.1.2.3:7480", ".2.3"},
+                                {"https://10.1.2.3", "10.1.3.0/24"}};
+    for (size_t i = 0; i < 5 + 3; i++) {
+        const char *const *t = i < 5 ? unproxied[i] : proxied[i - 5];
+        cl = client_via(t[0], "px.example:3128", t[1]);
+        cr_assert_eq(s3_fail(&err, cl, "s3://b", "open", &rs), -EIO);
+        cr_assert_eq(strstr(err.msg, "through the proxy px.example:3128") != NULL, i >= 5,
+                     "%s with no_proxy=%s: %s", t[0], t[1], err.msg);
+        s3_client_free(cl);
+    }
+    unsetenv("http_proxy");
+    unsetenv("HTTPS_PROXY");
+    unsetenv("no_proxy");
+}
+
 Test(s3_store, open_fails_cleanly_without_a_server, .init = clean_env, .fini = drop_home)
 {
     /* Port 9 on loopback: nothing listens, so connects are refused at once;
