@@ -77,7 +77,8 @@ static void clean_env(void)
                           "AWS_SESSION_TOKEN", "AWS_PROFILE",
                           "AWS_REGION",        "AWS_DEFAULT_REGION",
                           "AWS_ENDPOINT_URL",  "AWS_ENDPOINT_URL_S3",
-                          "AWS_CONFIG_FILE",   "AWS_SHARED_CREDENTIALS_FILE"};
+                          "AWS_CONFIG_FILE",   "AWS_SHARED_CREDENTIALS_FILE",
+                          "AWS_CA_BUNDLE"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);
     home = tu_mkdtemp();
@@ -238,6 +239,39 @@ Test(s3_config, alternative_file_locations)
     cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
     cr_assert_str_eq(c.access_key, "AKIDALT");
     s3_config_free(&c);
+}
+
+/* The CAs for https, as the AWS CLI finds them; a path made absolute (a
+ * daemon leaves its directory), a missing file refused at once. */
+Test(s3_config, ca_bundle)
+{
+    setenv("AWS_ACCESS_KEY_ID", "A", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "S", 1);
+    s3_config c;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
+    cr_assert_null(c.ca_bundle);
+    s3_config_free(&c);
+    put_file(".aws/config", "[default]\nca_bundle = /dev/null\n");
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.ca_bundle, "/dev/null");
+    s3_config_free(&c);
+    char *cwd = getcwd(NULL, 0);
+    cr_assert_eq(chdir(home), 0);
+    put_file("ca.pem", "");
+    setenv("AWS_CA_BUNDLE", "ca.pem", 1);
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
+    char *want = tu_join(home, "ca.pem");
+    char *real = realpath(want, NULL);
+    cr_assert_str_eq(c.ca_bundle, real, "the environment's, made absolute");
+    s3_config_free(&c);
+    setenv("AWS_CA_BUNDLE", "missing.pem", 1);
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), -ENOENT);
+    cr_assert(strstr(err.msg, "missing.pem") && strstr(err.msg, "AWS_CA_BUNDLE"), "%s", err.msg);
+    cr_assert_eq(chdir(cwd), 0);
+    free(cwd);
+    free(want);
+    free(real);
 }
 
 Test(s3_config, ini_lookup)

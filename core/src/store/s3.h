@@ -42,6 +42,7 @@ typedef struct s3_config {
     char *access_key;
     char *secret_key;    /* secret: wiped on free */
     char *session_token; /* secret, or NULL */
+    char *ca_bundle;     /* PEM file of CAs to trust for https, or NULL */
     char source[160];    /* where the credentials came from, for messages */
 } s3_config;
 
@@ -50,6 +51,7 @@ typedef struct s3_config {
  *             endpoint_url in the config file, https://s3.REGION.amazonaws.com
  *   region:   opts, AWS_REGION, AWS_DEFAULT_REGION, the profile's region,
  *             us-east-1
+ *   CAs:      AWS_CA_BUNDLE, the profile's ca_bundle, else the system's
  *   keys:     with an explicit profile option, that profile; else
  *             AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN);
  *             else the profile AWS_PROFILE (or "default") from

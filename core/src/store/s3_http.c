@@ -486,6 +486,8 @@ static int attempt(s3_client *c, conn *k, const s3_req *rq, const char *url,
     curl_easy_setopt(h, CURLOPT_SOCKOPTDATA, k);
     curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, on_close);
     curl_easy_setopt(h, CURLOPT_CLOSESOCKETDATA, k);
+    if (c->cfg.ca_bundle)
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->cfg.ca_bundle);
     curl_easy_setopt(h, CURLOPT_AWS_SIGV4, c->sigv4);
     curl_easy_setopt(h, CURLOPT_USERNAME, c->cfg.access_key);
     curl_easy_setopt(h, CURLOPT_PASSWORD, c->cfg.secret_key);
@@ -629,8 +631,12 @@ int s3_fail(ckpt_err *err, const s3_client *c, const char *what, const char *act
     int rc;
     if (rs->status == 0) {
         rc = ckpt_fail(err, rs->curl_code == CURLE_OUT_OF_MEMORY ? -ENOMEM : -EIO,
-                       "%s: %s failed: no answer from %s%s (%s) after %u attempt%s", what, action,
+                       "%s: %s failed: no answer from %s%s (%s%s) after %u attempt%s", what, action,
                        c->cfg.endpoint, c->via, rs->curl_msg[0] ? rs->curl_msg : "no response",
+                       rs->curl_code == CURLE_PEER_FAILED_VERIFICATION
+                           ? (c->cfg.ca_bundle ? "; not signed by a CA of the CA bundle"
+                                               : "; a private CA's: set AWS_CA_BUNDLE")
+                           : "",
                        rs->attempts, rs->attempts == 1 ? "" : "s");
         s3_scrub(c, err);
         return rc;
