@@ -1344,6 +1344,40 @@ static ckpt_store *fake_store(const fake_s3 *f)
     return s;
 }
 
+/* This writer was paused (or cut off from the gateway) past its lease, and
+ * another writer took the lease over: the renewer finds it taken (412),
+ * and nothing more is written under the prefix, naming the new holder.
+ * Before, the loss was noted and never read: both writers went on
+ * committing (and the new one's mount aborted the old one's uploads). */
+Test(s3_fake, a_lease_taken_over_stops_the_writer, .init = clean_env, .fini = drop_home)
+{
+    fake_s3 f;
+    fake_start(&f);
+    ckpt_store *s = fake_store(&f);
+    ckpt_store_lock *l;
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_lock_take(s, ".lock", &l, &err), 0, "%s", err.msg);
+    pthread_mutex_lock(&f.mu);
+    snprintf(f.body, sizeof f.body, "holder otherhost:42\nexpires %lld\ntoken %s\n",
+             (long long)time(NULL) + 60, "0123456789abcdef0123456789abcdef");
+    snprintf(f.etag, sizeof f.etag, "\"gen%u\"", ++f.gen);
+    pthread_mutex_unlock(&f.mu);
+    /* The renewer runs every 20 s. */
+    struct timespec ts = {21, 0};
+    nanosleep(&ts, NULL);
+    cr_assert_eq(ckpt_store_remove(s, "mp", &err), -EBUSY, "%s", err.msg);
+    cr_assert(strstr(err.msg, "taken over by otherhost:42"), "%s", err.msg);
+    store_upload *u = NULL;
+    cr_assert_eq(s->ops->create(s, "mp", NULL, &u, &err), -EBUSY, "%s", err.msg);
+    ckpt_store_lock_release(l);
+    pthread_mutex_lock(&f.mu);
+    int kept = f.exists && strstr(f.body, "otherhost:42") != NULL;
+    pthread_mutex_unlock(&f.mu);
+    cr_assert(kept, "the other writer's lease is left alone");
+    ckpt_store_free(s);
+    fake_stop(&f);
+}
+
 /* The lease's PUT If-None-Match: * took effect but its answer was lost:
  * the retry gets 412 from our own lease, which must not read as another
  * writer's (it did: EBUSY naming this very process). */

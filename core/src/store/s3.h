@@ -283,7 +283,15 @@ typedef struct s3_store {
     s3_url url;
     unsigned part_size; /* first part size for multipart uploads */
     unsigned parts_in_flight;
+    struct s3_lock *lease; /* the writer's lease this store holds, or NULL */
 } s3_store;
+
+/* 0 when the store holds no lease, or holds it still; -EBUSY naming the
+ * new holder when the lease lapsed and another writer took it (a writer
+ * paused, or cut off from the gateway, for longer than the lease): what
+ * would be written under the prefix then is refused, not mixed with the
+ * other writer's. One GET when the lease was not renewed for a while. */
+int s3_lease_check(s3_store *s, ckpt_err *err);
 
 /* "<prefix>/<name>" (or name), malloc'd. */
 char *s3_key(const s3_store *s, const char *name);
