@@ -257,9 +257,10 @@ int s3_ra_new(uint64_t size, s3_ra_fetch_fn fetch, void *ud, s3_ra **out);
 void s3_ra_free(s3_ra *ra);
 /* 1 with buf filled from fetched segments; 0 when the caller must read the
  * range itself (not a sequential reader, or a segment that had failed
- * already: the caller's own GET then reports why); -errno when the read
- * waited for a segment whose fetch failed (with its retries spent: a GET
- * of its own would only spend as many again). Thread-safe. */
+ * already or quickly: the caller's own GET then reports why); -errno when
+ * the read waited for a segment whose fetch failed after a second or more
+ * (its retries spent: a GET of its own would only spend as many again).
+ * Thread-safe. */
 int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off);
 /* s3_ra_read without the copy where it can: 1 with *data the bytes, in a
  * segment that stays pinned until s3_ra_release(ra, *hold) when the range

@@ -27,11 +27,13 @@
  * FAILED segment is not an error here: the read falls back to the caller's
  * own ranged GET, whose error (HTTP status, -ESTALE for a replaced object)
  * is the one reported, so readahead never changes what a read returns;
- * except for a reader that waited for the segment's fetch: it gets that
- * fetch's error (the same GET with the same If-Match, over a wider range).
- * Falling back there made a second GET with a retry budget of its own after
- * the first had spent all of its: against a hung gateway a read failed
- * after 60 s, not the 30 s that one request's retries take.
+ * except for a reader that waited for a fetch that failed slowly (RA_SPENT_MS
+ * or more: the store retried): it gets that fetch's error (the same GET with
+ * the same If-Match, over a wider range). Falling back there made a second
+ * GET with a retry budget of its own after the first had spent all of its:
+ * against a hung gateway a read failed after 60 s, not the 30 s that one
+ * request's retries take. A quick failure (an answer refused at once) still
+ * falls back, as the reader's own GET may fare otherwise.
  *
  * Generations: the segment fetch is the caller's ranged GET, carrying
  * If-Match with the ETag fixed at open, so every byte served from a
@@ -48,6 +50,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* 4 MiB segments: RGW stores an object in 4 MiB RADOS objects, so an
  * aligned segment is one of them. With 12 ahead and 6 GETs at once, the
@@ -60,6 +63,9 @@
 #define RA_THREADS 6u
 #define RA_SLACK (16ull << 20)
 #define RA_STREAK 2
+/* A failed fetch that took this long had its retries (the first backoff
+ * is 125-250 ms, a stalled try 15 s): its error is a waiting reader's. */
+#define RA_SPENT_MS 1000
 
 enum { EMPTY, QUEUED, LOADING, READY, FAILED };
 
@@ -70,6 +76,7 @@ typedef struct slot {
     int state;
     unsigned refs;
     int rc;       /* FAILED: the fetch's -errno */
+    int spent;    /* FAILED after RA_SPENT_MS or more */
     ckpt_err err; /* FAILED: why */
 } slot;
 
@@ -151,11 +158,16 @@ static void *fetch_thread(void *arg)
         pthread_mutex_unlock(&ra->mu);
         ckpt_err err = {0};
         ssize_t got = -ENOMEM;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         if (next->buf || posix_memalign((void **)&next->buf, S3_RA_ALIGN, RA_SEG) == 0)
             got = ra->fetch(ra->ud, next->buf, next->len, next->seg * RA_SEG, &err);
         pthread_mutex_lock(&ra->mu);
         next->state = got == (ssize_t)next->len ? READY : FAILED;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
         next->rc = got < 0 ? (int)got : -EIO;
+        next->spent =
+            (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= RA_SPENT_MS;
         next->err = err;
         if (next->state == FAILED && !next->err.msg[0])
             ckpt_fail(&next->err, next->rc, "read ahead of bytes %llu-%llu: %zd of %zu bytes",
@@ -255,8 +267,8 @@ int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **da
             pthread_cond_wait(&ra->done, &ra->mu);
             s = find(ra, seg);
         }
-        if (s && s->state == FAILED && waited && s->rc != -ENOMEM) {
-            /* Its fetch failed while we waited: no second GET. */
+        if (s && s->state == FAILED && waited && s->spent && s->rc != -ENOMEM) {
+            /* Its fetch spent its retries while we waited: no second GET. */
             failed = s->rc;
             if (err)
                 *err = s->err;
