@@ -13,12 +13,15 @@ typedef struct ns_cache {
     double listed_at; /* monotonic seconds; 0: never listed */
     remote_entry *v;
     size_t n;
-    int warned; /* a failed refresh was logged */
-    int ever;   /* v holds a listing that once succeeded */
+    int warned;      /* a failed refresh was logged */
+    int ever;        /* v holds a listing that once succeeded */
+    int refreshing;  /* a thread is listing it, without the lock */
+    unsigned marked; /* invalidations, so one during a refresh is kept */
 } ns_cache;
 
 struct remote_listing {
     pthread_mutex_t lock;
+    pthread_cond_t listed; /* a refresh ended */
     ckpt_store *store;
     double interval;
     ns_cache *all;
@@ -38,6 +41,7 @@ remote_listing *remote_listing_new(ckpt_store *s, double interval)
     if (!r)
         return NULL;
     pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->listed, NULL);
     r->store = s;
     r->interval = interval;
     return r;
@@ -60,6 +64,7 @@ void remote_listing_free(remote_listing *r)
     }
     free(r->all);
     pthread_mutex_destroy(&r->lock);
+    pthread_cond_destroy(&r->listed);
     free(r);
 }
 
@@ -113,16 +118,34 @@ static ns_cache *cache_of(remote_listing *r, const char *ns)
     return c;
 }
 
-/* ns's cache, listed again when stale. Called with r->lock held. */
+/* ns's cache, listed again when stale. Called with r->lock held, which
+ * the listing itself runs without: a listing that fails takes the store's
+ * whole retry time (10 s against a stopped gateway, 30 s against a hung
+ * one), and with the lock held every lookup of the mount waited that long
+ * behind it. While a refresh is under way, others wait for it, except
+ * where the last one failed: they are answered from the last good listing
+ * at once. A failed refresh is tried again an interval after it ended (it
+ * was an interval after it began, which against a down gateway was at
+ * once: every lookup listed again, a stat took two listings' time). */
 static int fresh(remote_listing *r, const char *ns, ns_cache **out)
 {
     ns_cache *c = cache_of(r, ns);
     if (!c)
         return -ENOMEM;
-    *out = c;
+    size_t at = (size_t)(c - r->all); /* r->all may move while unlocked */
+    for (;;) {
+        c = &r->all[at];
+        *out = c;
+        if (c->ever && c->listed_at > 0 && now_s() - c->listed_at < r->interval)
+            return 0;
+        if (!c->refreshing)
+            break;
+        if (c->ever && c->warned && c->listed_at > 0)
+            return 0; /* the gateway is failing: the last good listing, now */
+        pthread_cond_wait(&r->listed, &r->lock);
+    }
     double now = now_s();
-    if (c->ever && c->listed_at > 0 && now - c->listed_at < r->interval)
-        return 0;
+    unsigned marked = c->marked;
     size_t ns_len = strlen(ns);
     char *prefix = malloc(ns_len + 2);
     if (!prefix)
@@ -133,8 +156,14 @@ static int fresh(remote_listing *r, const char *ns, ns_cache **out)
     prefix[ns_len] = '\0';
     collect got = {.skip = ns_len};
     ckpt_err err = {0};
+    c->refreshing = 1;
+    pthread_mutex_unlock(&r->lock);
     int rc = ckpt_store_list_dirs(r->store, prefix, collect_one, &got, &err);
     free(prefix);
+    pthread_mutex_lock(&r->lock);
+    c = *out = &r->all[at];
+    c->refreshing = 0;
+    pthread_cond_broadcast(&r->listed);
     if (rc < 0) {
         remote_entries_free(got.v, got.n);
         if (!c->ever)
@@ -144,7 +173,8 @@ static int fresh(remote_listing *r, const char *ns, ns_cache **out)
                        "works again",
                        ckpt_store_where(r->store), ns, err.msg[0] ? err.msg : strerror(-rc),
                        now - c->listed_at);
-        c->listed_at = now; /* retried after the interval, not on every lookup */
+        if (c->marked == marked)
+            c->listed_at = now_s(); /* retried after the interval, not on every lookup */
         c->warned = 1;
         return 0;
     }
@@ -154,7 +184,8 @@ static int fresh(remote_listing *r, const char *ns, ns_cache **out)
     remote_entries_free(c->v, c->n);
     c->v = got.v;
     c->n = got.n;
-    c->listed_at = now;
+    /* Invalidated while listing: what was listed may miss the change. */
+    c->listed_at = c->marked == marked ? now : 0;
     c->ever = 1;
     return 0;
 }
@@ -205,7 +236,9 @@ void remote_listing_invalidate(remote_listing *r, const char *ns)
 {
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0; i < r->n; i++)
-        if (strcmp(r->all[i].ns, ns) == 0)
+        if (strcmp(r->all[i].ns, ns) == 0) {
             r->all[i].listed_at = 0;
+            r->all[i].marked++;
+        }
     pthread_mutex_unlock(&r->lock);
 }

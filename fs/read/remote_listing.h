@@ -6,11 +6,14 @@
  * writer shows up within the interval, not at once.
  *
  * When a listing fails (the gateway is down) the last good one goes on
- * being answered, with one warning until listing works again; a
+ * being answered, with one warning until listing works again, and the
+ * listing is tried again an interval after the failure ended; a
  * namespace never listed fails with the store's error.
  *
- * Thread-safe: one mutex, held across a refresh so that concurrent
- * lookups of a stale namespace cost one request, not one each. */
+ * Thread-safe: one mutex, not held during a refresh; concurrent lookups
+ * of a namespace being refreshed wait for it (one request, not one each),
+ * or, once its listing has failed, are answered from the last good one
+ * without waiting for the store's retries. */
 #ifndef CKPTFS_REMOTE_LISTING_H
 #define CKPTFS_REMOTE_LISTING_H
 

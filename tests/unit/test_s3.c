@@ -77,7 +77,8 @@ static void clean_env(void)
                           "AWS_SESSION_TOKEN", "AWS_PROFILE",
                           "AWS_REGION",        "AWS_DEFAULT_REGION",
                           "AWS_ENDPOINT_URL",  "AWS_ENDPOINT_URL_S3",
-                          "AWS_CONFIG_FILE",   "AWS_SHARED_CREDENTIALS_FILE"};
+                          "AWS_CONFIG_FILE",   "AWS_SHARED_CREDENTIALS_FILE",
+                          "AWS_CA_BUNDLE"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);
     home = tu_mkdtemp();
@@ -238,6 +239,39 @@ Test(s3_config, alternative_file_locations)
     cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
     cr_assert_str_eq(c.access_key, "AKIDALT");
     s3_config_free(&c);
+}
+
+/* The CAs for https, as the AWS CLI finds them; a path made absolute (a
+ * daemon leaves its directory), a missing file refused at once. */
+Test(s3_config, ca_bundle)
+{
+    setenv("AWS_ACCESS_KEY_ID", "A", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "S", 1);
+    s3_config c;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
+    cr_assert_null(c.ca_bundle);
+    s3_config_free(&c);
+    put_file(".aws/config", "[default]\nca_bundle = /dev/null\n");
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.ca_bundle, "/dev/null");
+    s3_config_free(&c);
+    char *cwd = getcwd(NULL, 0);
+    cr_assert_eq(chdir(home), 0);
+    put_file("ca.pem", "");
+    setenv("AWS_CA_BUNDLE", "ca.pem", 1);
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), 0, "%s", err.msg);
+    char *want = tu_join(home, "ca.pem");
+    char *real = realpath(want, NULL);
+    cr_assert_str_eq(c.ca_bundle, real, "the environment's, made absolute");
+    s3_config_free(&c);
+    setenv("AWS_CA_BUNDLE", "missing.pem", 1);
+    cr_assert_eq(s3_config_resolve(NULL, &c, &err), -ENOENT);
+    cr_assert(strstr(err.msg, "missing.pem") && strstr(err.msg, "AWS_CA_BUNDLE"), "%s", err.msg);
+    cr_assert_eq(chdir(cwd), 0);
+    free(cwd);
+    free(want);
+    free(real);
 }
 
 Test(s3_config, ini_lookup)
@@ -549,6 +583,92 @@ Test(s3_secrets, messages_never_carry_them, .init = clean_env, .fini = drop_home
     s3_client_free(cl);
 }
 
+/* A client of endpoint whose environment names proxy (NULL: none) and
+ * no_proxy (NULL: none). */
+static s3_client *client_via(const char *endpoint, const char *proxy, const char *no_proxy)
+{
+    setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "SecretExample123", 1);
+    const char *vars[] = {"http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy",
+                          "ALL_PROXY",  "no_proxy",    "NO_PROXY"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        unsetenv(vars[i]);
+    if (proxy)
+        setenv(strncmp(endpoint, "https:", 6) ? "http_proxy" : "HTTPS_PROXY", proxy, 1);
+    if (no_proxy)
+        setenv("no_proxy", no_proxy, 1);
+    ckpt_store_opts o = {.endpoint = endpoint};
+    s3_config c;
+    ckpt_err err = {0};
+    cr_assert_eq(s3_config_resolve(&o, &c, &err), 0, "%s", err.msg);
+    s3_client *cl;
+    cr_assert_eq(s3_client_new(&c, &cl, &err), 0, "%s", err.msg);
+    return cl;
+}
+
+/* An answer that is no S3 error (a web server at a mistyped endpoint, a
+ * proxy's policy page) names the endpoint, and the proxy the environment
+ * sends requests through, without its password; it was "no such object
+ * (HTTP 404)" for a bucket listing, "access denied (HTTP 403 Forbidden)"
+ * for a proxy's refusal, naming neither. */
+Test(s3_secrets, answers_not_from_s3_name_the_endpoint_and_the_proxy, .init = clean_env,
+     .fini = drop_home)
+{
+    s3_client *cl = client_via("http://gw.example:7480", "http://pu:ProxyPass99@px.example:3128",
+                               "localhost,.other.example");
+    s3_resp rs = {0};
+    rs.status = 404;
+    rs.attempts = 1;
+    rs.body = strdup("<html><body>Not Found</body></html>");
+    rs.body_len = strlen(rs.body);
+    ckpt_err err = {0};
+    cr_assert_eq(s3_fail(&err, cl, "s3://b", "open", &rs), -ENOENT);
+    cr_assert(strstr(err.msg, "HTTP 404 from http://gw.example:7480"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "not an S3 answer"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "proxy http://px.example:3128 of http_proxy"), "%s", err.msg);
+    cr_assert_null(strstr(err.msg, "no such object"), "%s", err.msg);
+    cr_assert_null(strstr(err.msg, "ProxyPass99"), "%s", err.msg);
+    free(rs.body);
+    rs.body = strdup("<html>Access Denied by policy</html>");
+    rs.body_len = strlen(rs.body);
+    rs.status = 403;
+    cr_assert_eq(s3_fail(&err, cl, "s3://b", "open", &rs), -EACCES);
+    cr_assert(strstr(err.msg, "HTTP 403 from http://gw.example:7480 (through the proxy"), "%s",
+              err.msg);
+    free(rs.body);
+    rs.body = NULL;
+    rs.body_len = 0;
+    rs.status = 0;
+    rs.attempts = 7;
+    snprintf(rs.curl_msg, sizeof rs.curl_msg, "Couldn't connect to server");
+    cr_assert_eq(s3_fail(&err, cl, "s3://b", "open", &rs), -EIO);
+    cr_assert(strstr(err.msg, "no answer from http://gw.example:7480 (through the proxy "
+                              "http://px.example:3128 of http_proxy)"),
+              "%s", err.msg);
+    s3_client_free(cl);
+
+    /* no_proxy as libcurl reads it: a domain suffix, an address range. */
+    const char *unproxied[][2] = {{"http://gw.example:7480", ".example"},
+                                  {"http://gw.example:7480", "gw.example"},
+                                  {"http://10.1.2.3:7480", "10.0.0.0/8"},
+                                  {"https://10.1.2.3", "10.1.2.3"},
+                                  {"http://gw.example:7480", "*"}};
+    const char *proxied[][2] = {{"http://gw.example:7480", "w.example"},
+                                {"http://10.1.2.3:7480", ".2.3"},
+                                {"https://10.1.2.3", "10.1.3.0/24"}};
+    for (size_t i = 0; i < 5 + 3; i++) {
+        const char *const *t = i < 5 ? unproxied[i] : proxied[i - 5];
+        cl = client_via(t[0], "px.example:3128", t[1]);
+        cr_assert_eq(s3_fail(&err, cl, "s3://b", "open", &rs), -EIO);
+        cr_assert_eq(strstr(err.msg, "through the proxy px.example:3128") != NULL, i >= 5,
+                     "%s with no_proxy=%s: %s", t[0], t[1], err.msg);
+        s3_client_free(cl);
+    }
+    unsetenv("http_proxy");
+    unsetenv("HTTPS_PROXY");
+    unsetenv("no_proxy");
+}
+
 Test(s3_store, open_fails_cleanly_without_a_server, .init = clean_env, .fini = drop_home)
 {
     /* Port 9 on loopback: nothing listens, so connects are refused at once;
@@ -727,9 +847,11 @@ Test(s3_live, multipart_upload_round_trip)
 /* ------------------------------------------------------------ readahead */
 
 /* A fake object whose byte i is (i * 7 + i / 4096) & 0xff; fetches count
- * and can be made to fail from a given offset on. */
+ * and can be made to fail from a given offset on, after fail_ms (a gateway
+ * that does not answer, through the retries). */
 typedef struct fake_obj {
     uint64_t size, fail_from;
+    unsigned fail_ms;
     unsigned fetches;
     pthread_mutex_t mu;
 } fake_obj;
@@ -745,8 +867,11 @@ static ssize_t fake_fetch(void *ud, void *buf, size_t len, uint64_t off, ckpt_er
     pthread_mutex_lock(&o->mu);
     o->fetches++;
     pthread_mutex_unlock(&o->mu);
-    if (off + len > o->fail_from)
+    if (off + len > o->fail_from) {
+        struct timespec ts = {o->fail_ms / 1000, (long)(o->fail_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
         return ckpt_fail(err, -EIO, "fake: failed at %llu", (unsigned long long)off);
+    }
     for (size_t i = 0; i < len; i++)
         ((uint8_t *)buf)[i] = fake_byte(off + i);
     return (ssize_t)len;
@@ -832,6 +957,7 @@ Test(s3_readahead, a_failed_segment_falls_back_to_the_caller)
     int served_after_failure = 0;
     for (uint64_t off = 0; off < o.size; off += 1 << 20) {
         int r = s3_ra_read(ra, buf, 1 << 20, off);
+        cr_assert(r == 0 || r == 1, "a quick failure is the caller's to read again: %d", r);
         if (r == 1)
             check_bytes(buf, 1 << 20, off);
         if (r == 1 && off + (1 << 20) > o.fail_from)
@@ -842,6 +968,39 @@ Test(s3_readahead, a_failed_segment_falls_back_to_the_caller)
     cr_assert(!served_after_failure, "a read past the failure was served");
     cr_assert_gt(st.failed, 0u);
     cr_assert_gt(st.hits, 10u);
+    s3_ra_free(ra);
+    free(buf);
+}
+
+/* A sequential reader that reaches a segment still being fetched waits
+ * for it; when that fetch fails slowly (its retries spent), the read fails
+ * with its error. It used to fall back to a GET of its own, with retries of its
+ * own: against a hung gateway a read failed after twice the retry time. */
+Test(s3_readahead, a_read_that_waited_for_a_failed_segment_fails_with_it)
+{
+    fake_obj o = {.size = 40ull << 20, .fail_from = 20ull << 20, .fail_ms = 1100};
+    pthread_mutex_init(&o.mu, NULL);
+    s3_ra *ra;
+    cr_assert_eq(s3_ra_new(o.size, fake_fetch, &o, &ra), 0);
+    uint8_t *buf = malloc(1 << 20);
+    int r = 0;
+    uint64_t off;
+    for (off = 0; off < o.size; off += 1 << 20) {
+        r = s3_ra_read(ra, buf, 1 << 20, off);
+        if (off + (1 << 20) > o.fail_from)
+            break;
+        cr_assert(r == 0 || r == 1);
+    }
+    cr_assert_eq(r, -EIO, "the read at %llu: %d, not the segment's -EIO", (unsigned long long)off,
+                 r);
+    /* The segment's error, for the caller to report. */
+    const void *data;
+    void *hold;
+    ckpt_err err = {0};
+    r = s3_ra_borrow(ra, buf, 1 << 20, 28ull << 20, &data, &hold, &err);
+    cr_assert(r == -EIO || r == 0, "%d", r);
+    if (r == -EIO)
+        cr_assert(strstr(err.msg, "fake: failed at"), "%s", err.msg);
     s3_ra_free(ra);
     free(buf);
 }
@@ -1184,6 +1343,40 @@ static ckpt_store *fake_store(const fake_s3 *f)
     ckpt_err err = {0};
     cr_assert_eq(ckpt_store_open("s3://bucket/p", &o, &s, &err), 0, "%s", err.msg);
     return s;
+}
+
+/* This writer was paused (or cut off from the gateway) past its lease, and
+ * another writer took the lease over: the renewer finds it taken (412),
+ * and nothing more is written under the prefix, naming the new holder.
+ * Before, the loss was noted and never read: both writers went on
+ * committing (and the new one's mount aborted the old one's uploads). */
+Test(s3_fake, a_lease_taken_over_stops_the_writer, .init = clean_env, .fini = drop_home)
+{
+    fake_s3 f;
+    fake_start(&f);
+    ckpt_store *s = fake_store(&f);
+    ckpt_store_lock *l;
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_lock_take(s, ".lock", &l, &err), 0, "%s", err.msg);
+    pthread_mutex_lock(&f.mu);
+    snprintf(f.body, sizeof f.body, "holder otherhost:42\nexpires %lld\ntoken %s\n",
+             (long long)time(NULL) + 60, "0123456789abcdef0123456789abcdef");
+    snprintf(f.etag, sizeof f.etag, "\"gen%u\"", ++f.gen);
+    pthread_mutex_unlock(&f.mu);
+    /* The renewer runs every 20 s. */
+    struct timespec ts = {21, 0};
+    nanosleep(&ts, NULL);
+    cr_assert_eq(ckpt_store_remove(s, "mp", &err), -EBUSY, "%s", err.msg);
+    cr_assert(strstr(err.msg, "taken over by otherhost:42"), "%s", err.msg);
+    store_upload *u = NULL;
+    cr_assert_eq(s->ops->create(s, "mp", NULL, &u, &err), -EBUSY, "%s", err.msg);
+    ckpt_store_lock_release(l);
+    pthread_mutex_lock(&f.mu);
+    int kept = f.exists && strstr(f.body, "otherhost:42") != NULL;
+    pthread_mutex_unlock(&f.mu);
+    cr_assert(kept, "the other writer's lease is left alone");
+    ckpt_store_free(s);
+    fake_stop(&f);
 }
 
 /* The lease's PUT If-None-Match: * took effect but its answer was lost:

@@ -119,8 +119,11 @@ static ssize_t reader_borrow(store_reader *r, void *spare, size_t len, uint64_t 
         return 0;
     if (len > size - off)
         len = (size_t)(size - off);
-    if (sr->ra && s3_ra_borrow(sr->ra, spare, len, off, data, hold) == 1)
+    int ra = sr->ra ? s3_ra_borrow(sr->ra, spare, len, off, data, hold, err) : 0;
+    if (ra == 1)
         return (ssize_t)len;
+    if (ra < 0)
+        return ra; /* the segment's GET failed, its retries spent */
     return read_uncached_ahead(sr, spare, len, off, err);
 }
 
@@ -337,6 +340,9 @@ static int simple(s3_store *s, const char *method, const char *key, const char *
 static int s3_remove(ckpt_store *base, const char *name, ckpt_err *err)
 {
     s3_store *s = (s3_store *)base;
+    int lrc = s3_lease_check(s, err);
+    if (lrc < 0)
+        return lrc;
     char *key = s3_key(s, name), *shown = store_display_name(base, name);
     int rc = !key || !shown ? ckpt_fail(err, -ENOMEM, "out of memory") : 0;
     s3_resp rs = {0};
@@ -356,6 +362,9 @@ static int s3_remove(ckpt_store *base, const char *name, ckpt_err *err)
 static int s3_rename(ckpt_store *base, const char *from, const char *to, ckpt_err *err)
 {
     s3_store *s = (s3_store *)base;
+    int lrc = s3_lease_check(s, err);
+    if (lrc < 0)
+        return lrc;
     char *kf = s3_key(s, from), *kt = s3_key(s, to), *sf = store_display_name(base, from);
     char *src = NULL, *enc = NULL, *benc = s3_uri_encode(s->url.bucket, 0);
     int rc = 0;
@@ -419,8 +428,17 @@ typedef struct s3_lock {
     pthread_cond_t cv;
     pthread_t renewer;
     int stop, lost;
-    int running; /* renewer started (not in a child of a fork until restarted) */
+    int running;     /* renewer started (not in a child of a fork until restarted) */
+    int64_t put_at;  /* CLOCK_BOOTTIME seconds of the last PUT of the lease that took */
+    char taker[300]; /* lost: who holds it now */
 } s3_lock;
+
+static int64_t boot_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return ts.tv_sec;
+}
 
 static void lock_body(const s3_lock *l, char *buf, size_t cap)
 {
@@ -464,9 +482,12 @@ static long lock_put(s3_lock *l, const char *cond, ckpt_err *err)
     long status = -1;
     if (s3_request(l->s->http, &rq, &rs) == 0)
         status = rs.status;
-    if (status == 200)
+    if (status == 200) {
         snprintf(l->etag, sizeof l->etag, "%s", rs.etag);
-    else if (status != 412)
+        pthread_mutex_lock(&l->mu); /* held by no caller; s3_lease_check reads it */
+        l->put_at = boot_s();
+        pthread_mutex_unlock(&l->mu);
+    } else if (status != 412)
         s3_fail(err, l->s->http, l->shown, "taking the lock", &rs);
     unsigned attempts = rs.attempts;
     s3_resp_free(&rs);
@@ -474,6 +495,9 @@ static long lock_put(s3_lock *l, const char *cond, ckpt_err *err)
         char lease[512], etag[80];
         if (lease_get(l, lease, sizeof lease, etag) && etag[0] && strstr(lease, l->token)) {
             snprintf(l->etag, sizeof l->etag, "%s", etag);
+            pthread_mutex_lock(&l->mu);
+            l->put_at = boot_s();
+            pthread_mutex_unlock(&l->mu);
             status = 200;
         }
     }
@@ -512,9 +536,17 @@ static void *lock_renewer(void *arg)
         pthread_mutex_unlock(&l->mu);
         ckpt_err err = {0};
         long st = lock_put_if_match(l, etag, &err);
+        char lease[512], got[80];
+        /* Someone took it over: our lease had expired. */
+        int taken = st == 412 && lease_get(l, lease, sizeof lease, got);
         pthread_mutex_lock(&l->mu);
-        if (st == 412)
-            l->lost = 1; /* someone took it over: our lease had expired */
+        if (st == 412) {
+            const char *h = taken ? strstr(lease, "holder ") : NULL;
+            l->lost = 1;
+            if (h)
+                sscanf(h + 7, "%299[^\n]", l->taker);
+            break;
+        }
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
@@ -607,6 +639,8 @@ static int s3_lock_take(ckpt_store *base, const char *name, ckpt_store_lock **ou
     if (rc == 0 && pthread_create(&l->renewer, NULL, lock_renewer, l) != 0)
         rc = ckpt_fail(err, -EAGAIN, "%s: cannot start the lease renewer", l->shown);
     l->running = rc == 0;
+    if (rc == 0)
+        s->lease = l;
     if (rc < 0) {
         pthread_mutex_destroy(&l->mu);
         pthread_cond_destroy(&l->cv);
@@ -634,6 +668,8 @@ static void s3_unlock(ckpt_store_lock *base)
 {
     s3_lock *l = (s3_lock *)base;
     stop_renewer(l);
+    if (l->s->lease == l)
+        l->s->lease = NULL;
     if (!l->lost) {
         /* Only our own lease: a DELETE cannot be conditional, so check first. */
         char lease[512], etag[80];
@@ -686,6 +722,40 @@ static int s3_lock_after_fork(ckpt_store_lock *base, ckpt_err *err)
     }
     l->running = 1;
     return 0;
+}
+
+int s3_lease_check(s3_store *s, ckpt_err *err)
+{
+    s3_lock *l = s->lease;
+    if (!l)
+        return 0;
+    pthread_mutex_lock(&l->mu);
+    int lost = l->lost;
+    int64_t age = boot_s() - l->put_at;
+    pthread_mutex_unlock(&l->mu);
+    char lease[512], etag[80];
+    /* Not renewed for half the lease (the renewer runs every third): the
+     * writer was paused or cut off, and another may have taken it over. */
+    if (!lost && age >= LOCK_LEASE_S / 2 && lease_get(l, lease, sizeof lease, etag) &&
+        !strstr(lease, l->token)) {
+        const char *h = strstr(lease, "holder ");
+        pthread_mutex_lock(&l->mu);
+        l->lost = lost = 1;
+        if (h)
+            sscanf(h + 7, "%299[^\n]", l->taker);
+        pthread_mutex_unlock(&l->mu);
+    }
+    if (!lost)
+        return 0;
+    pthread_mutex_lock(&l->mu);
+    char taker[300];
+    snprintf(taker, sizeof taker, "%s", l->taker[0] ? l->taker : "another writer");
+    pthread_mutex_unlock(&l->mu);
+    return ckpt_fail(err, -EBUSY,
+                     "%s: this writer's lease was taken over by %s after it went %d s "
+                     "without renewal (one writer per prefix): nothing more is written here; "
+                     "unmount, and remount once that writer is done",
+                     l->shown, taker, LOCK_LEASE_S);
 }
 
 /* ----------------------------------------------------------- stale uploads */

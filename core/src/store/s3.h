@@ -42,6 +42,7 @@ typedef struct s3_config {
     char *access_key;
     char *secret_key;    /* secret: wiped on free */
     char *session_token; /* secret, or NULL */
+    char *ca_bundle;     /* PEM file of CAs to trust for https, or NULL */
     char source[160];    /* where the credentials came from, for messages */
 } s3_config;
 
@@ -50,6 +51,7 @@ typedef struct s3_config {
  *             endpoint_url in the config file, https://s3.REGION.amazonaws.com
  *   region:   opts, AWS_REGION, AWS_DEFAULT_REGION, the profile's region,
  *             us-east-1
+ *   CAs:      AWS_CA_BUNDLE, the profile's ca_bundle, else the system's
  *   keys:     with an explicit profile option, that profile; else
  *             AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN);
  *             else the profile AWS_PROFILE (or "default") from
@@ -254,14 +256,19 @@ int s3_ra_new(uint64_t size, s3_ra_fetch_fn fetch, void *ud, s3_ra **out);
 /* Waits for in-flight fetches; NULL is fine. */
 void s3_ra_free(s3_ra *ra);
 /* 1 with buf filled from fetched segments; 0 when the caller must read the
- * range itself (not a sequential reader, or the segment failed: the
- * caller's own GET then reports why). Thread-safe. */
+ * range itself (not a sequential reader, or a segment that had failed
+ * already or quickly: the caller's own GET then reports why); -errno when
+ * the read waited for a segment whose fetch failed after a second or more
+ * (its retries spent: a GET of its own would only spend as many again).
+ * Thread-safe. */
 int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off);
 /* s3_ra_read without the copy where it can: 1 with *data the bytes, in a
  * segment that stays pinned until s3_ra_release(ra, *hold) when the range
- * lies in one (*hold not NULL), else copied into buf (*hold NULL); 0 as
- * s3_ra_read. Thread-safe. */
-int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **data, void **hold);
+ * lies in one (*hold not NULL), else copied into buf (*hold NULL); 0 or
+ * -errno (with err, which may be NULL, saying why) as s3_ra_read.
+ * Thread-safe. */
+int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **data, void **hold,
+                 ckpt_err *err);
 void s3_ra_release(s3_ra *ra, void *hold);
 /* 1 with the segment that holds all of [off, off + len) when the object is
  * read ahead at all, else 0. */
@@ -277,7 +284,15 @@ typedef struct s3_store {
     s3_url url;
     unsigned part_size; /* first part size for multipart uploads */
     unsigned parts_in_flight;
+    struct s3_lock *lease; /* the writer's lease this store holds, or NULL */
 } s3_store;
+
+/* 0 when the store holds no lease, or holds it still; -EBUSY naming the
+ * new holder when the lease lapsed and another writer took it (a writer
+ * paused, or cut off from the gateway, for longer than the lease): what
+ * would be written under the prefix then is refused, not mixed with the
+ * other writer's. One GET when the lease was not renewed for a while. */
+int s3_lease_check(s3_store *s, ckpt_err *err);
 
 /* "<prefix>/<name>" (or name), malloc'd. */
 char *s3_key(const s3_store *s, const char *name);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Bucket names: S3's rules loosened to what other stores accept (capitals,
  * '_'), but never '/', spaces or control bytes. */
@@ -151,6 +152,7 @@ void s3_config_free(s3_config *c)
 {
     free(c->endpoint);
     free(c->region);
+    free(c->ca_bundle);
     free(c->access_key);
     free_secret(&c->secret_key);
     free_secret(&c->session_token);
@@ -282,6 +284,29 @@ int s3_config_resolve(const ckpt_store_opts *opts, s3_config *out, ckpt_err *err
     v = NULL;
     if ((rc = check_endpoint(out->endpoint, err)) < 0)
         goto fail;
+
+    /* The CAs an https endpoint is checked against, as the AWS CLI takes
+     * them: a gateway with a certificate of a private CA could not be
+     * reached at all, the system's store being the only one. */
+    const char *ca = env("AWS_CA_BUNDLE");
+    from = "AWS_CA_BUNDLE";
+    if (!ca && (rc = profile_get(&f, "ca_bundle", 0, &v, &from)) < 0)
+        goto unreadable;
+    if ((rc = dup_or(&out->ca_bundle, ca, v, NULL)) < 0)
+        goto oom;
+    v = NULL;
+    if (out->ca_bundle) {
+        /* Absolute: a daemon leaves its directory for '/'. */
+        char *abs = realpath(out->ca_bundle, NULL);
+        if (!abs || access(abs, R_OK) != 0) {
+            rc = ckpt_fail(err, -errno, "CA bundle '%s' (from %s): %s", out->ca_bundle, from,
+                           strerror(errno));
+            free(abs);
+            goto fail;
+        }
+        free(out->ca_bundle);
+        out->ca_bundle = abs;
+    }
 
     /* Credentials: an explicit profile wins over the environment, as with
      * the AWS CLI's --profile; otherwise the environment's keys win. */

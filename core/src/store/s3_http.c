@@ -23,6 +23,7 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sodium.h>
@@ -41,6 +42,7 @@ struct s3_client {
     char *sigv4;        /* "aws:amz:REGION:s3" */
     char *token_header; /* "x-amz-security-token: ..." (secret) or NULL */
     s3_retry_policy retry;
+    char via[320]; /* " (through the proxy URL of VAR)" or "" */
     pthread_mutex_t mu;
     struct conn *idle[POOL_MAX];
     size_t n_idle;
@@ -109,6 +111,98 @@ long s3_retry_delay(const s3_retry_policy *p, unsigned attempts, uint64_t elapse
     return (long)d;
 }
 
+/* Does no_proxy (or NO_PROXY) name host, as libcurl 7.88 reads it: "*";
+ * else a list (commas, spaces) of names, each matching a host name whole
+ * or as a domain suffix (a leading '.' optional), and of addresses
+ * (IPv4 ones with an optional /BITS) matching an address host. */
+static int no_proxy_names(const char *host, size_t host_len)
+{
+    const char *np = getenv("no_proxy");
+    if (!np || !*np)
+        np = getenv("NO_PROXY");
+    if (!np)
+        return 0;
+    if (!strcmp(np, "*"))
+        return 1;
+    char name[256];
+    if (host_len >= sizeof name)
+        return 0;
+    memcpy(name, host, host_len);
+    name[host_len] = 0;
+    struct in_addr a4;
+    struct in6_addr a6;
+    int v4 = inet_pton(AF_INET, name, &a4) == 1, v6 = inet_pton(AF_INET6, name, &a6) == 1;
+    while (*np) {
+        while (*np == ',' || *np == ' ' || *np == '\t')
+            np++;
+        size_t n = strcspn(np, ", \t");
+        char e[256];
+        snprintf(e, sizeof e, "%.*s", (int)(n < sizeof e ? n : 0), np);
+        np += n;
+        if (!e[0])
+            continue;
+        if (v4) {
+            char *slash = strchr(e, '/');
+            long bits = slash ? strtol(slash + 1, NULL, 10) : 32;
+            struct in_addr m;
+            if (slash)
+                *slash = 0;
+            if (bits < 0 || bits > 32 || inet_pton(AF_INET, e, &m) != 1)
+                continue;
+            uint32_t mask = bits ? htonl(~0u << (32 - bits)) : 0;
+            if (((a4.s_addr ^ m.s_addr) & mask) == 0)
+                return 1;
+        } else if (v6) {
+            struct in6_addr m;
+            if (inet_pton(AF_INET6, e, &m) == 1 && !memcmp(&m, &a6, sizeof m))
+                return 1;
+        } else {
+            const char *t = e[0] == '.' ? e + 1 : e;
+            size_t tn = strlen(t);
+            if (tn && tn <= host_len && strcasecmp(name + host_len - tn, t) == 0 &&
+                (tn == host_len || name[host_len - tn - 1] == '.'))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* The proxy libcurl takes from the environment for endpoint, in c->via for
+ * messages, without any user:password@ (a proxy's credentials are as
+ * secret as ours): a proxy that answers for the gateway (a 403 of its
+ * policy, a 502) was reported as the S3 server's answer, naming neither. */
+static void note_proxy(s3_client *c)
+{
+    const char *ep = c->cfg.endpoint;
+    int https = strncmp(ep, "https://", 8) == 0;
+    const char *host = strstr(ep, "://") + 3;
+    size_t host_len;
+    if (*host == '[') {
+        host++;
+        host_len = strcspn(host, "]");
+    } else {
+        host_len = strcspn(host, ":/");
+    }
+    c->via[0] = 0;
+    if (no_proxy_names(host, host_len))
+        return;
+    /* libcurl's order; for http only the lower-case name (CGI's HTTP_PROXY
+     * is a request header). */
+    const char *names[] = {https ? "https_proxy" : "http_proxy", https ? "HTTPS_PROXY" : NULL,
+                           "all_proxy", "ALL_PROXY"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const char *v = names[i] ? getenv(names[i]) : NULL;
+        if (!v || !*v)
+            continue;
+        const char *at = strrchr(v, '@'), *scheme = strstr(v, "://");
+        const char *rest = at ? at + 1 : scheme ? scheme + 3 : v;
+        int slen = scheme && (!at || scheme < at) ? (int)(scheme - v + 3) : 0;
+        snprintf(c->via, sizeof c->via, " (through the proxy %.*s%.200s of %s)", slen, v, rest,
+                 names[i]);
+        return;
+    }
+}
+
 int s3_client_new(s3_config *cfg, s3_client **out, ckpt_err *err)
 {
     *out = NULL;
@@ -124,6 +218,7 @@ int s3_client_new(s3_config *cfg, s3_client **out, ckpt_err *err)
     c->cfg = *cfg;
     memset(cfg, 0, sizeof *cfg);
     c->retry = s3_retry_default;
+    note_proxy(c);
     pthread_mutex_init(&c->mu, NULL);
     if (asprintf(&c->sigv4, "aws:amz:%s:s3", c->cfg.region) < 0)
         c->sigv4 = NULL;
@@ -391,6 +486,8 @@ static int attempt(s3_client *c, conn *k, const s3_req *rq, const char *url,
     curl_easy_setopt(h, CURLOPT_SOCKOPTDATA, k);
     curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, on_close);
     curl_easy_setopt(h, CURLOPT_CLOSESOCKETDATA, k);
+    if (c->cfg.ca_bundle)
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->cfg.ca_bundle);
     curl_easy_setopt(h, CURLOPT_AWS_SIGV4, c->sigv4);
     curl_easy_setopt(h, CURLOPT_USERNAME, c->cfg.access_key);
     curl_easy_setopt(h, CURLOPT_PASSWORD, c->cfg.secret_key);
@@ -534,14 +631,33 @@ int s3_fail(ckpt_err *err, const s3_client *c, const char *what, const char *act
     int rc;
     if (rs->status == 0) {
         rc = ckpt_fail(err, rs->curl_code == CURLE_OUT_OF_MEMORY ? -ENOMEM : -EIO,
-                       "%s: %s failed: no answer from %s (%s) after %u attempt%s", what, action,
-                       c->cfg.endpoint, rs->curl_msg[0] ? rs->curl_msg : "no response",
+                       "%s: %s failed: no answer from %s%s (%s%s) after %u attempt%s", what, action,
+                       c->cfg.endpoint, c->via, rs->curl_msg[0] ? rs->curl_msg : "no response",
+                       rs->curl_code == CURLE_PEER_FAILED_VERIFICATION
+                           ? (c->cfg.ca_bundle ? "; not signed by a CA of the CA bundle"
+                                               : "; a private CA's: set AWS_CA_BUNDLE")
+                           : "",
                        rs->attempts, rs->attempts == 1 ? "" : "s");
         s3_scrub(c, err);
         return rc;
     }
     s3_error e;
     int is_err = s3_xml_error(rs->body, rs->body_len, &e) == 1;
+    if (!is_err && rs->body_len > 0) {
+        /* A body that is no S3 error: not an S3 server's answer (a web
+         * server at a wrong endpoint, a proxy), whose 404 is no missing
+         * object and whose 403 no refused key. */
+        rc = ckpt_fail(err,
+                       rs->status == 403   ? -EACCES
+                       : rs->status == 404 ? -ENOENT
+                                           : -EIO,
+                       "%s: %s failed: HTTP %ld from %s%s is not an S3 answer (no S3 error "
+                       "code in it; is the endpoint right?) after %u attempt%s",
+                       what, action, rs->status, c->cfg.endpoint, c->via, rs->attempts,
+                       rs->attempts == 1 ? "" : "s");
+        s3_scrub(c, err);
+        return rc;
+    }
     const char *code = is_err ? e.code : "";
     char detail[300];
     snprintf(detail, sizeof detail, "%s%s%s", code, is_err && e.message[0] ? ": " : "",
@@ -574,6 +690,10 @@ int s3_fail(ckpt_err *err, const s3_client *c, const char *what, const char *act
         rc = ckpt_fail(err, -EIO, "%s: %s failed: HTTP %ld%s%s after %u attempt%s", what, action,
                        rs->status, code[0] ? " " : "", code[0] ? detail : "", rs->attempts,
                        rs->attempts == 1 ? "" : "s");
+    if (err && !is_err && c->via[0]) { /* no body to tell who answered */
+        size_t n = strlen(err->msg);
+        snprintf(err->msg + n, sizeof err->msg - n, "%s", c->via);
+    }
     s3_scrub(c, err);
     return rc;
 }

@@ -26,7 +26,14 @@
  * reused only when unpinned and outside the window of the latest read. A
  * FAILED segment is not an error here: the read falls back to the caller's
  * own ranged GET, whose error (HTTP status, -ESTALE for a replaced object)
- * is the one reported, so readahead never changes what a read returns.
+ * is the one reported, so readahead never changes what a read returns;
+ * except for a reader that waited for a fetch that failed slowly (RA_SPENT_MS
+ * or more: the store retried): it gets that fetch's error (the same GET with
+ * the same If-Match, over a wider range). Falling back there made a second
+ * GET with a retry budget of its own after the first had spent all of its:
+ * against a hung gateway a read failed after 60 s, not the 30 s that one
+ * request's retries take. A quick failure (an answer refused at once) still
+ * falls back, as the reader's own GET may fare otherwise.
  *
  * Generations: the segment fetch is the caller's ranged GET, carrying
  * If-Match with the ETag fixed at open, so every byte served from a
@@ -43,6 +50,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* 4 MiB segments: RGW stores an object in 4 MiB RADOS objects, so an
  * aligned segment is one of them. With 12 ahead and 6 GETs at once, the
@@ -55,6 +63,9 @@
 #define RA_THREADS 6u
 #define RA_SLACK (16ull << 20)
 #define RA_STREAK 2
+/* A failed fetch that took this long had its retries (the first backoff
+ * is 125-250 ms, a stalled try 15 s): its error is a waiting reader's. */
+#define RA_SPENT_MS 1000
 
 enum { EMPTY, QUEUED, LOADING, READY, FAILED };
 
@@ -64,6 +75,9 @@ typedef struct slot {
     size_t len;
     int state;
     unsigned refs;
+    int rc;       /* FAILED: the fetch's -errno */
+    int spent;    /* FAILED after RA_SPENT_MS or more */
+    ckpt_err err; /* FAILED: why */
 } slot;
 
 struct s3_ra {
@@ -144,10 +158,21 @@ static void *fetch_thread(void *arg)
         pthread_mutex_unlock(&ra->mu);
         ckpt_err err = {0};
         ssize_t got = -ENOMEM;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         if (next->buf || posix_memalign((void **)&next->buf, S3_RA_ALIGN, RA_SEG) == 0)
             got = ra->fetch(ra->ud, next->buf, next->len, next->seg * RA_SEG, &err);
         pthread_mutex_lock(&ra->mu);
         next->state = got == (ssize_t)next->len ? READY : FAILED;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        next->rc = got < 0 ? (int)got : -EIO;
+        next->spent =
+            (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= RA_SPENT_MS;
+        next->err = err;
+        if (next->state == FAILED && !next->err.msg[0])
+            ckpt_fail(&next->err, next->rc, "read ahead of bytes %llu-%llu: %zd of %zu bytes",
+                      (unsigned long long)(next->seg * RA_SEG),
+                      (unsigned long long)(next->seg * RA_SEG + next->len - 1), got, next->len);
         ra->stats.segments++;
         ra->stats.bytes += next->state == READY ? next->len : 0;
         ra->stats.failed += next->state == FAILED;
@@ -216,7 +241,8 @@ int s3_ra_segment(const s3_ra *ra, uint64_t off, size_t len, uint64_t *seg_off, 
     return 1;
 }
 
-int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **data, void **hold)
+int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **data, void **hold,
+                 ckpt_err *err)
 {
     *hold = NULL;
     if (!in_object(ra, len, off))
@@ -232,12 +258,20 @@ int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **da
     }
     /* All the segments the read needs, loaded and pinned, or none. */
     slot *held[2] = {NULL, NULL};
-    int ok = last - first < 2 && ra->n_threads > 0;
+    int ok = last - first < 2 && ra->n_threads > 0, failed = 0;
     for (uint64_t seg = first; ok && seg <= last; seg++) {
         slot *s = find(ra, seg);
+        int waited = 0;
         while (s && (s->state == QUEUED || s->state == LOADING)) {
+            waited = 1;
             pthread_cond_wait(&ra->done, &ra->mu);
             s = find(ra, seg);
+        }
+        if (s && s->state == FAILED && waited && s->spent && s->rc != -ENOMEM) {
+            /* Its fetch spent its retries while we waited: no second GET. */
+            failed = s->rc;
+            if (err)
+                *err = s->err;
         }
         if (!s || s->state != READY) {
             ok = 0;
@@ -252,7 +286,7 @@ int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **da
                 held[i]->refs--;
         ra->stats.misses++;
         pthread_mutex_unlock(&ra->mu);
-        return 0;
+        return failed;
     }
     ra->stats.hits++;
     pthread_mutex_unlock(&ra->mu);
@@ -287,8 +321,9 @@ int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off)
 {
     const void *data;
     void *hold;
-    if (!s3_ra_borrow(ra, buf, len, off, &data, &hold))
-        return 0;
+    int r = s3_ra_borrow(ra, buf, len, off, &data, &hold, NULL);
+    if (r <= 0)
+        return r;
     if (hold) {
         memcpy(buf, data, len);
         s3_ra_release(ra, hold);

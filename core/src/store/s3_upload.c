@@ -457,6 +457,10 @@ static int up_commit(store_upload *su, ckpt_err *err)
 {
     s3_up *u = (s3_up *)su;
     int rc;
+    if ((rc = s3_lease_check(u->s, err)) < 0) {
+        up_abort(su);
+        return rc;
+    }
     if (!u->upload_id) {
         rc = put_whole(u, err);
         if (rc < 0) {
@@ -494,6 +498,9 @@ static const store_upload_ops up_ops = {up_write, up_commit, up_abort, NULL};
 
 int s3_upload_create(s3_store *s, const char *name, store_upload **out, ckpt_err *err)
 {
+    int rc = s3_lease_check(s, err);
+    if (rc < 0)
+        return rc;
     s3_up *u = calloc(1, sizeof *u);
     if (!u)
         return ckpt_fail(err, -ENOMEM, "out of memory");
