@@ -5,7 +5,7 @@ set -euo pipefail
 want=(gcc clang make pkg-config libfuse3-dev fuse3 libsodium-dev zlib1g-dev libdeflate-dev libzstd-dev
       libcriterion-dev libjansson-dev libssl-dev libcurl4-openssl-dev libxml2-dev attr)
 case "${1:-build}" in
-  test)  want+=(python3-numpy python3-torch python3-venv valgrind strace libclang-rt-14-dev clang-format) ;;
+  test)  want+=(python3-numpy python3-torch python3-venv valgrind strace libclang-rt-14-dev clang-format openssl) ;;
   bench) want+=(python3-numpy squashfs-tools squashfuse gocryptfs gnuplot-nox time zstd s3fs) ;;
 esac
 missing=()
