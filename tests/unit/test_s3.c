@@ -686,6 +686,50 @@ Test(s3_store, open_fails_cleanly_without_a_server, .init = clean_env, .fini = d
     cr_assert(strstr(err.msg, "attempts"), "retried: %s", err.msg);
 }
 
+/* A plain-HTTP server: every connection gets a 400 page, as a web server
+ * answers a TLS handshake. */
+static void *plain_http_server(void *arg)
+{
+    int ls = *(int *)arg;
+    for (;;) {
+        int fd = accept(ls, NULL, NULL);
+        if (fd < 0)
+            return NULL;
+        char buf[512];
+        (void)!read(fd, buf, sizeof buf);
+        static const char page[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n"
+                                   "Connection: close\r\n\r\n";
+        (void)!write(fd, page, sizeof page - 1);
+        close(fd);
+    }
+}
+
+Test(s3_store, https_to_a_plain_http_port_says_so_at_once, .init = clean_env, .fini = drop_home)
+{
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    cr_assert(ls >= 0 && bind(ls, (struct sockaddr *)&a, sizeof a) == 0 && listen(ls, 8) == 0 &&
+              getsockname(ls, (struct sockaddr *)&a, &alen) == 0);
+    pthread_t tid;
+    cr_assert_eq(pthread_create(&tid, NULL, plain_http_server, &ls), 0);
+    char endpoint[64];
+    snprintf(endpoint, sizeof endpoint, "https://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+    setenv("AWS_ACCESS_KEY_ID", "A", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "S", 1);
+    ckpt_store_opts o = {.endpoint = endpoint, .retry_seconds = 20};
+    ckpt_store *s = NULL;
+    ckpt_err err = {0};
+    int rc = ckpt_store_open("s3://bucket/p", &o, &s, &err);
+    shutdown(ls, SHUT_RDWR);
+    pthread_join(tid, NULL);
+    close(ls);
+    cr_assert_eq(rc, -EIO, "%s", err.msg);
+    cr_assert_null(s);
+    cr_assert(strstr(err.msg, "give the endpoint as http://"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "after 1 attempt"), "not retried: %s", err.msg);
+}
+
 /* ------------------------------------------------- against a real gateway */
 
 /* Run by tests/integration/test_s3.sh with CKPT_TEST_S3_URL=s3://BUCKET/PREFIX

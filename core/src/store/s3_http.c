@@ -535,6 +535,15 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* A TLS handshake answered in plain HTTP (an https:// endpoint at an
+ * http-only port): no retry makes it TLS, so it is not retried, and the
+ * error says what to change. */
+static int plain_http_answer(const s3_resp *rs)
+{
+    return rs->curl_code == CURLE_SSL_CONNECT_ERROR &&
+           strstr(rs->curl_msg, "wrong version number") != NULL;
+}
+
 int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs)
 {
     memset(rs, 0, sizeof *rs);
@@ -570,7 +579,7 @@ int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs)
         reset_resp(rs);
         rs->attempts++;
         rc = attempt(c, k, rq, url, hdrs, rs);
-        if (rc == -ENOMEM || !s3_retryable(rs->status, rs->curl_code))
+        if (rc == -ENOMEM || !s3_retryable(rs->status, rs->curl_code) || plain_http_answer(rs))
             break;
         long d = s3_retry_delay(p, rs->attempts, now_ms() - t0,
                                 (double)randombytes_uniform(1000) / 1000.0);
@@ -636,6 +645,8 @@ int s3_fail(ckpt_err *err, const s3_client *c, const char *what, const char *act
                        rs->curl_code == CURLE_PEER_FAILED_VERIFICATION
                            ? (c->cfg.ca_bundle ? "; not signed by a CA of the CA bundle"
                                                : "; a private CA's: set AWS_CA_BUNDLE")
+                       : plain_http_answer(rs)
+                           ? "; it answers plain HTTP: give the endpoint as http://"
                            : "",
                        rs->attempts, rs->attempts == 1 ? "" : "s");
         s3_scrub(c, err);
