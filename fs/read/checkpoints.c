@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "checkpoint_state.h"
@@ -67,6 +68,7 @@ int checkpoints_init_store(checkpoint_table *t, ckpt_store *store, double list_i
     t->key = key;
     t->cache = cache;
     t->next_serial = 1;
+    clock_gettime(CLOCK_REALTIME, &t->remote_since);
     return 0;
 }
 
@@ -643,8 +645,10 @@ int checkpoints_ns_stat(checkpoint_table *t, const char *path, struct stat *st)
             found = remote_listing_find(t->remote, ns, slash ? slash + 1 : path, 1, NULL) == 1;
         }
         if (found) {
+            /* A prefix has no time of its own: the mount's, not 1970. */
             memset(st, 0, sizeof *st);
             st->st_mode = S_IFDIR | 0755;
+            st->st_atim = st->st_mtim = st->st_ctim = t->remote_since;
             return 1;
         }
         if (t->backing_fd < 0)

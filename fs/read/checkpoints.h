@@ -29,6 +29,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "chunk_cache.h"
 #include "ckpt.h"
@@ -91,6 +92,7 @@ typedef struct checkpoint_table {
     ckpt_store *store;             /* the backing directory: packs are opened in it */
     int own_store;                 /* store is freed with the table */
     struct remote_listing *remote; /* a store without a directory; else NULL */
+    struct timespec remote_since;  /* its namespaces' times: they have none */
     const mount_key *key;          /* borrowed from main.c */
     chunk_cache *cache;
     checkpoint *all;

@@ -116,6 +116,9 @@ ls mnt-ro >ls.out 2>&1
 grep -qx big ls.out && grep -qx run1 ls.out && pass "the root shows big/ and the namespace run1/" || fail "the root shows big/ and run1/" "$(cat ls.out)"
 expect_same_files "big read through the mount is byte-identical" big mnt-ro/big
 expect_same_files "run1/tiny (a namespace) is byte-identical" tiny mnt-ro/run1/tiny
+t=$(stat -c %Y mnt-ro/run1)
+[ "$t" -ge "$(($(date +%s) - 3600))" ] && pass "the namespace's mtime is the mount's, not 1970" ||
+    fail "the namespace's mtime is the mount's, not 1970" "$t"
 expect_tensors_ok "every tensor of big is byte-identical" big mnt-ro/big
 n1=$(find cache -type f | wc -l)
 [ "$n1" -gt 0 ] && pass "cache_dir holds $n1 stored chunks after the first read" || fail "cache_dir fills" "empty"
