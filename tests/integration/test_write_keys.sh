@@ -2,7 +2,8 @@
 # Writing into a mount with a key: staged data and names never reach the
 # disk in the clear, the packs are encrypted, a wrong key (or none) gets
 # EACCES on remount and loses nothing, and the right key finds everything.
-# Also with a passphrase.
+# Also with a passphrase. A checkpoint staged without a key takes no more
+# writes from a mount with one until it is committed.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
 mkdir -p "$BACK"
@@ -84,5 +85,35 @@ mount_ckptfs "$BACKP" "$MNT" "$LOG" -o passphrase_file="$TMP/pass",commit_delay=
 expect_ok "passphrase: staged data back after a remount" cmp "$TMP/marked.bin" "$MNT/pp/m.bin"
 expect_ok "passphrase: commits" "$CKPT" commit --wait "$MNT/pp"
 expect_ok "passphrase: the pack verifies with it" "$CKPT" verify "$BACKP/pp.tpack" --passphrase-file "$TMP/pass"
+unmount_ckptfs "$MNT"
+
+# ------------------------------------- staged without a key, then with one
+
+# A checkpoint staged by a mount without a key and found by one with a key:
+# what it holds reads and commits (the pack is sealed), but nothing written
+# now is staged in the clear beside it; once committed, writing reopens it
+# sealed.
+BACKU=$TMP/backu
+mkdir -p "$BACKU"
+mount_ckptfs "$BACKU" "$MNT" "$LOG" -o commit_delay=0 || { fail "mount without a key"; finish; }
+mkdir "$MNT/plain"
+echo public >"$MNT/plain/a"
+unmount_ckptfs "$MNT"
+mount_ckptfs "$BACKU" "$MNT" "$LOG" -o key_file="$TMP/key",commit_delay=0 || { fail "remount it with a key"; finish; }
+expect_ok "unsealed staging: what it holds reads" grep -q public "$MNT/plain/a"
+expect_fail "unsealed staging: a new file is refused" cp "$TMP/marked.bin" "$MNT/plain/new-$MARK"
+last_stderr_has "with EACCES" "Permission denied"
+expect_fail "unsealed staging: so is a write to a staged file" sh -c "echo $MARK >>'$MNT/plain/a'"
+sync
+if grep -rqa "$MARK" "$BACKU"; then fail "unsealed staging: nothing staged in the clear" "$(grep -rla "$MARK" "$BACKU" | head -3)"
+else pass "unsealed staging: nothing staged in the clear"; fi
+if grep -q "staged without a key" "$LOG"; then pass "unsealed staging: the log says why"; else fail "unsealed staging: the log says why"; fi
+expect_ok "unsealed staging: it commits" "$CKPT" commit --wait "$MNT/plain"
+expect_ok "into an encrypted pack" "$CKPT" info "$BACKU/plain.tpack"
+last_stdout_has "with the default cipher" "$(default_cipher)"
+expect_ok "then writing reopens it" cp "$TMP/marked.bin" "$MNT/plain/new-$MARK"
+sync
+if grep -rqa "$MARK" "$BACKU"; then fail "sealed this time" "$(grep -rla "$MARK" "$BACKU" | head -3)"
+else pass "sealed this time"; fi
 unmount_ckptfs "$MNT"
 finish
