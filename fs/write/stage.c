@@ -170,7 +170,7 @@ void stage_root_close(stage_root *r)
     if (r->stage_fd >= 0)
         close(r->stage_fd);
     r->stage_fd = -1;
-    sodium_free(r->master);
+    ckpt_secret_free(r->master);
     r->master = NULL;
     pthread_mutex_destroy(&r->key_lock);
 }
@@ -186,7 +186,7 @@ static int derive_key(stage_root *r, const uint8_t salt[16], const char *sid, st
         return ckpt_fail(err, -EINVAL, "staging %s: malformed id", sid);
     pthread_mutex_lock(&r->key_lock);
     int rc = 0;
-    if (!r->master && !(r->master = sodium_malloc(CKPT_KEY_BYTES)))
+    if (!r->master && !(r->master = ckpt_secret_alloc(CKPT_KEY_BYTES)))
         rc = ckpt_fail(err, -ENOMEM, "out of locked memory");
     if (rc == 0 && (!r->master_valid || memcmp(r->master_salt, salt, 16) != 0)) {
         r->master_valid = 0;

@@ -116,4 +116,33 @@ sync
 if grep -rqa "$MARK" "$BACKU"; then fail "sealed this time" "$(grep -rla "$MARK" "$BACKU" | head -3)"
 else pass "sealed this time"; fi
 unmount_ckptfs "$MNT"
+
+# ------------------------------------------ keys stay locked in the background
+
+# Going to the background forks, and a child of fork holds no memory locks:
+# the staging keys that recovery derived before it must be locked again, so
+# the daemon locks as much as one that stayed in the foreground.
+lim=$(ulimit -l)
+if [ "$lim" != unlimited ] && [ "$lim" -lt 1024 ]; then
+    skip "keys locked in the background" "ulimit -l is $lim KiB"
+else
+    BACKL=$TMP/backl
+    mkdir -p "$BACKL"
+    vmlck() { awk '/^VmLck:/ { print $2 }' "/proc/$1/status"; }
+    mount_ckptfs "$BACKL" "$MNT" "$LOG" -o key_file="$TMP/key",commit_delay=0 || { fail "mount for the lock check"; finish; }
+    mkdir "$MNT/s1" "$MNT/s2"
+    echo a >"$MNT/s1/a"
+    echo b >"$MNT/s2/b"
+    unmount_ckptfs "$MNT"
+    mount_ckptfs "$BACKL" "$MNT" "$LOG" -o key_file="$TMP/key",commit_delay=0 || { fail "remount in the foreground"; finish; }
+    fg=$(vmlck "${DAEMON_OF[$MNT]}")
+    unmount_ckptfs "$MNT"
+    "$CKPTFS" -o key_file="$TMP/key",commit_delay=0 "$BACKL" "$MNT" 2>>"$LOG" || fail "mount in the background"
+    bgpid=$(awk '{ print $2 }' "$BACKL/.ckptfs/lock")
+    bg=$(vmlck "$bgpid")
+    fusermount3 -u "$MNT"
+    for _ in $(seq 100); do kill -0 "$bgpid" 2>/dev/null || break; sleep 0.05; done
+    [ -n "$fg" ] && [ -n "$bg" ] && [ "$bg" -ge "$fg" ] && pass "keys locked in the background as in the foreground" ||
+        fail "keys locked in the background as in the foreground" "VmLck $bg kB in the background, $fg kB in the foreground"
+fi
 finish
