@@ -13,6 +13,7 @@
 
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
+#include "backing_lock.h"
 
 #define RECORD_NAME "record"
 #define SALT_NAME "salt"
@@ -134,6 +135,8 @@ int stage_root_open(stage_root *r, int backing_fd, const mount_key *key, ckpt_er
         if (r->stage_fd < 0)
             rc = ckpt_fail(err, -errno, "%s/stage: cannot open: %s", STAGE_HIDDEN_DIR,
                            strerror(errno));
+        else
+            rc = backing_private_dir(r->stage_fd, STAGE_HIDDEN_DIR "/stage", err);
     }
     if (rc == 0 && key) {
         /* The salt for new checkpoints' keys; kept across mounts so the
