@@ -45,12 +45,16 @@ static int load_key(const fs_options *o, ckpt_key **key, int priority)
     return rc;
 }
 
-/* fork() in fuse_daemonize drops memory locks; a key loaded again in the
- * daemon is locked again. If the file is gone by now, the first copy still
- * works, just unlocked. */
+/* fork() in fuse_daemonize drops memory locks: every secret made before it
+ * (the key, and the staging keys and pack subkeys that recovery derived)
+ * is locked again, and a key loaded again in the daemon is locked anew. If
+ * the file is gone by now, the first copy still works. */
 static void reload_key_after_fork(const fs_options *o, mount_key *key)
 {
     ckpt_key *fresh = NULL;
+    if (ckpt_secrets_relock() < 0)
+        fslog_warn("cannot lock keys in memory again after going to the background (raise "
+                   "ulimit -l): they may be swapped out");
     if (!key->key || load_key(o, &fresh, LOG_WARNING) < 0)
         return;
     /* No thread uses it yet: they start after this. */

@@ -50,6 +50,16 @@ unsigned ckpt_default_threads(void);
  * flag is not. Returns 0, or -errno. */
 int ckpt_forbid_core_dumps(void);
 
+/* sodium_malloc and sodium_free for secrets that live long (keys, pack and
+ * staging subkeys): guarded, locked, kept out of core dumps, wiped when
+ * freed, and listed for ckpt_secrets_relock. */
+void *ckpt_secret_alloc(size_t len);
+void ckpt_secret_free(void *p);
+/* Locks every live secret again: a child of fork(2) inherits no memory
+ * locks (ckptfs daemonizing after it read its key and derived staging
+ * keys). Returns 0, or -errno of the first that failed (RLIMIT_MEMLOCK). */
+int ckpt_secrets_relock(void);
+
 /* ------------------------------------------------ little-endian fields */
 
 static inline void put_u16(uint8_t *p, uint16_t v)

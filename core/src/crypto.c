@@ -40,7 +40,7 @@ static void evp_free(struct aead_evp *e);
 static int keys_init(pack_keys *pk, ckpt_cipher cipher, int use_openssl)
 {
     pk->evp = NULL;
-    pk->subkey = sodium_malloc(CKPT_KEY_BYTES);
+    pk->subkey = ckpt_secret_alloc(CKPT_KEY_BYTES);
     if (!pk->subkey)
         return -ENOMEM;
     pk->cipher = cipher;
@@ -81,7 +81,7 @@ void pack_keys_free(pack_keys *pk)
     evp_free(pk->evp);
 #endif
     pk->evp = NULL;
-    sodium_free(pk->subkey);
+    ckpt_secret_free(pk->subkey);
     pk->subkey = NULL;
 }
 

@@ -21,6 +21,63 @@ struct ckpt_key {
     uint8_t *cached_master; /* sodium_malloc'd, 32 bytes */
 };
 
+/* Long-lived secrets (keys, subkeys) in sodium_malloc'd memory, listed so
+ * that a process that forked since they were made can lock them again: the
+ * child of fork(2) holds no memory locks (ckpt_secrets_relock). */
+typedef struct secret {
+    void *p;
+    size_t len;
+    struct secret *next;
+} secret;
+static pthread_mutex_t secrets_mu = PTHREAD_MUTEX_INITIALIZER;
+static secret *secrets;
+
+void *ckpt_secret_alloc(size_t len)
+{
+    void *p = sodium_malloc(len);
+    secret *s = p ? malloc(sizeof *s) : NULL;
+    if (!s) {
+        sodium_free(p);
+        return NULL;
+    }
+    s->p = p;
+    s->len = len;
+    pthread_mutex_lock(&secrets_mu);
+    s->next = secrets;
+    secrets = s;
+    pthread_mutex_unlock(&secrets_mu);
+    return p;
+}
+
+void ckpt_secret_free(void *p)
+{
+    if (!p)
+        return;
+    secret *s = NULL;
+    pthread_mutex_lock(&secrets_mu);
+    for (secret **at = &secrets; *at; at = &(*at)->next) {
+        if ((*at)->p == p) {
+            s = *at;
+            *at = s->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&secrets_mu);
+    free(s);
+    sodium_free(p);
+}
+
+int ckpt_secrets_relock(void)
+{
+    int rc = 0;
+    pthread_mutex_lock(&secrets_mu);
+    for (secret *s = secrets; s; s = s->next)
+        if (sodium_mlock(s->p, s->len) != 0 && rc == 0)
+            rc = -errno;
+    pthread_mutex_unlock(&secrets_mu);
+    return rc;
+}
+
 int ckpt_forbid_core_dumps(void)
 {
     struct rlimit none = {0, 0};
@@ -37,11 +94,11 @@ static int key_new(const uint8_t *bytes, size_t len, int is_passphrase, ckpt_key
     ckpt_key *k = calloc(1, sizeof *k);
     if (!k)
         return ckpt_fail(err, -ENOMEM, "out of memory");
-    k->bytes = sodium_malloc(len ? len : 1);
-    k->cached_master = sodium_malloc(CKPT_KEY_BYTES);
+    k->bytes = ckpt_secret_alloc(len ? len : 1);
+    k->cached_master = ckpt_secret_alloc(CKPT_KEY_BYTES);
     if (!k->bytes || !k->cached_master) {
-        sodium_free(k->bytes);
-        sodium_free(k->cached_master);
+        ckpt_secret_free(k->bytes);
+        ckpt_secret_free(k->cached_master);
         free(k);
         return ckpt_fail(err, -ENOMEM, "cannot allocate locked memory for the key");
     }
@@ -57,8 +114,8 @@ void ckpt_key_free(ckpt_key *k)
 {
     if (!k)
         return;
-    sodium_free(k->bytes);
-    sodium_free(k->cached_master);
+    ckpt_secret_free(k->bytes);
+    ckpt_secret_free(k->cached_master);
     pthread_mutex_destroy(&k->lock);
     free(k);
 }

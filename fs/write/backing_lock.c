@@ -40,6 +40,22 @@ int backing_lock_note_pid(int fd, const char *mount_path)
     return 0;
 }
 
+int backing_private_dir(int fd, const char *shown, ckpt_err *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return ckpt_fail(err, -errno, "%s: cannot stat: %s", shown, strerror(errno));
+    if (st.st_uid != geteuid())
+        return ckpt_fail(err, -EPERM,
+                         "%s is owned by uid %u, not by this daemon's user (uid %u): staged data "
+                         "there is not private; remove it or mount as its owner",
+                         shown, (unsigned)st.st_uid, (unsigned)geteuid());
+    if ((st.st_mode & 07777) != 0700 && fchmod(fd, 0700) != 0)
+        return ckpt_fail(err, -errno, "%s: cannot make it private (chmod 700): %s", shown,
+                         strerror(errno));
+    return 0;
+}
+
 int backing_lock_take(int backing_fd, const char *backing_path, const char *mount_path, int *fd,
                       ckpt_err *err)
 {
@@ -47,12 +63,24 @@ int backing_lock_take(int backing_fd, const char *backing_path, const char *moun
     if (mkdirat(backing_fd, STAGE_HIDDEN_DIR, 0700) != 0 && errno != EEXIST)
         return ckpt_fail(err, -errno, "%s/%s: cannot create: %s", backing_path, STAGE_HIDDEN_DIR,
                          strerror(errno));
-    int lfd = openat(backing_fd, STAGE_HIDDEN_DIR "/" BACKING_LOCK_FILE,
-                     O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int hidden =
+        openat(backing_fd, STAGE_HIDDEN_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (hidden < 0)
+        return ckpt_fail(err, -errno, "%s/%s: cannot open: %s", backing_path, STAGE_HIDDEN_DIR,
+                         strerror(errno));
+    char shown[4200];
+    snprintf(shown, sizeof shown, "%s/%s", backing_path, STAGE_HIDDEN_DIR);
+    int rc = backing_private_dir(hidden, shown, err);
+    if (rc < 0) {
+        close(hidden);
+        return rc;
+    }
+    int lfd = openat(hidden, BACKING_LOCK_FILE, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int open_errno = errno;
+    close(hidden);
     if (lfd < 0)
-        return ckpt_fail(err, -errno, "%s/%s/%s: cannot open the writer lock: %s", backing_path,
-                         STAGE_HIDDEN_DIR, BACKING_LOCK_FILE, strerror(errno));
-    int rc;
+        return ckpt_fail(err, -open_errno, "%s/%s/%s: cannot open the writer lock: %s",
+                         backing_path, STAGE_HIDDEN_DIR, BACKING_LOCK_FILE, strerror(open_errno));
     while ((rc = flock(lfd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR)
         ;
     if (rc != 0) {

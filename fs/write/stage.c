@@ -13,6 +13,7 @@
 
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
+#include "backing_lock.h"
 
 #define RECORD_NAME "record"
 #define SALT_NAME "salt"
@@ -134,6 +135,8 @@ int stage_root_open(stage_root *r, int backing_fd, const mount_key *key, ckpt_er
         if (r->stage_fd < 0)
             rc = ckpt_fail(err, -errno, "%s/stage: cannot open: %s", STAGE_HIDDEN_DIR,
                            strerror(errno));
+        else
+            rc = backing_private_dir(r->stage_fd, STAGE_HIDDEN_DIR "/stage", err);
     }
     if (rc == 0 && key) {
         /* The salt for new checkpoints' keys; kept across mounts so the
@@ -170,7 +173,7 @@ void stage_root_close(stage_root *r)
     if (r->stage_fd >= 0)
         close(r->stage_fd);
     r->stage_fd = -1;
-    sodium_free(r->master);
+    ckpt_secret_free(r->master);
     r->master = NULL;
     pthread_mutex_destroy(&r->key_lock);
 }
@@ -186,7 +189,7 @@ static int derive_key(stage_root *r, const uint8_t salt[16], const char *sid, st
         return ckpt_fail(err, -EINVAL, "staging %s: malformed id", sid);
     pthread_mutex_lock(&r->key_lock);
     int rc = 0;
-    if (!r->master && !(r->master = sodium_malloc(CKPT_KEY_BYTES)))
+    if (!r->master && !(r->master = ckpt_secret_alloc(CKPT_KEY_BYTES)))
         rc = ckpt_fail(err, -ENOMEM, "out of locked memory");
     if (rc == 0 && (!r->master_valid || memcmp(r->master_salt, salt, 16) != 0)) {
         r->master_valid = 0;

@@ -44,7 +44,7 @@ stage_key *stage_key_new(stage_cipher c)
     stage_key *k = calloc(1, sizeof *k);
     if (!k)
         return NULL;
-    k->bytes = sodium_malloc(STAGE_KEY_BYTES);
+    k->bytes = ckpt_secret_alloc(STAGE_KEY_BYTES);
     if (!k->bytes) {
         free(k);
         return NULL;
@@ -67,7 +67,7 @@ void stage_key_free(stage_key *k)
     if (!k)
         return;
     ckpt_aead_free(k->aead);
-    sodium_free(k->bytes);
+    ckpt_secret_free(k->bytes);
     free(k);
 }
 

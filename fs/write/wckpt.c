@@ -280,6 +280,15 @@ int wc_modifiable(wckpt *c, const char *what)
 {
     if (c->locked)
         return -EACCES;
+    if (c->unsealed && c->state != WST_COMMITTED) {
+        if (c->unsealed == 1)
+            fslog_warn("checkpoint '%s': %s refused: it was staged without a key and this mount "
+                       "has one, so what is written now would be staged in the clear; commit it "
+                       "('ckpt commit'; its pack is encrypted), then write into it again",
+                       c->name, what);
+        c->unsealed = 2;
+        return -EACCES;
+    }
     switch (c->state) {
     case WST_WRITING:
     case WST_FAILED:

@@ -91,7 +91,11 @@ typedef struct wckpt {
     pthread_mutex_t lock;
     pthread_cond_t changed; /* state, inflight */
     wstate state;
-    int locked;  /* sealed, and the mount's key cannot open it */
+    int locked; /* sealed, and the mount's key cannot open it */
+    /* Staged without a key, recovered by a mount with one: readable and
+     * committable (the pack is sealed), but nothing more is staged into it
+     * in the clear (wc_modifiable: EACCES); 2 once the log said so. */
+    int unsealed;
     char *error; /* why it failed (or is locked) */
     /* Staging writes that failed (a full disk, EIO) and were not made good
      * since: while any is left the checkpoint stays failed, whatever else

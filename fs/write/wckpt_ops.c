@@ -505,7 +505,7 @@ int wckpt_setattr(wckpt *c, uint32_t node, int flags, uint32_t mode, uint64_t si
         }
     }
     if (rc == 0 && (flags & WSET_MODE))
-        n->mode = mode & 07777;
+        n->mode = mode & WTREE_MODE_BITS;
     if (rc == 0 && (flags & WSET_MTIME) && mtime) {
         n->mtime_sec = mtime->tv_sec;
         n->mtime_nsec = (uint32_t)mtime->tv_nsec;

@@ -189,6 +189,7 @@ static int recover_one(void *ud, const char *sid)
     }
     c->dir = d;
     c->is_file = rec.is_file;
+    c->unsealed = !rec.sealed && mount_key_get(t->root.key) != NULL;
     c->state = rec.state == STAGE_PACKING  ? WST_PACKING
                : rec.state == STAGE_FAILED ? WST_FAILED
                                            : WST_WRITING;

@@ -142,7 +142,7 @@ int wtree_init(wtree *t, uint32_t root_mode, int64_t mtime_sec, uint32_t mtime_n
     wnode *r = &t->nodes[root];
     r->kind = WNODE_DIR;
     r->linked = 1;
-    r->mode = root_mode & 07777;
+    r->mode = root_mode & WTREE_MODE_BITS;
     r->mtime_sec = r->atime_sec = mtime_sec;
     r->mtime_nsec = r->atime_nsec = mtime_nsec;
     return 0;
@@ -275,7 +275,7 @@ int wtree_add(wtree *t, uint32_t dir, const char *name, wnode_kind kind, uint32_
     wnode *n = &t->nodes[id];
     n->parent = dir;
     n->kind = (uint8_t)kind;
-    n->mode = mode & 07777;
+    n->mode = mode & WTREE_MODE_BITS;
     n->mtime_sec = n->atime_sec = mtime_sec;
     n->mtime_nsec = n->atime_nsec = mtime_nsec;
     n->blob_id = blob_id;

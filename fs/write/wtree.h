@@ -23,6 +23,11 @@
 #define WTREE_BASE_BLOB (1ull << 63)
 /* Node ids become the low 32 bits of inode numbers, with +1. */
 #define WTREE_MAX_NODES (UINT32_MAX - 2u)
+/* The permission bits a node keeps: never the set-id bits. Every file and
+ * directory shows as the daemon's user's, whoever made it (-o allow_other),
+ * so a set-uid file made there would run as that user (root, mounted with
+ * -o suid); a packed file shows none either (read_ops.c). */
+#define WTREE_MODE_BITS 01777u
 
 /* A link is staged like a file whose bytes are its target. */
 typedef enum wnode_kind { WNODE_DIR = 1, WNODE_FILE = 2, WNODE_LINK = 3 } wnode_kind;

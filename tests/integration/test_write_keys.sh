@@ -2,7 +2,8 @@
 # Writing into a mount with a key: staged data and names never reach the
 # disk in the clear, the packs are encrypted, a wrong key (or none) gets
 # EACCES on remount and loses nothing, and the right key finds everything.
-# Also with a passphrase.
+# Also with a passphrase. A checkpoint staged without a key takes no more
+# writes from a mount with one until it is committed.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
 mkdir -p "$BACK"
@@ -85,4 +86,63 @@ expect_ok "passphrase: staged data back after a remount" cmp "$TMP/marked.bin" "
 expect_ok "passphrase: commits" "$CKPT" commit --wait "$MNT/pp"
 expect_ok "passphrase: the pack verifies with it" "$CKPT" verify "$BACKP/pp.tpack" --passphrase-file "$TMP/pass"
 unmount_ckptfs "$MNT"
+
+# ------------------------------------- staged without a key, then with one
+
+# A checkpoint staged by a mount without a key and found by one with a key:
+# what it holds reads and commits (the pack is sealed), but nothing written
+# now is staged in the clear beside it; once committed, writing reopens it
+# sealed.
+BACKU=$TMP/backu
+mkdir -p "$BACKU"
+mount_ckptfs "$BACKU" "$MNT" "$LOG" -o commit_delay=0 || { fail "mount without a key"; finish; }
+mkdir "$MNT/plain"
+echo public >"$MNT/plain/a"
+unmount_ckptfs "$MNT"
+mount_ckptfs "$BACKU" "$MNT" "$LOG" -o key_file="$TMP/key",commit_delay=0 || { fail "remount it with a key"; finish; }
+expect_ok "unsealed staging: what it holds reads" grep -q public "$MNT/plain/a"
+expect_fail "unsealed staging: a new file is refused" cp "$TMP/marked.bin" "$MNT/plain/new-$MARK"
+last_stderr_has "with EACCES" "Permission denied"
+expect_fail "unsealed staging: so is a write to a staged file" sh -c "echo $MARK >>'$MNT/plain/a'"
+sync
+if grep -rqa "$MARK" "$BACKU"; then fail "unsealed staging: nothing staged in the clear" "$(grep -rla "$MARK" "$BACKU" | head -3)"
+else pass "unsealed staging: nothing staged in the clear"; fi
+if grep -q "staged without a key" "$LOG"; then pass "unsealed staging: the log says why"; else fail "unsealed staging: the log says why"; fi
+expect_ok "unsealed staging: it commits" "$CKPT" commit --wait "$MNT/plain"
+expect_ok "into an encrypted pack" "$CKPT" info "$BACKU/plain.tpack"
+last_stdout_has "with the default cipher" "$(default_cipher)"
+expect_ok "then writing reopens it" cp "$TMP/marked.bin" "$MNT/plain/new-$MARK"
+sync
+if grep -rqa "$MARK" "$BACKU"; then fail "sealed this time" "$(grep -rla "$MARK" "$BACKU" | head -3)"
+else pass "sealed this time"; fi
+unmount_ckptfs "$MNT"
+
+# ------------------------------------------ keys stay locked in the background
+
+# Going to the background forks, and a child of fork holds no memory locks:
+# the staging keys that recovery derived before it must be locked again, so
+# the daemon locks as much as one that stayed in the foreground.
+lim=$(ulimit -l)
+if [ "$lim" != unlimited ] && [ "$lim" -lt 1024 ]; then
+    skip "keys locked in the background" "ulimit -l is $lim KiB"
+else
+    BACKL=$TMP/backl
+    mkdir -p "$BACKL"
+    vmlck() { awk '/^VmLck:/ { print $2 }' "/proc/$1/status"; }
+    mount_ckptfs "$BACKL" "$MNT" "$LOG" -o key_file="$TMP/key",commit_delay=0 || { fail "mount for the lock check"; finish; }
+    mkdir "$MNT/s1" "$MNT/s2"
+    echo a >"$MNT/s1/a"
+    echo b >"$MNT/s2/b"
+    unmount_ckptfs "$MNT"
+    mount_ckptfs "$BACKL" "$MNT" "$LOG" -o key_file="$TMP/key",commit_delay=0 || { fail "remount in the foreground"; finish; }
+    fg=$(vmlck "${DAEMON_OF[$MNT]}")
+    unmount_ckptfs "$MNT"
+    "$CKPTFS" -o key_file="$TMP/key",commit_delay=0 "$BACKL" "$MNT" 2>>"$LOG" || fail "mount in the background"
+    bgpid=$(awk '{ print $2 }' "$BACKL/.ckptfs/lock")
+    bg=$(vmlck "$bgpid")
+    fusermount3 -u "$MNT"
+    for _ in $(seq 100); do kill -0 "$bgpid" 2>/dev/null || break; sleep 0.05; done
+    [ -n "$fg" ] && [ -n "$bg" ] && [ "$bg" -ge "$fg" ] && pass "keys locked in the background as in the foreground" ||
+        fail "keys locked in the background as in the foreground" "VmLck $bg kB in the background, $fg kB in the foreground"
+fi
 finish

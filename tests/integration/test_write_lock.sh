@@ -82,4 +82,27 @@ daemon=$(pgrep -f "^$CKPTFS $BACK $MNT2\$" | head -1)
     pass "records the daemon's own pid" || fail "records the daemon's own pid" "$(cat "$BACK/.ckptfs/lock") (daemon $daemon)"
 fusermount3 -u "$MNT2"
 for _ in $(seq 100); do kill -0 "$daemon" 2>/dev/null || break; sleep 0.05; done
+
+# The staging area is the daemon's own and private: one left wider (an older
+# ckptfs, a backup restored) is made 0700; one another user owns (who could
+# read, replace or plant staged data and the lock) leaves the mount
+# read-only, saying why.
+BACK3=$TMP/back3
+mkdir -p "$BACK3/.ckptfs/stage"
+chmod 777 "$BACK3/.ckptfs" "$BACK3/.ckptfs/stage"
+mount_ckptfs "$BACK3" "$MNT2" "$LOG2" -o commit_delay=0 || fail "mount over a wide staging area" "$(cat "$LOG2")"
+expect_ok "writes there" mkdir "$MNT2/w"
+m=$(stat -c %a "$BACK3/.ckptfs" "$BACK3/.ckptfs/stage" | tr '\n' ' ')
+[ "$m" = "700 700 " ] && pass "the staging area is made 0700" || fail "the staging area is made 0700" "$m"
+unmount_ckptfs "$MNT2"
+if [ "$(id -u)" = 0 ]; then
+    chown 65534 "$BACK3/.ckptfs/stage"
+    : >"$LOG2"
+    mount_ckptfs "$BACK3" "$MNT2" "$LOG2" -o commit_delay=0 || fail "mount over a foreign staging area" "$(cat "$LOG2")"
+    expect_fail "a staging area another user owns: no writing" mkdir "$MNT2/w2"
+    grep -q "owned by uid 65534" "$LOG2" && pass "and the log says why" || fail "and the log says why" "$(cat "$LOG2")"
+    unmount_ckptfs "$MNT2"
+else
+    skip "a staging area another user owns" "needs root to chown"
+fi
 finish

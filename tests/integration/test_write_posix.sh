@@ -5,7 +5,7 @@
 # remount; rmdir of an empty committed checkpoint deletes its pack, and
 # deleting a checkpoint frees its space at once; symlinks in the backing
 # store are ignored, never followed; statfs shows the backing store's
-# numbers; packed files never show set-id bits.
+# numbers; files never show set-id bits, packed or being written.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/write_lib.sh"
 
@@ -206,6 +206,26 @@ m=$(stat -c %a "$MNT/suid/tool" 2>&1)
 m=$(stat -c %a "$MNT/suid/tool" 2>&1)
 [ "$m" = 755 ] && pass "and once committed again" || fail "and once committed again" "$m"
 rm -rf "$MNT/suid" "$TMP/suid"
+
+# Nor does a file or directory being written: everything in the mount shows
+# as the daemon's user's, whoever made it (-o allow_other), so a set-uid
+# file made there by another user would run as that user (root, with
+# -o suid). Made with the bits, chmod'ed to them, and once packed.
+mkdir "$MNT/sid"
+$PY - "$MNT/sid" <<'PYEOF'
+import os, sys
+d = sys.argv[1]
+os.close(os.open(d + "/made", os.O_CREAT | os.O_WRONLY, 0o6755))
+open(d + "/chmoded", "w").close()
+os.chmod(d + "/chmoded", 0o4755)
+os.mkdir(d + "/dir", 0o3755)
+PYEOF
+m=$(stat -c %a "$MNT/sid/made" "$MNT/sid/chmoded" "$MNT/sid/dir" 2>&1 | tr '\n' ' ')
+[ "$m" = "755 755 1755 " ] && pass "a file being written never shows set-id bits" || fail "a file being written never shows set-id bits" "$m"
+"$CKPT" commit "$MNT/sid" --wait >/dev/null 2>&1 || fail "commit the set-id checkpoint"
+m=$(stat -c %a "$MNT/sid/made" "$MNT/sid/chmoded" 2>&1 | tr '\n' ' ')
+[ "$m" = "755 755 " ] && pass "nor once packed" || fail "nor once packed" "$m"
+rm -rf "$MNT/sid"
 
 unmount_ckptfs "$MNT"
 finish

@@ -289,6 +289,31 @@ Test(s3_config, ini_lookup)
     free(p);
 }
 
+/* The file's bytes pass through stdio's buffer: a secret of another
+ * profile must not stay in the heap once the lookup returns (the freed
+ * buffer is what the next allocation of its size gets back). */
+Test(s3_config, ini_lookup_leaves_no_secret_in_the_heap)
+{
+    put_file("s.ini", "[a]\nk = 1\n[other]\naws_secret_access_key = HEAPSECRET0123456789abcdef\n");
+    char *p = tu_join(home, "s.ini"), *v;
+    cr_assert_eq(s3_ini_get(p, "a", "k", &v), 1);
+    free(v);
+    free(p);
+    int found = 0;
+    void *blocks[64];
+    for (int i = 0; i < 64; i++) {
+        blocks[i] = malloc(4096);
+        cr_assert_not_null(blocks[i]);
+        /* Read what the allocator left there (not uninitialized to us). */
+        __asm__ volatile("" : : "r"(blocks[i]) : "memory");
+        if (memmem(blocks[i], 4096, "HEAPSECRET", 10))
+            found = 1;
+    }
+    for (int i = 0; i < 64; i++)
+        free(blocks[i]);
+    cr_assert_not(found, "a freed buffer still held the other profile's secret");
+}
+
 /* ------------------------------------------------------------------- XML */
 
 #define XS(s) s, sizeof s - 1

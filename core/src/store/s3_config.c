@@ -99,6 +99,10 @@ int s3_ini_get(const char *path, const char *section, const char *key, char **ou
     FILE *f = fopen(path, "re");
     if (!f)
         return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+    /* stdio's own buffer would go back to the heap holding the file's
+     * secrets, every profile's: ours is wiped. */
+    char iobuf[4096];
+    setvbuf(f, iobuf, _IOFBF, sizeof iobuf);
     char line[4096];
     int in_section = 0, found = 0;
     while (!found && fgets(line, sizeof line, f)) {
@@ -120,14 +124,14 @@ int s3_ini_get(const char *path, const char *section, const char *key, char **ou
         if (strcmp(trim(l), key) != 0)
             continue;
         if (!(*out = strdup(trim(eq + 1)))) {
-            sodium_memzero(line, sizeof line);
-            fclose(f);
-            return -ENOMEM;
+            found = -ENOMEM;
+            break;
         }
         found = 1;
     }
     sodium_memzero(line, sizeof line); /* it may have held a secret */
     fclose(f);
+    sodium_memzero(iobuf, sizeof iobuf);
     return found;
 }
 
