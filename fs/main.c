@@ -296,9 +296,23 @@ static void use_backing_log(const daemon_run *d)
     if (realpath(local, backing)) {
         char *dir = NULL;
         if (asprintf(&dir, "%s/.ckptfs", backing) >= 0) {
+            struct stat st;
             if (mkdir(dir, 0700) != 0 && errno != EEXIST)
                 rc = -errno;
-            else if (asprintf(&path, "%s/log", dir) >= 0)
+            else if (lstat(dir, &st) != 0)
+                rc = -errno;
+            /* Only a directory of ours: one that whoever can write the
+             * backing directory put there (a link to a file of their
+             * choosing, their own directory) would take our log lines. */
+            else if (!S_ISDIR(st.st_mode))
+                rc = -ENOTDIR;
+            else if (st.st_uid != geteuid())
+                rc = -EPERM;
+            else if (asprintf(&path, "%s/log", dir) < 0)
+                path = NULL;
+            else if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+                rc = -EEXIST;
+            else
                 rc = fslog_use_rotated_file(path, d->o.log_max, LOG_KEEP);
             free(dir);
         }

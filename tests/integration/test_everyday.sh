@@ -258,6 +258,22 @@ else
         fail "  bounded" "$total bytes"
     grep -q '^bad-checkpoint-number-1 *damaged' "$TMP/lstatus.out" && pass "  ckpt status shows them damaged" ||
         fail "  ckpt status shows them damaged" "$(head -3 "$TMP/lstatus.out")"
+
+    # A BACKING/.ckptfs that is a link (made by whoever can write the
+    # backing directory) does not take the log: it is lost, with a warning.
+    rm -rf "$LBACK/.ckptfs" "$TMP/elsewhere"
+    mkdir -p "$TMP/elsewhere"
+    ln -s "$TMP/elsewhere" "$LBACK/.ckptfs"
+    sed -i 's/-o log_max=4K/-o ro,log_max=4K/' "$TMP/logrun.sh"
+    if [ -e /dev/log ]; then
+        run_cmd unshare -m --propagation private bash "$TMP/logrun.sh"
+    else
+        run_cmd bash "$TMP/logrun.sh"
+    fi
+    [ ! -e "$TMP/elsewhere/log" ] && pass "a .ckptfs link does not take the log" ||
+        fail "a .ckptfs link does not take the log" "$(ls -la "$TMP/elsewhere")"
+    last_stderr_has "  the log is lost, with a warning" "cannot log to"
+    rm -f "$LBACK/.ckptfs"
 fi
 
 finish
