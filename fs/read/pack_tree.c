@@ -329,12 +329,18 @@ int pack_tree_build(const ckpt_pack *p, const char *checkpoint, int64_t mtime_se
         goto fail;
     t->n_nodes = 1;
 
+    /* manifest.json and tensors/ tell of every file (names, shapes,
+     * digests): readable only by whom every file is (-o allow_other). */
+    uint32_t readable = 0444;
+    for (size_t i = 0; i < n_files; i++)
+        readable &= ckpt_file_at(p, i)->mode;
     tree_node manifest = {0};
     manifest.kind = TREE_MANIFEST;
-    manifest.mode = 0444;
+    manifest.mode = readable;
     manifest.mtime_sec = mtime_sec;
     manifest.mtime_nsec = mtime_nsec;
     tree_node dir = dir_proto(&b);
+    dir.mode = readable | readable >> 2;
     uint32_t tensors_dir;
     if ((rc = add_node(&b, TREE_ROOT, CKPT_MOUNT_MANIFEST, strlen(CKPT_MOUNT_MANIFEST), &manifest,
                        &t->manifest_node)) ||

@@ -254,6 +254,24 @@ assert hashlib.sha256(f.read()).hexdigest() == want, "read() after the replaceme
 assert hashlib.sha256(m[:]).hexdigest() == want, "the mapping after the replacement"
 ' "$RO" "$BACK" "$TMP" "$SRC"
     rm -f "$BACK/gen.tpack"
+    # manifest.json and tensors/ tell of every file: readable by whom
+    # every file is (with -o allow_other, another user), no further.
+    for d in priv pub; do
+        mkdir -p "$TMP/$d"
+        cp "$SRC/model.safetensors" "$TMP/$d/" && echo '{}' >"$TMP/$d/config.json"
+        chmod 644 "$TMP/$d/model.safetensors" "$TMP/$d/config.json"
+    done
+    chmod 600 "$TMP/priv/model.safetensors"
+    expect_ok "pack a checkpoint with a 0600 file" "$CKPT" pack "$TMP/priv" -o "$BACK/priv.tpack"
+    expect_ok "and one with 0644 files only" "$CKPT" pack "$TMP/pub" -o "$BACK/pub.tpack"
+    got=$(stat -c %a "$RO/priv/manifest.json" "$RO/priv/tensors" | tr '\n' ' ')
+    [ "$got" = "400 500 " ] && pass "  its manifest.json is 0400 and tensors/ 0500" ||
+        fail "  its manifest.json is 0400 and tensors/ 0500" "$got"
+    got=$(stat -c %a "$RO/pub/manifest.json" "$RO/pub/tensors" | tr '\n' ' ')
+    [ "$got" = "444 555 " ] && pass "  where every file is readable: 0444 and 0555" ||
+        fail "  where every file is readable: 0444 and 0555" "$got"
+    rm -rf "$BACK/pub.tpack" "$TMP/pub"
+    rm -rf "$BACK/priv.tpack" "$TMP/priv"
     unmount_ckptfs "$RO"
 else
     fail "a read-only mount beside the writable one" "$(tail -3 "$TMP/ro.log")"
