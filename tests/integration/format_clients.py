@@ -14,8 +14,10 @@ tallies, and exits non-zero only when it could not run at all.
                              dcp_async (dcp.async_save), dcp_ranks (dcp.save
                              from 2 gloo ranks of DTensors on a device mesh,
                              Shard(0)), dcp_ranks_dim1 (the same, Shard(1)
-                             for 2-d tensors), safetensors, raw (a headerless
-                             fp32 blob)
+                             for 2-d tensors), dcp_zlib (dcp.save with a
+                             stream transform on every item, as torch's
+                             ZStandard extension writes), safetensors, raw
+                             (a headerless fp32 blob)
   hostile DIR SEED           malformed containers beside good files
   check FMT CKPT SRC SEED    CKPT is the committed checkpoint in the mount,
                              SRC the plain copy: containers, tensors/ and
@@ -173,6 +175,81 @@ def write_dcp(d, seed, use_async):
         dcp.save(sd, checkpoint_id=d)
 
 
+def zlib_extension():
+    """A DCP stream transform as torch's ZStandard is one (every item
+    compressed, "transform_descriptors" in .metadata), on the stdlib's zlib:
+    the venv has neither zstandard nor pyzstd. Returns the extension class
+    and a registry that reads it back."""
+    import io
+    import zlib
+    from torch.distributed.checkpoint._extension import ExtensionRegistry, StreamTransformExtension
+
+    class Zlib(StreamTransformExtension):
+        @staticmethod
+        def registry_name():
+            return "stream.zlib@ckptfs-test"
+
+        @staticmethod
+        def from_descriptor(version):
+            return Zlib()
+
+        def get_descriptor(self):
+            return self.registry_name() + "/1"
+
+        def transform_to(self, output):
+            class W(io.RawIOBase):
+                def __init__(self):
+                    self.z = zlib.compressobj()
+
+                def writable(self):
+                    return True
+
+                def write(self, b):
+                    output.write(self.z.compress(bytes(b)))
+                    return len(b)
+
+                def close(self):
+                    if not self.closed:
+                        output.write(self.z.flush())
+                    super().close()
+            return W()
+
+        def transform_from(self, input):
+            return io.BytesIO(zlib.decompress(input.read()))
+
+    reg = ExtensionRegistry()
+    reg.register(Zlib)
+    return Zlib, reg
+
+
+def write_dcp_zlib(d, seed):
+    import torch.distributed.checkpoint as dcp
+    Zlib, _ = zlib_extension()
+    dcp.save(model_sd(seed), storage_writer=dcp.FileSystemWriter(d, _extensions=[Zlib()]))
+
+
+def check_dcp_zlib(ckpt, seed):
+    """Every item transformed: no tensor a loader could map, and the
+    manifest's skipped list says so for each FQN; dcp.load still reads it."""
+    import torch.distributed.checkpoint as dcp
+    m = load_manifest(ckpt)
+    want = model_sd(seed)
+    report(not m["tensors"], "dcp_zlib: no tensors/ entry for compressed items", [t["name"] for t in m["tensors"]][:5])
+    sk = {x["name"]: x for x in m.get("skipped", [])}
+    bad = [k for k in want if k not in sk or "transformed" not in sk[k].get("reason", "")
+           or not sk[k].get("file", "").endswith(".distcp")]
+    report(not bad, "dcp_zlib: the manifest's skipped list names every FQN (%d) as transformed, with its .distcp"
+           % len(want), "missing or wrong %s; skipped %s" % (bad[:5], m.get("skipped", [])[:3]))
+    _, reg = zlib_extension()
+    got = {k: torch.zeros_like(v) for k, v in want.items()}
+    try:
+        dcp.load(got, storage_reader=dcp.FileSystemReader(ckpt, _extension_registry=reg))
+    except Exception as e:  # noqa: BLE001
+        return report(False, "dcp_zlib: dcp.load through the mount", repr(e))
+    bad = [k for k in want if not torch.equal(bits(got[k]), bits(want[k]))]
+    report(not bad, "dcp_zlib: dcp.load through the mount equals the source (%d tensors)" % len(want), bad[:5])
+
+
 def free_port():
     import socket
     with socket.socket() as so:
@@ -282,6 +359,7 @@ WRITERS = {
     "dcp_async": lambda d, seed: write_dcp(d, seed, True),
     "dcp_ranks": lambda d, seed: write_dcp_ranks(d, seed, 0),
     "dcp_ranks_dim1": lambda d, seed: write_dcp_ranks(d, seed, 1),
+    "dcp_zlib": write_dcp_zlib,
     "safetensors": write_safetensors,
     "raw": write_raw,
 }
@@ -475,6 +553,8 @@ def check(fmt, ckpt, src, seed):
     for t in m["tensors"]:
         by_file.setdefault(t["file"], {})[t["name"]] = t
     is_dcp = fmt.startswith("dcp")
+    if fmt == "dcp_zlib":
+        return check_dcp_zlib(ckpt, seed)
     dcp_on = DCP_REQUIRED or any(f.endswith(".distcp") for f in by_file)
 
     # Containers and warnings.
