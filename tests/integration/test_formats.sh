@@ -2,7 +2,8 @@
 # Every container format through the real mount, written and read by its own
 # client (tests/integration/format_clients.py, run with the pinned venv of
 # scripts/venv.sh): torch.save (a nested state_dict with optimizer state,
-# one bare tensor per file, tied weights, a non-contiguous view), tensorizer
+# one bare tensor per file, tied weights, a non-contiguous view, dtypes a
+# pack has no element type for, each skipped with its dtype named), tensorizer
 # (TensorSerializer into the mount, TensorDeserializer plain and lazy back),
 # GGUF (F32, F16, BF16 and Q8_0; mmap through the mount), DCP (dcp.save and
 # dcp.async_save into the mount, and dcp.save from 2 gloo ranks of DTensors
