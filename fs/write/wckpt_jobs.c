@@ -331,7 +331,7 @@ static void tick(wtable *t, double *last_park)
         wckpt *c = list[i];
         pthread_mutex_lock(&c->lock);
         int quiet = c->state == WST_WRITING && !c->locked && t->opts.commit_delay > 0 &&
-                    c->changed_since_commit && c->open_files == 0 && c->inflight == 0 &&
+                    c->changed_since_commit && c->open_writers == 0 && c->inflight == 0 &&
                     now - c->last_change >= t->opts.commit_delay;
         int unsaved =
             (c->saved_gen != c->meta_gen || c->record_dirty) && now - c->last_save >= SAVE_INTERVAL;
@@ -339,8 +339,9 @@ static void tick(wtable *t, double *last_park)
             park_idle(c, now);
         pthread_mutex_unlock(&c->lock);
         if (quiet) {
-            fslog_info("checkpoint '%s': nothing open or changed for %.1f s: committing", c->name,
-                       t->opts.commit_delay);
+            fslog_info(
+                "checkpoint '%s': nothing open for writing or changed for %.1f s: committing",
+                c->name, t->opts.commit_delay);
             wtable_commit(t, c);
         } else if (unsaved) {
             ckpt_err err = {0};

@@ -454,6 +454,16 @@ sleep 2.5
 [ "$(state_of "$MNT/open")" = writing ] && pass "not while a file in it is open" || fail "not while a file in it is open" "$(state_of "$MNT/open")"
 exec 7>&-
 wait_state "committed once it is closed" "$MNT/open" committed 30
+# A file open for reading only (an eval process that mapped a checkpoint
+# still being written, torch.load(mmap=True), for as long as it lives)
+# does not hold the commit back: it reads on, the same bytes, from the pack.
+mkdir "$MNT/reader"
+printf 'weights' >"$MNT/reader/w.bin"
+exec 8<"$MNT/reader/w.bin"
+wait_state "committed while a file in it is open for reading" "$MNT/reader" committed 30
+[ "$(cat <&8)" = weights ] && pass "the reader reads on across the commit" ||
+    fail "the reader reads on across the commit"
+exec 8<&-
 # A committed checkpoint changed only by a remove, a rename or a touch is
 # committed again once quiet too (it stayed writing until ckpt commit).
 for change in rm mv touch open; do
