@@ -216,8 +216,6 @@ static void pack_one(wtable *t, wckpt *c)
         pthread_mutex_unlock(&c->lock);
         if (open_files && t->pin_successor)
             t->pin_successor(t->successor_ud, c);
-        if (t->committed)
-            t->committed(t->successor_ud, name);
     } else if (rc == -ECANCELED && __atomic_load_n(&c->cancel_pack, __ATOMIC_RELAXED)) {
         fslog_info("checkpoint '%s': written to while it was being packed: packing stopped; it "
                    "is writing again and is packed once quiet",
@@ -256,6 +254,14 @@ static void pack_one(wtable *t, wckpt *c)
     pthread_mutex_unlock(&c->lock);
     wc_release_if_unused(t, c);
     pthread_mutex_unlock(&t->lock);
+    /* The kernel is told only now, with pack_running cleared: it takes the
+     * lock of the directory holding the checkpoint, which a rename(2) of
+     * the checkpoint holds while the daemon answers it, and that answer
+     * may wait for pack_running (wc_unpack): told earlier, a rename that
+     * came as the pack ended hung the mount for good (tmp-step-100 renamed
+     * to step-100 after the save). */
+    if (rc == 0 && name && t->committed)
+        t->committed(t->successor_ud, name);
     free(name);
 }
 

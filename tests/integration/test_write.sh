@@ -487,6 +487,21 @@ for change in rm mv touch open; do
     esac
     [ -e "$MNT/re-$change/manifest.json" ] && pass "re-$change: shown packed again" || fail "re-$change: shown packed again" "no manifest.json"
 done
+# Saved into tmp-N, then renamed to step-N as its pack ends: the daemon
+# told the kernel of the commit while the rename, holding the directory's
+# lock, waited for the pack to stop, and the mount hung for good (the
+# rename in D state). Delays sweep across the pack's length.
+head -c 48M /dev/urandom >"$TMP/r48"
+hung=0
+for i in $(seq 1 16); do
+    mkdir "$MNT/tmp-$i" && cp "$TMP/r48" "$MNT/tmp-$i/w.bin"
+    setfattr -n user.ckptfs.commit -v 1 "$MNT/tmp-$i"
+    sleep "$(awk -v i="$i" 'BEGIN { printf "%.3f", (i - 1) * 0.03 }')"
+    timeout -s KILL 30 mv "$MNT/tmp-$i" "$MNT/step-$i" || hung=$((hung + 1))
+    rm -rf "$MNT/step-$i"
+done
+[ "$hung" -eq 0 ] && pass "a checkpoint renamed as its pack ends: 16 renames, none hung" ||
+    fail "a checkpoint renamed as its pack ends: 16 renames, none hung" "$hung failed"
 hwm=$(awk '/VmHWM/ {print $2}' "/proc/${DAEMON_OF[$MNT]}/status")
 [ "${hwm:-999999}" -lt $((200 << 10)) ] && pass "daemon peak memory ${hwm} KiB" || fail "daemon peak memory" "${hwm} KiB"
 unmount_ckptfs "$MNT"
