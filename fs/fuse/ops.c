@@ -197,14 +197,14 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     ckptfs *fs = fs_of(req);
     fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
     if (h && h->is_fwd) {
-        wops_release(req, fs, h->u.fwd.ino);
+        wops_release(req, fs, h->u.fwd.ino, fi->flags);
         handle_drop(fs, h);
         return;
     }
     /* Files of writable checkpoints have no handle (fh 0); one opened
      * after its commit was opened by the read side, with a handle. */
     if (!h)
-        wops_release(req, fs, ino);
+        wops_release(req, fs, ino, fi->flags);
     else
         rops_release(req, fs, h);
 }

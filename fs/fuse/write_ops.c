@@ -210,6 +210,8 @@ void wops_ckpt_create(fuse_req_t req, ckptfs *fs, const char *name, mode_t mode,
         fuse_reply_err(req, -rc);
         return;
     }
+    if (fi && !wckpt_flags_write(fi->flags))
+        wckpt_open_read_only(c);
     struct fuse_entry_param e;
     memset(&e, 0, sizeof e);
     e.ino = wckpt_ino(c, node);
@@ -218,7 +220,7 @@ void wops_ckpt_create(fuse_req_t req, ckptfs *fs, const char *name, mode_t mode,
     e.attr = st;
     fill_ids(fs, &e.attr, e.ino);
     if (!fi) { /* mknod */
-        wckpt_release(c, node);
+        wckpt_release(c, node, O_WRONLY);
         if (fuse_reply_entry(req, &e) != 0)
             wtable_forget(&fs->wtable, c, 1);
         return;
@@ -226,7 +228,7 @@ void wops_ckpt_create(fuse_req_t req, ckptfs *fs, const char *name, mode_t mode,
     fi->fh = 0;
     set_open_cache(fi, 1);
     if (fuse_reply_create(req, &e, fi) != 0) {
-        wckpt_release(c, node);
+        wckpt_release(c, node, fi->flags);
         wtable_forget(&fs->wtable, c, 1);
     }
 }
@@ -352,6 +354,8 @@ int wops_create(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name,
     int rc = wckpt_create(c, dir, name, mode & 07777, &node, &st);
     if (rc)
         return reply_error(req, c, rc);
+    if (!wckpt_flags_write(fi->flags))
+        wckpt_open_read_only(c);
     wtable_count_lookup(&fs->wtable, c);
     struct fuse_entry_param e;
     memset(&e, 0, sizeof e);
@@ -363,7 +367,7 @@ int wops_create(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name,
     fi->fh = 0;
     set_open_cache(fi, 1);
     if (fuse_reply_create(req, &e, fi) != 0) {
-        wckpt_release(c, node);
+        wckpt_release(c, node, fi->flags);
         wtable_forget(&fs->wtable, c, 1);
     }
     return 1;
@@ -386,7 +390,7 @@ int wops_mknod(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, 
     int rc = wckpt_create(c, dir, name, mode & 07777, &node, &st);
     if (rc)
         return reply_error(req, c, rc);
-    wckpt_release(c, node);
+    wckpt_release(c, node, O_WRONLY);
     wtable_count_lookup(&fs->wtable, c);
     reply_entry(req, fs, c, node, &st, WRITE_TIMEOUT);
     return 1;
@@ -508,7 +512,7 @@ int wops_open(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_info 
     /* Every change goes through the kernel, so its cache stays right. */
     set_open_cache(fi, 1);
     if (fuse_reply_open(req, fi) != 0)
-        wckpt_release(c, node);
+        wckpt_release(c, node, fi->flags);
     return 1;
 }
 
@@ -531,7 +535,7 @@ void wops_open_fwd(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_
     }
     fs_handle *h = calloc(1, sizeof *h);
     if (!h) {
-        wckpt_release(c, node);
+        wckpt_release(c, node, fi->flags);
         wtable_unref(&fs->wtable, c);
         fuse_reply_err(req, ENOMEM);
         return;
@@ -544,7 +548,7 @@ void wops_open_fwd(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_file_
     handle_track(fs, h);
     fi->fh = (uintptr_t)h;
     if (fuse_reply_open(req, fi) != 0) {
-        wckpt_release(c, node);
+        wckpt_release(c, node, fi->flags);
         handle_drop(fs, h);
     }
 }
@@ -647,12 +651,12 @@ int wops_flush(fuse_req_t req, ckptfs *fs, fuse_ino_t ino)
     return 1;
 }
 
-void wops_release(fuse_req_t req, ckptfs *fs, fuse_ino_t ino)
+void wops_release(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, int flags)
 {
     uint32_t node;
     wckpt *c = wtable_find(&fs->wtable, ino, &node);
     if (c)
-        wckpt_release(c, node);
+        wckpt_release(c, node, flags);
     fuse_reply_err(req, 0);
 }
 

@@ -54,7 +54,8 @@ int wops_create(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name,
                 struct fuse_file_info *fi);
 int wops_read(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, size_t size, off_t off);
 int wops_write_buf(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off);
-void wops_release(fuse_req_t req, ckptfs *fs, fuse_ino_t ino);
+/* flags: the handle's, as opened */
+void wops_release(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, int flags);
 int wops_fsync(fuse_req_t req, ckptfs *fs, fuse_ino_t ino);
 /* At a close: the error of a write that failed after it was answered. */
 int wops_flush(fuse_req_t req, ckptfs *fs, fuse_ino_t ino);

@@ -48,6 +48,7 @@
 #ifndef CKPTFS_WCKPT_H
 #define CKPTFS_WCKPT_H
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -110,6 +111,12 @@ typedef struct wckpt {
     wtree tree;
     uint64_t next_blob_id;
     unsigned open_files, inflight;
+    /* Of open_files, those that may write (opened for writing, or made
+     * by create): the idle commit waits for them only, since a file open
+     * for reading goes on reading across a commit (an eval process that
+     * mapped a checkpoint still being written must not keep it from being
+     * packed for as long as it lives). */
+    unsigned open_writers;
     double last_change; /* monotonic seconds */
     int changed_since_commit;
     uint64_t commit_seq; /* packing order */
@@ -358,7 +365,9 @@ int wckpt_find(wckpt *c, const char *rel, uint32_t *node);
 /* Attributes of a node (ino, uid and gid are the caller's). */
 int wckpt_getattr(wckpt *c, uint32_t node, struct stat *st);
 int wckpt_lookup(wckpt *c, uint32_t dir, const char *name, uint32_t *node, struct stat *st);
-/* Creates a file and opens it (release it like an opened one). */
+/* Creates a file and opens it (release it like an opened one, with the
+ * open's flags; it counts as open for writing: wckpt_open_read_only for a
+ * create that asked O_RDONLY). */
 int wckpt_create(wckpt *c, uint32_t dir, const char *name, uint32_t mode, uint32_t *node,
                  struct stat *st);
 /* A symbolic link (its target checked: link_target_check). */
@@ -376,7 +385,17 @@ int wckpt_rename(wckpt *c, uint32_t dir, const char *name, uint32_t newdir, cons
 /* open flags as open(2): writing needs the checkpoint writable (EBUSY
  * while packing). */
 int wckpt_open(wckpt *c, uint32_t node, int flags);
-void wckpt_release(wckpt *c, uint32_t node);
+/* Whether a handle opened with flags may write (what the idle commit
+ * waits for); O_TRUNC is not counted, as the kernel drops it from the
+ * flags a release carries. */
+static inline int wckpt_flags_write(int flags)
+{
+    return (flags & O_ACCMODE) != O_RDONLY;
+}
+/* A handle wckpt_create made that was asked for reading only. */
+void wckpt_open_read_only(wckpt *c);
+/* Closes a handle; flags as it was opened with. */
+void wckpt_release(wckpt *c, uint32_t node, int flags);
 ssize_t wckpt_read(wckpt *c, uint32_t node, void *buf, size_t len, uint64_t off);
 ssize_t wckpt_write(wckpt *c, uint32_t node, const void *buf, size_t len, uint64_t off);
 /* wckpt_write that answers the writer through ack (NULL: none) before the

@@ -216,8 +216,6 @@ static void pack_one(wtable *t, wckpt *c)
         pthread_mutex_unlock(&c->lock);
         if (open_files && t->pin_successor)
             t->pin_successor(t->successor_ud, c);
-        if (t->committed)
-            t->committed(t->successor_ud, name);
     } else if (rc == -ECANCELED && __atomic_load_n(&c->cancel_pack, __ATOMIC_RELAXED)) {
         fslog_info("checkpoint '%s': written to while it was being packed: packing stopped; it "
                    "is writing again and is packed once quiet",
@@ -256,6 +254,14 @@ static void pack_one(wtable *t, wckpt *c)
     pthread_mutex_unlock(&c->lock);
     wc_release_if_unused(t, c);
     pthread_mutex_unlock(&t->lock);
+    /* The kernel is told only now, with pack_running cleared: it takes the
+     * lock of the directory holding the checkpoint, which a rename(2) of
+     * the checkpoint holds while the daemon answers it, and that answer
+     * may wait for pack_running (wc_unpack): told earlier, a rename that
+     * came as the pack ended hung the mount for good (tmp-step-100 renamed
+     * to step-100 after the save). */
+    if (rc == 0 && name && t->committed)
+        t->committed(t->successor_ud, name);
     free(name);
 }
 
@@ -331,7 +337,7 @@ static void tick(wtable *t, double *last_park)
         wckpt *c = list[i];
         pthread_mutex_lock(&c->lock);
         int quiet = c->state == WST_WRITING && !c->locked && t->opts.commit_delay > 0 &&
-                    c->changed_since_commit && c->open_files == 0 && c->inflight == 0 &&
+                    c->changed_since_commit && c->open_writers == 0 && c->inflight == 0 &&
                     now - c->last_change >= t->opts.commit_delay;
         int unsaved =
             (c->saved_gen != c->meta_gen || c->record_dirty) && now - c->last_save >= SAVE_INTERVAL;
@@ -339,8 +345,9 @@ static void tick(wtable *t, double *last_park)
             park_idle(c, now);
         pthread_mutex_unlock(&c->lock);
         if (quiet) {
-            fslog_info("checkpoint '%s': nothing open or changed for %.1f s: committing", c->name,
-                       t->opts.commit_delay);
+            fslog_info(
+                "checkpoint '%s': nothing open for writing or changed for %.1f s: committing",
+                c->name, t->opts.commit_delay);
             wtable_commit(t, c);
         } else if (unsaved) {
             ckpt_err err = {0};

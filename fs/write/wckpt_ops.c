@@ -162,6 +162,7 @@ static int make_node(wckpt *c, uint32_t dir, const char *name, uint32_t mode, co
         c->tree.nodes[*node].data = f;
         f = NULL;
         c->open_files += target ? 0 : 1;
+        c->open_writers += target ? 0 : 1;
         wc_mark_mtime(&c->tree.nodes[dir]);
         wc_touched(c, 1);
         wc_touched(c, 0); /* a file or link, even empty, arms the commit */
@@ -321,18 +322,34 @@ int wckpt_open(wckpt *c, uint32_t node, int flags)
         f->open++;
         f->last_use = wc_now_mono();
         c->open_files++;
+        c->open_writers += wckpt_flags_write(flags) ? 1 : 0;
     }
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
 
-void wckpt_release(wckpt *c, uint32_t node)
+void wckpt_open_read_only(wckpt *c)
+{
+    pthread_mutex_lock(&c->lock);
+    if (c->open_writers)
+        c->open_writers--;
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void writer_closed(wckpt *c, int flags)
+{
+    if (wckpt_flags_write(flags) && c->open_writers)
+        c->open_writers--;
+}
+
+void wckpt_release(wckpt *c, uint32_t node, int flags)
 {
     pthread_mutex_lock(&c->lock);
     wfile *f = wc_file_of(c, node);
     if (f && f->open) {
         f->open--;
         c->open_files--;
+        writer_closed(c, flags);
         f->last_use = wc_now_mono();
         if (!f->open && !f->busy && f->blob && c->tree.nodes[node].linked) {
             /* Closed: its partial last block goes to disk now rather than
@@ -349,6 +366,7 @@ void wckpt_release(wckpt *c, uint32_t node)
     if (!f && c->state == WST_COMMITTED && c->open_files > 0) {
         /* Open since before the commit (its file's staging is gone): the
          * last of those lets go of the pack they read. */
+        writer_closed(c, flags);
         if (--c->open_files == 0 && c->successor_pinned) {
             c->successor_pinned = 0;
             unpin = c->successor;

@@ -9,13 +9,16 @@ tallies, and exits non-zero only when it could not run at all.
                              into DIR (a plain directory or a checkpoint in
                              the writable mount). FMT: torch (a nested
                              state_dict, one bare tensor per file, tied
-                             weights, a non-contiguous view), tensorizer,
+                             weights, a non-contiguous view, complex and
+                             fnuz dtypes), tensorizer,
                              gguf (F32, F16, BF16 and Q8_0), dcp (dcp.save),
                              dcp_async (dcp.async_save), dcp_ranks (dcp.save
                              from 2 gloo ranks of DTensors on a device mesh,
                              Shard(0)), dcp_ranks_dim1 (the same, Shard(1)
-                             for 2-d tensors), safetensors, raw (a headerless
-                             fp32 blob)
+                             for 2-d tensors), dcp_zlib (dcp.save with a
+                             stream transform on every item, as torch's
+                             ZStandard extension writes), safetensors, raw
+                             (a headerless fp32 blob)
   hostile DIR SEED           malformed containers beside good files
   check FMT CKPT SRC SEED    CKPT is the committed checkpoint in the mount,
                              SRC the plain copy: containers, tensors/ and
@@ -124,6 +127,13 @@ def write_torch(d, seed):
     base = sd["h.0.mlp.c_fc.weight"].clone()
     torch.save({"transposed": base.t(), "rows": base[8:16], "base": base},
                os.path.join(d, "views.pt"))
+    # dtypes a pack has no element type for, each in a storage of its own:
+    # a legacy typed storage (complex64) and untyped ones that
+    # _rebuild_tensor_v3 gives the dtype (complex32, float8_e4m3fnuz).
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(8, 4, generator=g)
+    torch.save({"c64": torch.complex(x, -x), "c32": torch.complex(x, x).to(torch.complex32),
+                "fnuz": x.to(torch.float8_e4m3fnuz), "f32": x}, os.path.join(d, "dtypes.pt"))
 
 
 def write_tensorizer(d, seed):
@@ -171,6 +181,81 @@ def write_dcp(d, seed, use_async):
         fut.result()
     else:
         dcp.save(sd, checkpoint_id=d)
+
+
+def zlib_extension():
+    """A DCP stream transform as torch's ZStandard is one (every item
+    compressed, "transform_descriptors" in .metadata), on the stdlib's zlib:
+    the venv has neither zstandard nor pyzstd. Returns the extension class
+    and a registry that reads it back."""
+    import io
+    import zlib
+    from torch.distributed.checkpoint._extension import ExtensionRegistry, StreamTransformExtension
+
+    class Zlib(StreamTransformExtension):
+        @staticmethod
+        def registry_name():
+            return "stream.zlib@ckptfs-test"
+
+        @staticmethod
+        def from_descriptor(version):
+            return Zlib()
+
+        def get_descriptor(self):
+            return self.registry_name() + "/1"
+
+        def transform_to(self, output):
+            class W(io.RawIOBase):
+                def __init__(self):
+                    self.z = zlib.compressobj()
+
+                def writable(self):
+                    return True
+
+                def write(self, b):
+                    output.write(self.z.compress(bytes(b)))
+                    return len(b)
+
+                def close(self):
+                    if not self.closed:
+                        output.write(self.z.flush())
+                    super().close()
+            return W()
+
+        def transform_from(self, input):
+            return io.BytesIO(zlib.decompress(input.read()))
+
+    reg = ExtensionRegistry()
+    reg.register(Zlib)
+    return Zlib, reg
+
+
+def write_dcp_zlib(d, seed):
+    import torch.distributed.checkpoint as dcp
+    Zlib, _ = zlib_extension()
+    dcp.save(model_sd(seed), storage_writer=dcp.FileSystemWriter(d, _extensions=[Zlib()]))
+
+
+def check_dcp_zlib(ckpt, seed):
+    """Every item transformed: no tensor a loader could map, and the
+    manifest's skipped list says so for each FQN; dcp.load still reads it."""
+    import torch.distributed.checkpoint as dcp
+    m = load_manifest(ckpt)
+    want = model_sd(seed)
+    report(not m["tensors"], "dcp_zlib: no tensors/ entry for compressed items", [t["name"] for t in m["tensors"]][:5])
+    sk = {x["name"]: x for x in m.get("skipped", [])}
+    bad = [k for k in want if k not in sk or "transformed" not in sk[k].get("reason", "")
+           or not sk[k].get("file", "").endswith(".distcp")]
+    report(not bad, "dcp_zlib: the manifest's skipped list names every FQN (%d) as transformed, with its .distcp"
+           % len(want), "missing or wrong %s; skipped %s" % (bad[:5], m.get("skipped", [])[:3]))
+    _, reg = zlib_extension()
+    got = {k: torch.zeros_like(v) for k, v in want.items()}
+    try:
+        dcp.load(got, storage_reader=dcp.FileSystemReader(ckpt, _extension_registry=reg))
+    except Exception as e:  # noqa: BLE001
+        return report(False, "dcp_zlib: dcp.load through the mount", repr(e))
+    bad = [k for k in want if not torch.equal(bits(got[k]), bits(want[k]))]
+    report(not bad, "dcp_zlib: dcp.load through the mount equals the source (%d tensors)" % len(want), bad[:5])
 
 
 def free_port():
@@ -282,6 +367,7 @@ WRITERS = {
     "dcp_async": lambda d, seed: write_dcp(d, seed, True),
     "dcp_ranks": lambda d, seed: write_dcp_ranks(d, seed, 0),
     "dcp_ranks_dim1": lambda d, seed: write_dcp_ranks(d, seed, 1),
+    "dcp_zlib": write_dcp_zlib,
     "safetensors": write_safetensors,
     "raw": write_raw,
 }
@@ -357,7 +443,14 @@ def expected_tensors(src, rel, seed):
         flat = {}
         flatten(obj, bare_name(rel) if isinstance(obj, torch.Tensor) else "", flat)
         for k, v in flat.items():
-            (want if v.is_contiguous() else absent)[k] = v if v.is_contiguous() else "non-contiguous"
+            if v.dtype not in PACK_DTYPES:
+                # the reason names it: torch.complex32, or a legacy
+                # storage class (torch.ComplexFloatStorage)
+                absent[k] = "dtype:" + LEGACY_STORAGE.get(v.dtype, str(v.dtype))
+            elif v.is_contiguous():
+                want[k] = v
+            else:
+                absent[k] = "non-contiguous"
     elif rel.endswith(".safetensors"):
         from safetensors.torch import load_file
         want = load_file(path)
@@ -379,6 +472,12 @@ def expected_tensors(src, rel, seed):
             else:
                 absent[name] = "quantized " + t.tensor_type.name
     return want, absent
+
+
+PACK_DTYPES = {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+               torch.int16, torch.int8, torch.uint8, torch.bool, torch.uint16, torch.uint32, torch.uint64,
+               torch.float8_e4m3fn, torch.float8_e5m2}
+LEGACY_STORAGE = {torch.complex64: "torch.ComplexFloatStorage", torch.complex128: "torch.ComplexDoubleStorage"}
 
 
 CONTAINER = {".pt": "torch", ".safetensors": "safetensors", ".tensors": "tensorizer", ".gguf": "gguf",
@@ -475,6 +574,8 @@ def check(fmt, ckpt, src, seed):
     for t in m["tensors"]:
         by_file.setdefault(t["file"], {})[t["name"]] = t
     is_dcp = fmt.startswith("dcp")
+    if fmt == "dcp_zlib":
+        return check_dcp_zlib(ckpt, seed)
     dcp_on = DCP_REQUIRED or any(f.endswith(".distcp") for f in by_file)
 
     # Containers and warnings.
@@ -509,8 +610,11 @@ def check(fmt, ckpt, src, seed):
             report(not shown, "%s: %s (%s) has no file under tensors/" % (rel, name, why))
             skipped = m.get("skipped", [])
             hit = [x for x in skipped if x.get("name") == name and x.get("file") == rel]
-            report(bool(hit) and bool(hit[0].get("reason")), "%s: the manifest says why %s is skipped (%s)"
-                   % (rel, name, hit[0].get("reason") if hit else "-"), skipped[:3])
+            reason = hit[0].get("reason", "") if hit else ""
+            # an unsupported dtype: the reason names it, not another fault
+            named = not why.startswith("dtype:") or ("not supported" in reason and why[6:] in reason)
+            report(bool(reason) and named, "%s: the manifest says why %s is skipped (%s)"
+                   % (rel, name, reason or "-"), skipped[:3])
 
     if is_dcp:
         # tensors/FQN, assembled from the shards, and dcp.load through the mount.

@@ -2,12 +2,15 @@
 # Every container format through the real mount, written and read by its own
 # client (tests/integration/format_clients.py, run with the pinned venv of
 # scripts/venv.sh): torch.save (a nested state_dict with optimizer state,
-# one bare tensor per file, tied weights, a non-contiguous view), tensorizer
+# one bare tensor per file, tied weights, a non-contiguous view, dtypes a
+# pack has no element type for, each skipped with its dtype named), tensorizer
 # (TensorSerializer into the mount, TensorDeserializer plain and lazy back),
 # GGUF (F32, F16, BF16 and Q8_0; mmap through the mount), DCP (dcp.save and
 # dcp.async_save into the mount, and dcp.save from 2 gloo ranks of DTensors
 # sharded Shard(0), each tensor then one tensors/FQN assembled from its
-# chunks, or Shard(1), chunks keeping their FQN@offsets names; dcp.load
+# chunks, or Shard(1), chunks keeping their FQN@offsets names; every item
+# compressed by a stream transform, as torch's ZStandard extension does: no
+# tensor, each FQN in the manifest's skipped list; dcp.load
 # back), safetensors and a raw fp32
 # blob. Each is one checkpoint in the writable mount, committed, and checked
 # against a plain copy written by the same client: every file byte-identical,
@@ -33,7 +36,7 @@ case $VPY in /*) ;; *) VPY=$ROOT/$VPY ;; esac
 FC=$ROOT/tests/integration/format_clients.py
 SRC=$TMP/src
 SEED=7
-FORMATS=(torch tensorizer gguf dcp dcp_async dcp_ranks dcp_ranks_dim1 safetensors raw)
+FORMATS=(${FORMATS:-torch tensorizer gguf dcp dcp_async dcp_ranks dcp_ranks_dim1 dcp_zlib safetensors raw})
 mkdir -p "$BACK" "$SRC" "$TMP/packs"
 
 # driver NAME ARGS...: runs format_clients.py; its PASS/FAIL/SKIP lines

@@ -458,6 +458,16 @@ sleep 2.5
 [ "$(state_of "$MNT/open")" = writing ] && pass "not while a file in it is open" || fail "not while a file in it is open" "$(state_of "$MNT/open")"
 exec 7>&-
 wait_state "committed once it is closed" "$MNT/open" committed 30
+# A file open for reading only (an eval process that mapped a checkpoint
+# still being written, torch.load(mmap=True), for as long as it lives)
+# does not hold the commit back: it reads on, the same bytes, from the pack.
+mkdir "$MNT/reader"
+printf 'weights' >"$MNT/reader/w.bin"
+exec 8<"$MNT/reader/w.bin"
+wait_state "committed while a file in it is open for reading" "$MNT/reader" committed 30
+[ "$(cat <&8)" = weights ] && pass "the reader reads on across the commit" ||
+    fail "the reader reads on across the commit"
+exec 8<&-
 # A committed checkpoint changed only by a remove, a rename or a touch is
 # committed again once quiet too (it stayed writing until ckpt commit).
 for change in rm mv touch open; do
@@ -481,6 +491,21 @@ for change in rm mv touch open; do
     esac
     [ -e "$MNT/re-$change/manifest.json" ] && pass "re-$change: shown packed again" || fail "re-$change: shown packed again" "no manifest.json"
 done
+# Saved into tmp-N, then renamed to step-N as its pack ends: the daemon
+# told the kernel of the commit while the rename, holding the directory's
+# lock, waited for the pack to stop, and the mount hung for good (the
+# rename in D state). Delays sweep across the pack's length.
+head -c 48M /dev/urandom >"$TMP/r48"
+hung=0
+for i in $(seq 1 16); do
+    mkdir "$MNT/tmp-$i" && cp "$TMP/r48" "$MNT/tmp-$i/w.bin"
+    setfattr -n user.ckptfs.commit -v 1 "$MNT/tmp-$i"
+    sleep "$(awk -v i="$i" 'BEGIN { printf "%.3f", (i - 1) * 0.03 }')"
+    timeout -s KILL 30 mv "$MNT/tmp-$i" "$MNT/step-$i" || hung=$((hung + 1))
+    rm -rf "$MNT/step-$i"
+done
+[ "$hung" -eq 0 ] && pass "a checkpoint renamed as its pack ends: 16 renames, none hung" ||
+    fail "a checkpoint renamed as its pack ends: 16 renames, none hung" "$hung failed"
 hwm=$(awk '/VmHWM/ {print $2}' "/proc/${DAEMON_OF[$MNT]}/status")
 [ "${hwm:-999999}" -lt $((200 << 10)) ] && pass "daemon peak memory ${hwm} KiB" || fail "daemon peak memory" "${hwm} KiB"
 unmount_ckptfs "$MNT"

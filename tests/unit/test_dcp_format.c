@@ -756,13 +756,18 @@ Test(dcp_describe, items_past_the_file_are_refused)
 Test(dcp_describe, unusable_items_are_skipped_not_fatal)
 {
     /* garbage where the archives should be: every item is skipped, the
-     * file stays opaque; transformed items say so */
+     * file stays opaque bytes but its layout keeps the skipped items, so
+     * the manifest says why it has no tensor; transformed items say so */
     ff_buf b = two_chunks(0, 100, 100, 50, 150, 10);
     uint8_t file[160];
     memset(file, 0xAB, sizeof file);
     tf_result r = describe(file, sizeof file, "__0_0.distcp", b.p, b.len, true);
-    cr_assert_eq(r.rc, 1, "rc %d: %s", r.rc, r.msg);
+    cr_assert_eq(r.rc, 0, "rc %d: %s", r.rc, r.msg);
     cr_assert_eq(r.l.n, 0);
+    cr_assert_eq(r.l.n_regions, 0);
+    cr_assert_eq(r.l.n_skipped, 2);
+    tu_assert_contains(r.l.skipped[0].reason, "not a torch archive");
+    ingest_layout_free(&r.l);
     free(b.p);
 
     const uint64_t one[1][4] = {{0, 0}};
@@ -786,8 +791,15 @@ Test(dcp_describe, unusable_items_are_skipped_not_fatal)
                          .read_sibling = mem_sibling,
                          .sibling_ud = &m};
     ingest_layout l;
-    /* nothing typed: opaque (the skipped list goes with it) */
-    cr_assert_eq(ckpt_format_dcp.describe(&src, "__0_0.distcp", &l, msg, sizeof msg), 1);
+    /* nothing typed, every item transformed (FileSystemWriter with
+     * ZStandard): opaque bytes, and the skipped list says why */
+    cr_assert_eq(ckpt_format_dcp.describe(&src, "__0_0.distcp", &l, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(l.n, 0);
+    cr_assert_eq(l.n_regions, 0);
+    cr_assert_eq(l.n_skipped, 1);
+    cr_assert_str_eq(l.skipped[0].name, "w");
+    tu_assert_contains(l.skipped[0].reason, "transformed");
+    ingest_layout_free(&l);
     free(b.p);
 }
 

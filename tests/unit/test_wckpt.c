@@ -88,7 +88,7 @@ static uint32_t make_file(wckpt *c, uint32_t parent, const char *name, const voi
         cr_assert_eq(wckpt_write(c, node, (const uint8_t *)data + done, n, done), (ssize_t)n);
         done += n;
     }
-    wckpt_release(c, node);
+    wckpt_release(c, node, O_WRONLY);
     return node;
 }
 
@@ -242,8 +242,26 @@ Test(wckpt, auto_commit_after_quiet)
     pthread_mutex_lock(&c->lock);
     cr_assert_eq(c->state, WST_WRITING, "not while a file is open");
     pthread_mutex_unlock(&c->lock);
-    wckpt_release(c, node);
+    wckpt_release(c, node, O_WRONLY);
     wait_state(c, WST_COMMITTED);
+    wtable_forget(&t, c, 1);
+    close_table(&t);
+}
+
+/* A file open for reading does not hold the idle commit back (an eval
+ * process that mapped a checkpoint still being written, torch.load(mmap=
+ * True), keeps it open for as long as it lives): it reads on across the
+ * commit. One open for writing does (auto_commit_after_quiet). */
+Test(wckpt, auto_commit_with_a_reader_open)
+{
+    wtable t;
+    open_table(&t, NULL, 0.3, 1);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "eval", 0755, &c), 0);
+    uint32_t node = make_file(c, WTREE_ROOT, "f", "abc", 3);
+    cr_assert_eq(wckpt_open(c, node, O_RDONLY), 0);
+    wait_state(c, WST_COMMITTED); /* its reads go to the pack (the FUSE layer's) */
+    wckpt_release(c, node, O_RDONLY);
     wtable_forget(&t, c, 1);
     close_table(&t);
 }
@@ -258,11 +276,11 @@ Test(wckpt, written_while_packing_and_retry_after_failure)
     cr_assert_eq(wtable_commit(&t, c), 0);
     struct stat st;
     cr_assert_eq(wckpt_open(c, node, O_RDONLY), 0, "reads leave it packing");
-    wckpt_release(c, node);
+    wckpt_release(c, node, O_RDONLY);
     cr_assert_eq(c->state, WST_PACKING);
     /* A write stops the packing: writing again, packed once quiet. */
     cr_assert_eq(wckpt_create(c, WTREE_ROOT, "g", 0644, &n2, &st), 0);
-    wckpt_release(c, n2);
+    wckpt_release(c, n2, O_WRONLY);
     cr_assert_eq(c->state, WST_WRITING);
     cr_assert_eq(wckpt_unlink(c, WTREE_ROOT, "g"), 0);
     cr_assert_eq(wtable_commit(&t, c), 0);
@@ -392,7 +410,7 @@ Test(wckpt, rename_over_a_directory)
     uint32_t node;
     struct stat st;
     cr_assert_eq(wtable_create_file(&t, "single", 0644, &f, &node, &st), 0);
-    wckpt_release(f, node);
+    wckpt_release(f, node, O_WRONLY);
     cr_assert_eq(wtable_ns_rename(&t, "full", "single", 0), -ENOTDIR);
     cr_assert_eq(wtable_ns_rename(&t, "full", "ns", 0), -ENOTEMPTY);
     cr_assert(backing_has("full/sub") && backing_has("ns"));
@@ -992,7 +1010,7 @@ Test(wckpt, setattr_truncate_rename_inside)
     char buf[4];
     cr_assert_eq(wckpt_read(c, g, buf, 4, 0), 4);
     cr_assert_eq(memcmp(buf, "zz23", 4), 0);
-    wckpt_release(c, g);
+    wckpt_release(c, g, O_RDWR);
     cr_assert_null(c->tree.nodes[g].data, "freed on last release");
     wdirent *v;
     size_t n;
@@ -1031,7 +1049,7 @@ Test(wckpt, file_checkpoint_unlinked_while_open)
     cr_assert_eq(wckpt_allocate(c, f, 0, 100), 0);
     cr_assert_eq(wckpt_fsync(c, f), 0);
     cr_assert_eq(wckpt_flush(c, f), 0);
-    wckpt_release(c, f);
+    wckpt_release(c, f, O_WRONLY);
     cr_assert_null(c->tree.nodes[f].data, "freed on last release");
     cr_assert_eq(wckpt_read(c, f, buf, 1, 0), -ESTALE, "gone once closed");
     wtable_forget(&t, c, 1);

@@ -588,10 +588,14 @@ static int region_cmp(const void *x, const void *y)
     return a->offset < b->offset ? -1 : a->offset > b->offset;
 }
 
-/* Hands the accumulated layout to out: 0, or 1 when it holds nothing. */
-static int acc_finish(acc *a, ingest_layout *out)
+/* Hands the accumulated layout to out: 0, or 1 when it holds nothing.
+ * With keep_skipped, skipped entries alone are something: a file whose
+ * every item .metadata names was skipped (all of them transformed, as
+ * FileSystemWriter(_extensions=[ZStandard()]) writes them) stays opaque
+ * bytes but keeps saying why it has no tensor. */
+static int acc_finish(acc *a, ingest_layout *out, bool keep_skipped)
 {
-    if (!a->n_t && !a->n_r) {
+    if (!a->n_t && !a->n_r && !(keep_skipped && a->n_sk)) {
         acc_free(a);
         return 1;
     }
@@ -607,7 +611,7 @@ static int acc_finish(acc *a, ingest_layout *out)
     out->n_skipped = a->n_sk;
     out->chunks = a->ch;
     out->n_chunks = a->n_ch;
-    out->header_bytes = out->n ? out->t[0].offset : out->regions[0].offset;
+    out->header_bytes = out->n ? out->t[0].offset : out->n_regions ? out->regions[0].offset : 0;
     memset(a, 0, sizeof *a);
     return 0;
 }
@@ -897,6 +901,7 @@ static int dcp_describe(const ingest_source *src, const char *path, ingest_layou
     const char *slash = path ? strrchr(path, '/') : NULL;
     const char *base = slash ? slash + 1 : path ? path : "";
     int rc = 1;
+    bool named = false; /* .metadata names items of this file */
     if (src->read_sibling) {
         uint8_t *data = NULL;
         size_t len = 0;
@@ -908,6 +913,7 @@ static int dcp_describe(const ingest_source *src, const char *path, ingest_layou
             r = dcp_metadata_parse(data, len, &md, why, sizeof why);
             if (r == 0) {
                 rc = describe_items(&a, src, base, &md, msg, msg_len);
+                named = rc == 0;
                 if (rc == 1)
                     fmt_msg(note, sizeof note, "ignored: it names no item of this file");
             } else if (r != -ENOMEM) {
@@ -929,7 +935,7 @@ static int dcp_describe(const ingest_source *src, const char *path, ingest_layou
     }
     if (rc == 1 && (rc = scan_archives(&a, src)) < 0)
         goto fail;
-    return acc_finish(&a, out);
+    return acc_finish(&a, out, named);
 fail:
     if (rc == -ENOMEM)
         fmt_msg(msg, msg_len, "dcp: out of memory");

@@ -104,11 +104,15 @@ typedef struct storage {
     const pk_value *type; /* the storage class global */
     int64_t numel;
     bool untyped;
-    char dtype[16];      /* "" while unknown */
-    bool conflict;       /* used with two dtypes: not understood */
-    const zip_entry *e;  /* its record, when usable */
-    const char *problem; /* why it is not usable */
+    char dtype[16];          /* "" while unknown */
+    bool conflict;           /* used with two dtypes: not understood */
+    const pk_value *unknown; /* a dtype global _rebuild_tensor_v3 gave it that no
+                              * pack dtype matches (torch.complex32) */
+    const zip_entry *e;      /* its record, when usable */
+    const char *problem;     /* why it is not usable */
 } storage;
+
+static const char DTYPE_UNSUPPORTED[] = "its storage's dtype is not supported";
 
 typedef struct torch_ctx {
     const zip_archive *z;
@@ -162,7 +166,7 @@ static void set_dtype(storage *s, const char *dtype)
 {
     if (s->conflict)
         return;
-    if (s->dtype[0] && strcmp(s->dtype, dtype) != 0) {
+    if (s->unknown || (s->dtype[0] && strcmp(s->dtype, dtype) != 0)) {
         s->conflict = true;
         s->dtype[0] = '\0';
         return;
@@ -248,11 +252,33 @@ static void type_untyped(torch_ctx *c, const pickle_doc *doc)
         const char *dt = torch_dtype(pk_at(args, 6));
         if (!s || !s->untyped)
             continue;
+        const pk_value *g = pk_at(args, 6);
         if (dt)
             set_dtype(s, dt);
-        else
+        else if (!g || g->kind != PK_GLOBAL || s->dtype[0] ||
+                 (s->unknown &&
+                  !pk_is_global(g, s->unknown->u.global.module, s->unknown->u.global.name)))
             s->conflict = true, s->dtype[0] = '\0';
+        else if (!s->conflict)
+            s->unknown = g; /* one dtype, just not one a pack has */
     }
+}
+
+/* Why s is not usable, in why's room when it names the dtype: the
+ * torch.complex32 that _rebuild_tensor_v3 gave it, or the class of a typed
+ * storage (torch.ComplexFloatStorage). */
+static const char *storage_problem(const storage *s, char *why, size_t cap)
+{
+    const pk_value *g = s->unknown ? s->unknown : s->type;
+    if (!s->problem)
+        return "its storage is not understood";
+    if (s->problem != DTYPE_UNSUPPORTED || !g || g->kind != PK_GLOBAL)
+        return s->problem;
+    char m[48], n[48];
+    fmt_quote(m, sizeof m, g->u.global.module);
+    fmt_quote(n, sizeof n, g->u.global.name);
+    snprintf(why, cap, "its dtype is not supported (%s.%s)", m, n);
+    return why;
 }
 
 /* Finds each storage's record and checks it holds exactly the storage. */
@@ -272,7 +298,7 @@ static int resolve_storages(torch_ctx *c)
         else if (s->conflict)
             s->problem = "its storage is used with several dtypes";
         else if (!es)
-            s->problem = "its storage's dtype is not supported";
+            s->problem = DTYPE_UNSUPPORTED;
         else if (s->untyped
                      ? (uint64_t)s->numel != e->size || e->size % es
                      : __builtin_mul_overflow((uint64_t)s->numel, es, &want) || want != e->size)
@@ -393,7 +419,8 @@ static void add_tensor(torch_ctx *c, int version, const pk_value *args)
         return;
     }
     if (!s->e) {
-        add_skipped(c, s->problem ? s->problem : "its storage is not understood");
+        char why[128];
+        add_skipped(c, storage_problem(s, why, sizeof why));
         return;
     }
     if (c->big_endian) {
