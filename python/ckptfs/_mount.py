@@ -212,6 +212,16 @@ def commit(path, wait=True, timeout=None):
                 error=st.error,
                 errno=e.errno,
             ) from None
+        if e.errno == _errno.EBUSY:
+            raise CommitError(
+                "%s: cannot commit: it was written to while committing, so it is writing "
+                "again (it commits on its own once quiet; or commit again once its writer "
+                "is done)" % path,
+                path=path,
+                state=WRITING,
+                error="",
+                errno=e.errno,
+            ) from None
         if e.errno in (_errno.ENOTSUP, _errno.EROFS, _errno.EPERM):
             raise NotACheckpointError(
                 "%s: not a checkpoint directory of a writable ckptfs mount" % path,

@@ -406,6 +406,22 @@ def check_write(mnt, prefix, back):
         fail("status after the failure: %r" % st)
     ok("status() shows it failed with the reason: %r" % st)
 
+    # The daemon refuses a commit with EBUSY when the checkpoint was written
+    # to while the commit waited for writes under way (a race a test cannot
+    # time): the error says it is writing again, not "resource busy".
+    real_setxattr = os.setxattr
+
+    def busy_setxattr(*args, **kw):
+        raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
+    os.setxattr = busy_setxattr
+    try:
+        e = expect_raises("commit() refused with EBUSY", ckptfs.CommitError, ckptfs.commit, bad,
+                          contains=("written to while committing", "writing again"))
+    finally:
+        os.setxattr = real_setxattr
+    if e.state != "writing" or e.errno != errno.EBUSY:
+        fail("its state %r and errno %r" % (e.state, e.errno))
+
     # Paths that are no checkpoint.
     expect_raises("commit(MOUNT)", ckptfs.NotACheckpointError, ckptfs.commit, mnt, contains=(mnt,))
     expect_raises("commit(a missing path)", ckptfs.NotACheckpointError, ckptfs.commit,

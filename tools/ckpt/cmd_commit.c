@@ -144,6 +144,11 @@ int cmd_commit(int argc, char **argv)
                             o.path);
         if (e == ENOTSUP || e == EROFS || e == EPERM)
             return cli_fail("%s: not a checkpoint directory of a writable ckptfs mount", o.path);
+        if (e == EBUSY)
+            return cli_fail("%s: cannot commit: it was written to while committing, so it is "
+                            "writing again (it commits on its own once quiet; or commit again "
+                            "once its writer is done)",
+                            o.path);
         return cli_fail("%s: cannot commit: %s", o.path, mount_state_why(-e));
     }
     if (o.wait)
