@@ -40,22 +40,6 @@ int backing_lock_note_pid(int fd, const char *mount_path)
     return 0;
 }
 
-int backing_private_dir(int fd, const char *shown, ckpt_err *err)
-{
-    struct stat st;
-    if (fstat(fd, &st) != 0)
-        return ckpt_fail(err, -errno, "%s: cannot stat: %s", shown, strerror(errno));
-    if (st.st_uid != geteuid())
-        return ckpt_fail(err, -EPERM,
-                         "%s is owned by uid %u, not by this daemon's user (uid %u): staged data "
-                         "there is not private; remove it or mount as its owner",
-                         shown, (unsigned)st.st_uid, (unsigned)geteuid());
-    if ((st.st_mode & 07777) != 0700 && fchmod(fd, 0700) != 0)
-        return ckpt_fail(err, -errno, "%s: cannot make it private (chmod 700): %s", shown,
-                         strerror(errno));
-    return 0;
-}
-
 int backing_lock_take(int backing_fd, const char *backing_path, const char *mount_path, int *fd,
                       ckpt_err *err)
 {
@@ -70,7 +54,7 @@ int backing_lock_take(int backing_fd, const char *backing_path, const char *moun
                          strerror(errno));
     char shown[4200];
     snprintf(shown, sizeof shown, "%s/%s", backing_path, STAGE_HIDDEN_DIR);
-    int rc = backing_private_dir(hidden, shown, err);
+    int rc = stage_private_dir(hidden, shown, err);
     if (rc < 0) {
         close(hidden);
         return rc;

@@ -18,12 +18,6 @@
 
 #define BACKING_LOCK_FILE "lock"
 
-/* Makes sure the directory open as fd (shown names it in messages) is
- * this process's own and private: 0700 if it was wider (made by an older
- * ckptfs, or restored from a backup), -EPERM if another user owns it (it
- * could read, replace or plant staged data and the lock). */
-int backing_private_dir(int fd, const char *shown, ckpt_err *err);
-
 /* Takes the lock of the backing directory (backing_path names it in
  * messages) and records this process and mount_path in it: the lock's
  * descriptor in *fd. -EBUSY when another process holds it (err names its

@@ -13,7 +13,6 @@
 
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
-#include "backing_lock.h"
 
 #define RECORD_NAME "record"
 #define SALT_NAME "salt"
@@ -110,6 +109,22 @@ int stage_read_small(int dirfd, const char *name, size_t max, uint8_t **out, siz
 
 /* ------------------------------------------------------------------ root */
 
+int stage_private_dir(int fd, const char *shown, ckpt_err *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return ckpt_fail(err, -errno, "%s: cannot stat: %s", shown, strerror(errno));
+    if (st.st_uid != geteuid())
+        return ckpt_fail(err, -EPERM,
+                         "%s is owned by uid %u, not by this daemon's user (uid %u): staged data "
+                         "there is not private; remove it or mount as its owner",
+                         shown, (unsigned)st.st_uid, (unsigned)geteuid());
+    if ((st.st_mode & 07777) != 0700 && fchmod(fd, 0700) != 0)
+        return ckpt_fail(err, -errno, "%s: cannot make it private (chmod 700): %s", shown,
+                         strerror(errno));
+    return 0;
+}
+
 int stage_root_open(stage_root *r, int backing_fd, const mount_key *key, ckpt_err *err)
 {
     memset(r, 0, sizeof *r);
@@ -136,7 +151,7 @@ int stage_root_open(stage_root *r, int backing_fd, const mount_key *key, ckpt_er
             rc = ckpt_fail(err, -errno, "%s/stage: cannot open: %s", STAGE_HIDDEN_DIR,
                            strerror(errno));
         else
-            rc = backing_private_dir(r->stage_fd, STAGE_HIDDEN_DIR "/stage", err);
+            rc = stage_private_dir(r->stage_fd, STAGE_HIDDEN_DIR "/stage", err);
     }
     if (rc == 0 && key) {
         /* The salt for new checkpoints' keys; kept across mounts so the

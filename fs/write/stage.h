@@ -145,4 +145,10 @@ const char *stage_state_name(stage_state s);
 /* Hex of len bytes into out (2*len+1). */
 void stage_hex(const void *bytes, size_t len, char *out);
 
+/* Makes sure the directory open as fd (shown names it in messages) is
+ * this process's own and private: 0700 if it was wider (made by an older
+ * ckptfs, or restored from a backup), -EPERM if another user owns it (it
+ * could read, replace or plant staged data and the lock). */
+int stage_private_dir(int fd, const char *shown, ckpt_err *err);
+
 #endif
