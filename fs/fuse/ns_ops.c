@@ -423,6 +423,7 @@ typedef struct ns_packs {
     ckptfs *fs;
     unsigned count;
     uint64_t bytes;
+    int check;             /* open the packs: the state or error is asked */
     const char *bad_state; /* NULL: every pack opens */
     char error[512];
     char name[BACKING_PATH_MAX + 1]; /* the path being walked */
@@ -474,7 +475,7 @@ static void walk_packs(ns_packs *p, int fd, size_t len, int depth)
                     strcmp(e->d_name + n - BACKING_SUFFIX_LEN, BACKING_FILE_SUFFIX) == 0)) {
             p->bytes += (uint64_t)st.st_size;
             p->count++;
-            if (!p->bad_state) {
+            if (p->check && !p->bad_state) {
                 p->name[len + 1 + n - BACKING_SUFFIX_LEN] = 0;
                 check_pack(p);
             }
@@ -509,6 +510,9 @@ void nsops_getxattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino, const char *name
         return;
     }
     packs->fs = fs;
+    /* Opening packs only tells the state: size and progress need none. */
+    packs->check =
+        !st.rank && (strcmp(name, CKPT_XATTR_STATE) == 0 || strcmp(name, CKPT_XATTR_ERROR) == 0);
     int fd = backing_open_dir(fs->table.backing_fd, path, 0);
     size_t len = strlen(path);
     if (fd >= 0 && len <= BACKING_PATH_MAX) {
