@@ -145,6 +145,25 @@ mkdir "$MNT/fresh"
 cp "$SRC/noise.bin" "$MNT/fresh/"
 expect_fail "ckpt ls of a checkpoint still being written" "$CKPT" ls "$MNT/fresh"
 last_stderr_has "  says it is being written" "writing" "ckpt commit"
+# The kernel answers EBUSY when the checkpoint was written to while the
+# commit waited; that race cannot be timed, so a shim makes setxattr say it.
+cat >"$TMP/ebusy.c" <<'EOF'
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stddef.h>
+int setxattr(const char *path, const char *name, const void *value, size_t size, int flags)
+{
+    (void)path, (void)name, (void)value, (void)size, (void)flags;
+    errno = EBUSY;
+    return -1;
+}
+EOF
+if ${CC:-cc} -shared -fPIC -o "$TMP/ebusy.so" "$TMP/ebusy.c" 2>"$TMP/ebusy.err"; then
+    expect_fail "ckpt commit refused with EBUSY" env LD_PRELOAD="$TMP/ebusy.so" "$CKPT" commit "$MNT/fresh"
+    last_stderr_has "  says it is writing again and commits on its own" "fresh" "written to while committing" "commits on its own once quiet"
+else
+    fail "cc builds the EBUSY shim" "$(cat "$TMP/ebusy.err")"
+fi
 expect_ok "committed" "$CKPT" commit --wait "$MNT/fresh"
 expect_ok "ckpt verify MOUNT/NAME once committed (the mount's key)" "$CKPT" verify "$MNT/fresh" --key-file "$TMP/k2"
 expect_fail "ckpt ls of the mount itself" "$CKPT" ls "$MNT"
