@@ -496,6 +496,13 @@ static int attempt(s3_client *c, conn *k, const s3_req *rq, const char *url,
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &x);
+    /* curl moves 16 KiB per recv and 64 KiB per send by default: a
+     * ckpt cat of a 475 MB pack made 29,400 recvfrom and 30,326 poll
+     * calls (strace -c), and with 512 KiB 1,072 and 1,661, for about 4%
+     * less of ckpt's CPU time; an upload's sendto calls went from 7,311
+     * to 968 with 512 KiB (359 with 2 MiB, which cost 15 MiB of RSS). */
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L << 10);
+    curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 512L << 10);
     if (!strcmp(m, "HEAD")) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     } else if (!strcmp(m, "PUT")) {
