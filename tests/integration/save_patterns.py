@@ -17,15 +17,17 @@ GPT-2 from a config, save_steps=1, save_total_limit=2, then a resume from
 the last checkpoint), dcp (dcp.save and dcp.async_save into step-100/model/
 and step-100/optim/), lightning (ModelCheckpoint: save_top_k=2, save_last
 as a link), hf-cache (a huggingface_hub cache tree with relative links,
-copied with cp -a by the shell side), deepspeed and megatron (their file
-operations reproduced from their sources, with real torch.save and DCP:
-neither deepspeed nor megatron-core runs on this CPU-only venv).
+copied with cp -a by the shell side), deepspeed (a ZeRO stage 2 engine's
+save_checkpoint, twice, on DeepSpeed's CPU accelerator; load_checkpoint)
+and megatron (megatron-core's dist_checkpointing.save, torch_dist, from two
+ranks on gloo; dist_checkpointing.load on one). Both run on the CPU with
+two shims, each explained where it is made, neither on the way to a file:
+DeepSpeed is kept from compiling a shared-memory allreduce kernel, and
+megatron-core 0.16.1's two calls into the CUDA runtime become the CPU's.
 """
 import hashlib
 import json
 import os
-import shutil
-import stat
 import sys
 import time
 
@@ -215,95 +217,187 @@ def hf_cache_check():
 
 # ------------------------------------------------------------- DeepSpeed
 
-def deepspeed_save():
-    """DeepSpeedEngine.save_checkpoint(save_dir, tag) for one rank with
-    ZeRO (deepspeed/runtime/engine.py): makedirs save_dir/tag, torch.save
-    the module states, then the ZeRO optimizer partition, copy the
-    recovery script zero_to_fp32.py into save_dir and make it executable,
-    then write save_dir/latest with the tag. Twice: the second save
-    rewrites latest."""
-    import torch
-    model, opt = dcp_states()
-    for step in (100, 200):
-        tag = "global_step%d" % step
-        os.makedirs(os.path.join("save", tag), exist_ok=True)
-        torch.save({"module": model.state_dict(), "buffer_names": [], "optimizer": None,
-                    "lr_scheduler": None, "global_steps": step, "dp_world_size": 1,
-                    "mp_world_size": 1, "ds_version": "0.19.8"},
-                   os.path.join("save", tag, "mp_rank_00_model_states.pt"))
-        time.sleep(2.5)  # ZeRO gathers the optimizer partition meanwhile
-        torch.save({"optimizer_state_dict": opt.state_dict(), "ds_config": {"zero_optimization":
-                    {"stage": 2}}, "ds_version": "0.19.8"},
-                   os.path.join("save", tag, "zero_pp_rank_0_mp_rank_00_optim_states.pt"))
-        dst = os.path.join("save", "zero_to_fp32.py")
-        shutil.copyfile(os.path.abspath(__file__), dst)
-        os.chmod(dst, os.stat(dst).st_mode | stat.S_IEXEC)
-        with open(os.path.join("save", "latest"), "w") as fd:
-            fd.write(tag)
-
-
-def deepspeed_check():
-    import torch
-    tag = open("save/latest").read()
-    if tag != "global_step200":
-        raise SystemExit("latest says %r" % tag)
-    torch.load("save/%s/mp_rank_00_model_states.pt" % tag, weights_only=False)
-    if not os.access("save/zero_to_fp32.py", os.X_OK):
-        raise SystemExit("zero_to_fp32.py is not executable")
-
-
-# -------------------------------------------------------------- Megatron
-
-def megatron_rank(rank, world, port):
-    """One rank of Megatron's torch_dist save (megatron/core/dist_checkpointing
-    with the torch_dist strategy, megatron/training/checkpointing.py): rank
-    0 makes iter_0000100/, every rank writes its DCP shard (__R_0.distcp),
-    the coordinator .metadata; rank 0 then common.pt and metadata.json, and
-    after a barrier the tracker latest_checkpointed_iteration.txt."""
-    import torch
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.manual_seed(SEED + rank)
-    it = 100
-    d = os.path.join("ckpts", "iter_%07d" % it)
-    if rank == 0:
-        os.makedirs(d, exist_ok=True)
-    dist.barrier()
-    shard = {"decoder.layers.%d.mlp.weight" % rank: torch.randn(64, 64)}
-    _ids.seed(SEED + rank)
-    dcp.save(shard, checkpoint_id=d)
-    if rank == 0:
-        torch.save({"iteration": it, "args": {"num_layers": 2}, "rng_state": [torch.get_rng_state()]},
-                   os.path.join(d, "common.pt"))
-        with open(os.path.join(d, "metadata.json"), "w") as f:
-            json.dump({"sharded_backend": "torch_dist", "sharded_backend_version": 1,
-                       "common_backend": "torch", "common_backend_version": 1}, f)
-    dist.barrier()
-    if rank == 0:
-        with open(os.path.join("ckpts", "latest_checkpointed_iteration.txt"), "w") as f:
-            f.write(str(it))
-    dist.destroy_process_group()
-
-
-def megatron_save():
+def free_port():
     import socket
-    import torch.multiprocessing as mp
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    mp.spawn(megatron_rank, args=(2, port), nprocs=2, join=True)
+    return port
+
+
+def deepspeed_engine():
+    """A ZeRO stage 2 engine on the tiny GPT-2, one rank, on DeepSpeed's CPU
+    accelerator (gloo)."""
+    os.environ.update(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                      RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_SIZE="1")
+    import importlib
+    import deepspeed
+    import torch
+    # On the CPU accelerator every engine first compiles a shared-memory
+    # allreduce kernel (deepspeed_shm_comm, 75-90 s of g++ here, again on
+    # every fresh machine); it only speeds up collectives between ranks on
+    # one host, and without it DeepSpeed runs them on gloo, as it does
+    # wherever the op is not compatible. It never touches a checkpoint.
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+    model = tiny_gpt2()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    cfg = {"train_batch_size": 1, "zero_optimization": {"stage": 2}, "steps_per_print": 1000}
+    return deepspeed.initialize(model=model, optimizer=opt, config=cfg)[0]
+
+
+def deepspeed_steps(engine, save):
+    """Two steps, with engine.save_checkpoint(save) after each: the default
+    tags global_step1 and global_step2, so the second save rewrites latest
+    and the recovery scripts."""
+    for i, row in enumerate(lm_dataset(2)):
+        if save and i:
+            # Training goes on between saves, longer than the mount's
+            # commit_delay: the second save rewrites committed files.
+            time.sleep(2.5)
+        batch = row["input_ids"].unsqueeze(0)
+        engine.backward(engine(input_ids=batch, labels=batch).loss)
+        engine.step()
+        if save:
+            engine.save_checkpoint(save)
+
+
+def deepspeed_save():
+    deepspeed_steps(deepspeed_engine(), "save")
+
+
+def deepspeed_check():
+    """engine.load_checkpoint into an engine that made the same two steps
+    without saving, its weights, ZeRO's fp32 master partition and Adam's
+    moments then zeroed: all must come back (the weights from the model
+    states file, the rest from the optimizer states file)."""
+    import torch
+    tag = open("save/latest").read()
+    if tag != "global_step2":
+        raise SystemExit("latest says %r" % tag)
+    if not os.access("save/zero_to_fp32.py", os.X_OK):
+        raise SystemExit("zero_to_fp32.py is not executable")
+    engine = deepspeed_engine()
+    deepspeed_steps(engine, None)
+    zero = engine.optimizer
+
+    def tensors():
+        out = {"module." + k: v for k, v in engine.module.state_dict().items()}
+        out.update(("fp32_master.%d" % i, t) for i, t in enumerate(zero.single_partition_of_fp32_groups))
+        for i, st in enumerate(zero.optimizer.state.values()):
+            out.update(("adam.%d.%s" % (i, k), v) for k, v in st.items() if torch.is_tensor(v))
+        return out
+
+    want = {k: v.detach().clone() for k, v in tensors().items()}
+    with torch.no_grad():
+        for v in tensors().values():
+            v.zero_()
+    engine.global_steps = 0
+    path, _ = engine.load_checkpoint("save")
+    if path is None or engine.global_steps != 2:
+        raise SystemExit("load_checkpoint: %s at step %d" % (path, engine.global_steps))
+    got = tensors()
+    if set(got) != set(want):
+        raise SystemExit("load_checkpoint: %s" % sorted(set(got) ^ set(want)))
+    for k, v in got.items():
+        if not torch.equal(v, want[k]):
+            raise SystemExit("load_checkpoint: %s differs" % k)
+
+
+# -------------------------------------------------------------- Megatron
+
+def megatron_state(rank, world, zeros=False):
+    """A tensor-parallel layer's sharded state dict as Megatron models make
+    it (ShardedTensors): a weight split by rows across the ranks, a bias
+    every rank holds (rank 0's copy is saved), and a plain value that goes
+    to common.pt. The values every rank draws from the seed, or zeros to
+    load into."""
+    import torch
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor
+    g = torch.Generator().manual_seed(SEED)
+    weight, bias = torch.randn(128, 64, generator=g), torch.randn(64, generator=g)
+    if zeros:
+        weight, bias = torch.zeros_like(weight), torch.zeros_like(bias)
+    return {
+        "decoder.layers.0.mlp.linear_fc1.weight": ShardedTensor.from_rank_offsets(
+            "decoder.layers.0.mlp.linear_fc1.weight", weight.chunk(world)[rank].clone(),
+            (0, rank, world)),
+        "decoder.layers.0.mlp.linear_fc1.bias": ShardedTensor.from_rank_offsets(
+            "decoder.layers.0.mlp.linear_fc1.bias", bias, replica_id=rank),
+        "iteration": 100,
+    }
+
+
+def megatron_no_cuda():
+    """megatron-core 0.16.1's torch_dist save calls the CUDA runtime twice
+    where a CPU-only torch has none: torch.cuda.synchronize() after copying
+    the shards to the host (FileSystemWriterAsync.preload_tensors) and
+    torch.cuda.current_device() for the one-element failure flag it
+    broadcasts (save_state_dict_async_finalize). Both fail with "Torch not
+    compiled with CUDA enabled". With every tensor on the CPU there is
+    nothing to wait for, and the flag goes on the CPU, which gloo needs."""
+    import torch
+    if not torch.cuda.is_available():
+        torch.cuda.synchronize = lambda *a: None
+        torch.cuda.current_device = lambda: "cpu"
+
+
+def megatron_rank(rank, world, port):
+    """One rank of a Megatron-LM save (megatron/training/checkpointing.py):
+    rank 0 makes iter_0000100/, every rank calls dist_checkpointing.save
+    (torch_dist: each rank writes its own .distcp files, the coordinator
+    .metadata, rank 0 common.pt and metadata.json), then after a barrier
+    rank 0 writes the tracker latest_checkpointed_iteration.txt (Megatron-LM's
+    training loop, not megatron-core, so written here as it writes it)."""
+    import torch.distributed as dist
+    from megatron.core import dist_checkpointing
+    megatron_no_cuda()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    d = os.path.join("ckpts", "iter_%07d" % 100)
+    if rank == 0:
+        os.makedirs(d, exist_ok=True)
+    dist.barrier()
+    _ids.seed(SEED + rank)
+    dist_checkpointing.save(megatron_state(rank, world), d)
+    dist.barrier()
+    if rank == 0:
+        with open(os.path.join("ckpts", "latest_checkpointed_iteration.txt"), "w") as f:
+            f.write("100")
+    dist.destroy_process_group()
+
+
+def megatron_save():
+    import torch.multiprocessing as mp
+    mp.spawn(megatron_rank, args=(2, free_port()), nprocs=2, join=True)
 
 
 def megatron_check():
+    """dist_checkpointing.load on one rank: the two ranks' shards put back
+    together."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import dist_checkpointing
     it = open("ckpts/latest_checkpointed_iteration.txt").read()
+    d = "ckpts/iter_%07d" % int(it)
     # A committed checkpoint also shows the mount's views of it.
-    names = sorted(n for n in os.listdir("ckpts/iter_%07d" % int(it)) if not is_view(n))
-    want = [".metadata", "__0_0.distcp", "__1_0.distcp", "common.pt", "metadata.json"]
+    names = sorted(n for n in os.listdir(d) if not is_view(n))
+    # torch_dist writes a rank's tensors in up to thread_count (2) files:
+    # rank 0 holds a slice and the bias, rank 1 only its slice.
+    want = [".metadata", "__0_0.distcp", "__0_1.distcp", "__1_0.distcp", "common.pt",
+            "metadata.json"]
     if names != want:
         raise SystemExit("iter dir holds %s, want %s" % (names, want))
+    megatron_no_cuda()
+    dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:%d" % free_port())
+    got = dist_checkpointing.load(megatron_state(0, 1, zeros=True), d)
+    want = megatron_state(0, 1)
+    for k, v in want.items():
+        if k != "iteration" and not torch.equal(got[k], v.data):
+            raise SystemExit("dist_checkpointing.load: %s differs" % k)
+    if got["iteration"] != 100:
+        raise SystemExit("dist_checkpointing.load: iteration %s" % got["iteration"])
+    dist.destroy_process_group()
 
 
 # ------------------------------------------------------------------ main

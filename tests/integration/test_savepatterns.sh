@@ -4,8 +4,9 @@
 # (safetensors and .bin, save_total_limit rotation, from_pretrained and
 # resume_from_checkpoint through the mount), DCP (dcp.save, dcp.async_save),
 # Lightning's ModelCheckpoint (save_top_k, save_last="link"), a Hugging Face
-# cache tree copied with cp -a, DeepSpeed's and Megatron's torch_dist file
-# operations. Each pattern is saved by the same code into a plain directory
+# cache tree copied with cp -a, DeepSpeed's save_checkpoint (ZeRO stage 2,
+# on its CPU accelerator) and megatron-core's dist_checkpointing.save
+# (torch_dist, two ranks on gloo), each loaded back its own way. Each pattern is saved by the same code into a plain directory
 # too; after the final commit, and again after a remount, every file's
 # sha256 (and every link's target) matches it, every pack is compressed, and
 # no staging is left. Reports pack generations, time to the final commit
@@ -14,8 +15,9 @@
 . "$(dirname "$0")/write_lib.sh"
 
 VPY=${CKPT_PYTHON:-$BUILD/venv/bin/python}
-if [ ! -x "$VPY" ] || ! "$VPY" -c "import transformers, lightning, accelerate" 2>/dev/null; then
-    skip_all "no venv with transformers, accelerate and lightning (make venv)"
+if [ ! -x "$VPY" ] || ! "$VPY" -c "import transformers, lightning, accelerate, importlib.util as u
+assert u.find_spec('deepspeed') and u.find_spec('megatron.core')" 2>/dev/null; then
+    skip_all "no venv with transformers, accelerate, lightning, deepspeed and megatron-core (make venv)"
 fi
 DRIVER=$ROOT/tests/integration/save_patterns.py
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONWARNINGS=ignore OMP_NUM_THREADS=2
