@@ -342,7 +342,11 @@ static void make_entry(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char
         return;
     }
     wckpt *w = NULL;
-    int rc = !backing_path_ok(full) ? -EINVAL : taken(fs, full) ? -EEXIST : 0;
+    /* Not backing_path_ok(full): a file that makes its directory the
+     * checkpoint is named as inside one (255 bytes, wops_create checks), and
+     * one that is a checkpoint of its own is checked by wtable_create_file,
+     * which tells ENAMETOOLONG from EINVAL. */
+    int rc = taken(fs, full) ? -EEXIST : 0;
     if (rc == 0 && *dir) {
         /* The first file below a namespace that holds nothing else makes
          * it the checkpoint. */
