@@ -403,7 +403,10 @@ void nsops_rename(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *nam
     if (!fs->writable) {
         fuse_reply_err(req, EROFS);
     } else if (!backing_path_ok(to)) {
-        fuse_reply_err(req, EINVAL);
+        /* As mkdir says it (wtable_ns_mkdir): a name the pack suffix does
+         * not fit after is too long, not invalid. */
+        fuse_reply_err(req, strlen(backing_base(to)) + BACKING_SUFFIX_LEN > NAME_MAX ? ENAMETOOLONG
+                                                                                     : EINVAL);
     } else if (!wtable_get(&fs->wtable, from, 0) && ns_stat(fs, from, &st)) {
         if (flags & ~(unsigned)RENAME_NOREPLACE) {
             fuse_reply_err(req, EINVAL);

@@ -54,6 +54,12 @@ py_errno "255 bytes as the first file of an empty directory" 0 \
 # A file at the top is a checkpoint of its own: 249 bytes at most.
 py_errno "a 250-byte file at the top is ENAMETOOLONG" ENAMETOOLONG \
     "    open('$MNT/${L:6}', 'wb')"
+# So is a checkpoint or namespace renamed to 250 bytes, as mkdir says.
+mkdir -p "$MNT/ns/sub"
+py_errno "rename of a checkpoint to 250 bytes" ENAMETOOLONG \
+    "    os.rename('$MNT/n', '$MNT/${L:6}')"
+py_errno "rename of a namespace to 250 bytes" ENAMETOOLONG \
+    "    os.rename('$MNT/ns', '$MNT/${L:6}')"
 # The longest checkpoint name (249 bytes) must commit: its temporary pack
 # (.NAME.tpack.tmp) must fit in a directory entry too.
 L249=${L:7}
