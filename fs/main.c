@@ -293,7 +293,11 @@ static void use_backing_log(const daemon_run *d)
     const char *local = d->stage_dir ? d->stage_dir : d->o.backing_dir;
     if (d->stage_dir)
         backing_make_dirs(d->stage_dir);
-    if (realpath(local, backing)) {
+    /* A backing directory that is not there is not warned about here:
+     * open_backing_and_key says so next, and a warning about its log
+     * before that only hides the cause. */
+    int found = realpath(local, backing) != NULL;
+    if (found) {
         char *dir = NULL;
         if (asprintf(&dir, "%s/.ckptfs", backing) >= 0) {
             struct stat st;
@@ -317,7 +321,7 @@ static void use_backing_log(const daemon_run *d)
             free(dir);
         }
     }
-    if (rc)
+    if (rc && found)
         fprintf(stderr,
                 "ckptfs: warning: no syslog (/dev/log) and cannot log to %s/.ckptfs/log "
                 "(%s): the log is lost; use -o log_file=PATH\n",

@@ -342,7 +342,11 @@ static void make_entry(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char
         return;
     }
     wckpt *w = NULL;
-    int rc = !backing_path_ok(full) ? -EINVAL : taken(fs, full) ? -EEXIST : 0;
+    /* Not backing_path_ok(full): a file that makes its directory the
+     * checkpoint is named as inside one (255 bytes, wops_create checks), and
+     * one that is a checkpoint of its own is checked by wtable_create_file,
+     * which tells ENAMETOOLONG from EINVAL. */
+    int rc = taken(fs, full) ? -EEXIST : 0;
     if (rc == 0 && *dir) {
         /* The first file below a namespace that holds nothing else makes
          * it the checkpoint. */
@@ -399,7 +403,10 @@ void nsops_rename(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *nam
     if (!fs->writable) {
         fuse_reply_err(req, EROFS);
     } else if (!backing_path_ok(to)) {
-        fuse_reply_err(req, EINVAL);
+        /* As mkdir says it (wtable_ns_mkdir): a name the pack suffix does
+         * not fit after is too long, not invalid. */
+        fuse_reply_err(req, strlen(backing_base(to)) + BACKING_SUFFIX_LEN > NAME_MAX ? ENAMETOOLONG
+                                                                                     : EINVAL);
     } else if (!wtable_get(&fs->wtable, from, 0) && ns_stat(fs, from, &st)) {
         if (flags & ~(unsigned)RENAME_NOREPLACE) {
             fuse_reply_err(req, EINVAL);

@@ -61,7 +61,8 @@ typedef struct packer_job {
 int packer_run(const packer_job *job, ckpt_err *err);
 
 /* The temporary pack of name, .BASE.tpack.tmp in name's directory (a
- * path relative to BACKING), in out (cap bytes); -ENAMETOOLONG. */
+ * path relative to BACKING; a BASE too long for that is shortened, see
+ * packer.c), in out (cap bytes); -ENAMETOOLONG. */
 int packer_tmp_name(const char *name, char *out, size_t cap);
 
 /* Removes hidden leftover temporary packs (.NAME.tpack.tmp) from the

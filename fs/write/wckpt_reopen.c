@@ -9,12 +9,10 @@
 #include "wckpt.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
@@ -25,30 +23,13 @@
 
 int wc_open_base(wtable *t, const char *name, int is_file, ckpt_pack **out, ckpt_err *err)
 {
-    char file[NAME_MAX + 1];
-    snprintf(file, sizeof file, "%s%s", backing_base(name),
-             is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
-    if (t->opts.store) {
-        char object[BACKING_PATH_MAX + NAME_MAX + 2];
-        snprintf(object, sizeof object, "%s%s", name, is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
-        return ckpt_pack_open_in(t->store, object, mount_key_get(t->key), out, err);
-    }
-    int dir = backing_open_parent(t->backing_fd, name, 0);
-    int fd = dir < 0 ? dir : openat(dir, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (dir >= 0 && fd < 0)
-        fd = -errno;
-    if (dir >= 0)
-        close(dir);
-    if (fd < 0)
-        return ckpt_fail(err, fd, "checkpoint '%s': cannot open its pack %s/%s%s: %s", name,
-                         t->backing_path, name, is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX,
-                         strerror(-fd));
-    /* libckpt opens by path: this reopens what the O_NOFOLLOW open found. */
-    char proc[64];
-    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-    int rc = ckpt_open(proc, mount_key_get(t->key), out, err);
-    close(fd);
-    return rc;
+    char object[BACKING_PATH_MAX + NAME_MAX + 2];
+    snprintf(object, sizeof object, "%s%s", name, is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
+    /* Through the store, local too: it follows no link in any component
+     * (as the read side opens packs), and every message of the pack, a
+     * damaged chunk met while packing the next generation included, names
+     * BACKING/NAME.tpack rather than a /proc/self/fd path. */
+    return ckpt_pack_open_in(t->store, object, mount_key_get(t->key), out, err);
 }
 
 /* The directory of path in c's tree, made as needed; *base gets the last

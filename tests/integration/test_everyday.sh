@@ -293,6 +293,26 @@ else
         fail "a .ckptfs link does not take the log" "$(ls -la "$TMP/elsewhere")"
     last_stderr_has "  the log is lost, with a warning" "cannot log to"
     rm -f "$LBACK/.ckptfs"
+
+    # A backing directory that is not there is said once, by name, without
+    # a warning before it about a log that could not be made in it.
+    cat >"$TMP/logmissing.sh" <<EOF
+if [ -e /dev/log ]; then : >"$TMP/not-a-socket"; mount --bind "$TMP/not-a-socket" /dev/log; fi
+exec "$CKPTFS" "$TMP/no-such-backing" "$MNT"
+EOF
+    if [ -e /dev/log ]; then
+        run_cmd unshare -m --propagation private bash "$TMP/logmissing.sh"
+    else
+        run_cmd bash "$TMP/logmissing.sh"
+    fi
+    [ "$LAST_RC" = 1 ] && pass "a missing backing directory fails (exit 1)" ||
+        fail "a missing backing directory fails (exit 1)" "exit $LAST_RC"
+    last_stderr_has "  naming it" "cannot use backing directory '$TMP/no-such-backing'"
+    if grep -q "cannot log to" "$LAST_ERR"; then
+        fail "  with no warning about the log" "$(cat "$LAST_ERR")"
+    else
+        pass "  with no warning about the log"
+    fi
 fi
 
 finish

@@ -183,4 +183,26 @@ else
     fail "mount with a wrong key" "$(cat "$TMP/wrongkey.log")"
 fi
 
+# ------------------------------------------ a damaged pack written to again
+
+# Its commit decodes the damaged chunk and fails; what it says must name
+# the pack, whatever descriptor the daemon opened it through.
+LATE=$TMP/late
+mkdir -p "$LATE"
+cp "$BACK/bad-both.tpack" "$LATE/late.tpack"
+if mount_ckptfs "$LATE" "$MNT" "$TMP/late.log" -o key_file="$TMP/key",commit_delay=0; then
+    echo new >"$MNT/late/new.txt"
+    expect_fail "late write into a damaged pack: its commit fails" "$CKPT" commit --wait "$MNT/late"
+    last_stderr_has "and names the pack and the chunk" "$LATE/late.tpack: chunk " "authentication failed"
+    if grep -q "/proc/self/fd" "$LAST_ERR" "$TMP/late.log"; then
+        fail "and never a descriptor's path" "$(grep -h /proc/self/fd "$LAST_ERR" "$TMP/late.log" | head -2)"
+    else
+        pass "and never a descriptor's path"
+    fi
+    expect_same_sha256 "the file written stays readable" <(echo new) "$MNT/late/new.txt"
+    unmount_ckptfs "$MNT"
+else
+    fail "writable mount of a damaged pack" "$(cat "$TMP/late.log")"
+fi
+
 finish

@@ -46,6 +46,30 @@ py_errno "rename of a checkpoint to 256 bytes" ENAMETOOLONG "    os.rename('$MNT
 py_errno "255 bytes still work inside a checkpoint" 0 "    open('$MNT/n/${L:1}', 'wb').close()"
 py_errno "and read back" 0 "    os.stat('$MNT/n/${L:1}')"
 py_errno "a missing 255-byte name is ENOENT" ENOENT "    os.stat('$MNT/n/${L:2}b')"
+# The first file into an empty directory makes the directory the checkpoint,
+# so its name is a file's inside one (up to 255 bytes), not a checkpoint's.
+mkdir "$MNT/first"
+py_errno "255 bytes as the first file of an empty directory" 0 \
+    "    open('$MNT/first/${L:1}', 'wb').close()"
+# A file at the top is a checkpoint of its own: 249 bytes at most.
+py_errno "a 250-byte file at the top is ENAMETOOLONG" ENAMETOOLONG \
+    "    open('$MNT/${L:6}', 'wb')"
+# So is a checkpoint or namespace renamed to 250 bytes, as mkdir says.
+mkdir -p "$MNT/ns/sub"
+py_errno "rename of a checkpoint to 250 bytes" ENAMETOOLONG \
+    "    os.rename('$MNT/n', '$MNT/${L:6}')"
+py_errno "rename of a namespace to 250 bytes" ENAMETOOLONG \
+    "    os.rename('$MNT/ns', '$MNT/${L:6}')"
+# The longest checkpoint name (249 bytes) must commit: its temporary pack
+# (.NAME.tpack.tmp) must fit in a directory entry too.
+L249=${L:7}
+mkdir "$MNT/$L249"
+echo long >"$MNT/$L249/f"
+expect_ok "commit a checkpoint named 249 bytes" "$CKPT" commit --wait "$MNT/$L249"
+expect_ok "its pack is there" test -f "$BACK/$L249.tpack"
+echo top >"$MNT/t${L249:1}"
+expect_ok "commit a file at the top named 249 bytes" "$CKPT" commit --wait "$MNT/t${L249:1}"
+expect_ok "its packed file is there" test -f "$BACK/t${L249:1}.tfile"
 
 # ------------------------------------------------- atime and mtime
 

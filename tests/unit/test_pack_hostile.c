@@ -160,6 +160,42 @@ Test(hostile, footer_index_size_wraps_around)
     free(path);
 }
 
+/* FORMAT.md section 2: an encrypted pack's index_digest is all zero (the
+ * AEAD tag authenticates the index and header). Nothing read it, so a
+ * damaged byte there passed ckpt verify. */
+Test(hostile, encrypted_footer_digest_must_be_zero)
+{
+    char *path = tu_join(dir, "e.tpack");
+    uint8_t raw[CKPT_KEY_BYTES];
+    memset(raw, 7, sizeof raw);
+    ckpt_key *k = NULL;
+    ckpt_err e = {0};
+    cr_assert_eq(ckpt_key_from_bytes(raw, &k, &e), 0, "%s", e.msg);
+    ckpt_writer *w;
+    ckpt_write_opts o = {.chunk_size = 65536, .level = 6, .threads = 1, .key = k};
+    cr_assert_eq(ckpt_writer_open(path, NULL, &o, &w, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_begin_file(w, "a.txt", 0644, 0, 0, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_write(w, "hello", 5, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_end_file(w, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
+    size_t len;
+    uint8_t *b = tu_read_file(path, &len);
+    for (size_t i = 0; i < 32; i++)
+        cr_assert_eq(b[len - 40 + i], 0, "writers leave the digest zero");
+    b[len - 40 + 5] ^= 0x10;
+    tu_write_file(path, b, len);
+    free(b);
+    ckpt_pack *p = NULL;
+    int rc = ckpt_open(path, k, &p, &e);
+    if (rc == 0)
+        ckpt_close(p);
+    cr_assert_eq(rc, -EIO, "must refuse with -EIO; got %d: %s", rc, e.msg);
+    tu_assert_contains(e.msg, "footer");
+    tu_assert_contains(e.msg, path);
+    ckpt_key_free(k);
+    free(path);
+}
+
 /* ------------------------------------------------------------ records */
 
 /* FORMAT.md: strings must not contain NUL. "BF16" -> "U16\0" named a valid
