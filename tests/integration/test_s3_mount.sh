@@ -206,6 +206,8 @@ mkdir mnt-w/ns && cp -r tiny mnt-w/ns/deep && "$CKPT" commit --wait mnt-w/ns/dee
 s3py keys $BK w/ns/ | grep -qx "w/ns/deep.tpack" && pass "a namespace: w/ns/deep.tpack" || fail "a namespace: w/ns/deep.tpack" "$(s3py keys $BK w/)"
 rm -r mnt-w/new && pass "rm -r the checkpoint" || fail "rm -r the checkpoint"
 s3py keys $BK w/ | grep -qx "w/new.tpack" && fail "rm -r deletes the object" "still there" || pass "rm -r deletes the object"
+grep -qF "checkpoint 'new' deleted (s3://$BK/w/new.tpack removed)" "$LOG" && pass "the log names the deleted object" ||
+    fail "the log names the deleted object" "$(grep "'new' deleted" "$LOG")"
 unmount_ckptfs mnt-ro2
 
 # --------------------------------------- the daemon killed in an upload
