@@ -159,6 +159,43 @@ Test(s3_cache, a_removed_file_is_a_miss)
     damaged_is_a_miss(unlink_it);
 }
 
+static int warn_calls;
+static char warn_msg[8192];
+static void record_warn(void *ud, const char *msg)
+{
+    (void)ud;
+    warn_calls++;
+    snprintf(warn_msg, sizeof warn_msg, "%s", msg);
+}
+
+/* A range that cannot be kept (its entry's name taken by a directory, as
+ * a full or read-only file system refuses the file): still a miss, never
+ * a crash, and one warning naming the directory and the cause, not one
+ * per read. */
+Test(s3_cache, a_put_that_fails_warns_once)
+{
+    s3_cache *c = open_cache(0);
+    s3_cache_set_warn(c, record_warn, NULL);
+    char tag[S3_CACHE_TAG_LEN], path[4096], cdir[4096];
+    tag_of("\"e1\"", tag);
+    uint8_t in[4096], out[4096];
+    fill(in, sizeof in, 0);
+    entry_path(tag, 0, sizeof in, path);
+    cr_assert_eq(mkdir(path, 0700), 0);
+    s3_cache_put(c, tag, 0, in, sizeof in);
+    s3_cache_put(c, tag, 0, in, sizeof in);
+    cr_assert_eq(s3_cache_get(c, tag, 0, out, sizeof out, 0, 0), 0);
+    cr_assert_eq(warn_calls, 1, "%d warnings", warn_calls);
+    snprintf(cdir, sizeof cdir, "cache directory %s/cache: ", dir);
+    cr_assert_not_null(strstr(warn_msg, cdir), "%s", warn_msg);
+    cr_assert_not_null(strstr(warn_msg, "(rename: Is a directory)"), "%s", warn_msg);
+    /* The temporary file went with it. */
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "ls -A %s/cache | grep -q tmp", dir);
+    cr_assert_neq(system(tmp), 0, "a temporary file was left");
+    s3_cache_free(c);
+}
+
 Test(s3_cache, another_etag_is_another_object)
 {
     s3_cache *c = open_cache(0);

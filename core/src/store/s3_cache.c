@@ -34,6 +34,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libdeflate.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -56,6 +57,9 @@ struct s3_cache {
     uint64_t total; /* atomic: bytes the directory holds, as counted */
     uint64_t hits, misses, hit_bytes, miss_bytes; /* atomic */
     uint64_t seq;                                 /* atomic: names temporary files apart */
+    void (*warn)(void *ud, const char *msg);
+    void *warn_ud;
+    int warned; /* atomic */
 };
 
 /* Cache files, as named by entry_name; other files are left alone. */
@@ -171,6 +175,26 @@ void s3_cache_free(s3_cache *c)
     free(c);
 }
 
+void s3_cache_set_warn(s3_cache *c, void (*fn)(void *ud, const char *msg), void *ud)
+{
+    c->warn = fn;
+    c->warn_ud = ud;
+}
+
+/* Once: a cache that keeps nothing would otherwise go unnoticed, every
+ * read a GET, until someone compares hit counts. */
+static void put_failed(s3_cache *c, const char *what, int e)
+{
+    if (!c->warn || __atomic_exchange_n(&c->warned, 1, __ATOMIC_RELAXED))
+        return;
+    char msg[PATH_MAX + 256];
+    snprintf(msg, sizeof msg,
+             "cache directory %s: cannot keep what is read (%s: %s); reading from the store "
+             "instead (logged once)",
+             c->path, what, strerror(e));
+    c->warn(c->warn_ud, msg);
+}
+
 int s3_cache_tag(const char *bucket, const char *key, const char *etag, char out[S3_CACHE_TAG_LEN])
 {
     if (!etag || !etag[0])
@@ -276,16 +300,27 @@ void s3_cache_put(s3_cache *c, const char *tag, uint64_t off, const void *buf, s
     snprintf(tmp, sizeof tmp, ".tmp.%ld.%llx", (long)getpid(),
              (unsigned long long)__atomic_add_fetch(&c->seq, 1, __ATOMIC_RELAXED));
     int fd = openat(c->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
+    if (fd < 0) {
+        put_failed(c, "create", errno);
         return;
+    }
     uint8_t tr[TRAILER_BYTES];
     memcpy(tr, trailer_magic, 4);
     put_le32(tr + 4, (uint32_t)libdeflate_crc32(0, buf, len));
-    int ok = ckpt_write_full(fd, buf, len) == (ssize_t)len &&
-             ckpt_write_full(fd, tr, sizeof tr) == (ssize_t)sizeof tr;
-    ok = close(fd) == 0 && ok;
-    if (!ok || renameat(c->dirfd, tmp, c->dirfd, name) != 0) {
+    ssize_t w = ckpt_write_full(fd, buf, len);
+    if (w >= 0)
+        w = ckpt_write_full(fd, tr, sizeof tr);
+    int e = w < 0 ? (int)-w : 0;
+    if (close(fd) != 0 && !e)
+        e = errno;
+    const char *what = "write";
+    if (!e && renameat(c->dirfd, tmp, c->dirfd, name) != 0) {
+        e = errno;
+        what = "rename";
+    }
+    if (e) {
         unlinkat(c->dirfd, tmp, 0); /* a full disk: the cache is only a cache */
+        put_failed(c, what, e);
         return;
     }
     if (__atomic_add_fetch(&c->total, len + TRAILER_BYTES, __ATOMIC_RELAXED) <= c->max_bytes)
