@@ -12,7 +12,8 @@
  *           ahead of the reader, as they were fetched (s3.c)
  *   file    the bytes, then a trailer: "ck1\n" and the CRC-32 of the bytes
  *   put     written to a temporary file, then renamed: a reader in
- *           another process sees a whole file or none
+ *           another process sees a whole file or none; a scan removes
+ *           the temporary files of processes killed in a put
  *   hit     a file of exactly the length asked for plus the trailer, whose
  *           CRC matches; anything else (truncated, extended, a flipped bit,
  *           a file of an older format) is a miss, and the file is then
@@ -48,6 +49,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DEFAULT_CACHE_BYTES (10ull << 30)
@@ -95,6 +97,20 @@ static int by_use(const void *a, const void *b)
     return (x->used.tv_nsec > y->used.tv_nsec) - (x->used.tv_nsec < y->used.tv_nsec);
 }
 
+/* A put's temporary file lives for one write of at most a segment; one
+ * this old was left by a process killed in a put (SIGKILL, a crash, five
+ * such files after five kills in a read on Ceph RGW), outside the count,
+ * and would otherwise stay for good. */
+#define STALE_TMP_SECONDS 600
+
+static void drop_if_stale(s3_cache *c, const char *name)
+{
+    struct stat st;
+    if (fstatat(c->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        st.st_mtime + STALE_TMP_SECONDS < time(NULL))
+        unlinkat(c->dirfd, name, 0);
+}
+
 /* Scans the directory: its total, and (when keep_below) removes the least
  * recently used entries until the total is below keep_below. */
 static uint64_t scan(s3_cache *c, uint64_t keep_below)
@@ -112,6 +128,8 @@ static uint64_t scan(s3_cache *c, uint64_t keep_below)
     struct dirent *de;
     while ((de = readdir(d))) {
         struct stat st;
+        if (strncmp(de->d_name, ".tmp.", 5) == 0)
+            drop_if_stale(c, de->d_name);
         if (!is_entry(de->d_name) || strlen(de->d_name) >= sizeof v->name ||
             fstatat(c->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
             continue;
