@@ -352,6 +352,12 @@ static int open_log(const daemon_run *d)
     return 0;
 }
 
+static void cache_warn(void *ud, const char *msg)
+{
+    (void)ud;
+    fslog_warn("%s", msg);
+}
+
 /* The store named by the URL, proven by one listing (bad credentials, a
  * missing bucket and an unreachable endpoint fail here, before the
  * daemon goes to the background), and the local staging directory when
@@ -365,6 +371,7 @@ static int open_store(daemon_run *d)
         .profile = d->o.profile,
         .cache_dir = d->o.cache_dir,
         .cache_bytes = d->o.cache_dir_bytes,
+        .cache_warn = cache_warn,
     };
     /* Before the credentials are read: a core dump would hold them. */
     int rc = ckpt_forbid_core_dumps();

@@ -136,6 +136,12 @@ typedef struct ckpt_store_opts {
      * no cache. The directory may be shared by several processes. */
     const char *cache_dir;
     uint64_t cache_bytes; /* 0 = 10 GiB */
+    /* Called once, from a reading thread, the first time the cache fails
+     * to keep a range (a full or read-only file system, an entry's name
+     * taken by a directory): reads go on from the store, so without it
+     * such a cache is seen only as hits that never come. NULL: no call. */
+    void (*cache_warn)(void *ud, const char *msg);
+    void *cache_warn_ud;
 } ckpt_store_opts;
 
 /* A store named by a URL: "s3://BUCKET/PREFIX" is an S3 bucket (any S3 API:

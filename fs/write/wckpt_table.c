@@ -565,8 +565,10 @@ int wtable_remove_pack(wtable *t, const char *name, int is_file)
         rc = unlinkat(dir, file, 0) != 0 || fsync(dir) != 0 ? -errno : 0;
         close(dir);
     }
+    /* On a store, backing_path is the staging directory: name the object. */
     if (rc == 0)
-        fslog_info("checkpoint '%s' deleted (%s/%s%s removed)", name, t->backing_path, name,
+        fslog_info("checkpoint '%s' deleted (%s/%s%s removed)", name,
+                   t->opts.store ? ckpt_store_where(t->store) : t->backing_path, name,
                    is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
     return rc;
 }

@@ -6,7 +6,7 @@
 #   - packs made by ckpt pack -o s3://, namespaces included, read back
 #     byte-identical through a read-only mount; cache_dir fills (with the
 #     readahead's segments), serves hits, treats a damaged file as a miss,
-#     and holds no plaintext of an encrypted pack
+#     and holds no plaintext of an encrypted pack; a full cache_dir warns once
 #   - a writable mount packs a checkpoint to PREFIX/NAME.tpack with no
 #     upload left behind; a second read-only mount sees it within
 #     list_interval; a second writable mount is refused naming the holder;
@@ -160,6 +160,21 @@ cat mnt-ro/big/model.safetensors >/dev/null
 unmount_ckptfs mnt-ro
 grep "cache_dir" "$LOG" | tail -n 1 | grep -q " 0 misses" && pass "the damaged files were replaced: the next read is all hits" || fail "the damaged files were replaced" "$(grep -o 'cache_dir.*held' "$LOG" | tail -n 1)"
 
+# A cache_dir on a full file system keeps nothing: big still reads from
+# the gateway, with one warning naming the directory, not one per read.
+mkdir -p small
+if mount -t tmpfs -o size=4m,mode=700 tmpfs small; then
+    n0=$(wc -l <"$LOG")
+    mount_ckptfs s3://$BK/m mnt-ro "$LOG" -o ro,cache_dir="$TMP/small",cache_size=1M || fail "mount on a full cache_dir" "$(tail -n 3 "$LOG")"
+    expect_same_files "a cache_dir on a full (4 MiB) file system: big still reads byte-identical" big mnt-ro/big
+    unmount_ckptfs mnt-ro
+    umount small
+    nw=$(tail -n +$((n0 + 1)) "$LOG" | grep -c "cache directory $TMP/small: cannot keep what is read (write: No space left on device)")
+    [ "$nw" -eq 1 ] && pass "one warning says the cache_dir is full" || fail "one warning says the cache_dir is full" "$nw: $(tail -n +$((n0 + 1)) "$LOG" | head -n 4)"
+else
+    fail "a 4 MiB tmpfs for the cache_dir" "mount -t tmpfs failed"
+fi
+
 # ----------------------------------- encrypted: no plaintext in the cache
 mount_ckptfs s3://$BK/e mnt-enc "$LOG" -o ro,key_file="$TMP/key",cache_dir="$TMP/cache-enc" || fail "encrypted mount" "$(tail -n 3 "$LOG")"
 expect_same_files "the encrypted pack reads byte-identical" big mnt-enc/big
@@ -206,6 +221,8 @@ mkdir mnt-w/ns && cp -r tiny mnt-w/ns/deep && "$CKPT" commit --wait mnt-w/ns/dee
 s3py keys $BK w/ns/ | grep -qx "w/ns/deep.tpack" && pass "a namespace: w/ns/deep.tpack" || fail "a namespace: w/ns/deep.tpack" "$(s3py keys $BK w/)"
 rm -r mnt-w/new && pass "rm -r the checkpoint" || fail "rm -r the checkpoint"
 s3py keys $BK w/ | grep -qx "w/new.tpack" && fail "rm -r deletes the object" "still there" || pass "rm -r deletes the object"
+grep -qF "checkpoint 'new' deleted (s3://$BK/w/new.tpack removed)" "$LOG" && pass "the log names the deleted object" ||
+    fail "the log names the deleted object" "$(grep "'new' deleted" "$LOG")"
 unmount_ckptfs mnt-ro2
 
 # --------------------------------------- the daemon killed in an upload

@@ -7,6 +7,7 @@
  * bytes; the directory stays under its bound. The mount's use of it
  * against a real gateway is tests/integration/test_s3_mount.sh. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,43 @@ Test(s3_cache, a_removed_file_is_a_miss)
     damaged_is_a_miss(unlink_it);
 }
 
+static int warn_calls;
+static char warn_msg[8192];
+static void record_warn(void *ud, const char *msg)
+{
+    (void)ud;
+    warn_calls++;
+    snprintf(warn_msg, sizeof warn_msg, "%s", msg);
+}
+
+/* A range that cannot be kept (its entry's name taken by a directory, as
+ * a full or read-only file system refuses the file): still a miss, never
+ * a crash, and one warning naming the directory and the cause, not one
+ * per read. */
+Test(s3_cache, a_put_that_fails_warns_once)
+{
+    s3_cache *c = open_cache(0);
+    s3_cache_set_warn(c, record_warn, NULL);
+    char tag[S3_CACHE_TAG_LEN], path[4096], cdir[4096];
+    tag_of("\"e1\"", tag);
+    uint8_t in[4096], out[4096];
+    fill(in, sizeof in, 0);
+    entry_path(tag, 0, sizeof in, path);
+    cr_assert_eq(mkdir(path, 0700), 0);
+    s3_cache_put(c, tag, 0, in, sizeof in);
+    s3_cache_put(c, tag, 0, in, sizeof in);
+    cr_assert_eq(s3_cache_get(c, tag, 0, out, sizeof out, 0, 0), 0);
+    cr_assert_eq(warn_calls, 1, "%d warnings", warn_calls);
+    snprintf(cdir, sizeof cdir, "cache directory %s/cache: ", dir);
+    cr_assert_not_null(strstr(warn_msg, cdir), "%s", warn_msg);
+    cr_assert_not_null(strstr(warn_msg, "(rename: Is a directory)"), "%s", warn_msg);
+    /* The temporary file went with it. */
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "ls -A %s/cache | grep -q tmp", dir);
+    cr_assert_neq(system(tmp), 0, "a temporary file was left");
+    s3_cache_free(c);
+}
+
 Test(s3_cache, another_etag_is_another_object)
 {
     s3_cache *c = open_cache(0);
@@ -229,5 +267,93 @@ Test(s3_cache, the_directory_stays_under_its_bound)
     s3_cache_put(c, tag, 1ull << 30, big, max / 2);
     cr_assert_eq(s3_cache_get(c, tag, 1ull << 30, big, max / 2, 0, 0), 0);
     free(big);
+    s3_cache_free(c);
+}
+
+/* What the cache directory holds, counted from the files themselves. */
+static uint64_t dir_bytes(void)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "du -sb --apparent-size %s/cache", dir);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    unsigned long long n = 0;
+    cr_assert_eq(fscanf(p, "%llu", &n), 1);
+    pclose(p);
+    return n;
+}
+
+/* A mount reopening a directory filled under a larger bound (or by other
+ * processes meanwhile) brings it under its own at once, not at its first
+ * miss: one that only hits would otherwise keep it over for good. */
+Test(s3_cache, a_directory_over_the_bound_is_trimmed_when_opened)
+{
+    s3_cache *c = open_cache(0);
+    char tag[S3_CACHE_TAG_LEN];
+    tag_of("\"e1\"", tag);
+    uint8_t buf[64 << 10];
+    for (unsigned i = 0; i < 16; i++) {
+        fill(buf, sizeof buf, (uint64_t)i << 16);
+        s3_cache_put(c, tag, (uint64_t)i << 16, buf, sizeof buf);
+        /* Puts within one clock tick share an mtime: set an order. */
+        char path[4096];
+        entry_path(tag, (uint64_t)i << 16, sizeof buf, path);
+        struct timespec t[2] = {{1000000 + i, 0}, {1000000 + i, 0}};
+        cr_assert_eq(utimensat(AT_FDCWD, path, t, 0), 0);
+    }
+    s3_cache_free(c);
+    cr_assert_gt(dir_bytes(), 1u << 20);
+    uint64_t max = 256u << 10;
+    c = open_cache(max);
+    cr_assert_leq(dir_bytes(), max, "%llu bytes in the directory", (unsigned long long)dir_bytes());
+    cr_assert_leq(stats(c).stored_bytes, max);
+    /* The most recently used survive. */
+    cr_assert_eq(s3_cache_get(c, tag, 15u << 16, buf, sizeof buf, 0, 0), 1);
+    s3_cache_free(c);
+}
+
+/* Two mounts sharing the directory (two handles here): each counts only
+ * its own puts between scans, so before they rescanned every tenth of the
+ * bound the directory grew to twice its bound before either evicted. */
+Test(s3_cache, a_shared_directory_stays_near_its_bound)
+{
+    uint64_t max = 1u << 20, peak = 0;
+    s3_cache *a = open_cache(max), *b = open_cache(max);
+    char tag[S3_CACHE_TAG_LEN];
+    tag_of("\"e1\"", tag);
+    uint8_t buf[64 << 10];
+    for (unsigned i = 0; i < 64; i++) {
+        fill(buf, sizeof buf, (uint64_t)i << 16);
+        s3_cache_put(i % 2 ? b : a, tag, (uint64_t)i << 16, buf, sizeof buf);
+        uint64_t n = dir_bytes();
+        peak = n > peak ? n : peak;
+    }
+    cr_assert_leq(peak, max + max / 2, "the directory held %llu bytes for a bound of %llu",
+                  (unsigned long long)peak, (unsigned long long)max);
+    s3_cache_free(a);
+    s3_cache_free(b);
+}
+
+/* A process killed in a put (SIGKILL, a crash) leaves its temporary file,
+ * up to a 4 MiB segment, outside the count: the next open removes it once
+ * it is old enough that no put can still be writing it. */
+Test(s3_cache, a_killed_puts_temporary_file_is_removed)
+{
+    s3_cache *c = open_cache(0);
+    s3_cache_free(c);
+    char stale[4096], fresh[4096];
+    snprintf(stale, sizeof stale, "%s/cache/.tmp.99999.1", dir);
+    snprintf(fresh, sizeof fresh, "%s/cache/.tmp.99999.2", dir);
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(i ? fresh : stale, "wb");
+        cr_assert_not_null(f);
+        fputs("part of a segment", f);
+        fclose(f);
+    }
+    struct timespec t[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+    cr_assert_eq(utimensat(AT_FDCWD, stale, t, 0), 0);
+    c = open_cache(0);
+    cr_assert_neq(access(stale, F_OK), 0, "an hour-old temporary file is still there");
+    cr_assert_eq(access(fresh, F_OK), 0, "a put's temporary file in use was removed");
     s3_cache_free(c);
 }

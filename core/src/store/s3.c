@@ -934,6 +934,8 @@ int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out
     }
     if (rc == 0 && opts->cache_dir)
         rc = s3_cache_open(opts->cache_dir, opts->cache_bytes, &s->cache, err);
+    if (rc == 0 && s->cache)
+        s3_cache_set_warn(s->cache, opts->cache_warn, opts->cache_warn_ud);
     if (rc == 0) {
         /* One listing proves the endpoint, the keys and the bucket. */
         char *kp = s3_key(s, "");

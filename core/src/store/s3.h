@@ -225,6 +225,9 @@ typedef struct s3_cache s3_cache;
  * by others. max_bytes 0: 10 GiB. */
 int s3_cache_open(const char *dir, uint64_t max_bytes, s3_cache **out, ckpt_err *err);
 void s3_cache_free(s3_cache *c);
+/* fn (ckpt_store_opts.cache_warn) is called once, at the first put that
+ * fails, with a line naming the directory and the cause. */
+void s3_cache_set_warn(s3_cache *c, void (*fn)(void *ud, const char *msg), void *ud);
 /* The name of one version of an object in the cache; -1 without an ETag
  * (then it is not cached). */
 int s3_cache_tag(const char *bucket, const char *key, const char *etag, char out[S3_CACHE_TAG_LEN]);
