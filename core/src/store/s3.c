@@ -89,19 +89,14 @@ static ssize_t ra_fetch(void *ud, void *buf, size_t len, uint64_t off, ckpt_err 
     return get_and_keep(sr, buf, len, off, err);
 }
 
-/* From the cache (the range's own entry, or the segment that holds it);
+/* From the cache (the range's own entry, or the segments that hold it);
  * else one GET, kept in the cache. */
 static ssize_t read_uncached_ahead(s3_reader *sr, void *buf, size_t len, uint64_t off,
                                    ckpt_err *err)
 {
-    if (sr->cached) {
-        uint64_t seg_off = 0;
-        size_t seg_len = 0;
-        if (!sr->ra || !s3_ra_segment(sr->ra, off, len, &seg_off, &seg_len))
-            seg_len = 0;
-        if (s3_cache_get(sr->s->cache, sr->tag, off, buf, len, seg_off, seg_len))
-            return (ssize_t)len;
-    }
+    if (sr->cached && s3_cache_get(sr->s->cache, sr->tag, off, buf, len, s3_ra_segment_size(sr->ra),
+                                   sr->base.id.size))
+        return (ssize_t)len;
     return get_and_keep(sr, buf, len, off, err);
 }
 

@@ -232,11 +232,12 @@ void s3_cache_set_warn(s3_cache *c, void (*fn)(void *ud, const char *msg), void 
  * (then it is not cached). */
 int s3_cache_tag(const char *bucket, const char *key, const char *etag, char out[S3_CACHE_TAG_LEN]);
 /* 1 and buf filled when the range is cached, else 0: its own entry, or
- * (within_len not 0) the part of the entry [within_off, + within_len)
- * that holds it, such as a readahead segment. Counts one hit or one miss.
- * A damaged entry is a miss. Thread-safe. */
-int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len,
-                 uint64_t within_off, size_t within_len);
+ * (seg not 0) the parts of the entries of the segments that hold it, the
+ * object cut in seg bytes each from 0 and the last ending at size (the
+ * readahead's), one segment or several. Counts one hit or one miss. A
+ * damaged entry is a miss. Thread-safe. */
+int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len, uint64_t seg,
+                 uint64_t size);
 /* Keeps a range just read from the store; failures only cost a later miss. */
 void s3_cache_put(s3_cache *c, const char *tag, uint64_t off, const void *buf, size_t len);
 void s3_cache_stats(s3_cache *c, ckpt_store_cache_stats *out);
@@ -273,9 +274,9 @@ int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off);
 int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **data, void **hold,
                  ckpt_err *err);
 void s3_ra_release(s3_ra *ra, void *hold);
-/* 1 with the segment that holds all of [off, off + len) when the object is
- * read ahead at all, else 0. */
-int s3_ra_segment(const s3_ra *ra, uint64_t off, size_t len, uint64_t *seg_off, size_t *seg_len);
+/* The size of the segments the object is read ahead in (the last one
+ * ends at the object's end), or 0 for an object not read ahead at all. */
+uint64_t s3_ra_segment_size(const s3_ra *ra);
 void s3_ra_get_stats(s3_ra *ra, s3_ra_stats *out);
 
 /* ----------------------------------------------------------- store */

@@ -10,14 +10,26 @@
  *           sequential reader the readahead's 4 MiB segments: those are
  *           read back by the readahead's threads, several at once and
  *           ahead of the reader, as they were fetched (s3.c)
- *   file    the bytes, then a trailer: "ck1\n" and the CRC-32 of the bytes
+ *   file    the bytes, the CRC-32 of each 64 KiB block of them (the last
+ *           one shorter), then a trailer: "ck2\n" and the block size.
+ *           A CRC per block, not one for the file, so that a part of an
+ *           entry is read and checked alone: a chunk read from a 4 MiB
+ *           segment reads its own blocks and their CRCs (1-2 MiB for a
+ *           1 MiB chunk), not the whole segment to check one CRC, which
+ *           made a warm random read from cache_dir slower than one GET
  *   put     written to a temporary file, then renamed: a reader in
  *           another process sees a whole file or none; a scan removes
  *           the temporary files of processes killed in a put
- *   hit     a file of exactly the length asked for plus the trailer, whose
- *           CRC matches; anything else (truncated, extended, a flipped bit,
- *           a file of an older format) is a miss, and the file is then
- *           replaced. Its mtime is touched, which is what eviction orders by
+ *   hit     a file of exactly the length asked for plus the CRCs and the
+ *           trailer, whose blocks read all match their CRCs; anything else
+ *           (truncated, extended, a flipped bit, a file of an older format)
+ *           is a miss, and the file is then replaced. A range may also be
+ *           served by the segments that hold it, in parts: a chunk across
+ *           two segments from both files. Every byte served is in a block
+ *           whose CRC was checked, whoever reads it (a chunk read checks
+ *           its own CRC or AEAD tag as well, a pack copy does not). The
+ *           mtime of each file read is touched, which is what eviction
+ *           orders by
  *   evict   when the total passes the limit, one scan of the directory
  *           removes the least recently used files down to 90% of it; the
  *           scan also corrects the count for what other processes sharing
@@ -55,7 +67,19 @@
 #define DEFAULT_CACHE_BYTES (10ull << 30)
 #define TAG_BYTES 16
 #define TRAILER_BYTES 8
-static const char trailer_magic[4] = {'c', 'k', '1', '\n'};
+#define BLOCK (64u << 10)
+static const char trailer_magic[4] = {'c', 'k', '2', '\n'};
+
+static size_t n_blocks(size_t len)
+{
+    return len / BLOCK + (len % BLOCK != 0);
+}
+
+/* What follows an entry's len bytes in its file: the CRCs and the trailer. */
+static size_t meta_bytes(size_t len)
+{
+    return n_blocks(len) * 4 + TRAILER_BYTES;
+}
 
 struct s3_cache {
     int dirfd;
@@ -243,41 +267,73 @@ static void put_le32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* The bytes and the trailer of an entry of len bytes; -1 on a short file.
- * A page-aligned buffer and length (the readahead's segments) are read
- * with O_DIRECT, straight into buf: the device fills it with no page
- * cache in between, whose copy and page handling cost the readahead's
- * threads 0.2 s of CPU for a 710 MB checkpoint (perf), on cores the
- * decoder needs; the warm read went from 0.83x to 0.88x of a local
- * directory with it. Where the file system refuses O_DIRECT, the same
- * read goes buffered. */
-static int read_entry(s3_cache *c, const char *name, void *buf, size_t len, uint8_t *tr)
+static uint32_t get_le32(const uint8_t *p)
 {
-    int direct = (uintptr_t)buf % S3_RA_ALIGN == 0 && len % S3_RA_ALIGN == 0;
-    int fd = direct ? openat(c->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_DIRECT) : -1;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put_trailer(uint8_t *tr)
+{
+    memcpy(tr, trailer_magic, 4);
+    put_le32(tr + 4, BLOCK);
+}
+
+static int trailer_ok(const uint8_t *tr)
+{
+    uint8_t want[TRAILER_BYTES];
+    put_trailer(want);
+    return memcmp(tr, want, TRAILER_BYTES) == 0;
+}
+
+/* An entry's file, opened (O_DIRECT when direct and the file system takes
+ * it), when it is a regular file of the length an entry of len has; -1
+ * otherwise. */
+static int open_entry(s3_cache *c, const char *name, size_t len, int *direct)
+{
+    int fd = *direct ? openat(c->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_DIRECT) : -1;
     if (fd < 0) {
-        direct = 0;
+        *direct = 0;
         fd = openat(c->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     }
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+                    (uint64_t)st.st_size != len + meta_bytes(len))) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* The bytes of an entry of len bytes, its CRCs and trailer in meta
+ * (meta_bytes(len)); -1 on a short file. A page-aligned buffer and length
+ * (the readahead's segments) are read with O_DIRECT, straight into buf:
+ * the device fills it with no page cache in between, whose copy and page
+ * handling cost the readahead's threads 0.2 s of CPU for a 710 MB
+ * checkpoint (perf), on cores the decoder needs; the warm read went from
+ * 0.83x to 0.88x of a local directory with it. Where the file system
+ * refuses O_DIRECT, the same read goes buffered. */
+static int read_entry(s3_cache *c, const char *name, void *buf, size_t len, uint8_t *meta)
+{
+    size_t mlen = meta_bytes(len);
+    int direct = (uintptr_t)buf % S3_RA_ALIGN == 0 && len % S3_RA_ALIGN == 0 && mlen <= S3_RA_ALIGN;
+    int fd = open_entry(c, name, len, &direct);
     if (fd < 0)
         return -1;
-    struct stat st;
-    int ok =
-        fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == len + TRAILER_BYTES;
-    if (ok && direct) {
+    int ok = 1;
+    if (direct) {
         _Alignas(S3_RA_ALIGN) uint8_t page[S3_RA_ALIGN];
         struct iovec iov[2] = {{buf, len}, {page, sizeof page}};
         ssize_t got = preadv(fd, iov, 2, 0);
-        if (got == (ssize_t)(len + TRAILER_BYTES))
-            memcpy(tr, page, TRAILER_BYTES);
+        if (got == (ssize_t)(len + mlen))
+            memcpy(meta, page, mlen);
         else if (got >= 0 || errno != EINVAL)
             ok = 0;
         else
             direct = 0; /* refused after all: read it buffered */
     }
     if (ok && !direct) {
-        struct iovec iov[2] = {{buf, len}, {tr, TRAILER_BYTES}};
-        ok = preadv(fd, iov, 2, 0) == (ssize_t)(len + TRAILER_BYTES);
+        struct iovec iov[2] = {{buf, len}, {meta, mlen}};
+        ok = preadv(fd, iov, 2, 0) == (ssize_t)(len + mlen);
     }
     if (ok)
         futimens(fd, NULL); /* recently used: evicted last */
@@ -286,31 +342,97 @@ static int read_entry(s3_cache *c, const char *name, void *buf, size_t len, uint
 }
 
 /* Reads the entry for [off, off + len) into buf: 1 when it is there, whole
- * and its CRC matches; 0 otherwise (touching nothing but buf). */
+ * and every block matches its CRC; 0 otherwise (touching nothing but buf). */
 static int load(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len)
 {
     char name[96];
     entry_name(tag, off, len, name);
-    uint8_t tr[TRAILER_BYTES], want[TRAILER_BYTES];
-    if (read_entry(c, name, buf, len, tr) < 0)
-        return 0;
-    memcpy(want, trailer_magic, 4);
-    put_le32(want + 4, (uint32_t)libdeflate_crc32(0, buf, len));
-    return memcmp(tr, want, sizeof tr) == 0;
+    size_t mlen = meta_bytes(len);
+    uint8_t small[S3_RA_ALIGN], *meta = mlen <= sizeof small ? small : malloc(mlen);
+    int ok =
+        meta && read_entry(c, name, buf, len, meta) == 0 && trailer_ok(meta + mlen - TRAILER_BYTES);
+    for (size_t b = 0; ok && b < n_blocks(len); b++) {
+        size_t n = len - b * BLOCK < BLOCK ? len - b * BLOCK : BLOCK;
+        ok = (uint32_t)libdeflate_crc32(0, (uint8_t *)buf + b * BLOCK, n) == get_le32(meta + 4 * b);
+    }
+    if (meta != small)
+        free(meta);
+    return ok;
 }
 
-int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len,
-                 uint64_t within_off, size_t within_len)
+/* The CRC-32 of bytes [from, to) of what the three pieces hold in turn. */
+static uint32_t crc_of(const struct iovec *v, int n, size_t from, size_t to)
 {
-    int hit = load(c, tag, off, buf, len);
-    if (!hit && within_len && within_off <= off && off + len <= within_off + within_len &&
-        (within_off != off || within_len != len)) {
-        uint8_t *whole = malloc(within_len);
-        hit = whole && load(c, tag, within_off, whole, within_len);
-        if (hit)
-            memcpy(buf, whole + (off - within_off), len);
-        free(whole);
+    uint32_t crc = 0;
+    size_t at = 0;
+    for (int i = 0; i < n && at < to; at += v[i].iov_len, i++) {
+        size_t a = from > at ? from - at : 0, e = to - at < v[i].iov_len ? to - at : v[i].iov_len;
+        if (a < e)
+            crc = (uint32_t)libdeflate_crc32(crc, (uint8_t *)v[i].iov_base + a, e - a);
     }
+    return crc;
+}
+
+/* The most blocks one load_part reads: a whole 4 MiB segment. */
+#define MAX_PART_BLOCKS 64
+
+/* Bytes [at, at + n) of the entry of [off, off + len) into buf, with the
+ * blocks that hold them, each checked against its CRC: 1 when all match,
+ * else 0. Only those blocks are read (buffered: they are rarely page
+ * aligned at both ends), the head and tail beyond the range into
+ * scratch of 2 * BLOCK bytes. */
+static int load_part(s3_cache *c, const char *tag, uint64_t off, size_t len, size_t at, void *buf,
+                     size_t n, uint8_t *scratch)
+{
+    char name[96];
+    entry_name(tag, off, len, name);
+    int direct = 0;
+    int fd = open_entry(c, name, len, &direct);
+    if (fd < 0)
+        return 0;
+    size_t b0 = at / BLOCK, b1 = (at + n - 1) / BLOCK, nb = b1 - b0 + 1;
+    size_t start = b0 * BLOCK, end = (b1 + 1) * BLOCK < len ? (b1 + 1) * BLOCK : len;
+    struct iovec v[3] = {{scratch, at - start}, {buf, n}, {scratch + BLOCK, end - (at + n)}};
+    uint8_t crcs[4 * MAX_PART_BLOCKS], tr[TRAILER_BYTES];
+    int ok = nb <= MAX_PART_BLOCKS && preadv(fd, v, 3, (off_t)start) == (ssize_t)(end - start) &&
+             pread(fd, crcs, 4 * nb, (off_t)(len + 4 * b0)) == (ssize_t)(4 * nb) &&
+             pread(fd, tr, sizeof tr, (off_t)(len + 4 * n_blocks(len))) == (ssize_t)sizeof tr &&
+             trailer_ok(tr);
+    for (size_t b = 0; ok && b < nb; b++) {
+        size_t from = b * BLOCK, to = from + BLOCK < end - start ? from + BLOCK : end - start;
+        ok = crc_of(v, 3, from, to) == get_le32(crcs + 4 * b);
+    }
+    if (ok)
+        futimens(fd, NULL);
+    close(fd);
+    return ok;
+}
+
+/* The range from the entries of the segments that hold it, in parts. */
+static int load_from_segments(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len,
+                              uint64_t seg, uint64_t size)
+{
+    if (!seg || !len || off >= size || len > size - off)
+        return 0;
+    uint8_t *scratch = malloc(2 * BLOCK);
+    int ok = scratch != NULL;
+    for (uint64_t at = off; ok && at < off + len;) {
+        uint64_t s_off = at / seg * seg, s_len = size - s_off < seg ? size - s_off : seg;
+        uint64_t n = s_off + s_len - at < off + len - at ? s_off + s_len - at : off + len - at;
+        if (n > MAX_PART_BLOCKS * BLOCK - (at - s_off) % BLOCK)
+            n = MAX_PART_BLOCKS * BLOCK - (at - s_off) % BLOCK;
+        ok = load_part(c, tag, s_off, (size_t)s_len, (size_t)(at - s_off),
+                       (uint8_t *)buf + (at - off), (size_t)n, scratch);
+        at += n;
+    }
+    free(scratch);
+    return ok;
+}
+
+int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len, uint64_t seg,
+                 uint64_t size)
+{
+    int hit = load(c, tag, off, buf, len) || load_from_segments(c, tag, off, buf, len, seg, size);
     __atomic_add_fetch(hit ? &c->hits : &c->misses, 1, __ATOMIC_RELAXED);
     if (hit)
         __atomic_add_fetch(&c->hit_bytes, len, __ATOMIC_RELAXED);
@@ -331,12 +453,21 @@ void s3_cache_put(s3_cache *c, const char *tag, uint64_t off, const void *buf, s
         put_failed(c, "create", errno);
         return;
     }
-    uint8_t tr[TRAILER_BYTES];
-    memcpy(tr, trailer_magic, 4);
-    put_le32(tr + 4, (uint32_t)libdeflate_crc32(0, buf, len));
-    ssize_t w = ckpt_write_full(fd, buf, len);
+    size_t mlen = meta_bytes(len);
+    uint8_t small[S3_RA_ALIGN], *meta = mlen <= sizeof small ? small : malloc(mlen);
+    ssize_t w = meta ? 0 : -ENOMEM;
+    for (size_t b = 0; meta && b < n_blocks(len); b++) {
+        size_t n = len - b * BLOCK < BLOCK ? len - b * BLOCK : BLOCK;
+        put_le32(meta + 4 * b, (uint32_t)libdeflate_crc32(0, (const uint8_t *)buf + b * BLOCK, n));
+    }
+    if (meta)
+        put_trailer(meta + mlen - TRAILER_BYTES);
     if (w >= 0)
-        w = ckpt_write_full(fd, tr, sizeof tr);
+        w = ckpt_write_full(fd, buf, len);
+    if (w >= 0)
+        w = ckpt_write_full(fd, meta, mlen);
+    if (meta != small)
+        free(meta);
     int e = w < 0 ? (int)-w : 0;
     if (close(fd) != 0 && !e)
         e = errno;
@@ -350,8 +481,8 @@ void s3_cache_put(s3_cache *c, const char *tag, uint64_t off, const void *buf, s
         put_failed(c, what, e);
         return;
     }
-    uint64_t since = __atomic_add_fetch(&c->unscanned, len + TRAILER_BYTES, __ATOMIC_RELAXED);
-    if (__atomic_add_fetch(&c->total, len + TRAILER_BYTES, __ATOMIC_RELAXED) <= c->max_bytes &&
+    uint64_t since = __atomic_add_fetch(&c->unscanned, len + mlen, __ATOMIC_RELAXED);
+    if (__atomic_add_fetch(&c->total, len + mlen, __ATOMIC_RELAXED) <= c->max_bytes &&
         since <= c->max_bytes / 10)
         return;
     if (pthread_mutex_trylock(&c->evict_lock) != 0)

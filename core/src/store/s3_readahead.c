@@ -232,13 +232,9 @@ static int in_object(const s3_ra *ra, size_t len, uint64_t off)
     return len && off < ra->size && len <= ra->size - off && ra->size > 2 * (uint64_t)RA_SEG;
 }
 
-int s3_ra_segment(const s3_ra *ra, uint64_t off, size_t len, uint64_t *seg_off, size_t *seg_len)
+uint64_t s3_ra_segment_size(const s3_ra *ra)
 {
-    if (!in_object(ra, len, off) || off / RA_SEG != (off + len - 1) / RA_SEG)
-        return 0;
-    *seg_off = off / RA_SEG * RA_SEG;
-    *seg_len = ra->size - *seg_off < RA_SEG ? (size_t)(ra->size - *seg_off) : RA_SEG;
-    return 1;
+    return ra && ra->size > 2 * (uint64_t)RA_SEG ? RA_SEG : 0;
 }
 
 int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **data, void **hold,
