@@ -522,6 +522,7 @@ static int add_skipped(acc *a, const char *name, const char *reason)
     if (!(s->name = strdup(name)))
         return -ENOMEM;
     snprintf(s->reason, sizeof s->reason, "%s", reason);
+    s->damaged = false;
     a->n_sk++;
     return 0;
 }
@@ -684,6 +685,8 @@ static int describe_chunk(acc *a, const ingest_source *src, const dcp_metadata *
             rc = add_skipped(a, name, reason);
         } else if (sub.n == 0 && sub.n_skipped) {
             rc = add_skipped(a, name, sub.skipped[0].reason);
+            if (rc == 0)
+                a->sk[a->n_sk - 1].damaged = sub.skipped[0].damaged;
         } else if (sub.n != 1) {
             fmt_msg(reason, sizeof reason, "its item holds %zu tensors, not one", sub.n);
             rc = add_skipped(a, name, reason);
