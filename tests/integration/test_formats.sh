@@ -108,6 +108,29 @@ for fmt in "${FORMATS[@]}"; do
     expect_ok "$fmt: ckpt verify" "$CKPT" verify "$TMP/packs/$fmt.tpack"
 done
 
+# dcp_zlib's shards (every item compressed) beside a .metadata this reader
+# refuses: the scan finds no torch archive either, and each shard's
+# ".metadata" skipped entry still says why it shows no tensor (that note
+# was dropped: container dcp, no tensor, no reason).
+if [[ " ${FORMATS[*]} " == *" dcp_zlib "* ]]; then
+    Z=$TMP/dcp_zlib_junk_metadata
+    mkdir -p "$Z"
+    cp "$SRC/dcp_zlib"/*.distcp "$Z/"
+    printf '\x80\x02N.' >"$Z/.metadata"
+    expect_ok "dcp_zlib with a refused .metadata: ckpt pack" "$CKPT" pack "$Z" -o "$TMP/packs/dcp_zlib_junk.tpack"
+    run_cmd "$CKPT" ls "$TMP/packs/dcp_zlib_junk.tpack" --json
+    if "$VPY" - "$LAST_OUT" >"$TMP/zj.out" 2>&1 <<'EOF'; then pass "dcp_zlib with a refused .metadata: every shard says why it shows no tensor"; else fail "dcp_zlib with a refused .metadata: every shard says why it shows no tensor" "$(cat "$TMP/zj.out")"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+shards = sorted(f["path"] for f in j["files"] if f["path"].endswith(".distcp"))
+assert shards and all(f["container"] == "dcp" for f in j["files"] if f["path"] in shards), j["files"]
+assert not j["tensors"], j["tensors"]
+why = "ignored: the pickle holds a None, not a torch.distributed.checkpoint.metadata.Metadata"
+got = sorted(s["file"] for s in j.get("skipped", []) if s["name"] == ".metadata" and s["reason"] == why)
+assert got == shards, (got, shards, j.get("skipped"))
+EOF
+fi
+
 # ---------------------------------------------------------- hostile files
 
 H=$SRC/hostile
