@@ -177,7 +177,7 @@ done
 # stays silent.
 D=$SRC/damaged
 mkdir -p "$D"
-expect_ok "damaged: torch.load reads ok.pt and refuses missing.pt and short.pt" "$VPY" -c '
+expect_ok "damaged: torch.load reads ok.pt and refuses missing.pt, short.pt and only.pt" "$VPY" -c '
 import os, sys, zipfile, warnings
 import torch
 warnings.simplefilter("ignore")  # ComplexHalf is experimental
@@ -192,8 +192,16 @@ def rewrite(name, edit):
                 zo.writestr(i, data)
 rewrite("missing.pt", lambda n, b: None if n.endswith("/data/1") else b)  # the storage of b
 rewrite("short.pt", lambda n, b: b[: len(b) // 2] if n.endswith("/data/1") else b)
+# one bare tensor, its only storage gone: nothing readable is left
+one = os.path.join(d, "one.pt")
+torch.save(torch.ones(3), one)
+with zipfile.ZipFile(one) as zi, zipfile.ZipFile(os.path.join(d, "only.pt"), "w") as zo:
+    for i in zi.infolist():
+        if not i.filename.endswith("/data/0"):
+            zo.writestr(i, zi.read(i.filename))
+os.remove(one)
 torch.load(ok, weights_only=True)
-for f in ("missing.pt", "short.pt"):
+for f in ("missing.pt", "short.pt", "only.pt"):
     try:
         torch.load(os.path.join(d, f), weights_only=True)
         sys.exit("torch.load read " + f)
@@ -203,14 +211,16 @@ for f in ("missing.pt", "short.pt"):
 expect_ok "ckpt pack of damaged torch.save files succeeds" "$CKPT" pack "$D" -o "$TMP/packs/damaged.tpack"
 got=$(grep '^warning: ' "$LAST_ERR" | sort)
 want="warning: $D/missing.pt: stored as it is, but damaged: tensor 'b': its storage record is missing
+warning: $D/only.pt: stored as it is, but damaged: tensor 'only': its storage record is missing
 warning: $D/short.pt: stored as it is, but damaged: tensor 'b': its storage record's size does not match the storage"
 [ "$got" = "$want" ] && pass "ckpt pack warns once per damaged file, naming it and the fault; not for ok.pt" ||
     fail "ckpt pack warns once per damaged file, naming it and the fault; not for ok.pt" "$(cat "$LAST_ERR")"
 mkdir "$MNT/damaged"
 expect_ok "damaged files copied into the mount" cp -a "$D/." "$MNT/damaged/"
 expect_ok "damaged: ckpt commit --wait" "$CKPT" commit --wait "$MNT/damaged"
-got=$(grep -F -e '.pt: ' "$LOG" | grep -F -e 'ok.pt' -e 'missing.pt' -e 'short.pt' | sort)
+got=$(grep -F -e '.pt: ' "$LOG" | grep -F -e 'ok.pt' -e 'missing.pt' -e 'short.pt' -e 'only.pt' | sort)
 want="ckptfs: warning: damaged/missing.pt: stored as it is, but damaged: tensor 'b': its storage record is missing
+ckptfs: warning: damaged/only.pt: stored as it is, but damaged: tensor 'only': its storage record is missing
 ckptfs: warning: damaged/short.pt: stored as it is, but damaged: tensor 'b': its storage record's size does not match the storage"
 [ "$got" = "$want" ] && pass "the daemon's log says the same" || fail "the daemon's log says the same" "$got"
 same_tensors "damaged: ckpt pack and the mount agree" "$TMP/packs/damaged.tpack" "$MNT/damaged"

@@ -766,6 +766,17 @@ static bool is_bare_tensor(const pk_value *v)
     return false;
 }
 
+/* Does the layout skip a tensor for damage? Then it is something, even
+ * with nothing else usable: the file must not pass for plain bytes with no
+ * word of the fault torch.load refuses it for. */
+static bool any_damaged(const ingest_layout *l)
+{
+    for (size_t i = 0; i < l->n_skipped; i++)
+        if (l->skipped[i].damaged)
+            return true;
+    return false;
+}
+
 static int fill_layout(torch_ctx *c, ingest_layout *out)
 {
     size_t nr = 0;
@@ -1013,7 +1024,7 @@ static int torch_describe(const ingest_source *src, const char *path, ingest_lay
     }
     if ((rc = fill_layout(&c, out)))
         goto oom;
-    rc = out->n || out->n_regions ? 0 : 1;
+    rc = out->n || out->n_regions || any_damaged(out) ? 0 : 1;
     if (rc == 1)
         layout_clear(out);
     goto out;
