@@ -379,10 +379,14 @@ typedef struct ckpt_write_opts {
     ckpt_progress_fn progress; /* called from the writer's thread */
     void *progress_ud;
     uint64_t progress_total; /* total bytes expected, for progress; may be 0 */
-    /* Called (from the writer's thread) when ckpt_writer_add_path/_reader
-     * stores a file opaque because its container parser rejected it: src
-     * names the source, reason is the fault. The pack records the same
-     * warning as the file's note. NULL: no call. */
+    /* Called (from the writer's thread) once for a file that
+     * ckpt_writer_add_path/_reader finds bad: src names the source, reason
+     * says what was done and the fault, "stored opaque: <fault>" when its
+     * container parser rejected it (the pack records that as the file's
+     * note), or "stored as it is, but damaged: tensor '<name>': <fault>"
+     * when its parser read it but its own loader would refuse it (a
+     * torch.save storage record missing or cut short; the tensors left out
+     * are in the manifest's skipped list). NULL: no call. */
     void (*warn)(void *ud, const char *src, const char *reason);
     void *warn_ud;
 } ckpt_write_opts;

@@ -532,6 +532,30 @@ static int add_skipped(ckpt_writer *w, const ingest_layout *lay, ckpt_err *err)
     return rc;
 }
 
+/* A file its own loader refuses (a torch.save archive with a storage record
+ * missing or cut short) is packed as it is, its readable tensors indexed:
+ * one warning names the file and its first fault, as one stored opaque
+ * gets. Tensors skipped by design (a dtype a pack has no element type for)
+ * load fine and stay in the manifest's skipped list only. */
+static void warn_damaged(ckpt_writer *w, const source *src, const ingest_layout *lay)
+{
+    const ingest_skipped *first = NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < lay->n_skipped; i++)
+        if (lay->skipped[i].damaged && n++ == 0)
+            first = &lay->skipped[i];
+    if (!first)
+        return;
+    char more[64] = "";
+    if (n > 1)
+        snprintf(more, sizeof more, " (and %zu more tensors)", n - 1);
+    char msg[TPACK_NOTE_MAX + 512];
+    snprintf(msg, sizeof msg, "stored as it is, but damaged: tensor '%.256s': %s%s",
+             first->name ? first->name : "", first->reason, more);
+    clean_note(msg);
+    writer_warn(w, src->name, msg);
+}
+
 /* The second half of adding a file: writes it from its layout (when
  * structured) or as opaque bytes, with the container name or the fault. */
 static int add_described(ckpt_writer *w, const char *pack_path, const source *src, uint64_t size,
@@ -554,7 +578,9 @@ static int add_described(ckpt_writer *w, const char *pack_path, const source *sr
     char note[TPACK_NOTE_MAX + 512] = "";
     if (fault[0]) {
         make_note(note, sizeof note, pack_path, fault);
-        writer_warn(w, src->name, fault);
+        char warning[sizeof note];
+        snprintf(warning, sizeof warning, "stored opaque: %s", fault);
+        writer_warn(w, src->name, warning);
         /* A file its parser rejected is opaque bytes, whatever it claimed to be. */
         container = "";
     }
@@ -574,6 +600,8 @@ static int add_described(ckpt_writer *w, const char *pack_path, const source *sr
         rc = write_pieces(w, pack_path, src, lay, pc, n, owner, size, err);
     if (rc == 0 && structured)
         rc = add_skipped(w, lay, err);
+    if (rc == 0 && structured)
+        warn_damaged(w, src, lay);
     if (rc == 0)
         rc = ckpt_writer_end_file(w, err);
     /* The workers read the file's chunks (writer_feed_from); src goes away

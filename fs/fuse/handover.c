@@ -167,6 +167,15 @@ static int pack_path_of(ckptfs *fs, fuse_ino_t ino, int need_writable, char **na
     return 0;
 }
 
+int handover_is_rewritten(ckptfs *fs, fuse_ino_t ino)
+{
+    uint32_t node;
+    if (!fs->writable || ns_owns(ino) || wtable_owns(ino))
+        return 0;
+    checkpoint *c = checkpoints_find(&fs->table, ino, &node);
+    return c && wtable_get(&fs->wtable, c->name, 0) != NULL;
+}
+
 int handover_writable(ckptfs *fs, fuse_ino_t ino, int reopen, fuse_ino_t *out)
 {
     if (!fs->writable || ns_owns(ino))

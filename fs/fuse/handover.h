@@ -16,6 +16,9 @@ int handover_resolve(ckptfs *fs, fuse_ino_t ino, checkpoint **c, uint32_t *node)
  * is reopened for writing (wtable_reopen). EROFS for what ckptfs
  * synthesizes (manifest.json, tensors/), ESTALE for gone. */
 int handover_writable(ckptfs *fs, fuse_ino_t ino, int reopen, fuse_ino_t *out);
+/* Is ino a pack's inode whose checkpoint is being written again (reopened)
+ * under the same name? */
+int handover_is_rewritten(ckptfs *fs, fuse_ino_t ino);
 /* For wtable.drop_successor: lets go of that pack. */
 void handover_drop_successor(void *ud, void *successor);
 /* For wtable.pin_successor and unpin_successor: files open since before

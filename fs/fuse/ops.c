@@ -430,7 +430,12 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, in
         fuse_ino_t p;
         int err = route_change(fs, parent, &p);
         if (err == EROFS || err == EACCES) {
-            rops_remove(req, fs, nsops_route(fs, parent), name, want_dir);
+            /* A view (tensors/) of a generation being replaced: rm -r of
+             * a reopened checkpoint hides it on its way to deleting it,
+             * which the log says; "only hidden until the next mount"
+             * would not be true of it. */
+            fuse_ino_t dir = nsops_route(fs, parent);
+            rops_remove(req, fs, dir, name, want_dir, handover_is_rewritten(fs, dir));
             return;
         }
         if (err) {

@@ -567,7 +567,8 @@ int rops_is_view(ckptfs *fs, fuse_ino_t parent, const char *name)
            (node == TREE_ROOT && t->kind == TREE_DIR && strcmp(name, "tensors") == 0);
 }
 
-void rops_remove(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, int want_dir)
+void rops_remove(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, int want_dir,
+                 int quiet)
 {
     if (!fs->writable) {
         fuse_reply_err(req, EROFS);
@@ -580,5 +581,5 @@ void rops_remove(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name
         fuse_reply_err(req, err);
         return;
     }
-    fuse_reply_err(req, -checkpoint_hide(c, node, name, want_dir));
+    fuse_reply_err(req, -checkpoint_hide(c, node, name, want_dir, quiet));
 }

@@ -31,7 +31,8 @@ void rops_readlink(fuse_req_t req, ckptfs *fs, fuse_ino_t ino);
  * files (manifest.json, tensors/), not a packed file? */
 int rops_is_view(ckptfs *fs, fuse_ino_t parent, const char *name);
 /* unlink/rmdir inside a committed checkpoint: hides the entry (the pack is
- * immutable); EROFS on a read-only mount. */
-void rops_remove(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, int want_dir);
+ * immutable); EROFS on a read-only mount. quiet: as checkpoint_hide. */
+void rops_remove(fuse_req_t req, ckptfs *fs, fuse_ino_t parent, const char *name, int want_dir,
+                 int quiet);
 
 #endif

@@ -873,7 +873,7 @@ int checkpoint_node_hidden(checkpoint *c, uint32_t node)
     return hidden;
 }
 
-int checkpoint_hide(checkpoint *c, uint32_t dir, const char *name, int want_dir)
+int checkpoint_hide(checkpoint *c, uint32_t dir, const char *name, int want_dir, int quiet)
 {
     uint32_t node = pack_tree_lookup(c->tree, dir, name);
     pthread_mutex_lock(&c->hide_lock);
@@ -894,7 +894,7 @@ int checkpoint_hide(checkpoint *c, uint32_t dir, const char *name, int want_dir)
         rc = -ENOMEM;
     if (rc == 0) {
         c->hidden[node] = 1;
-        if (!c->hide_logged) {
+        if (!c->hide_logged && !quiet) {
             c->hide_logged = 1;
             fslog_info("checkpoint '%s' is committed and cannot change: removing entries in it "
                        "only hides them until the next mount; removing the directory '%s' "

@@ -176,8 +176,9 @@ int checkpoint_first_fault(checkpoint *c, size_t chunk_id);
 /* Removing entries of a committed checkpoint: the pack is immutable, so
  * they are only hidden until the next mount; once everything in the
  * checkpoint directory is hidden, removing it deletes the pack. hide
- * returns 0, -ENOENT, -ENOTDIR, -EISDIR, -ENOTEMPTY or -ENOMEM. */
-int checkpoint_hide(checkpoint *c, uint32_t dir, const char *name, int want_dir);
+ * returns 0, -ENOENT, -ENOTDIR, -EISDIR, -ENOTEMPTY or -ENOMEM. The first
+ * hide logs that it lasts only until the next mount, unless quiet. */
+int checkpoint_hide(checkpoint *c, uint32_t dir, const char *name, int want_dir, int quiet);
 int checkpoint_node_hidden(checkpoint *c, uint32_t node);
 /* Does the (opened) checkpoint show no packed file or symbolic link any
  * more? Every one hidden, or under a hidden directory, or none packed at

@@ -123,11 +123,11 @@ static void on_progress(void *ud, uint64_t done, uint64_t total)
     job->progress(job->progress_ud, done, total);
 }
 
-/* A file whose container parser rejected it is stored opaque; the pack's
- * manifest carries the warning too, the log says it when it happens. */
+/* A bad file (stored opaque, or as it is when damaged): the pack's
+ * manifest says so too, the log says it when it happens. */
 static void on_warn(void *ud, const char *src, const char *reason)
 {
-    fslog_warn("%s: stored opaque: %s", src, reason);
+    fslog_warn("%s: %s", src, reason);
 }
 
 static int write_pack(const packer_job *job, const char *pack, const char *tmp, ckpt_err *err);

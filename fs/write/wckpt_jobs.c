@@ -144,6 +144,7 @@ static void pack_one(wtable *t, wckpt *c)
         total += files[i].size;
     pack_progress(c, 0, total);
     char *name = strdup(c->name);
+    int replaces = c->dir.replaces;
     pthread_mutex_unlock(&c->lock);
     ckpt_err err = {0};
     if (rc || !name) {
@@ -158,7 +159,7 @@ static void pack_one(wtable *t, wckpt *c)
             .remote = t->opts.store != NULL,
             .name = name,
             .is_file = c->is_file,
-            .replace = c->dir.replaces,
+            .replace = replaces,
             .files = files,
             .n_files = n,
             .links = links,
@@ -176,8 +177,11 @@ static void pack_one(wtable *t, wckpt *c)
         double start = wc_now_mono();
         rc = packer_run(&job, &err);
         if (rc == 0)
-            fslog_info("checkpoint '%s' committed: %zu files, %.1f MB packed in %.2f s", name, n,
-                       (double)c->pack_total / 1e6, wc_now_mono() - start);
+            fslog_info("checkpoint '%s' committed: %zu files, %.1f MB packed in %.2f s%s", name, n,
+                       (double)c->pack_total / 1e6, wc_now_mono() - start,
+                       replaces ? " (written to after its commit: this new generation of "
+                                  "its pack replaced the old one)"
+                                : "");
     }
     packer_files_free(files, n);
     free(links);

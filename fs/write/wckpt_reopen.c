@@ -196,7 +196,7 @@ int wtable_reopen(wtable *t, const char *name, wckpt **out)
         c->meta_gen++;
         /* Reopened for a change, which may never come (a file opened for
          * writing and closed untouched): the idle commit still packs it
-         * again once quiet, as the log says, or it would stay writing, its
+         * again once quiet, or it would stay writing, its
          * pack shown through the write side, until ckpt commit. */
         c->changed_since_commit = 1;
         pthread_mutex_unlock(&c->lock);
@@ -221,9 +221,11 @@ int wtable_reopen(wtable *t, const char *name, wckpt **out)
                   err.msg[0] ? err.msg : strerror(-rc));
         return -EROFS;
     }
-    fslog_info("checkpoint '%s': written to after its commit: reopened; a new generation of "
-               "its pack replaces it once quiet",
-               name);
+    /* Not at LOG_INFO: what follows is not known yet. rm -r starts with an
+     * unlink that reopens, and then deletes the checkpoint; with
+     * commit_delay=0 nothing is packed until ckpt commit. The commit (or
+     * the deletion) says what happened, once. */
+    fslog_debug("checkpoint '%s': written to after its commit: reopened", name);
     *out = made;
     return 0;
 }

@@ -142,6 +142,28 @@ py_errno "rmdir with a symbolic link left is ENOTEMPTY" ENOTEMPTY "    os.rmdir(
 expect_ok "rm -r of it" rm -r "$MNT/e4"
 expect_absent "deletes it" "$BACK/e4.tpack" "$MNT/e4"
 
+# ------------------------------------------------- rm -r of a committed checkpoint
+
+# Its first unlink reopens it, and tensors/, listed by rm -r before that,
+# is hidden on the way. The log used to say "reopened; a new generation of
+# its pack replaces it once quiet" and "removing entries in it only hides
+# them until the next mount" before the deletion: neither happened.
+mkdir -p "$MNT/rr/sub"
+echo a >"$MNT/rr/a.txt"
+echo b >"$MNT/rr/sub/b.txt"
+$PY -c "import numpy as np; np.save('$MNT/rr/w.npy', np.arange(8, dtype='<f4'))"
+expect_ok "commit rr (files, a directory, a tensor)" "$CKPT" commit --wait "$MNT/rr"
+expect_ok "it shows tensors/" test -e "$MNT/rr/tensors/w"
+stage_before=$(ls "$BACK/.ckptfs/stage")
+log_before=$(wc -l <"$LOG")
+expect_ok "rm -r of it" rm -r "$MNT/rr"
+expect_absent "deletes its pack" "$BACK/rr.tpack" "$MNT/rr"
+[ "$(ls "$BACK/.ckptfs/stage")" = "$stage_before" ] && pass "and leaves no staging" ||
+    fail "and leaves no staging" "$(ls "$BACK/.ckptfs/stage")"
+got=$(tail -n +$((log_before + 1)) "$LOG")
+want="ckptfs: checkpoint 'rr' deleted ($BACK/rr.tpack removed)"
+[ "$got" = "$want" ] && pass "the log says that, in one line" || fail "the log says that, in one line" "$got"
+
 # ------------------------------------------------- deleting frees the space
 
 mkdir "$MNT/big"

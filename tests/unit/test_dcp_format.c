@@ -805,11 +805,21 @@ Test(dcp_describe, unusable_items_are_skipped_not_fatal)
 
 Test(dcp_describe, invalid_or_unreadable_metadata_falls_back_to_the_scan)
 {
-    /* a tiny archive-free file: the scan finds nothing; no error */
+    /* a tiny archive-free file (its items compressed, say): the scan finds
+     * nothing; no error, and the layout keeps why .metadata was not used,
+     * so the manifest does not show a dcp file with no tensor and no
+     * reason (the note was dropped) */
     uint8_t file[64] = {'P', 'K', 3, 4};
     static const uint8_t junk[] = {0x80, 2, 'N', '.'};
     tf_result r = describe(file, sizeof file, "__0_0.distcp", junk, sizeof junk, true);
-    cr_assert_eq(r.rc, 1, "rc %d: %s", r.rc, r.msg);
+    cr_assert_eq(r.rc, 0, "rc %d: %s", r.rc, r.msg);
+    cr_assert_eq(r.l.n, 0);
+    cr_assert_eq(r.l.n_regions, 0);
+    cr_assert_eq(r.l.n_skipped, 1);
+    cr_assert_str_eq(r.l.skipped[0].name, ".metadata");
+    cr_assert_str_eq(r.l.skipped[0].reason, "ignored: the pickle holds a None, not a "
+                                            "torch.distributed.checkpoint.metadata.Metadata");
+    ingest_layout_free(&r.l);
     mem m = {{file, sizeof file}, NULL, 0, -EACCES};
     ingest_source src = {.read = ff_mem_read,
                          .ud = &m.file,
@@ -819,6 +829,12 @@ Test(dcp_describe, invalid_or_unreadable_metadata_falls_back_to_the_scan)
                          .sibling_ud = &m};
     ingest_layout l;
     char msg[512];
+    cr_assert_eq(ckpt_format_dcp.describe(&src, "__0_0.distcp", &l, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(l.n_skipped, 1);
+    cr_assert_str_eq(l.skipped[0].reason, "not read: Permission denied");
+    ingest_layout_free(&l);
+    /* no .metadata at all: nothing to say, the file is plain bytes */
+    m.meta_err = 0;
     cr_assert_eq(ckpt_format_dcp.describe(&src, "__0_0.distcp", &l, msg, sizeof msg), 1);
     cr_assert(ckpt_format_dcp.sniff("a/b/__3_1.distcp", NULL, 0, 0));
     cr_assert_not(ckpt_format_dcp.sniff("a/b/.distcp.tmp", NULL, 0, 0));

@@ -400,8 +400,9 @@ Test(torch_built, unknown_globals_are_inert)
 }
 
 /* A storage of an unknown class stays unlisted; a missing record or a view
- * past its storage is skipped with why; a known storage is a region even
- * with no tensor presented. */
+ * past its storage is skipped with why, marked damaged (torch.load refuses
+ * the file), which alone keeps the layout; a known storage is a region
+ * even with no tensor presented. */
 Test(torch_built, not_understood_is_not_an_error)
 {
     ff_buf p = {0};
@@ -417,7 +418,16 @@ Test(torch_built, not_understood_is_not_an_error)
     pk_op(&p, '.');
     ff_buf a = archive_with(&p);
     tf_result r = describe(a.p, a.len, "x.pt");
-    cr_assert_eq(r.rc, 1, "rc %d: %s", r.rc, r.msg); /* nothing usable */
+    cr_assert_eq(r.rc, 0, "rc %d: %s", r.rc, r.msg); /* nothing usable, but damaged */
+    cr_assert_eq(r.l.n, 0);
+    cr_assert_eq(r.l.n_regions, 0);
+    const ingest_skipped *q = ff_find_skipped(&r.l, "q");
+    const ingest_skipped *m = ff_find_skipped(&r.l, "missing");
+    cr_assert(!q || !q->damaged, "an unknown storage class is not damage");
+    cr_assert_not_null(m);
+    cr_assert_str_eq(m->reason, "its storage record is missing");
+    cr_assert(m->damaged);
+    ingest_layout_free(&r.l);
     free(a.p);
     free(p.p);
 
@@ -437,6 +447,7 @@ Test(torch_built, not_understood_is_not_an_error)
     cr_assert_eq(r.l.n_skipped, 1);
     cr_assert_str_eq(r.l.skipped[0].name, "0");
     tu_assert_contains(r.l.skipped[0].reason, "runs past its storage");
+    cr_assert(r.l.skipped[0].damaged);
     ingest_layout_free(&r.l);
     free(a.p);
     free(p2.p);

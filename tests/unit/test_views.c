@@ -415,6 +415,7 @@ static void add_skip(ingest_layout *l, const char *name, const char *reason)
     ingest_skipped *k = &l->skipped[l->n_skipped++];
     k->name = strdup(name);
     snprintf(k->reason, sizeof k->reason, "%s", reason);
+    k->damaged = false;
 }
 
 /* What the parser found but does not show is kept with its file and why

@@ -174,15 +174,16 @@ static void pack_progress(void *ud, uint64_t done, uint64_t total)
     progress_set(&ctx->pg, done, total);
 }
 
-/* A file its container parser rejected is packed as opaque bytes; say so
- * above the progress bar, which redraws itself after. */
+/* A bad file (one its container parser rejected is packed as opaque bytes;
+ * a damaged one as it is): say so above the progress bar, which redraws
+ * itself after. */
 static void pack_warn(void *ud, const char *src, const char *reason)
 {
     struct pack_ctx *ctx = ud;
     progress_clear(&ctx->pg);
     char *line = NULL;
-    if (asprintf(&line, "warning: %s: stored opaque: %s", src, reason) < 0) {
-        fputs("warning: a file is stored opaque (out of memory saying which)\n", stderr);
+    if (asprintf(&line, "warning: %s: %s", src, reason) < 0) {
+        fputs("warning: a file is bad (out of memory saying which)\n", stderr);
         return;
     }
     cli_sanitize(line);

@@ -522,6 +522,7 @@ static int add_skipped(acc *a, const char *name, const char *reason)
     if (!(s->name = strdup(name)))
         return -ENOMEM;
     snprintf(s->reason, sizeof s->reason, "%s", reason);
+    s->damaged = false;
     a->n_sk++;
     return 0;
 }
@@ -592,7 +593,11 @@ static int region_cmp(const void *x, const void *y)
  * With keep_skipped, skipped entries alone are something: a file whose
  * every item .metadata names was skipped (all of them transformed, as
  * FileSystemWriter(_extensions=[ZStandard()]) writes them) stays opaque
- * bytes but keeps saying why it has no tensor. */
+ * bytes but keeps saying why it has no tensor. So does one whose .metadata
+ * was not used (unreadable, refused, naming none of its items: a ".metadata"
+ * entry says why) and whose scan found no torch archive (its items
+ * compressed too): without that entry it would be a dcp file with no
+ * tensor and no word why. */
 static int acc_finish(acc *a, ingest_layout *out, bool keep_skipped)
 {
     if (!a->n_t && !a->n_r && !(keep_skipped && a->n_sk)) {
@@ -684,6 +689,8 @@ static int describe_chunk(acc *a, const ingest_source *src, const dcp_metadata *
             rc = add_skipped(a, name, reason);
         } else if (sub.n == 0 && sub.n_skipped) {
             rc = add_skipped(a, name, sub.skipped[0].reason);
+            if (rc == 0)
+                a->sk[a->n_sk - 1].damaged = sub.skipped[0].damaged;
         } else if (sub.n != 1) {
             fmt_msg(reason, sizeof reason, "its item holds %zu tensors, not one", sub.n);
             rc = add_skipped(a, name, reason);
@@ -902,6 +909,7 @@ static int dcp_describe(const ingest_source *src, const char *path, ingest_layou
     const char *base = slash ? slash + 1 : path ? path : "";
     int rc = 1;
     bool named = false; /* .metadata names items of this file */
+    bool noted = false; /* ...or a ".metadata" entry says why it was not used */
     if (src->read_sibling) {
         uint8_t *data = NULL;
         size_t len = 0;
@@ -928,14 +936,17 @@ static int dcp_describe(const ingest_source *src, const char *path, ingest_layou
             fmt_msg(note, sizeof note, "not read: %s", strerror(-r));
         }
         free(data);
-        if (rc == 1 && note[0] && add_skipped(&a, ".metadata", note))
-            rc = -ENOMEM;
+        if (rc == 1 && note[0]) {
+            if (add_skipped(&a, ".metadata", note))
+                rc = -ENOMEM;
+            noted = true;
+        }
         if (rc < 0)
             goto fail;
     }
     if (rc == 1 && (rc = scan_archives(&a, src)) < 0)
         goto fail;
-    return acc_finish(&a, out, named);
+    return acc_finish(&a, out, named || noted);
 fail:
     if (rc == -ENOMEM)
         fmt_msg(msg, msg_len, "dcp: out of memory");

@@ -14,6 +14,7 @@
 #ifndef CKPT_FORMATS_H
 #define CKPT_FORMATS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,6 +50,10 @@ typedef struct ingest_region {
 typedef struct ingest_skipped {
     char *name;
     char reason[96];
+    /* The file is damaged: its own loader (torch.load) would refuse it, so
+     * packing warns. False for what ckptfs does not show by design (an
+     * unsupported dtype, a non-contiguous view), which loads fine. */
+    bool damaged;
 } ingest_skipped;
 /* ---- end of the torch.save addition ---- */
 

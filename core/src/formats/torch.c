@@ -110,6 +110,7 @@ typedef struct storage {
                               * pack dtype matches (torch.complex32) */
     const zip_entry *e;      /* its record, when usable */
     const char *problem;     /* why it is not usable */
+    bool damaged;            /* ...and torch.load refuses the file for it */
 } storage;
 
 static const char DTYPE_UNSUPPORTED[] = "its storage's dtype is not supported";
@@ -292,7 +293,7 @@ static int resolve_storages(torch_ctx *c)
         unsigned es = ckpt_dtype_size(s->dtype);
         uint64_t want;
         if (!e)
-            s->problem = "its storage record is missing";
+            s->problem = "its storage record is missing", s->damaged = true;
         else if (!zip_entry_is_raw(e))
             s->problem = "its storage record is compressed";
         else if (s->conflict)
@@ -302,7 +303,8 @@ static int resolve_storages(torch_ctx *c)
         else if (s->untyped
                      ? (uint64_t)s->numel != e->size || e->size % es
                      : __builtin_mul_overflow((uint64_t)s->numel, es, &want) || want != e->size)
-            s->problem = "its storage record's size does not match the storage";
+            s->problem = "its storage record's size does not match the storage",
+            s->damaged = true; /* torch.load: "record size ... does not match" */
         else
             s->e = e;
     }
@@ -345,6 +347,7 @@ static void push_skipped(torch_ctx *c, const char *reason)
         return;
     }
     snprintf(k->reason, sizeof k->reason, "%s", reason);
+    k->damaged = false;
     c->n_sk++;
 }
 
@@ -352,6 +355,15 @@ static void add_skipped(torch_ctx *c, const char *reason)
 {
     if (room_for_tensor(c))
         push_skipped(c, reason);
+}
+
+/* add_skipped for a fault torch.load refuses the whole file for. */
+static void add_damaged(torch_ctx *c, const char *reason)
+{
+    size_t before = c->n_sk;
+    add_skipped(c, reason);
+    if (c->n_sk > before)
+        c->sk[before].damaged = true;
 }
 
 static bool int_tuple(const pk_value *v, uint64_t *out, uint32_t *n)
@@ -420,7 +432,10 @@ static void add_tensor(torch_ctx *c, int version, const pk_value *args)
     }
     if (!s->e) {
         char why[128];
-        add_skipped(c, storage_problem(s, why, sizeof why));
+        if (s->damaged)
+            add_damaged(c, storage_problem(s, why, sizeof why));
+        else
+            add_skipped(c, storage_problem(s, why, sizeof why));
         return;
     }
     if (c->big_endian) {
@@ -459,7 +474,7 @@ static void add_tensor(torch_ctx *c, int version, const pk_value *args)
     uint64_t end, first, len = s->e->size;
     if (__builtin_add_overflow((uint64_t)soff, numel, &end) ||
         __builtin_mul_overflow(end, es, &end) || end > len) {
-        add_skipped(c, "its view runs past its storage");
+        add_damaged(c, "its view runs past its storage"); /* torch: out of bounds */
         return;
     }
     first = (uint64_t)soff * es; /* <= end, so no overflow */
@@ -751,6 +766,17 @@ static bool is_bare_tensor(const pk_value *v)
     return false;
 }
 
+/* Does the layout skip a tensor for damage? Then it is something, even
+ * with nothing else usable: the file must not pass for plain bytes with no
+ * word of the fault torch.load refuses it for. */
+static bool any_damaged(const ingest_layout *l)
+{
+    for (size_t i = 0; i < l->n_skipped; i++)
+        if (l->skipped[i].damaged)
+            return true;
+    return false;
+}
+
 static int fill_layout(torch_ctx *c, ingest_layout *out)
 {
     size_t nr = 0;
@@ -998,7 +1024,7 @@ static int torch_describe(const ingest_source *src, const char *path, ingest_lay
     }
     if ((rc = fill_layout(&c, out)))
         goto oom;
-    rc = out->n || out->n_regions ? 0 : 1;
+    rc = out->n || out->n_regions || any_damaged(out) ? 0 : 1;
     if (rc == 1)
         layout_clear(out);
     goto out;
