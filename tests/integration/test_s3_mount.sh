@@ -133,7 +133,12 @@ hits=$(sed -nE 's/.*cache_dir .*: ([0-9]+) hits.*/\1/p' "$LOG" | tail -n 1)
 mount_ckptfs s3://$BK/m mnt-ro "$LOG" -o ro,cache_dir="$TMP/cache",cache_size=1M || fail "remount" "$(tail -n 3 "$LOG")"
 expect_same_files "a remount reads big from the cache byte-identical" big mnt-ro/big
 unmount_ckptfs mnt-ro
-grep "cache_dir" "$LOG" | tail -n 1 | grep -q " 0 misses" && pass "the remount's reads were all cache hits ($(grep -o 'cache_dir.*held' "$LOG" | tail -n 1))" || fail "the remount's reads were all cache hits" "$(grep -o 'cache_dir.*held' "$LOG" | tail -n 1)"
+# The readahead starts once a reader has read 8 MiB in order, so where it
+# first fetches a whole 4 MiB segment depends on the order the workers'
+# chunk reads came in; the chunks before it are cached one by one, and a
+# remount may fetch that segment whole (one miss, seen in CI), or the next.
+misses=$(grep "cache_dir" "$LOG" | tail -n 1 | sed -nE 's/.* ([0-9]+) misses.*/\1/p')
+[ -n "$misses" ] && [ "$misses" -le 2 ] && pass "the remount's reads were cache hits, but for two segments at most ($(grep -o 'cache_dir.*held' "$LOG" | tail -n 1))" || fail "the remount's reads were cache hits, but for two segments at most" "$(grep -o 'cache_dir.*held' "$LOG" | tail -n 1)"
 # A sequential read keeps the readahead's 4 MiB segments (4 MiB, their
 # CRCs and a trailer, so over 4M to find), which a later one reads back.
 nseg=$(find cache -type f -size +4M | wc -l)
