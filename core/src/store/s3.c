@@ -64,14 +64,6 @@ typedef struct s3_reader {
 
 static ssize_t get_range(s3_reader *sr, void *buf, size_t len, uint64_t off, ckpt_err *err);
 
-/* A segment for the readahead: from the cache when it holds it, else one
- * GET, then kept. The readahead runs several of these at once, ahead of
- * a sequential reader, so a cached object is read back from its cache
- * files in parallel, as it is fetched from the store. Before, a hit was
- * one file per chunk read in the reader's thread, each read waiting for
- * its pread, and a cold-page-cache read from a full cache_dir ran at
- * 0.72x of the same pack in a local directory, where the kernel's
- * readahead keeps the pack file ahead (2 cores, medians of 3). */
 /* One GET, kept in the cache when whole. */
 static ssize_t get_and_keep(s3_reader *sr, void *buf, size_t len, uint64_t off, ckpt_err *err)
 {
@@ -81,6 +73,14 @@ static ssize_t get_and_keep(s3_reader *sr, void *buf, size_t len, uint64_t off, 
     return got;
 }
 
+/* A segment for the readahead: from the cache when it holds it, else one
+ * GET, then kept. The readahead runs several of these at once, ahead of
+ * a sequential reader, so a cached object is read back from its cache
+ * files in parallel, as it is fetched from the store. Before, a hit was
+ * one file per chunk read in the reader's thread, each read waiting for
+ * its pread, and a cold-page-cache read from a full cache_dir ran at
+ * 0.72x of the same pack in a local directory, where the kernel's
+ * readahead keeps the pack file ahead (2 cores, medians of 3). */
 static ssize_t ra_fetch(void *ud, void *buf, size_t len, uint64_t off, ckpt_err *err)
 {
     s3_reader *sr = ud;

@@ -135,9 +135,10 @@ static void drop_if_stale(s3_cache *c, const char *name)
         unlinkat(c->dirfd, name, 0);
 }
 
-/* Scans the directory: its total, and (when keep_below) removes the least
- * recently used entries until the total is below keep_below. */
-static uint64_t scan(s3_cache *c, uint64_t keep_below)
+/* Scans the directory: its total, and (when limit) once that is over
+ * limit removes the least recently used entries until it is below
+ * keep_below; one pass both counts and evicts. */
+static uint64_t scan(s3_cache *c, uint64_t limit, uint64_t keep_below)
 {
     int fd = openat(c->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = fd < 0 ? NULL : fdopendir(fd);
@@ -158,7 +159,7 @@ static uint64_t scan(s3_cache *c, uint64_t keep_below)
             fstatat(c->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
             continue;
         total += (uint64_t)st.st_size;
-        if (!keep_below)
+        if (!limit)
             continue;
         if (n == cap) {
             size_t ncap = cap ? cap * 2 : 256;
@@ -174,6 +175,8 @@ static uint64_t scan(s3_cache *c, uint64_t keep_below)
         n++;
     }
     closedir(d);
+    if (total <= limit)
+        n = 0;
     if (n)
         qsort(v, n, sizeof *v, by_use);
     for (size_t i = 0; i < n && total > keep_below; i++)
@@ -209,9 +212,7 @@ int s3_cache_open(const char *dir, uint64_t max_bytes, s3_cache **out, ckpt_err 
     c->dirfd = fd;
     c->max_bytes = max_bytes ? max_bytes : DEFAULT_CACHE_BYTES;
     pthread_mutex_init(&c->evict_lock, NULL);
-    c->total = scan(c, 0);
-    if (c->total > c->max_bytes)
-        c->total = scan(c, c->max_bytes / 10 * 9);
+    c->total = scan(c, c->max_bytes, c->max_bytes / 10 * 9);
     *out = c;
     return 0;
 }
@@ -380,9 +381,10 @@ static uint32_t crc_of(const struct iovec *v, int n, size_t from, size_t to)
  * blocks that hold them, each checked against its CRC: 1 when all match,
  * else 0. Only those blocks are read (buffered: they are rarely page
  * aligned at both ends), the head and tail beyond the range into
- * scratch of 2 * BLOCK bytes. */
+ * *scratch, 2 * BLOCK bytes allocated at the first entry found: most
+ * ranges of a cold read have none, and pay only the failed open. */
 static int load_part(s3_cache *c, const char *tag, uint64_t off, size_t len, size_t at, void *buf,
-                     size_t n, uint8_t *scratch)
+                     size_t n, uint8_t **scratch_p)
 {
     char name[96];
     entry_name(tag, off, len, name);
@@ -390,6 +392,11 @@ static int load_part(s3_cache *c, const char *tag, uint64_t off, size_t len, siz
     int fd = open_entry(c, name, len, &direct);
     if (fd < 0)
         return 0;
+    if (!*scratch_p && !(*scratch_p = malloc(2 * BLOCK))) {
+        close(fd);
+        return 0;
+    }
+    uint8_t *scratch = *scratch_p;
     size_t b0 = at / BLOCK, b1 = (at + n - 1) / BLOCK, nb = b1 - b0 + 1;
     size_t start = b0 * BLOCK, end = (b1 + 1) * BLOCK < len ? (b1 + 1) * BLOCK : len;
     struct iovec v[3] = {{scratch, at - start}, {buf, n}, {scratch + BLOCK, end - (at + n)}};
@@ -414,15 +421,15 @@ static int load_from_segments(s3_cache *c, const char *tag, uint64_t off, void *
 {
     if (!seg || !len || off >= size || len > size - off)
         return 0;
-    uint8_t *scratch = malloc(2 * BLOCK);
-    int ok = scratch != NULL;
+    uint8_t *scratch = NULL;
+    int ok = 1;
     for (uint64_t at = off; ok && at < off + len;) {
         uint64_t s_off = at / seg * seg, s_len = size - s_off < seg ? size - s_off : seg;
         uint64_t n = s_off + s_len - at < off + len - at ? s_off + s_len - at : off + len - at;
         if (n > MAX_PART_BLOCKS * BLOCK - (at - s_off) % BLOCK)
             n = MAX_PART_BLOCKS * BLOCK - (at - s_off) % BLOCK;
         ok = load_part(c, tag, s_off, (size_t)s_len, (size_t)(at - s_off),
-                       (uint8_t *)buf + (at - off), (size_t)n, scratch);
+                       (uint8_t *)buf + (at - off), (size_t)n, &scratch);
         at += n;
     }
     free(scratch);
@@ -488,9 +495,7 @@ void s3_cache_put(s3_cache *c, const char *tag, uint64_t off, const void *buf, s
     if (pthread_mutex_trylock(&c->evict_lock) != 0)
         return; /* another thread is evicting already */
     __atomic_store_n(&c->unscanned, 0, __ATOMIC_RELAXED);
-    uint64_t left = scan(c, 0);
-    if (left > c->max_bytes)
-        left = scan(c, c->max_bytes / 10 * 9);
+    uint64_t left = scan(c, c->max_bytes, c->max_bytes / 10 * 9);
     __atomic_store_n(&c->total, left, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&c->evict_lock);
 }

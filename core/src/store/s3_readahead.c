@@ -247,7 +247,7 @@ static void start_threads(s3_ra *ra)
  * or two gains nothing from it. */
 static int in_object(const s3_ra *ra, size_t len, uint64_t off)
 {
-    return len && off < ra->size && len <= ra->size - off && ra->size > 2 * (uint64_t)RA_SEG;
+    return len && off < ra->size && len <= ra->size - off && s3_ra_segment_size(ra);
 }
 
 uint64_t s3_ra_segment_size(const s3_ra *ra)
