@@ -61,7 +61,7 @@ case $err in *"enc.tpack"*"wrong key"*) pass "user.ckptfs.error names the pack a
 expect_fail "reading a file of it fails" cat "$MNT/enc/noise.bin"
 last_stderr_has "with EACCES" "Permission denied"
 if grep -q "enc.tpack: wrong key" "$LOG"; then pass "a log line names the pack"; else fail "a log line names the pack" "$(tail -3 "$LOG")"; fi
-expect_ok "ckpt status" "$CKPT" status "$MNT"
+expect_exit "ckpt status: exit status 3" 3 "$CKPT" status "$MNT"
 last_stdout_matches "shows key mismatch with the reason" '^enc +key mismatch .*wrong key'
 last_stdout_matches "and the good pack committed" '^plain +committed'
 
@@ -73,7 +73,7 @@ for p in empty garbage badhead badindex; do
     e=$(getfattr --only-values -n user.ckptfs.error "$MNT/$p" 2>/dev/null)
     [ -n "$e" ] && pass "$p.tpack: with a reason ($e)" || fail "$p.tpack: with a reason"
 done
-expect_ok "ckpt status" "$CKPT" status "$MNT"
+expect_exit "ckpt status: exit status 3" 3 "$CKPT" status "$MNT"
 last_stdout_matches "empty: damaged, with the reason" '^empty +damaged .*truncated'
 last_stdout_matches "garbage: damaged, with the reason" '^garbage +damaged .*not a tpack'
 if grep -E '^(empty|garbage|badhead|badindex) ' "$LAST_OUT" | grep -q committed; then
@@ -93,9 +93,10 @@ case $err in *"ns_key/deeper/a.tpack"*"wrong key"*) pass "  its error names that
     fail "a namespace over a damaged pack: damaged" "$(state_of "$MNT/ns_dmg")"
 [ "$(state_of "$MNT/ns_ok")" = committed ] && pass "a namespace of good packs: committed" ||
     fail "a namespace of good packs: committed" "$(state_of "$MNT/ns_ok")"
-expect_ok "ckpt status" "$CKPT" status "$MNT"
+expect_exit "ckpt status: exit status 3" 3 "$CKPT" status "$MNT"
 last_stdout_matches "  shows the namespace's key mismatch" '^ns_key +key mismatch .*wrong key'
 last_stdout_matches "  and the damaged one" '^ns_dmg +damaged'
+expect_ok "ckpt status of the good namespace alone: exit status 0" "$CKPT" status "$MNT/ns_ok"
 
 # ------------------------------------------------------- non-UTF-8 names
 
@@ -245,7 +246,7 @@ set -e
 if [ -e /dev/log ]; then : >"$TMP/not-a-socket"; mount --bind "$TMP/not-a-socket" /dev/log; fi
 mkdir -p "$MNT"
 "$CKPTFS" -o log_max=4K "$LBACK" "$MNT"
-"$CKPT" status "$MNT" >"$TMP/lstatus.out" || true
+rc=0; "$CKPT" status "$MNT" >"$TMP/lstatus.out" || rc=\$?; echo \$rc >"$TMP/lstatus.rc"
 fusermount3 -u "$MNT"
 EOF
 if [ -e /dev/log ]; then
@@ -277,6 +278,8 @@ else
         fail "  bounded" "$total bytes"
     grep -q '^bad-checkpoint-number-1 *damaged' "$TMP/lstatus.out" && pass "  ckpt status shows them damaged" ||
         fail "  ckpt status shows them damaged" "$(head -3 "$TMP/lstatus.out")"
+    [ "$(cat "$TMP/lstatus.rc")" = 3 ] && pass "  with exit status 3" ||
+        fail "  with exit status 3" "exit $(cat "$TMP/lstatus.rc")"
 
     # A BACKING/.ckptfs that is a link (made by whoever can write the
     # backing directory) does not take the log: it is lost, with a warning.

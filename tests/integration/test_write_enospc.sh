@@ -32,8 +32,11 @@ last_stderr_has "with ENOSPC" "No space left on device"
 err=$(getfattr --only-values -n user.ckptfs.error "$MNT/full" 2>/dev/null)
 case $err in *"No space left"*) pass "user.ckptfs.error says why: $err" ;; *) fail "user.ckptfs.error says why" "'$err'" ;; esac
 if grep -q "state is now failed" "$LOG"; then pass "a log line says so"; else fail "a log line says so" "$(tail -3 "$LOG")"; fi
-expect_ok "ckpt status shows it" "$CKPT" status "$MNT"
+# Exit status 3 tells a script that a checkpoint failed (1 is for a
+# mount it could not read).
+expect_exit "ckpt status shows it, exit status 3" 3 "$CKPT" status "$MNT"
 last_stdout_matches "failed, with the reason" '^full +failed .*No space left'
+expect_exit "ckpt status MOUNT/NAME of it: exit status 3" 3 "$CKPT" status "$MNT/full"
 expect_ok "the partial file is still readable" head -c 1000 "$MNT/full/x"
 # A write that fits (in place, over bytes already staged) succeeds, but
 # the bytes that failed are still missing: failed, everywhere, with why.
@@ -44,7 +47,7 @@ os.pwrite(fd, b'z' * 4096, 0)
 os.close(fd)"
 [ "$(state_of "$MNT/full")" = failed ] && pass "the checkpoint stays failed (xattr)" ||
     fail "the checkpoint stays failed (xattr)" "$(state_of "$MNT/full")"
-expect_ok "ckpt status" "$CKPT" status "$MNT"
+expect_exit "ckpt status" 3 "$CKPT" status "$MNT"
 last_stdout_matches "stays failed with the reason (ckpt status)" '^full +failed .*No space left'
 if grep -q "writing again" "$LOG"; then fail "and the log says nothing else" "$(grep "writing again" "$LOG")"; else pass "and the log says nothing else"; fi
 # A write is answered before it is copied to the staging file, so the
@@ -88,11 +91,13 @@ expect_ok "a filler takes most of the rest" bash -c "head -c $((19 << 20)) /dev/
 expect_fail "ckpt commit --wait fails when the pack does not fit" "$CKPT" commit --wait "$MNT/p"
 last_stderr_has "and says why" "packing failed" "No space left on device"
 [ "$(state_of "$MNT/p")" = failed ] && pass "state failed" || fail "state failed" "$(state_of "$MNT/p")"
+expect_exit "ckpt status: a pack that failed is exit status 3 too" 3 "$CKPT" status "$MNT"
 expect_absent "no temporary pack is left" "$BACK/.p.tpack.tmp" "$BACK/p.tpack"
 expect_same_sha256 "the staged data is kept" "$TMP/20m" "$MNT/p/data"
 rm -f "$BACK/filler"
 expect_ok "after freeing space, ckpt commit retries and succeeds" "$CKPT" commit --wait "$MNT/p"
 expect_same_sha256 "the pack reads back" "$TMP/20m" "$MNT/p/data"
+expect_ok "ckpt status: nothing failed any more, exit status 0" "$CKPT" status "$MNT"
 
 unmount_ckptfs "$MNT"
 mount_ckptfs "$BACK" "$MNT" "$LOG" -o commit_delay=0 || { fail "remount"; finish; }

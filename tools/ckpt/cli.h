@@ -12,7 +12,11 @@
 
 #define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+/* EXIT_CKPT_FAILED: `ckpt status` read the mount, and some checkpoint is
+ * failed, damaged or keyed wrongly. Apart from EXIT_FAIL so that a script
+ * tells a failed checkpoint from a mount it could not read, as systemctl
+ * status answers 3 for a failed unit. */
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_CKPT_FAILED = 3 };
 
 /* ----------------------------------------------------------- messages */
 

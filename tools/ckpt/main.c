@@ -46,7 +46,8 @@ static void usage(FILE *f)
           "AWS_SESSION_TOKEN or ~/.aws/credentials and ~/.aws/config (AWS_PROFILE),\n"
           "never from the command line.\n"
           "\n"
-          "exit status: 0 success, 1 failure, 2 usage error\n",
+          "exit status: 0 success, 1 failure, 2 usage error, 3 'ckpt status' listed a\n"
+          "failed, key mismatch or damaged checkpoint\n",
           f);
 }
 

@@ -20,11 +20,14 @@ void status_free(status_entry *v, size_t n);
 /* Is this a state in which the pack cannot be read or packing failed, so
  * that the error is the news? */
 int status_is_error_state(const char *state);
+/* EXIT_CKPT_FAILED if any of v is in an error state, else EXIT_OK. */
+int status_exit(const status_entry *v, size_t n);
 
 /* The live view: refreshes every interval seconds until interrupted. On a
  * terminal it redraws a table fitted to its width in place; otherwise it
  * appends a plain line whenever a checkpoint's line changes. once: draw one
- * table and return (plain `ckpt status` on a terminal). */
+ * table and return (plain `ckpt status` on a terminal) with status_exit's
+ * answer. */
 int status_watch(const char *path, double interval, int once);
 
 #endif

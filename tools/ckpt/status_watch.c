@@ -283,6 +283,7 @@ int status_watch(const char *path, double interval, int once)
     if (rc)
         return cli_fail("%s: %s", path,
                         rc == -ENODATA ? "not a ckptfs mount or checkpoint" : mount_state_why(rc));
+    int exit_rc = EXIT_OK;
     for (;;) {
         char err[512];
         const char *why = NULL;
@@ -298,6 +299,7 @@ int status_watch(const char *path, double interval, int once)
             draw_tty(&w, v, n, why);
         else
             draw_plain(&w, v, n, why);
+        exit_rc = status_exit(v, n);
         status_free(v, n);
         if (once)
             break;
@@ -307,5 +309,5 @@ int status_watch(const char *path, double interval, int once)
         rc = status_collect(path, &v, &n);
     }
     seen_free(&w);
-    return EXIT_OK;
+    return exit_rc;
 }
