@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <sodium.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -130,7 +131,30 @@ int ckpt_key_from_bytes(const uint8_t key[CKPT_KEY_BYTES], ckpt_key **out, ckpt_
     return key_new(key, CKPT_KEY_BYTES, 0, out, err);
 }
 
-/* Reads a small secret file into locked memory, refusing files others can read. */
+/* Whoever owns a secret file can swap in a key they know, so only the
+ * user's own files are trusted, and root's (who could read or change any
+ * of them anyway), as ssh trusts its configuration files. */
+static int check_secret_owner(const char *path, uid_t owner, ckpt_err *err)
+{
+    uid_t me = geteuid();
+    if (owner == me || owner == 0)
+        return 0;
+    char name[128];
+    struct passwd pw, *found = NULL;
+    char buf[1024];
+    if (getpwuid_r(owner, &pw, buf, sizeof buf, &found) == 0 && found)
+        snprintf(name, sizeof name, "%s (uid %u)", found->pw_name, (unsigned)owner);
+    else
+        snprintf(name, sizeof name, "uid %u", (unsigned)owner);
+    return ckpt_fail(err, -EACCES,
+                     "%s: owned by %s, not by the user running this (uid %u), and it holds a "
+                     "secret its owner could replace; use a copy you own (chown, or cp and "
+                     "chmod 600)",
+                     path, name, (unsigned)me);
+}
+
+/* Reads a small secret file into locked memory, refusing files others can
+ * read or own. */
 static int read_secret_file(const char *path, uint8_t **buf, size_t *len, size_t max, ckpt_err *err)
 {
     if (ckpt_sodium_init() < 0)
@@ -147,6 +171,11 @@ static int read_secret_file(const char *path, uint8_t **buf, size_t *len, size_t
                          "%s: group or others may access it (mode %04o), and it holds a secret; "
                          "run chmod 600",
                          path, (unsigned)(st.st_mode & 07777));
+    }
+    int rc = check_secret_owner(path, st.st_uid, err);
+    if (rc < 0) {
+        close(fd);
+        return rc;
     }
     if ((uint64_t)st.st_size > max) {
         close(fd);

@@ -381,6 +381,31 @@ last_stderr_has "wrong passphrase: names the file and the fault" "$TMP/passphras
 chmod 644 "$TMP/key2"
 expect_exit "world-readable key file: refused" 1 "$CKPT" ls "$TMP/enc.tpack" --key-file "$TMP/key2"
 last_stderr_has "world-readable key file: names the key file" "$TMP/key2"
+# A secret file someone else owns is refused even at mode 0600, as ssh
+# refuses such a config: its owner could swap in a key they know. Root's
+# own files are accepted, and a user's own key works for that user.
+if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+    cp "$TMP/key" "$TMP/key.nobody"
+    cp "$TMP/pass" "$TMP/pass.nobody"
+    chmod 600 "$TMP/key.nobody" "$TMP/pass.nobody"
+    chown nobody "$TMP/key.nobody" "$TMP/pass.nobody"
+    expect_exit "a key file owned by another user (0600): refused" 1 \
+        "$CKPT" ls "$TMP/xchacha.tpack" --key-file "$TMP/key.nobody"
+    last_stderr_has "  naming the file and its owner" "$TMP/key.nobody" "owned by nobody (uid $(id -u nobody))"
+    expect_exit "a passphrase file owned by another user: refused" 1 \
+        "$CKPT" ls "$TMP/passphrase.tpack" --passphrase-file "$TMP/pass.nobody"
+    last_stderr_has "  naming the file and its owner" "$TMP/pass.nobody" "owned by nobody"
+    # The same key and pack, read by nobody itself.
+    mkdir -m 755 "$TMP/asnobody"
+    cp "$TMP/xchacha.tpack" "$TMP/asnobody/"
+    mv "$TMP/key.nobody" "$TMP/asnobody/key"
+    chmod o+x "$TMP"
+    expect_ok "its owner (nobody) may use it" setpriv --reuid=nobody --regid=nogroup --clear-groups \
+        "$CKPT" ls "$TMP/asnobody/xchacha.tpack" --key-file "$TMP/asnobody/key"
+    chmod o-x "$TMP"
+else
+    skip "a key file owned by another user" "needs root and a user nobody"
+fi
 
 # bad_source NAME MAKER TEXT...: packing a directory in which the function
 # MAKER (run inside it) left something bad must fail, name TEXT..., and leave

@@ -353,6 +353,14 @@ last_stderr_has "the key error names the file" "nokey"
 chmod 644 "$TMP/key"
 expect_exit "a world-readable key file is refused" 1 "$CKPTFS" -f -o key_file="$TMP/key" "$BACK" "$MNT"
 chmod 600 "$TMP/key"
+if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+    chown nobody "$TMP/key"
+    expect_exit "a key file another user owns is refused" 1 "$CKPTFS" -f -o key_file="$TMP/key" "$BACK" "$MNT"
+    last_stderr_has "  naming the file and its owner" "$TMP/key" "owned by nobody"
+    chown 0 "$TMP/key"
+else
+    skip "a key file another user owns is refused" "needs root and a user nobody"
+fi
 expect_exit "a missing backing directory fails" 1 "$CKPTFS" -f "$TMP/nope" "$MNT"
 last_stderr_has "the backing error names the directory" "$TMP/nope"
 expect_ok "no mount was left by the failures" bash -c "! mountpoint -q '$MNT'"
