@@ -401,13 +401,14 @@ ckpt_cipher ckpt_cipher_default(void);
 
 typedef struct ckpt_writer ckpt_writer;
 
-/* The pack is written to tmp_path (NULL = "<final_path>.tmp") in one
+/* The pack is written to tmp_path (NULL = "<final_path>.tmp", its base
+ * shortened with a hash where that would pass NAME_MAX) in one
  * sequential pass; ckpt_writer_finish() writes the index, fsyncs, renames it
  * to final_path and fsyncs the directory. Until then final_path is untouched. */
 int ckpt_writer_open(const char *final_path, const char *tmp_path, const ckpt_write_opts *opts,
                      ckpt_writer **out, ckpt_err *err);
 /* ckpt_writer_open for the object name in store s. tmp_name (NULL =
- * "<name>.tmp") is where a local store writes until ckpt_writer_finish();
+ * "<name>.tmp", shortened as above) is where a local store writes until ckpt_writer_finish();
  * a store without renames ignores it. Either way the pack appears whole at
  * finish or not at all. */
 int ckpt_writer_open_in(ckpt_store *s, const char *name, const char *tmp_name,

@@ -138,6 +138,14 @@ ssize_t ckpt_write_full(int fd, const void *buf, size_t len);
  * -EINVAL for anything but a regular file. */
 int ckpt_open_regular(const char *path, int flags, struct stat *st);
 
+/* The temporary file a writer renames to path: path's directory, then
+ * prefix, path's base name and suffix ("d/.NAME.tpack.tmp", "OUT.tmp"), in
+ * out (cap bytes). A base name for which that would pass NAME_MAX keeps its
+ * first bytes (227 for ckptfs's packs) and gets '~' and a 16-digit hash of
+ * the whole, so that long names sharing a beginning still get their own.
+ * 0, or -ENAMETOOLONG. */
+int ckpt_tmp_name(const char *path, const char *prefix, const char *suffix, char *out, size_t cap);
+
 /* ------------------------------------------------ store administration */
 
 /* What ckptfs's writer does to a store beside reading and writing packs.

@@ -1,6 +1,7 @@
 /* Errors, byte buffers, the string map, dtypes and path rules. */
 #include "common.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -277,6 +278,31 @@ int ckpt_tensor_bytes(const char *dtype, uint32_t ndim, const uint64_t *shape, u
     }
     *out = n;
     return 0;
+}
+
+#define TMP_HASH_HEX 16
+
+int ckpt_tmp_name(const char *path, const char *prefix, const char *suffix, char *out, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t len = strlen(base), fixed = strlen(prefix) + strlen(suffix);
+    int n;
+    if (fixed + len <= NAME_MAX) {
+        n = snprintf(out, cap, "%.*s%s%s%s", (int)(base - path), path, prefix, base, suffix);
+    } else {
+        if (fixed + 1 + TMP_HASH_HEX >= NAME_MAX)
+            return -ENAMETOOLONG;
+        /* FNV-1a: names are not secret, and a collision only makes the
+         * later of two writers fail on the other's lock (EBUSY). */
+        uint64_t h = 14695981039346656037ull;
+        for (size_t i = 0; i < len; i++)
+            h = (h ^ (unsigned char)base[i]) * 1099511628211ull;
+        int keep = (int)(NAME_MAX - fixed - 1 - TMP_HASH_HEX);
+        n = snprintf(out, cap, "%.*s%s%.*s~%016llx%s", (int)(base - path), path, prefix, keep, base,
+                     (unsigned long long)h, suffix);
+    }
+    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
 int ckpt_path_is_safe(const char *path)

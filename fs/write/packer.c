@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,29 +19,12 @@
 #define TMP_SUFFIX ".tpack.tmp"
 
 /* A checkpoint's base name may be 249 bytes (NAME.tpack fits NAME_MAX),
- * but ".BASE.tpack.tmp" is 11 bytes longer, so for a base over 244 bytes it
- * could never be created and the checkpoint never commit. Such a base keeps
- * a prefix and gets a hash of the whole (FNV-1a), so that long names sharing
- * the prefix still pack side by side; the name still starts with '.' and
- * ends in .tpack.tmp, as packer_remove_leftovers looks for. */
-#define TMP_HASH_HEX 16
-#define TMP_KEEP (NAME_MAX - 2 - TMP_HASH_HEX - (sizeof TMP_SUFFIX - 1))
-
+ * but ".BASE.tpack.tmp" is 11 bytes longer: ckpt_tmp_name shortens such a
+ * base, and the name still starts with '.' and ends in .tpack.tmp, as
+ * packer_remove_leftovers looks for. */
 int packer_tmp_name(const char *name, char *out, size_t cap)
 {
-    const char *base = backing_base(name);
-    size_t len = strlen(base);
-    int n;
-    if (1 + len + sizeof TMP_SUFFIX - 1 <= NAME_MAX) {
-        n = snprintf(out, cap, "%.*s.%s" TMP_SUFFIX, (int)(base - name), name, base);
-    } else {
-        uint64_t h = 14695981039346656037ull;
-        for (size_t i = 0; i < len; i++)
-            h = (h ^ (unsigned char)base[i]) * 1099511628211ull;
-        n = snprintf(out, cap, "%.*s.%.*s~%016llx" TMP_SUFFIX, (int)(base - name), name,
-                     (int)TMP_KEEP, base, (unsigned long long)h);
-    }
-    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+    return ckpt_tmp_name(name, ".", TMP_SUFFIX, out, cap);
 }
 
 typedef struct source {

@@ -165,6 +165,17 @@ fi
 expect_ok "unpack --force overwrites" "$CKPT" unpack "$TMP/default.tpack" -o "$TMP/again" --force
 expect_same_tree "unpack --force result equals the source" "$SRC" "$TMP/again"
 
+# A name of NAME_MAX (255) bytes: its temporary file, NAME.tmp, would be
+# over it, so a shortened name with a hash is written and renamed.
+LONG=$(printf 'l%.0s' $(seq 249)).tpack
+mkdir "$TMP/long"
+expect_ok "pack -o a 255-byte name" "$CKPT" pack "$SRC" -o "$TMP/long/$LONG"
+[ "$(ls -A "$TMP/long")" = "$LONG" ] && pass "  the pack, and no temporary file, is there" ||
+    fail "  the pack, and no temporary file, is there" "$(ls -A "$TMP/long" | cut -c1-40)"
+expect_ok "  it unpacks" "$CKPT" unpack "$TMP/long/$LONG" -o "$TMP/long.out"
+expect_same_tree "  to the source" "$SRC" "$TMP/long.out"
+expect_ok "  and is replaced with --force" "$CKPT" pack "$SRC" -o "$TMP/long/$LONG" --force
+
 # --------------------------------------------------------------- listings
 
 expect_ok "ls" "$CKPT" ls "$TMP/default.tpack"

@@ -183,6 +183,58 @@ Test(store, a_name_being_written_is_refused_to_a_second_upload)
     expect_listing("", "obj:5\n");
 }
 
+/* NAME.tmp of a 255-byte NAME passes NAME_MAX: the temporary file gets a
+ * shortened name with a hash of the whole, and the object its own. */
+Test(store, a_name_of_name_max_bytes_is_written)
+{
+    char name[256], other[256];
+    memset(name, 'n', 255);
+    name[255] = '\0';
+    memcpy(other, name, sizeof other);
+    other[250] = 'o';
+    store_upload *u, *v;
+    ckpt_err err = {0};
+    cr_assert_eq(store->ops->create(store, name, NULL, &u, &err), 0, "%s", err.msg);
+    /* A name differing only past the kept bytes has its own temporary file. */
+    cr_assert_eq(store->ops->create(store, other, NULL, &v, &err), 0, "%s", err.msg);
+    cr_assert_eq(u->ops->write(u, "long", 4, &err), 0, "%s", err.msg);
+    cr_assert_eq(v->ops->write(v, "other", 5, &err), 0, "%s", err.msg);
+    cr_assert_eq(count_entries(), 2);
+    cr_assert_eq(u->ops->commit(u, &err), 0, "%s", err.msg);
+    cr_assert_eq(v->ops->commit(v, &err), 0, "%s", err.msg);
+    cr_assert_eq(count_entries(), 2, "only the two objects are left");
+    char *path = tu_join(dir, name);
+    size_t len;
+    uint8_t *got = tu_read_file(path, &len);
+    cr_assert_eq(len, 4);
+    cr_assert_eq(memcmp(got, "long", 4), 0);
+    free(got);
+    free(path);
+}
+
+/* ckptfs's temporary packs (.NAME.tpack.tmp) keep this shape across
+ * versions, so a daemon removes what an older one left. */
+Test(store, temporary_names)
+{
+    char out[600], name[300];
+    cr_assert_eq(ckpt_tmp_name("ns/ckpt", ".", ".tpack.tmp", out, sizeof out), 0);
+    cr_assert_str_eq(out, "ns/.ckpt.tpack.tmp");
+    cr_assert_eq(ckpt_tmp_name("a.tpack", "", ".tmp", out, sizeof out), 0);
+    cr_assert_str_eq(out, "a.tpack.tmp");
+    memset(name, 'c', 249);
+    memcpy(name, "ns/", 3);
+    name[249] = '\0'; /* a 246-byte base: 257 bytes as .BASE.tpack.tmp */
+    cr_assert_eq(ckpt_tmp_name(name, ".", ".tpack.tmp", out, sizeof out), 0);
+    const char *base = strrchr(out, '/') + 1;
+    cr_assert_eq(strlen(base), 255);
+    cr_assert_eq(base[0], '.');
+    cr_assert_eq(strspn(base + 1, "c"), 227, "227 bytes of the name are kept");
+    cr_assert_eq(base[228], '~');
+    cr_assert_eq(strspn(base + 229, "0123456789abcdef"), 16);
+    cr_assert_str_eq(base + 245, ".tpack.tmp");
+    cr_assert_eq(ckpt_tmp_name(name, ".", ".tpack.tmp", out, 20), -ENAMETOOLONG);
+}
+
 Test(store, abort_leaves_nothing)
 {
     store_upload *u;

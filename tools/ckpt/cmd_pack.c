@@ -1,7 +1,7 @@
 /* `ckpt pack`: a directory or a single file into a .tpack.
  *
- * The library writes OUT.tmp and renames it into place only when the pack is
- * complete, so the one thing left to this command is never to leave the
+ * The library writes OUT.tmp (a shortened name with a hash where that would
+ * pass NAME_MAX) and renames it into place only when the pack is complete, so the one thing left to this command is never to leave the
  * temporary file behind: on errors it aborts the writer, and on SIGINT or
  * SIGTERM the next progress callback cancels it, which fails the add under
  * way, and it is aborted the same.
@@ -15,6 +15,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -337,15 +338,13 @@ static int run_pack(struct pack_opts o)
         return cli_fail_err(&err);
     wo.key = key;
 
-    size_t tmp_len = strlen(o.out) + sizeof ".tmp";
-    char *tmp = malloc(tmp_len);
-    if (!tmp) {
+    /* The library's own choice, named here so that a signal can remove it. */
+    char tmp[PATH_MAX];
+    if (ckpt_tmp_name(o.out, "", ".tmp", tmp, sizeof tmp) < 0) {
         ckpt_key_free(key);
-        return cli_fail("out of memory");
+        return cli_fail("%s: name too long", o.out);
     }
-    snprintf(tmp, tmp_len, "%s.tmp", o.out);
     rc = write_pack(&o, S_ISDIR(sst.st_mode), &wo, tmp, out_existed);
-    free(tmp);
     ckpt_key_free(key);
     return rc;
 }

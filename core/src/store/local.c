@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -388,18 +389,21 @@ static int local_create(ckpt_store *s, const char *name, const char *tmp_name, s
                         ckpt_err *err)
 {
     local_store *ls = (local_store *)s;
-    local_upload *u = calloc(1, sizeof *u);
     char buf[SHOWN_MAX];
+    char tmp_buf[PATH_MAX];
+    if (!tmp_name) {
+        if (ckpt_tmp_name(name, "", ".tmp", tmp_buf, sizeof tmp_buf) < 0)
+            return ckpt_fail(err, -ENAMETOOLONG, "%s: name too long", shown(ls, name, buf));
+        tmp_name = tmp_buf;
+    }
+    local_upload *u = calloc(1, sizeof *u);
     if (!u)
         return ckpt_fail(err, -ENOMEM, "out of memory");
     u->base.ops = &upload_ops;
     u->store = ls;
     u->fd = -1;
     u->name = strdup(name);
-    if (tmp_name)
-        u->tmp = strdup(tmp_name);
-    else if (asprintf(&u->tmp, "%s.tmp", name) < 0)
-        u->tmp = NULL;
+    u->tmp = strdup(tmp_name);
     if (u->name && u->tmp) {
         u->shown_name = strdup(shown(ls, u->name, buf));
         u->shown_tmp = strdup(shown(ls, u->tmp, buf));
