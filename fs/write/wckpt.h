@@ -301,7 +301,10 @@ int wtable_create_link(wtable *t, const char *name, const char *target, wckpt **
 /* Reopens the committed checkpoint name (its pack BACKING/name.tpack or
  * .tfile) for writing: a writable checkpoint whose files are the pack's
  * until changed, whose commit packs a new generation over it. *out gets
- * a kernel reference; the existing writable one if there is one. */
+ * a kernel reference; the existing writable one if there is one.
+ * -EACCES: the pack's key is not the mount's; -EIO: the pack cannot be
+ * opened (damaged), as its readers are told; -EROFS: its staging could not
+ * be started; the log says why. */
 int wtable_reopen(wtable *t, const char *name, wckpt **out);
 /* rmdir of a writable checkpoint directory: -ENOENT if name is none (then
  * it may be a pack), -ENOTDIR for a single-file one, -ENOTEMPTY, -EBUSY

@@ -182,7 +182,10 @@ int wtable_reopen(wtable *t, const char *name, wckpt **out)
     if (rc) {
         pthread_mutex_unlock(&t->lock);
         fslog_err("cannot write into checkpoint '%s': %s", name, err.msg);
-        return rc == -EACCES ? -EACCES : -EROFS;
+        /* As a reader of the pack is answered (read/checkpoints.c): a pack
+         * damaged in place after the read side opened it is met here
+         * first, and its writer must not hear of a read-only mount. */
+        return rc == -EACCES ? -EACCES : -EIO;
     }
     /* The record says "base" from the start: staging is never without
      * what its unchanged files are read from. */

@@ -205,4 +205,40 @@ else
     fail "writable mount of a damaged pack" "$(cat "$TMP/late.log")"
 fi
 
+# ----------------------------------- writing into a pack whose index is damaged
+
+# A writer is answered as a reader is, EIO, whether the mount meets the
+# damage at the write or had opened the pack before it was damaged in
+# place (same size and mtime: only the write side's own open sees it).
+WCLIENTS=$ROOT/tests/integration/write_clients.py
+errno_is() {
+    local got
+    got=$($PY "$WCLIENTS" errno-of "${@:3}" 2>&1)
+    [ "$got" = "$2" ] && pass "$1" || fail "$1" "got $got, want $2"
+}
+damage_index() {
+    touch -r "$1" "$TMP/when"
+    flip_bit "$1" $(($(stat -c %s "$1") - 200))
+    touch -r "$TMP/when" "$1"
+}
+IDX=$TMP/idx
+mkdir -p "$IDX"
+cp "$BACK/plain.tpack" "$IDX/fresh.tpack"
+cp "$BACK/plain.tpack" "$IDX/held.tpack"
+damage_index "$IDX/fresh.tpack"
+if mount_ckptfs "$IDX" "$MNT" "$TMP/idx.log" -o commit_delay=0; then
+    errno_is "a file created in a checkpoint whose pack index is damaged: EIO" EIO create "$MNT/fresh/new.txt"
+    errno_is "  a directory too" EIO mkdir "$MNT/fresh/d"
+    grep -q "fresh.tpack: index checksum mismatch" "$TMP/idx.log" && pass "  the log says the index is damaged" ||
+        fail "  the log says the index is damaged" "$(tail -3 "$TMP/idx.log")"
+    expect_same_sha256 "a pack read before its index is damaged in place" "$SRC/c.txt" "$MNT/held/c.txt"
+    damage_index "$IDX/held.tpack"
+    errno_is "  a file created in it then: EIO too" EIO create "$MNT/held/new.txt"
+    grep -q "cannot write into checkpoint 'held': .*index checksum mismatch" "$TMP/idx.log" &&
+        pass "  the log says why" || fail "  the log says why" "$(tail -3 "$TMP/idx.log")"
+    unmount_ckptfs "$MNT"
+else
+    fail "writable mount of packs with damaged indexes" "$(cat "$TMP/idx.log")"
+fi
+
 finish
