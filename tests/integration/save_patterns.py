@@ -19,8 +19,10 @@ and step-100/optim/), lightning (ModelCheckpoint: save_top_k=2, save_last
 as a link), hf-cache (a huggingface_hub cache tree with relative links,
 copied with cp -a by the shell side), deepspeed (a ZeRO stage 2 engine's
 save_checkpoint, twice, on DeepSpeed's CPU accelerator; load_checkpoint)
-and megatron (megatron-core's dist_checkpointing.save, torch_dist, from two
-ranks on gloo; dist_checkpointing.load on one). Both run on the CPU with
+megatron (megatron-core's dist_checkpointing.save, torch_dist, from two
+ranks on gloo; dist_checkpointing.load on one) and megatron-async (the same
+with async_sharded_save=True, scheduled and finalized on an
+AsyncCallsQueue as Megatron-LM's --async-save does). Both run on the CPU with
 two shims, each explained where it is made, neither on the way to a file:
 DeepSpeed is kept from compiling a shared-memory allreduce kernel, and
 megatron-core 0.16.1's two calls into the CUDA runtime become the CPU's.
@@ -342,15 +344,20 @@ def megatron_no_cuda():
         torch.cuda.current_device = lambda: "cpu"
 
 
-def megatron_rank(rank, world, port):
+def megatron_rank(rank, world, port, async_save):
     """One rank of a Megatron-LM save (megatron/training/checkpointing.py):
     rank 0 makes iter_0000100/, every rank calls dist_checkpointing.save
     (torch_dist: each rank writes its own .distcp files, the coordinator
     .metadata, rank 0 common.pt and metadata.json), then after a barrier
     rank 0 writes the tracker latest_checkpointed_iteration.txt (Megatron-LM's
-    training loop, not megatron-core, so written here as it writes it)."""
+    training loop, not megatron-core, so written here as it writes it).
+    async_save (--async-save): save returns an AsyncRequest whose shards a
+    forked process writes (TemporalAsyncCaller) while training would go
+    on; the tracker is a finalize function, run once every rank's writer is
+    done, after the coordinator's .metadata, as Megatron-LM adds it."""
     import torch.distributed as dist
     from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
     megatron_no_cuda()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -359,17 +366,29 @@ def megatron_rank(rank, world, port):
         os.makedirs(d, exist_ok=True)
     dist.barrier()
     _ids.seed(SEED + rank)
-    dist_checkpointing.save(megatron_state(rank, world), d)
-    dist.barrier()
-    if rank == 0:
-        with open(os.path.join("ckpts", "latest_checkpointed_iteration.txt"), "w") as f:
-            f.write("100")
+
+    def tracker():
+        if rank == 0:
+            with open(os.path.join("ckpts", "latest_checkpointed_iteration.txt"), "w") as f:
+                f.write("100")
+
+    if async_save:
+        queue = AsyncCallsQueue()
+        request = dist_checkpointing.save(megatron_state(rank, world), d, async_sharded_save=True)
+        request.add_finalize_fn(tracker)
+        queue.schedule_async_request(request)
+        queue.maybe_finalize_async_calls(blocking=True)
+        queue.close()
+    else:
+        dist_checkpointing.save(megatron_state(rank, world), d)
+        dist.barrier()
+        tracker()
     dist.destroy_process_group()
 
 
-def megatron_save():
+def megatron_save(async_save=False):
     import torch.multiprocessing as mp
-    mp.spawn(megatron_rank, args=(2, free_port()), nprocs=2, join=True)
+    mp.spawn(megatron_rank, args=(2, free_port(), async_save), nprocs=2, join=True)
 
 
 def megatron_check():
@@ -424,6 +443,7 @@ PATTERNS = {
     "hf-cache": (hf_cache_tree, hf_cache_check),
     "deepspeed": (deepspeed_save, deepspeed_check),
     "megatron": (megatron_save, megatron_check),
+    "megatron-async": (lambda: megatron_save(True), megatron_check),
 }
 
 
