@@ -37,6 +37,13 @@ if grep -q "state is now failed" "$LOG"; then pass "a log line says so"; else fa
 expect_exit "ckpt status shows it, exit status 3" 3 "$CKPT" status "$MNT"
 last_stdout_matches "failed, with the reason" '^full +failed .*No space left'
 expect_exit "ckpt status MOUNT/NAME of it: exit status 3" 3 "$CKPT" status "$MNT/full"
+# On a terminal the live view draws the table once: the same answer.
+if command -v script >/dev/null; then
+    expect_exit "  on a terminal too" 3 script -qec "'$CKPT' status '$MNT'" /dev/null
+    last_stdout_has "  drawing the table" "failed"
+else
+    skip "ckpt status on a terminal" "no script(1)"
+fi
 expect_ok "the partial file is still readable" head -c 1000 "$MNT/full/x"
 # A write that fits (in place, over bytes already staged) succeeds, but
 # the bytes that failed are still missing: failed, everywhere, with why.
