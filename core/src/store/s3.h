@@ -240,6 +240,9 @@ int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t l
                  uint64_t size);
 /* Keeps a range just read from the store; failures only cost a later miss. */
 void s3_cache_put(s3_cache *c, const char *tag, uint64_t off, const void *buf, size_t len);
+/* The same, for a range of which fetched bytes came from the store. */
+void s3_cache_keep(s3_cache *c, const char *tag, uint64_t off, const void *buf, size_t len,
+                   size_t fetched);
 void s3_cache_stats(s3_cache *c, ckpt_store_cache_stats *out);
 
 /* ----------------------------------------------- readahead (s3_readahead.c) */
