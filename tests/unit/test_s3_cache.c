@@ -587,3 +587,46 @@ Test(s3_cache, concurrent_puts_stay_under_the_bound)
                  (unsigned long long)stats(c).stored_bytes);
     s3_cache_free(c);
 }
+
+/* A readahead segment whose chunks were kept one by one (read before the
+ * readahead started) is filled from their entries, a chunk across its end
+ * included; only what none holds is left to fetch, and a damaged chunk
+ * entry is among it, never served. */
+Test(s3_cache, a_segment_is_filled_from_the_entries_of_its_chunks)
+{
+    s3_cache *c = open_cache(0);
+    char tag[S3_CACHE_TAG_LEN], path[4096];
+    tag_of("\"e1\"", tag);
+    uint8_t *in = malloc(2 * SEG), *out = malloc(SEG);
+    fill(in, 2 * SEG, 0);
+    /* Chunks [0, 1M) [1M, 2.5M) and [3.5M, 5M), across the segment's end. */
+    uint64_t at[] = {0, 1u << 20, 7u << 19}, len[] = {1u << 20, 3u << 19, 3u << 19};
+    for (int i = 0; i < 3; i++)
+        s3_cache_put(c, tag, at[i], in + at[i], len[i]);
+    uint64_t from;
+    size_t n;
+    memset(out, 0, SEG);
+    cr_assert_eq(s3_cache_fill(c, tag, 0, out, SEG, &from, &n), 0);
+    cr_assert_eq(from, 5u << 19);
+    cr_assert_eq(n, 1u << 20, "%zu bytes to fetch", n);
+    cr_assert_eq(memcmp(out, in, 5u << 19), 0);
+    cr_assert_eq(memcmp(out + (7u << 19), in + (7u << 19), 1u << 19), 0);
+    /* Once the gap is held as well, the segment is all the cache's. */
+    s3_cache_put(c, tag, 5u << 19, in + (5u << 19), 1u << 20);
+    memset(out, 0, SEG);
+    cr_assert_eq(s3_cache_fill(c, tag, 0, out, SEG, &from, &n), 1);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(memcmp(out, in, SEG), 0);
+    /* A flipped byte in the second chunk: its part is fetched again. */
+    entry_path(tag, 1u << 20, 3u << 19, path);
+    flip_byte(path, 3u << 19);
+    cr_assert_eq(s3_cache_fill(c, tag, 0, out, SEG, &from, &n), 0);
+    cr_assert_eq(from, 1u << 20);
+    cr_assert_eq(n, 3u << 19);
+    ckpt_store_cache_stats st = stats(c);
+    cr_assert_eq(st.hits, 1);
+    cr_assert_eq(st.misses, 2);
+    free(in);
+    free(out);
+    s3_cache_free(c);
+}
