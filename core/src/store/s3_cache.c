@@ -682,10 +682,14 @@ void s3_cache_keep(s3_cache *c, const char *tag, uint64_t off, const void *buf, 
     if (meta != small)
         free(meta);
     int e = w < 0 ? (int)-w : 0;
-    struct stat st;
-    uint64_t took = e == 0 && fstat(fd, &st) == 0 ? disk_bytes(&st) : need;
     if (close(fd) != 0 && !e)
         e = errno;
+    /* Once closed: a file system may hold blocks past the end of a file
+     * being written (XFS's speculative preallocation) and let them go at
+     * its close. */
+    struct stat st;
+    uint64_t took =
+        e == 0 && fstatat(c->dirfd, tmp, &st, AT_SYMLINK_NOFOLLOW) == 0 ? disk_bytes(&st) : need;
     /* A damaged file this one replaces was counted: it goes. */
     uint64_t replaced =
         fstatat(c->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? disk_bytes(&st) : 0;
