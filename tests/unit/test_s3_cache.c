@@ -7,8 +7,10 @@
  * across two segments from both; another ETag never reads an older version's
  * bytes; the directory stays under its bound. The mount's use of it
  * against a real gateway is tests/integration/test_s3_mount.sh. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -460,5 +462,171 @@ Test(s3_cache, a_killed_puts_temporary_file_is_removed)
     c = open_cache(0);
     cr_assert_neq(access(stale, F_OK), 0, "an hour-old temporary file is still there");
     cr_assert_eq(access(fresh, F_OK), 0, "a put's temporary file in use was removed");
+    s3_cache_free(c);
+}
+
+/* The disk bytes (st_blocks) of the directory's regular files, entries and
+ * temporary files alike. */
+static uint64_t disk_bytes_now(void)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cache", dir);
+    DIR *d = opendir(path);
+    cr_assert_not_null(d);
+    uint64_t n = 0;
+    struct dirent *de;
+    struct stat st;
+    while ((de = readdir(d)))
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+            n += (uint64_t)st.st_blocks * 512;
+    closedir(d);
+    return n;
+}
+
+/* The bound is on what the disk holds: an index entry of 300 bytes takes
+ * a 4 KiB block, and a count of sizes let a directory of small entries
+ * take 13 times its bound. */
+Test(s3_cache, the_count_is_of_disk_blocks)
+{
+    s3_cache *c = open_cache(0);
+    char tag[S3_CACHE_TAG_LEN];
+    tag_of("\"e1\"", tag);
+    uint8_t buf[300];
+    for (unsigned i = 0; i < 20; i++) {
+        fill(buf, sizeof buf, i * 1000);
+        s3_cache_put(c, tag, i * 1000, buf, sizeof buf);
+    }
+    cr_assert_eq(stats(c).stored_bytes, disk_bytes_now(), "counted %llu, the disk holds %llu",
+                 (unsigned long long)stats(c).stored_bytes, (unsigned long long)disk_bytes_now());
+    s3_cache_free(c);
+    c = open_cache(0);
+    cr_assert_eq(stats(c).stored_bytes, disk_bytes_now());
+    s3_cache_free(c);
+}
+
+/* A damaged file replaced by the next put was counted once more, until the
+ * next scan. */
+Test(s3_cache, a_replaced_file_is_counted_once)
+{
+    s3_cache *c = open_cache(0);
+    char tag[S3_CACHE_TAG_LEN], path[4096];
+    tag_of("\"e1\"", tag);
+    size_t len = 100000;
+    uint8_t *in = malloc(len), *out = malloc(len);
+    fill(in, len, 0);
+    s3_cache_put(c, tag, 0, in, len);
+    uint64_t once = stats(c).stored_bytes;
+    entry_path(tag, 0, len, path);
+    flip_byte(path, len);
+    cr_assert_eq(s3_cache_get(c, tag, 0, out, len, 0, 0), 0);
+    s3_cache_put(c, tag, 0, in, len);
+    cr_assert_eq(stats(c).stored_bytes, once, "%llu counted after the replacement, %llu before",
+                 (unsigned long long)stats(c).stored_bytes, (unsigned long long)once);
+    cr_assert_eq(stats(c).stored_bytes, disk_bytes_now());
+    free(in);
+    free(out);
+    s3_cache_free(c);
+}
+
+struct putter {
+    s3_cache *c;
+    const char *tag;
+    unsigned first;
+};
+
+static void *putter_run(void *arg)
+{
+    struct putter *p = arg;
+    uint8_t *buf = malloc(SEG);
+    for (unsigned i = p->first; i < p->first + 8; i++) {
+        fill(buf, SEG, (uint64_t)i * SEG);
+        s3_cache_put(p->c, p->tag, (uint64_t)i * SEG, buf, SEG);
+    }
+    free(buf);
+    return NULL;
+}
+
+static int putting;
+static void *watch_disk(void *arg)
+{
+    uint64_t *peak = arg;
+    while (__atomic_load_n(&putting, __ATOMIC_RELAXED)) {
+        uint64_t n = disk_bytes_now();
+        *peak = n > *peak ? n : *peak;
+    }
+    return NULL;
+}
+
+/* The readahead's threads keep several 4 MiB segments at once: each was
+ * counted only once written, and a scan brought the count to 90% while
+ * the others were still writing, so a directory bounded at 20 MB held
+ * 24.6 MB in a mount. What is written and what is being written now stay
+ * under the bound together. */
+Test(s3_cache, concurrent_puts_stay_under_the_bound)
+{
+    uint64_t max = 20u << 20, peak = 0;
+    s3_cache *c = open_cache(max);
+    char tag[S3_CACHE_TAG_LEN];
+    tag_of("\"e1\"", tag);
+    pthread_t w, t[6];
+    struct putter p[6];
+    putting = 1;
+    cr_assert_eq(pthread_create(&w, NULL, watch_disk, &peak), 0);
+    for (unsigned i = 0; i < 6; i++) {
+        p[i] = (struct putter){c, tag, i * 8};
+        cr_assert_eq(pthread_create(&t[i], NULL, putter_run, &p[i]), 0);
+    }
+    for (unsigned i = 0; i < 6; i++)
+        pthread_join(t[i], NULL);
+    __atomic_store_n(&putting, 0, __ATOMIC_RELAXED);
+    pthread_join(w, NULL);
+    cr_assert_leq(peak, max, "the directory held %llu bytes for a bound of %llu",
+                  (unsigned long long)peak, (unsigned long long)max);
+    cr_assert_leq(stats(c).stored_bytes, max);
+    cr_assert_gt(stats(c).stored_bytes, max / 2, "the cache kept little: %llu bytes",
+                 (unsigned long long)stats(c).stored_bytes);
+    s3_cache_free(c);
+}
+
+/* A readahead segment whose chunks were kept one by one (read before the
+ * readahead started) is filled from their entries, a chunk across its end
+ * included; only what none holds is left to fetch, and a damaged chunk
+ * entry is among it, never served. */
+Test(s3_cache, a_segment_is_filled_from_the_entries_of_its_chunks)
+{
+    s3_cache *c = open_cache(0);
+    char tag[S3_CACHE_TAG_LEN], path[4096];
+    tag_of("\"e1\"", tag);
+    uint8_t *in = malloc(2 * SEG), *out = malloc(SEG);
+    fill(in, 2 * SEG, 0);
+    /* Chunks [0, 1M) [1M, 2.5M) and [3.5M, 5M), across the segment's end. */
+    uint64_t at[] = {0, 1u << 20, 7u << 19}, len[] = {1u << 20, 3u << 19, 3u << 19};
+    for (int i = 0; i < 3; i++)
+        s3_cache_put(c, tag, at[i], in + at[i], len[i]);
+    uint64_t from;
+    size_t n;
+    memset(out, 0, SEG);
+    cr_assert_eq(s3_cache_fill(c, tag, 0, out, SEG, &from, &n), 0);
+    cr_assert_eq(from, 5u << 19);
+    cr_assert_eq(n, 1u << 20, "%zu bytes to fetch", n);
+    cr_assert_eq(memcmp(out, in, 5u << 19), 0);
+    cr_assert_eq(memcmp(out + (7u << 19), in + (7u << 19), 1u << 19), 0);
+    /* Once the gap is held as well, the segment is all the cache's. */
+    s3_cache_put(c, tag, 5u << 19, in + (5u << 19), 1u << 20);
+    memset(out, 0, SEG);
+    cr_assert_eq(s3_cache_fill(c, tag, 0, out, SEG, &from, &n), 1);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(memcmp(out, in, SEG), 0);
+    /* A flipped byte in the second chunk: its part is fetched again. */
+    entry_path(tag, 1u << 20, 3u << 19, path);
+    flip_byte(path, 3u << 19);
+    cr_assert_eq(s3_cache_fill(c, tag, 0, out, SEG, &from, &n), 0);
+    cr_assert_eq(from, 1u << 20);
+    cr_assert_eq(n, 3u << 19);
+    ckpt_store_cache_stats st = stats(c);
+    cr_assert_eq(st.hits, 1);
+    cr_assert_eq(st.misses, 2);
+    free(in);
+    free(out);
     s3_cache_free(c);
 }

@@ -73,8 +73,10 @@ static ssize_t get_and_keep(s3_reader *sr, void *buf, size_t len, uint64_t off, 
     return got;
 }
 
-/* A segment for the readahead: from the cache when it holds it, else one
- * GET, then kept. The readahead runs several of these at once, ahead of
+/* A segment for the readahead: from the cache when it holds it (its own
+ * file, or the files of the chunks read before the readahead started,
+ * which a remount's readahead may start earlier than the first read's
+ * did), else one GET of the span the cache lacks, then kept whole. The readahead runs several of these at once, ahead of
  * a sequential reader, so a cached object is read back from its cache
  * files in parallel, as it is fetched from the store. Before, a hit was
  * one file per chunk read in the reader's thread, each read waiting for
@@ -84,9 +86,17 @@ static ssize_t get_and_keep(s3_reader *sr, void *buf, size_t len, uint64_t off, 
 static ssize_t ra_fetch(void *ud, void *buf, size_t len, uint64_t off, ckpt_err *err)
 {
     s3_reader *sr = ud;
-    if (sr->cached && s3_cache_get(sr->s->cache, sr->tag, off, buf, len, 0, 0))
+    if (!sr->cached)
+        return get_range(sr, buf, len, off, err);
+    uint64_t from;
+    size_t n;
+    if (s3_cache_fill(sr->s->cache, sr->tag, off, buf, len, &from, &n))
         return (ssize_t)len;
-    return get_and_keep(sr, buf, len, off, err);
+    ssize_t got = get_range(sr, (uint8_t *)buf + (from - off), n, from, err);
+    if (got != (ssize_t)n)
+        return got < 0 ? got : -EIO;
+    s3_cache_keep(sr->s->cache, sr->tag, off, buf, len, n);
+    return (ssize_t)len;
 }
 
 /* From the cache (the range's own entry, or the segments that hold it);

@@ -238,8 +238,19 @@ int s3_cache_tag(const char *bucket, const char *key, const char *etag, char out
  * damaged entry is a miss. Thread-safe. */
 int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len, uint64_t seg,
                  uint64_t size);
+/* 1 and buf filled when [off, off + len) is cached: its own entry, or
+ * the entries of its parts (a segment whose chunks were cached one by one
+ * before the readahead started). Else 0, buf holding what the cache has
+ * and [*miss_off, + *miss_len) spanning what it lacks, the bytes to fetch.
+ * Counts one hit or one miss. Thread-safe. */
+int s3_cache_fill(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len,
+                  uint64_t *miss_off, size_t *miss_len);
 /* Keeps a range just read from the store; failures only cost a later miss. */
 void s3_cache_put(s3_cache *c, const char *tag, uint64_t off, const void *buf, size_t len);
+/* The same, for a range of which fetched bytes came from the store (the
+ * rest from the cache: s3_cache_fill). */
+void s3_cache_keep(s3_cache *c, const char *tag, uint64_t off, const void *buf, size_t len,
+                   size_t fetched);
 void s3_cache_stats(s3_cache *c, ckpt_store_cache_stats *out);
 
 /* ----------------------------------------------- readahead (s3_readahead.c) */
