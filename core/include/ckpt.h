@@ -328,7 +328,9 @@ int ckpt_chunk_decode(ckpt_pack *p, size_t id, void *out, ckpt_err *err);
  * each lies right after the one before in the pack, as written) read at
  * once: an object store fetches them with one request where decoding them
  * one by one makes one each. *stored (free() it) holds them; decode each
- * with ckpt_chunk_decode_stored. The number of chunks read, or -errno. */
+ * with ckpt_chunk_decode_stored. The number of chunks read, or -errno:
+ * -EAGAIN when the store would rather have them read one by one (it has
+ * them nearby, in its cache). */
 ssize_t ckpt_chunks_fetch(ckpt_pack *p, size_t first, size_t n, void **stored, ckpt_err *err);
 /* ckpt_chunk_decode of chunk id of a run that ckpt_chunks_fetch(p, first,
  * ...) read into stored. Thread-safe, as ckpt_chunk_decode. */

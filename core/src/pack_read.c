@@ -1118,6 +1118,9 @@ ssize_t ckpt_chunks_fetch(ckpt_pack *p, size_t first, size_t n, void **stored, c
     }
     if (r < 0) {
         free(buf);
+        if (r == -EAGAIN)
+            return ckpt_fail(err, -EAGAIN, "%s: chunks %zu-%zu are better read one by one", p->path,
+                             first, first + count - 1);
         return chunk_read_fault(p, first, (int)r, &why, err);
     }
     *stored = buf;

@@ -350,7 +350,7 @@ static int plan_chunks(reader *r, checkpoint *c, size_t file_index, uint64_t sta
 
 /* Fills plan->chunks[from ..] that are one run of the pack: read with one
  * request, decoded on the pool but for the first, which is decoded here.
- * How many it filled (0: none, the run could not be read at all). */
+ * How many it filled (0: none, they are to be read one by one). */
 static size_t fill_run(reader *r, checkpoint *c, read_plan *plan, size_t from, size_t n)
 {
     plan_chunk *pcs = &plan->chunks[from];
@@ -359,6 +359,10 @@ static size_t fill_run(reader *r, checkpoint *c, read_plan *plan, size_t from, s
         return 0;
     ckpt_err err = {0};
     ssize_t got = ckpt_chunks_fetch(c->pack, pcs[0].id, n, &run->stored, &err);
+    if (got == -EAGAIN) {
+        free(run);
+        return 0;
+    }
     if (got < 0) {
         free(run);
         /* The chunks' own reads would fail alike, each after its retries. */

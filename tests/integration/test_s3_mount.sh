@@ -149,6 +149,14 @@ stat mnt-rr/big/model.safetensors >/dev/null
 got=$(rgw_reads mnt-rr/big/model.safetensors $((5 * M + M / 2 + 3 * M / 4)):65536 $((17 * M + M / 4 + 7 * M / 8)):65536)
 unmount_ckptfs mnt-rr
 [ "$got" = "0 0" ] && pass "a later read of one chunk of such a GET is a cache_dir hit ($got GETs)" || fail "a later read of one chunk of such a GET is a cache_dir hit" "GETs per read: $got"
+# A new daemon (a read near one before counts as sequential and prefetches
+# on): the same runs again are read chunk by chunk from cache_dir.
+mount_ckptfs s3://$BK/m mnt-rr "$LOG" -o ro,list_interval=3600,cache_dir="$TMP/cache-rr-m" || fail "remount for random reads" "$(tail -n 3 "$LOG")"
+stat mnt-rr/big/model.safetensors >/dev/null
+# shellcheck disable=SC2086
+got=$(rgw_reads mnt-rr/big/model.safetensors $RUNS)
+unmount_ckptfs mnt-rr
+[ "$got" = "0 0 0" ] && pass "the runs read again are cache_dir hits, byte-identical ($got GETs)" || fail "the runs read again are cache_dir hits, byte-identical" "GETs per read: $got"
 
 # ------------------------------------------------------ read-only mount
 if mount_ckptfs s3://$BK/m mnt-ro "$LOG" -o ro,cache_dir="$TMP/cache",cache_size=1M,list_interval=2; then pass "read-only mount of s3://$BK/m"; else fail "read-only mount" "$(tail -n 5 "$LOG")"; finish; fi

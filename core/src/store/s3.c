@@ -123,14 +123,21 @@ static ssize_t reader_borrow(store_reader *r, void *spare, size_t len, uint64_t 
     return read_uncached_ahead(sr, spare, len, off, err);
 }
 
-/* The pieces the cache holds from it; the rest with one GET, from the
- * first piece it lacks to the last (a hit between them is fetched again:
- * one request costs more than the bytes), each piece then kept on its own
- * so that a later read of any one of them finds it. */
+/* One GET for the run, each piece then kept in the cache on its own, so
+ * that a later read of any one of them finds it. A run the cache holds
+ * (its first piece, as a rule the rest with it) is -EAGAIN: read piece by
+ * piece, the pieces are read from their files in parallel, where one
+ * thread here would read them one after another (a warm random 1 MiB read
+ * took 4.4-4.7 ms that way against 3.4-3.6 ms). Pieces that the cache
+ * holds amid those it lacks are fetched again: a request costs more than
+ * the bytes. */
 static ssize_t reader_read_run(store_reader *r, void *buf, uint64_t off, const size_t *lens,
                                size_t n, ckpt_err *err)
 {
     s3_reader *sr = (s3_reader *)r;
+    if (sr->cached && n && lens[0] <= r->id.size && off <= r->id.size - lens[0] &&
+        s3_cache_holds(sr->s->cache, sr->tag, off, lens[0], s3_ra_segment_size(sr->ra), r->id.size))
+        return -EAGAIN;
     uint64_t at = off, miss_from = UINT64_MAX, miss_to = 0;
     for (size_t i = 0; i < n; at += lens[i++]) {
         if (at > r->id.size || lens[i] > r->id.size - at)

@@ -238,6 +238,10 @@ int s3_cache_tag(const char *bucket, const char *key, const char *etag, char out
  * damaged entry is a miss. Thread-safe. */
 int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len, uint64_t seg,
                  uint64_t size);
+/* 1 when s3_cache_get of the range would find its files (it may still
+ * find them damaged), without reading them or counting anything. */
+int s3_cache_holds(s3_cache *c, const char *tag, uint64_t off, size_t len, uint64_t seg,
+                   uint64_t size);
 /* Keeps a range just read from the store; failures only cost a later miss. */
 void s3_cache_put(s3_cache *c, const char *tag, uint64_t off, const void *buf, size_t len);
 void s3_cache_stats(s3_cache *c, ckpt_store_cache_stats *out);
