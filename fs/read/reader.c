@@ -1,8 +1,8 @@
 #include "reader.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
