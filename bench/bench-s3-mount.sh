@@ -10,6 +10,9 @@
 # daemon (or s3fs); the comparisons are the median of 3 runs, with the load
 # average printed beside them (the machine may be shared).
 # Usage: bench/bench-s3-mount.sh [WORKDIR]
+#   RANDOM_ONLY=1: only the random reads, and a cold sequential read
+#   BASE_CKPTFS=PATH: also run those through this ckptfs (an older build),
+#   alternating with this one, for a before/after in the same run
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=${B:-build}
@@ -45,6 +48,65 @@ echo "checkpoint: $F $((SZ>>20)) MiB, pack $((PACK>>20)) MiB; Ceph $(ceph --vers
 # until the last minute's load is below 1.5.
 for _ in $(seq 90); do awk '{ exit !($1 < 1.5) }' /proc/loadavg && break; sleep 1; done
 echo "load before the runs: $(load)"
+# Random reads: 40 at offsets drawn with a fixed seed (4 KiB aligned, not
+# near 0, where a reader counts as sequential); the page cache is dropped
+# for the file before each (posix_fadvise DONTNEED), so every read reaches
+# the daemon. Cold: a new daemon and dropped caches for each size (its
+# decoded-chunk cache keeps the chunks it saw, but 40 random reads of 873
+# chunks seldom meet). Warm: the same from a cache_dir that a full read
+# filled. curl: 20 ranged GETs of the same size at random offsets of the
+# pack object, each on a new connection, its time_total (without the time
+# a new curl process takes to start, 10 ms and more here).
+rand_reads() {
+    python3 - "$1" "$2" <<'PY'
+import os, random, statistics, sys
+import time
+fd = os.open(sys.argv[1], os.O_RDONLY); size = int(sys.argv[2]); n = os.fstat(fd).st_size
+random.seed(size); lat = []
+for _ in range(40):
+    off = random.randrange(4 << 20, n - size) & ~4095
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    t = time.perf_counter(); os.pread(fd, size, off); lat.append(time.perf_counter() - t)
+print("%.2f" % (statistics.median(lat) * 1e3))
+PY
+}
+curl_ranged() {
+    local lat=() o i
+    for i in $(seq 20); do
+        o=$(((RANDOM * 32768 + RANDOM) % (PACK - $1) / 4096 * 4096))
+        lat+=("$(sig -o /dev/null -w '%{time_total}' -H "Range: bytes=$o-$((o + $1 - 1))" "$S3_ENDPOINT/bench/p/big.tpack" | awk '{print $1 * 1000}')")
+    done
+    med "${lat[@]}"
+}
+# A cold sequential read beside them: what the random reads' fetching must
+# not slow.
+cold_cat() {
+    mnt s3://bench/p m-ro -o ro; drop; t0=$(now); cat m-ro/big/$F >/dev/null; t1=$(now)
+    fusermount3 -u m-ro; wait $P; secs $t0 $t1
+}
+random_reads() {
+    local sz label cold warm c
+    for sz in 4096 65536 1048576; do
+        label=$((sz >> 10))KiB; [ $sz -eq 1048576 ] && label=1MiB
+        mnt s3://bench/p m-ro -o ro; drop; stat m-ro/big/$F >/dev/null; cold=$(rand_reads m-ro/big/$F $sz); fusermount3 -u m-ro; wait $P
+        mnt s3://bench/p m-ro -o ro,cache_dir="$W/cache",cache_size=1M; drop; stat m-ro/big/$F >/dev/null; warm=$(rand_reads m-ro/big/$F $sz); fusermount3 -u m-ro; wait $P
+        c=$(curl_ranged $sz)
+        printf '%s random %-6s through the mount: cold %6s ms (%sx curl), warm from cache_dir %6s ms; one ranged GET by curl %s ms (load %s)\n' \
+            "$1" "$label" "$cold" "$(python3 -c "print(round($cold/$c,2))")" "$warm" "$c" "$(load)"
+    done
+    echo "$1 cold cat of the safetensors through the mount: $(cold_cat) s"
+}
+mnt s3://bench/p m-ro -o ro,cache_dir="$W/cache",cache_size=1M; cat m-ro/big/$F >/dev/null; fusermount3 -u m-ro; wait $P
+if [ -n "${BASE_CKPTFS:-}" ]; then
+    NEW_BIN=$BIN; mkdir -p base-bin; ln -sf "$BASE_CKPTFS" base-bin/ckptfs
+    for run in 1 2; do
+        BIN=$W/base-bin; random_reads "before:"
+        BIN=$NEW_BIN; random_reads "after: "
+    done
+else
+    random_reads "mount:"
+fi
+[ -n "${RANDOM_ONLY:-}" ] && exit 0
 T_CURL=(); T_MNT=(); T_S3FS=()
 for run in 1 2 3; do
     drop; t0=$(now); sig -o /dev/null "$S3_ENDPOINT/bench/p/big.tpack"; t1=$(now); T_CURL+=("$(secs $t0 $t1)")
@@ -65,20 +127,6 @@ echo "  mount vs curl: time $(python3 -c "print(round($tc/$tm,2))")x, MB/s deliv
 if [ ${#T_S3FS[@]} -gt 0 ]; then ts=$(med "${T_S3FS[@]}")
     echo "s3fs cat of the same safetensors:         $(mbs $SZ 0 $ts) MB/s (median $ts s); mount vs s3fs $(python3 -c "print(round($ts/$tm,2))")x"
 else echo "s3fs: not installed"; fi
-mnt s3://bench/p m-ro -o ro
-python3 - m-ro/big/$F $SZ <<'P'
-import os, random, statistics, sys, time
-fd = os.open(sys.argv[1], os.O_RDONLY); n = int(sys.argv[2]); random.seed(1); lat = []
-for _ in range(40):
-    off = random.randrange(0, n - 65536) & ~4095
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); t = time.perf_counter(); os.pread(fd, 65536, off); lat.append(time.perf_counter() - t)
-print("random 64 KiB read through the mount:     median %.2f ms (cold-ish: the decoded-chunk cache keeps chunks it saw)" % (statistics.median(lat) * 1e3))
-P
-# curl's own time_total: the request on a new connection, without the
-# time a new curl process takes to start (10 ms and more here).
-lat=(); for i in $(seq 20); do o=$((RANDOM * 4096)); lat+=("$(sig -o /dev/null -w '%{time_total}' -H "Range: bytes=$o-$((o+65535))" "$S3_ENDPOINT/bench/p/big.tpack" | awk '{print $1 * 1000}')"); done
-echo "one ranged 64 KiB GET (curl time_total):  median $(printf '%s\n' "${lat[@]}" | sort -g | sed -n 10p | cut -c1-5) ms"
-fusermount3 -u m-ro; wait $P
 if PYS=$(B=$B "$ROOT/scripts/venv.sh" streamer 2>streamer-venv.log); then
     case $PYS in /*) ;; *) PYS=$ROOT/$PYS ;; esac
     T_ST=(); T_STM=()

@@ -324,6 +324,18 @@ int ckpt_chunk_locate(const ckpt_pack *p, size_t file_index, uint64_t off, ckpt_
 /* Decodes chunk id into out, which holds at least its decoded size.
  * Thread-safe; independent chunks can be decoded in parallel. */
 int ckpt_chunk_decode(ckpt_pack *p, size_t id, void *out, ckpt_err *err);
+/* The stored bytes of chunks first, first + 1, ... (up to n of them, while
+ * each lies right after the one before in the pack, as written) read at
+ * once: an object store fetches them with one request where decoding them
+ * one by one makes one each. *stored (free() it) holds them; decode each
+ * with ckpt_chunk_decode_stored. The number of chunks read, or -errno:
+ * -EAGAIN when the store would rather have them read one by one (it has
+ * them nearby, in its cache). */
+ssize_t ckpt_chunks_fetch(ckpt_pack *p, size_t first, size_t n, void **stored, ckpt_err *err);
+/* ckpt_chunk_decode of chunk id of a run that ckpt_chunks_fetch(p, first,
+ * ...) read into stored. Thread-safe, as ckpt_chunk_decode. */
+int ckpt_chunk_decode_stored(ckpt_pack *p, size_t first, const void *stored, size_t id, void *out,
+                             ckpt_err *err);
 /* If chunk id is stored raw and unencrypted, its bytes can be read straight
  * from the pack file at *pack_offset (for zero-copy); returns 1, else 0. */
 int ckpt_chunk_plain_at(const ckpt_pack *p, size_t id, uint64_t *pack_offset);

@@ -1017,39 +1017,24 @@ static int chunk_read_fault(ckpt_pack *p, size_t id, int rc, const ckpt_err *why
     return rc == -ESTALE ? rc : r;
 }
 
-int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
+/* Decodes chunk id from its stored bytes (src, already read) into out. */
+static int decode_stored(ckpt_pack *p, size_t id, const uint8_t *src, uint8_t *out, ckpt_err *err)
 {
     const chunk *c = &p->chunks[id];
     int enc = p->keys.subkey != NULL;
     if (c->codec == CODEC_STORED && !enc) {
-        ckpt_err why;
-        int rc = read_exact(p->obj, out, c->raw_size, c->offset, &why);
-        if (rc < 0)
-            return chunk_read_fault(p, id, rc, &why, err);
+        if (src != out)
+            memcpy(out, src, c->raw_size);
         if (!FUZZING_SKIPS_CHECKSUMS && (uint32_t)libdeflate_crc32(0, out, c->raw_size) != c->crc)
             return chunk_fault(p, id, "checksum mismatch", err);
         return 0;
     }
-    uint8_t *stored = chunk_decode_buf(DECODE_BUF_STORED, c->stored_size ? c->stored_size : 1);
     uint8_t *scratch = c->codec == CODEC_BYTEGROUP
                            ? chunk_decode_buf(DECODE_BUF_SCRATCH, c->raw_size ? c->raw_size : 1)
                            : NULL;
-    uint8_t *payload = NULL;
-    void *hold = NULL;
+    if (c->codec == CODEC_BYTEGROUP && !scratch)
+        return ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
     size_t plen = c->stored_size;
-    int rc = 0;
-    if (!stored || (c->codec == CODEC_BYTEGROUP && !scratch)) {
-        rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
-        goto done;
-    }
-    ckpt_err read_err;
-    const void *in;
-    rc = borrow_exact(p->obj, stored, c->stored_size, c->offset, &in, &hold, &read_err);
-    if (rc < 0) {
-        rc = chunk_read_fault(p, id, rc, &read_err, err);
-        goto done;
-    }
-    const uint8_t *src = in;
     if (enc) {
         const extent *e = &p->extents[c->extent_index];
         uint8_t ad[CHUNK_AD_BYTES];
@@ -1057,31 +1042,98 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
                  c->elem_size);
         plen = c->stored_size - TPACK_AEAD_TAG;
         /* Stored chunks decrypt straight into the caller's buffer. */
-        payload =
+        uint8_t *payload =
             c->codec == CODEC_STORED ? out : chunk_decode_buf(DECODE_BUF_PLAIN, plen ? plen : 1);
-        if (!payload) {
-            rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
-            goto done;
-        }
-        if (aead_open(&p->keys, id, ad, sizeof ad, src, c->stored_size, payload) < 0) {
-            rc = chunk_fault(p, id, "authentication failed", err);
-            goto done;
-        }
+        if (!payload)
+            return ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
+        if (aead_open(&p->keys, id, ad, sizeof ad, src, c->stored_size, payload) < 0)
+            return chunk_fault(p, id, "authentication failed", err);
         src = payload;
     }
     const char *why = NULL;
     if (chunk_decode(src, plen, c->codec, c->elem_size, p->version, out, c->raw_size, scratch,
-                     &why) < 0) {
-        rc = chunk_fault(p, id, why, err);
-        goto done;
-    }
+                     &why) < 0)
+        return chunk_fault(p, id, why, err);
     if (!FUZZING_SKIPS_CHECKSUMS && !enc &&
         (uint32_t)libdeflate_crc32(0, out, c->raw_size) != c->crc)
-        rc = chunk_fault(p, id, "checksum mismatch", err);
-done:
+        return chunk_fault(p, id, "checksum mismatch", err);
+    return 0;
+}
+
+int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
+{
+    const chunk *c = &p->chunks[id];
+    ckpt_err why;
+    if (c->codec == CODEC_STORED && !p->keys.subkey) {
+        int rc = read_exact(p->obj, out, c->raw_size, c->offset, &why);
+        return rc < 0 ? chunk_read_fault(p, id, rc, &why, err)
+                      : decode_stored(p, id, out, out, err);
+    }
+    uint8_t *stored = chunk_decode_buf(DECODE_BUF_STORED, c->stored_size ? c->stored_size : 1);
+    if (!stored)
+        return ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
+    const void *in;
+    void *hold;
+    int rc = borrow_exact(p->obj, stored, c->stored_size, c->offset, &in, &hold, &why);
+    if (rc < 0)
+        return chunk_read_fault(p, id, rc, &why, err);
+    rc = decode_stored(p, id, in, out, err);
     if (hold)
         p->obj->ops->release(p->obj, hold);
     return rc;
+}
+
+/* A FUSE read spans at most 1 MiB, 2 or 3 chunks; a run this long is
+ * several reads' worth. */
+#define CHUNK_RUN_MAX 64
+
+ssize_t ckpt_chunks_fetch(ckpt_pack *p, size_t first, size_t n, void **stored, ckpt_err *err)
+{
+    *stored = NULL;
+    if (first >= p->n_chunks || n == 0)
+        return ckpt_fail(err, -EINVAL, "%s: no chunk %zu", p->path, first);
+    if (n > p->n_chunks - first)
+        n = p->n_chunks - first;
+    if (n > CHUNK_RUN_MAX)
+        n = CHUNK_RUN_MAX;
+    const chunk *c = &p->chunks[first];
+    /* Chunks are written back to back, but an index may say otherwise. */
+    size_t count = 1, len = c->stored_size;
+    while (count < n && c[count].offset == c[count - 1].offset + c[count - 1].stored_size &&
+           len <= SIZE_MAX - c[count].stored_size)
+        len += c[count++].stored_size;
+    size_t lens[CHUNK_RUN_MAX];
+    for (size_t i = 0; i < count; i++)
+        lens[i] = c[i].stored_size;
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        return ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
+    ckpt_err why = {0};
+    ssize_t r;
+    if (p->obj->ops->read_run) {
+        r = p->obj->ops->read_run(p->obj, buf, c->offset, lens, count, &why);
+    } else {
+        r = p->obj->ops->read_at(p->obj, buf, len, c->offset, &why);
+        r = r < 0 ? r : (size_t)r < len ? -ENODATA : 0;
+    }
+    if (r < 0) {
+        free(buf);
+        if (r == -EAGAIN)
+            return ckpt_fail(err, -EAGAIN, "%s: chunks %zu-%zu are better read one by one", p->path,
+                             first, first + count - 1);
+        return chunk_read_fault(p, first, (int)r, &why, err);
+    }
+    *stored = buf;
+    return (ssize_t)count;
+}
+
+int ckpt_chunk_decode_stored(ckpt_pack *p, size_t first, const void *stored, size_t id, void *out,
+                             ckpt_err *err)
+{
+    if (id >= p->n_chunks || id < first)
+        return ckpt_fail(err, -EINVAL, "%s: no chunk %zu in the run from %zu", p->path, id, first);
+    const uint8_t *src = (const uint8_t *)stored + (p->chunks[id].offset - p->chunks[first].offset);
+    return decode_stored(p, id, src, out, err);
 }
 
 int ckpt_chunk_decode(ckpt_pack *p, size_t id, void *out, ckpt_err *err)

@@ -40,6 +40,16 @@ struct chunk_entry {
     int spent; /* read to its end by a sequential reader: recycled first */
 };
 
+void chunk_entry_prefault(chunk_entry *e)
+{
+#ifdef MADV_POPULATE_WRITE
+    /* Before Linux 5.14, EINVAL: the filler faults them in, as it did. */
+    madvise(e->data, e->capacity, MADV_POPULATE_WRITE);
+#else
+    (void)e;
+#endif
+}
+
 struct chunk_cache {
     pthread_mutex_t lock;
     pthread_cond_t loaded;

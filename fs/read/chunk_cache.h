@@ -30,6 +30,11 @@ int chunk_cache_reserve(chunk_cache *c, uint64_t pack, uint64_t id, size_t size,
 
 /* The filler's buffer (size bytes, as asked). */
 uint8_t *chunk_entry_buffer(chunk_entry *e);
+/* Maps the pages of a LOADING entry's buffer that are not mapped yet (a
+ * buffer new to the cache has none), so that its filler does not take a
+ * page fault per 4 KiB; for a thread with nothing else to do while the
+ * filler waits for the bytes. The caller holds a pin. */
+void chunk_entry_prefault(chunk_entry *e);
 /* Ends loading; err < 0 marks the entry failed (and forgets it, so a later
  * read tries again) with the library's message. Wakes all waiters. */
 void chunk_cache_filled(chunk_cache *c, chunk_entry *e, int err, const char *msg);

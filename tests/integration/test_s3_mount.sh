@@ -110,6 +110,54 @@ last_stderr_has "a missing bucket says so" "no such bucket"
 run_cmd "$CKPTFS" -f -o endpoint=ftp://x s3://$BK/m mnt-bad
 if [ "$LAST_RC" -eq 2 ]; then pass "a bad endpoint is a usage error"; else fail "a bad endpoint is a usage error" "exit $LAST_RC"; fi
 
+# ------------------------------------------ random reads: GETs per read
+# A random 1 MiB read spans 2-3 chunks that no one has read yet; they lie
+# back to back in the pack, and each was its own ranged GET, started at
+# once, where the gateway's time to answer a GET, not its bytes, is most
+# of the latency: one GET for them all. The gateway's own counter of GETs
+# (its admin socket) is the witness. With cache_dir, each chunk of such a
+# GET is kept on its own: a later read of one of them alone is a hit.
+rgw_reads() {
+    "$PY" - "$1" big/model.safetensors "$RGW/run/client.rgw.a.asok" "${@:2}" <<'EOF_PY'
+import json, os, subprocess, sys
+got, want = (os.open(p, os.O_RDONLY) for p in sys.argv[1:3])
+gets = lambda: json.loads(subprocess.check_output(
+    ["ceph", "--admin-daemon", sys.argv[3], "perf", "dump"]))["rgw"]["get"]
+out = []
+for spec in sys.argv[4:]:  # OFFSET:LENGTH, far from 0 (a read at 0 is sequential)
+    off, n = (int(x) for x in spec.split(":"))
+    before = gets()
+    data = os.pread(got, n, off)
+    out.append("%d%s" % (gets() - before, "" if data == os.pread(want, n, off) else "(differs)"))
+print(" ".join(out))
+EOF_PY
+}
+M=$((1 << 20))
+RUNS="$((5 * M + M / 2)):$M $((17 * M + M / 4)):$M $((40 * M + M / 8)):$M"
+for p in m e; do
+    opts=ro,list_interval=3600,cache_dir=$TMP/cache-rr-$p
+    [ $p = e ] && opts=$opts,key_file=$TMP/key
+    mount_ckptfs s3://$BK/$p mnt-rr "$LOG" -o "$opts" || fail "mount s3://$BK/$p for random reads" "$(tail -n 3 "$LOG")"
+    stat mnt-rr/big/model.safetensors >/dev/null # opens the pack: its HEAD and index GETs
+    # shellcheck disable=SC2086
+    got=$(rgw_reads mnt-rr/big/model.safetensors $RUNS)
+    unmount_ckptfs mnt-rr
+    [ "$got" = "1 1 1" ] && pass "s3://$BK/$p: random 1 MiB reads over several chunks are one GET each, byte-identical ($got)" || fail "s3://$BK/$p: random reads over several chunks are one GET each, byte-identical" "GETs per read: $got"
+done
+mount_ckptfs s3://$BK/m mnt-rr "$LOG" -o ro,list_interval=3600,cache_dir="$TMP/cache-rr-m" || fail "remount for random reads" "$(tail -n 3 "$LOG")"
+stat mnt-rr/big/model.safetensors >/dev/null
+got=$(rgw_reads mnt-rr/big/model.safetensors $((5 * M + M / 2 + 3 * M / 4)):65536 $((17 * M + M / 4 + 7 * M / 8)):65536)
+unmount_ckptfs mnt-rr
+[ "$got" = "0 0" ] && pass "a later read of one chunk of such a GET is a cache_dir hit ($got GETs)" || fail "a later read of one chunk of such a GET is a cache_dir hit" "GETs per read: $got"
+# A new daemon (a read near one before counts as sequential and prefetches
+# on): the same runs again are read chunk by chunk from cache_dir.
+mount_ckptfs s3://$BK/m mnt-rr "$LOG" -o ro,list_interval=3600,cache_dir="$TMP/cache-rr-m" || fail "remount for random reads" "$(tail -n 3 "$LOG")"
+stat mnt-rr/big/model.safetensors >/dev/null
+# shellcheck disable=SC2086
+got=$(rgw_reads mnt-rr/big/model.safetensors $RUNS)
+unmount_ckptfs mnt-rr
+[ "$got" = "0 0 0" ] && pass "the runs read again are cache_dir hits, byte-identical ($got GETs)" || fail "the runs read again are cache_dir hits, byte-identical" "GETs per read: $got"
+
 # ------------------------------------------------------ read-only mount
 if mount_ckptfs s3://$BK/m mnt-ro "$LOG" -o ro,cache_dir="$TMP/cache",cache_size=1M,list_interval=2; then pass "read-only mount of s3://$BK/m"; else fail "read-only mount" "$(tail -n 5 "$LOG")"; finish; fi
 ls mnt-ro >ls.out 2>&1

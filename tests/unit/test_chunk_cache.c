@@ -4,6 +4,8 @@
  * cached until the bound needs their room. */
 #include "testutil.h"
 
+#include <sys/mman.h>
+
 #include "read/chunk_cache.h"
 
 #define MIB (1u << 20)
@@ -86,5 +88,32 @@ Test(chunk_cache, spent_buffers_are_matched_by_size)
     const uint8_t *next = load(c, 3, 700 * 1024, 0);
     cr_assert_eq(next, big, "the 1 MiB spent buffer behind a small one was not found");
     cr_assert(cached(c, 2, 8192), "the small spent chunk was recycled instead");
+    chunk_cache_free(c);
+}
+
+/* Pages of [p, p + len) that are mapped in. */
+static size_t resident_pages(const uint8_t *p, size_t len)
+{
+    size_t pages = len / 4096, n = 0;
+    unsigned char *vec = malloc(pages);
+    cr_assert_eq(mincore((void *)p, len, vec), 0, "mincore: %s", strerror(errno));
+    for (size_t i = 0; i < pages; i++)
+        n += vec[i] & 1;
+    free(vec);
+    return n;
+}
+
+Test(chunk_cache, prefault_maps_a_new_buffer)
+{
+    chunk_cache *c = chunk_cache_new(64 * MIB);
+    int must_fill = 0;
+    chunk_entry *e = chunk_cache_acquire(c, 1, 1, MIB, &must_fill);
+    cr_assert(e && must_fill);
+    cr_assert_eq(resident_pages(chunk_entry_buffer(e), MIB), 0, "a new buffer has no pages yet");
+    chunk_entry_prefault(e);
+    size_t n = resident_pages(chunk_entry_buffer(e), MIB);
+    cr_assert_eq(n, MIB / 4096, "%zu of %u pages mapped after the prefault", n, MIB / 4096);
+    chunk_cache_filled(c, e, 0, NULL);
+    chunk_cache_release(c, e);
     chunk_cache_free(c);
 }

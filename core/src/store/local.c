@@ -113,7 +113,8 @@ static void reader_close(store_reader *r)
     free(lr);
 }
 
-static const store_reader_ops reader_ops = {reader_read_at, reader_fd, reader_close, NULL, NULL};
+static const store_reader_ops reader_ops = {
+    .read_at = reader_read_at, .fd = reader_fd, .close = reader_close};
 
 /* Takes fd (closed on failure): a reader if it is a regular file. */
 static int reader_from_fd(int fd, const char *shown_name, store_reader **out, ckpt_err *err)

@@ -13,7 +13,8 @@
  *            exact length; a sequential reader is served from segments
  *            fetched ahead in parallel (s3_readahead.c) by the same GETs,
  *            so after a replacement it may get bytes of its own generation
- *            fetched before, then -ESTALE
+ *            fetched before, then -ESTALE; a run of chunks that one random
+ *            read needs is one GET (read_run)
  *   write    s3_upload.c: multipart upload, completed by commit
  *   remove   HEAD (so a missing object is -ENOENT, as locally), DELETE
  *   rename   CopyObject then DELETE: NOT atomic (a reader may see both
@@ -132,6 +133,45 @@ static ssize_t reader_borrow(store_reader *r, void *spare, size_t len, uint64_t 
     return read_uncached_ahead(sr, spare, len, off, err);
 }
 
+/* One GET for the run, each piece then kept in the cache on its own, so
+ * that a later read of any one of them finds it. A run the cache holds
+ * (its first piece, as a rule the rest with it) is -EAGAIN: read piece by
+ * piece, the pieces are read from their files in parallel, where one
+ * thread here would read them one after another (a warm random 1 MiB read
+ * took 4.4-4.7 ms that way against 3.4-3.6 ms). Pieces that the cache
+ * holds amid those it lacks are fetched again: a request costs more than
+ * the bytes. */
+static ssize_t reader_read_run(store_reader *r, void *buf, uint64_t off, const size_t *lens,
+                               size_t n, ckpt_err *err)
+{
+    s3_reader *sr = (s3_reader *)r;
+    if (sr->cached && n && lens[0] <= r->id.size && off <= r->id.size - lens[0] &&
+        s3_cache_holds(sr->s->cache, sr->tag, off, lens[0], s3_ra_segment_size(sr->ra), r->id.size))
+        return -EAGAIN;
+    uint64_t at = off, miss_from = UINT64_MAX, miss_to = 0;
+    for (size_t i = 0; i < n; at += lens[i++]) {
+        if (at > r->id.size || lens[i] > r->id.size - at)
+            return -ENODATA;
+        if (sr->cached && s3_cache_get(sr->s->cache, sr->tag, at, (uint8_t *)buf + (at - off),
+                                       lens[i], s3_ra_segment_size(sr->ra), r->id.size))
+            continue;
+        if (miss_from == UINT64_MAX)
+            miss_from = at;
+        miss_to = at + lens[i];
+    }
+    if (miss_from == UINT64_MAX || miss_to == miss_from)
+        return 0;
+    ssize_t got = get_range(sr, (uint8_t *)buf + (miss_from - off), (size_t)(miss_to - miss_from),
+                            miss_from, err);
+    if (got < 0 || !sr->cached)
+        return got < 0 ? got : 0;
+    at = off;
+    for (size_t i = 0; i < n; at += lens[i++])
+        if (at >= miss_from && at + lens[i] <= miss_to && lens[i])
+            s3_cache_put(sr->s->cache, sr->tag, at, (uint8_t *)buf + (at - off), lens[i]);
+    return 0;
+}
+
 static void reader_release(store_reader *r, void *hold)
 {
     s3_ra_release(((s3_reader *)r)->ra, hold);
@@ -211,8 +251,12 @@ static void reader_close(store_reader *r)
     free(sr);
 }
 
-static const store_reader_ops reader_ops = {reader_read_at, reader_fd, reader_close, reader_borrow,
-                                            reader_release};
+static const store_reader_ops reader_ops = {.read_at = reader_read_at,
+                                            .fd = reader_fd,
+                                            .close = reader_close,
+                                            .borrow = reader_borrow,
+                                            .release = reader_release,
+                                            .read_run = reader_read_run};
 
 static int s3_open_read(ckpt_store *base, const char *name, store_reader **out, ckpt_err *err)
 {

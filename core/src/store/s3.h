@@ -245,6 +245,10 @@ int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t l
  * Counts one hit or one miss. Thread-safe. */
 int s3_cache_fill(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len,
                   uint64_t *miss_off, size_t *miss_len);
+/* 1 when s3_cache_get of the range would find its files (it may still
+ * find them damaged), without reading them or counting anything. */
+int s3_cache_holds(s3_cache *c, const char *tag, uint64_t off, size_t len, uint64_t seg,
+                   uint64_t size);
 /* Keeps a range just read from the store; failures only cost a later miss. */
 void s3_cache_put(s3_cache *c, const char *tag, uint64_t off, const void *buf, size_t len);
 /* The same, for a range of which fetched bytes came from the store (the

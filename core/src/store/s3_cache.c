@@ -530,6 +530,24 @@ static int load_from_segments(s3_cache *c, const char *tag, uint64_t off, void *
     return ok;
 }
 
+int s3_cache_holds(s3_cache *c, const char *tag, uint64_t off, size_t len, uint64_t seg,
+                   uint64_t size)
+{
+    char name[96];
+    struct stat st;
+    entry_name(tag, off, len, name);
+    if (fstatat(c->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        return 1;
+    if (!seg || !len || off >= size || len > size - off)
+        return 0;
+    for (uint64_t s_off = off / seg * seg; s_off < off + len; s_off += seg) {
+        entry_name(tag, s_off, (size_t)(size - s_off < seg ? size - s_off : seg), name);
+        if (fstatat(c->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            return 0;
+    }
+    return 1;
+}
+
 int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len, uint64_t seg,
                  uint64_t size)
 {

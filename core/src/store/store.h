@@ -76,6 +76,14 @@ typedef struct store_reader_ops {
     ssize_t (*borrow)(store_reader *r, void *spare, size_t len, uint64_t off, const void **data,
                       void **hold, ckpt_err *err);
     void (*release)(store_reader *r, void *hold);
+    /* Optional (NULL: read_at of the whole run): n pieces that lie back to
+     * back from off, piece i lens[i] bytes, into buf, with as few requests
+     * as the store can make (an S3 reader: one ranged GET for the pieces
+     * its cache lacks), each piece cached on its own, as read_at would
+     * have cached it. 0, or -errno (-ENODATA: the object ends first;
+     * -EAGAIN: the pieces are better read one by one, nothing was read). */
+    ssize_t (*read_run)(store_reader *r, void *buf, uint64_t off, const size_t *lens, size_t n,
+                        ckpt_err *err);
 } store_reader_ops;
 
 struct store_reader {
