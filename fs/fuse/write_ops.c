@@ -148,10 +148,20 @@ void wops_ckpt_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
         return;
     }
     rc = c->is_file ? -ENOTDIR : checkpoint_open(&fs->table, c);
+    /* A pack that cannot be opened (ckpt status: damaged) shows nothing
+     * inside to remove first, and is deleted where the user sees it, as
+     * on any filesystem. Not one whose key is not the mount's (EACCES):
+     * that is the mount's configuration, and the pack is likely fine. */
+    int damaged = rc == -EIO;
     if (rc == 0 && !checkpoint_is_empty(c))
         rc = -ENOTEMPTY;
-    if (rc == 0)
+    if (rc == 0 || damaged)
         rc = fs->writable ? wtable_remove_pack(&fs->wtable, name, 0) : -EROFS;
+    if (rc == 0 && damaged) {
+        char why[sizeof c->last_error];
+        checkpoint_get_error(c, why, sizeof why);
+        fslog_warn("checkpoint '%s': the pack deleted was damaged: %s", name, why);
+    }
     if (rc == 0)
         checkpoint_removed(&fs->table, c);
     checkpoint_forget(&fs->table, c, 1);

@@ -303,8 +303,9 @@ int wtable_create_link(wtable *t, const char *name, const char *target, wckpt **
  * until changed, whose commit packs a new generation over it. *out gets
  * a kernel reference; the existing writable one if there is one.
  * -EACCES: the pack's key is not the mount's; -EIO: the pack cannot be
- * opened (damaged), as its readers are told; -EROFS: its staging could not
- * be started; the log says why. */
+ * opened (damaged), as its readers are told; -ENOSPC (or -EDQUOT): no room
+ * to start its staging; -EROFS: its staging could not be started for
+ * another reason; the log says why. */
 int wtable_reopen(wtable *t, const char *name, wckpt **out);
 /* rmdir of a writable checkpoint directory: -ENOENT if name is none (then
  * it may be a pack), -ENOTDIR for a single-file one, -ENOTEMPTY, -EBUSY

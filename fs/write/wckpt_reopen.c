@@ -222,7 +222,9 @@ int wtable_reopen(wtable *t, const char *name, wckpt **out)
         }
         fslog_err("cannot write into checkpoint '%s': %s", name,
                   err.msg[0] ? err.msg : strerror(-rc));
-        return -EROFS;
+        /* A full disk is the writer's to hear, as from any disk, and goes
+         * away once there is room; the rest is no fault of the write. */
+        return rc == -ENOSPC || rc == -EDQUOT ? rc : -EROFS;
     }
     /* Not at LOG_INFO: what follows is not known yet. rm -r starts with an
      * unlink that reopens, and then deletes the checkpoint; with

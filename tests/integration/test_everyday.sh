@@ -236,25 +236,31 @@ expect_exit "tensors=bogus is a usage error" 2 "$CKPTFS" -f -o tensors=bogus "$B
 # ---------------------------------------------- the log without syslog
 
 # In the background with no /dev/log the daemon logs to BACKING/.ckptfs/log,
-# rotated. Where the system has /dev/log, it is hidden from the daemon
-# alone: a private mount namespace with a plain file bound over it.
+# rotated. /dev is shared: another test (test_ops) binds a syslog listener
+# at /dev/log for a few seconds, and a daemon that met it there logged to
+# it, not to the file. So the daemon alone gets a /dev of its own, in a
+# private mount namespace: the nodes it needs and no /dev/log, whatever
+# the system has or gets meanwhile.
 LBACK=$TMP/lback
-mkdir -p "$LBACK"
+mkdir -p "$LBACK" "$TMP/dev"
 for i in $(seq 60); do head -c 100 /dev/urandom >"$LBACK/bad-checkpoint-number-$i.tpack"; done
 cat >"$TMP/logrun.sh" <<EOF
 set -e
-if [ -e /dev/log ]; then : >"$TMP/not-a-socket"; mount --bind "$TMP/not-a-socket" /dev/log; fi
+if [ -n "\${PRIVATE_DEV:-}" ]; then
+    mount -t tmpfs -o mode=755 tmpfs "$TMP/dev"
+    cp -a /dev/fuse /dev/null /dev/zero /dev/random /dev/urandom "$TMP/dev/"
+    ln -s /proc/self/fd "$TMP/dev/fd"
+    mount --bind "$TMP/dev" /dev
+fi
 mkdir -p "$MNT"
 "$CKPTFS" -o log_max=4K "$LBACK" "$MNT"
 rc=0; "$CKPT" status "$MNT" >"$TMP/lstatus.out" || rc=\$?; echo \$rc >"$TMP/lstatus.rc"
 fusermount3 -u "$MNT"
 EOF
-if [ -e /dev/log ]; then
-    if command -v unshare >/dev/null && unshare -m true 2>/dev/null; then
-        run_cmd unshare -m --propagation private bash "$TMP/logrun.sh"
-    else
-        LAST_RC=77
-    fi
+if command -v unshare >/dev/null && unshare -m true 2>/dev/null; then
+    run_cmd unshare -m --propagation private env PRIVATE_DEV=1 bash "$TMP/logrun.sh"
+elif [ -e /dev/log ]; then
+    LAST_RC=77
 else
     run_cmd bash "$TMP/logrun.sh"
 fi

@@ -241,4 +241,46 @@ else
     fail "writable mount of packs with damaged indexes" "$(cat "$TMP/idx.log")"
 fi
 
+# ---------------------------------------------- removing a damaged checkpoint
+
+# Removed where it is seen, as on any filesystem: listing it still fails
+# (EIO), and rm -r then removes the directory it cannot read, which
+# deletes the pack. A pack whose key is not the mount's is not damaged:
+# it stays, EACCES.
+DEL=$TMP/del
+mkdir -p "$DEL"
+cp "$BACK/garbage.tpack" "$BACK/empty.tpack" "$BACK/truncated.tpack" "$BACK/enc.tpack" "$DEL/"
+cp "$BACK/plain.tpack" "$DEL/badindex.tpack"
+damage_index "$DEL/badindex.tpack"
+enc_sum=$(sha256sum <"$DEL/enc.tpack")
+if mount_ckptfs "$DEL" "$MNT" "$TMP/del.log" -o ro,key_file="$TMP/key2"; then
+    errno_is "read-only mount: rmdir of a damaged checkpoint: EROFS" EROFS rmdir "$MNT/garbage"
+    [ -f "$DEL/garbage.tpack" ] && pass "  its pack stays" || fail "  its pack stays"
+    unmount_ckptfs "$MNT"
+else
+    fail "read-only mount of damaged packs" "$(cat "$TMP/del.log")"
+fi
+if mount_ckptfs "$DEL" "$MNT" "$TMP/del.log" -o key_file="$TMP/key2"; then
+    expect_fail "ls of a damaged checkpoint still fails" ls "$MNT/badindex"
+    last_stderr_has "  with EIO" "Input/output error"
+    expect_ok "rm -r of a checkpoint whose index is damaged" rm -r "$MNT/badindex"
+    expect_absent "  deletes its pack" "$DEL/badindex.tpack"
+    [ -e "$MNT/badindex" ] && fail "  and it is gone from the mount" || pass "  and it is gone from the mount"
+    grep -q "checkpoint 'badindex': the pack deleted was damaged: $DEL/badindex.tpack: index checksum mismatch" \
+        "$TMP/del.log" && pass "  the log names the pack and says it was damaged" ||
+        fail "  the log names the pack and says it was damaged" "$(tail -3 "$TMP/del.log")"
+    expect_ok "rm -r of a garbage pack" rm -r "$MNT/garbage"
+    expect_ok "rmdir of an empty pack file" rmdir "$MNT/empty"
+    expect_ok "rm -rf of a truncated one" rm -rf "$MNT/truncated"
+    expect_absent "  all deleted" "$DEL/garbage.tpack" "$DEL/empty.tpack" "$DEL/truncated.tpack"
+    errno_is "rmdir of a checkpoint with the wrong key: EACCES" EACCES rmdir "$MNT/enc"
+    expect_fail "  rm -r too" rm -r "$MNT/enc"
+    last_stderr_has "  with EACCES" "Permission denied"
+    [ "$(sha256sum <"$DEL/enc.tpack" 2>/dev/null)" = "$enc_sum" ] && pass "  its pack stays, unchanged" ||
+        fail "  its pack stays, unchanged"
+    unmount_ckptfs "$MNT"
+else
+    fail "writable mount of damaged packs" "$(cat "$TMP/del.log")"
+fi
+
 finish

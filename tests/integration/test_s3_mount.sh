@@ -302,6 +302,16 @@ rm -r mnt-w/new && pass "rm -r the checkpoint" || fail "rm -r the checkpoint"
 s3py keys $BK w/ | grep -qx "w/new.tpack" && fail "rm -r deletes the object" "still there" || pass "rm -r deletes the object"
 grep -qF "checkpoint 'new' deleted (s3://$BK/w/new.tpack removed)" "$LOG" && pass "the log names the deleted object" ||
     fail "the log names the deleted object" "$(grep "'new' deleted" "$LOG")"
+# A damaged object is deleted where it is seen, as a local pack is.
+head -c 5000 /dev/urandom >garbage.bin
+s3py put $BK w/garbage.tpack garbage.bin
+for _ in $(seq 100); do [ -d mnt-w/garbage ] && break; sleep 0.1; done
+expect_fail "a damaged object: listing it fails" ls mnt-w/garbage
+expect_ok "  rm -r of it" rm -r mnt-w/garbage
+s3py keys $BK w/ | grep -qx "w/garbage.tpack" && fail "  deletes the object" "still there" || pass "  deletes the object"
+grep -q "checkpoint 'garbage': the pack deleted was damaged: .*garbage.tpack" "$LOG" &&
+    pass "  the log says it was damaged" || fail "  the log says it was damaged" "$(grep "'garbage'" "$LOG")"
+rm -f garbage.bin
 unmount_ckptfs mnt-ro2
 
 # --------------------------------------- the daemon killed in an upload

@@ -109,5 +109,36 @@ expect_ok "ckpt status: nothing failed any more, exit status 0" "$CKPT" status "
 unmount_ckptfs "$MNT"
 mount_ckptfs "$BACK" "$MNT" "$LOG" -o commit_delay=0 || { fail "remount"; finish; }
 expect_same_sha256 "still there after a remount" "$TMP/20m" "$MNT/p/data"
+
+# ------------------------------------------------------- while reopening
+
+# A late write into a committed checkpoint on a full disk: its staging
+# cannot be started, and the writer hears ENOSPC, as from any full disk
+# (it heard EROFS, as if the mount were read-only).
+expect_ok "a filler takes all the room" bash -c "head -c $((48 << 20)) /dev/zero >'$BACK/filler' 2>/dev/null || true"
+# late_open WHAT FLAGS FILE: opening FILE with FLAGS gets ENOSPC.
+late_open() {
+    expect_ok "$1 in a committed checkpoint on a full disk: ENOSPC" $PY -c "
+import errno, os
+try:
+    os.close(os.open('$3', $2, 0o644))
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+else:
+    raise SystemExit('opened')"
+}
+late_open "a new file" "os.O_WRONLY | os.O_CREAT" "$MNT/p/new"
+late_open "a packed file opened for writing" "os.O_WRONLY" "$MNT/p/data"
+if grep -q "cannot write into checkpoint 'p': .*No space left" "$LOG"; then
+    pass "the log names the checkpoint and says why"
+else
+    fail "the log names the checkpoint and says why" "$(tail -3 "$LOG")"
+fi
+rm -f "$BACK/filler"
+head -c 65536 /dev/urandom >"$TMP/64k"
+expect_ok "with room again, the late write succeeds" cp "$TMP/64k" "$MNT/p/new"
+expect_ok "and commits" "$CKPT" commit --wait "$MNT/p"
+expect_same_sha256 "  the new file reads back" "$TMP/64k" "$MNT/p/new"
+expect_same_sha256 "  the old one too" "$TMP/20m" "$MNT/p/data"
 unmount_ckptfs "$MNT"
 finish

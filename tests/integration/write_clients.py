@@ -443,6 +443,8 @@ def errno_of(op, path, to=None):
             os.unlink(path)
         elif op == "mkdir":
             os.mkdir(path)
+        elif op == "rmdir":
+            os.rmdir(path)
         elif op == "truncate":
             os.truncate(path, 0)
         elif op == "rename":
