@@ -1075,9 +1075,8 @@ int pack_chunk_decode(ckpt_pack *p, size_t id, uint8_t *out, ckpt_err *err)
     const void *in;
     void *hold;
     int rc = borrow_exact(p->obj, stored, c->stored_size, c->offset, &in, &hold, &why);
-    if (rc < 0)
-        return chunk_read_fault(p, id, rc, &why, err);
-    rc = decode_stored(p, id, in, out, err);
+    /* A short answer may come with a loan all the same. */
+    rc = rc < 0 ? chunk_read_fault(p, id, rc, &why, err) : decode_stored(p, id, in, out, err);
     if (hold)
         p->obj->ops->release(p->obj, hold);
     return rc;
