@@ -708,7 +708,11 @@ void s3_cache_keep(s3_cache *c, const char *tag, uint64_t off, const void *buf, 
     struct stat st;
     uint64_t took =
         e == 0 && fstatat(c->dirfd, tmp, &st, AT_SYMLINK_NOFOLLOW) == 0 ? disk_bytes(&st) : need;
-    /* A damaged file this one replaces was counted: it goes. */
+    /* The file this one replaces (a damaged one) was counted: it goes.
+     * Under the scans' lock, so that a scan, which counts what the
+     * directory holds, never falls between the rename and the count and
+     * has the new file counted twice, or the replaced one taken off twice. */
+    pthread_mutex_lock(&c->evict_lock);
     uint64_t replaced =
         fstatat(c->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? disk_bytes(&st) : 0;
     const char *what = "write";
@@ -718,22 +722,23 @@ void s3_cache_keep(s3_cache *c, const char *tag, uint64_t off, const void *buf, 
     }
     if (e) {
         __atomic_sub_fetch(&c->pending, need, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&c->evict_lock);
         unlinkat(c->dirfd, tmp, 0); /* a full disk: the cache is only a cache */
         put_failed(c, what, e);
         return;
     }
+    /* Counted before the reservation is let go: the two never sum to
+     * less than the directory holds. */
+    uint64_t t = __atomic_load_n(&c->total, __ATOMIC_RELAXED) + took;
+    __atomic_store_n(&c->total, replaced <= t ? t - replaced : 0, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&c->pending, need, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&c->evict_lock);
     struct known k;
     if (parse_name(name, &k) == 0) {
         pthread_mutex_lock(&c->index_lock);
         know(c, &k);
         pthread_mutex_unlock(&c->index_lock);
     }
-    /* Counted before the reservation is let go: the two never sum to
-     * less than the directory holds. */
-    uint64_t t = __atomic_add_fetch(&c->total, took, __ATOMIC_RELAXED);
-    if (replaced)
-        __atomic_sub_fetch(&c->total, replaced <= t ? replaced : t, __ATOMIC_RELAXED);
-    __atomic_sub_fetch(&c->pending, need, __ATOMIC_RELAXED);
     __atomic_add_fetch(&c->unscanned, len + mlen, __ATOMIC_RELAXED);
 }
 
