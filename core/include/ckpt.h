@@ -42,6 +42,10 @@ extern "C" {
 typedef struct ckpt_err {
     int code;      /* negative errno, 0 when no error */
     char msg[512]; /* "<file>: <fault>" */
+    /* The store gave no lasting answer (none, HTTP 5xx or 429, after its
+     * retries): the same call may succeed later, so the fault must not be
+     * taken as the pack's. Cleared by every ckpt_fail. */
+    int transient;
 } ckpt_err;
 
 /* Progress: done and total are byte counts of logical (plaintext) data. */

@@ -36,6 +36,7 @@ static int read_exact(store_reader *obj, void *buf, size_t len, uint64_t off, ck
 {
     why->code = 0;
     why->msg[0] = 0;
+    why->transient = 0;
     ssize_t r = obj->ops->read_at(obj, buf, len, off, why);
     return r < 0 ? (int)r : (size_t)r < len ? -ENODATA : 0;
 }
@@ -51,6 +52,7 @@ static int borrow_exact(store_reader *obj, void *buf, size_t len, uint64_t off, 
         return read_exact(obj, buf, len, off, why);
     why->code = 0;
     why->msg[0] = 0;
+    why->transient = 0;
     ssize_t r = obj->ops->borrow(obj, buf, len, off, data, hold, why);
     return r < 0 ? (int)r : (size_t)r < len ? -ENODATA : 0;
 }
@@ -60,6 +62,15 @@ static int borrow_exact(store_reader *obj, void *buf, size_t len, uint64_t off, 
 static const char *read_why(int rc, const ckpt_err *why)
 {
     return rc != -ENODATA && why->msg[0] ? why->msg : strerror(-rc);
+}
+
+/* rc, with err marked transient when the store's failure (why) was: the
+ * read may succeed later, so it says nothing about the pack. */
+static int read_failed(ckpt_err *err, int rc, const ckpt_err *why)
+{
+    if (err)
+        err->transient = rc != -ENODATA && why->transient;
+    return rc;
 }
 
 /* Bounds-checked reader over the plaintext index. */
@@ -651,7 +662,8 @@ static int read_header(store_reader *obj, uint8_t hdr[128], ckpt_err *err)
     ckpt_err why;
     int rc = read_exact(obj, hdr, TPACK_HEADER_SIZE, 0, &why);
     if (rc < 0)
-        return ckpt_fail(err, rc, "%s: cannot read header: %s", path, read_why(rc, &why));
+        return read_failed(
+            err, ckpt_fail(err, rc, "%s: cannot read header: %s", path, read_why(rc, &why)), &why);
     if (memcmp(hdr + HDR_MAGIC, TPACK_MAGIC, 8) != 0)
         return ckpt_fail(err, -EINVAL, "%s: not a tpack file (bad magic)", path);
     uint32_t version = get_u32(hdr + HDR_VERSION);
@@ -767,7 +779,9 @@ static int load_index(ckpt_pack *p, ckpt_err *err)
     ckpt_err why;
     int rc = read_exact(p->obj, ftr, sizeof ftr, p->file_size - TPACK_FOOTER_SIZE, &why);
     if (rc < 0)
-        return ckpt_fail(err, rc, "%s: cannot read footer: %s", p->path, read_why(rc, &why));
+        return read_failed(
+            err, ckpt_fail(err, rc, "%s: cannot read footer: %s", p->path, read_why(rc, &why)),
+            &why);
     if (memcmp(ftr + FTR_MAGIC, TPACK_END_MAGIC, 8) != 0)
         return ckpt_fail(err, -EIO, "%s: truncated or unfinished pack (no footer)", p->path);
     uint64_t ioff = get_u64(ftr + FTR_INDEX_OFFSET), istored = get_u64(ftr + FTR_INDEX_STORED);
@@ -801,8 +815,10 @@ static int load_index(ckpt_pack *p, ckpt_err *err)
     }
     rc = read_exact(p->obj, stored, istored, ioff, &why);
     if (rc < 0) {
+        int code = rc;
         rc = ckpt_fail(err, rc == -ESTALE ? rc : -EIO, "%s: cannot read index: %s", p->path,
                        read_why(rc, &why));
+        read_failed(err, code, &why);
     } else if (p->keys.subkey) {
         if (aead_open(&p->keys, TPACK_INDEX_NONCE_ID, p->header, TPACK_HEADER_SIZE, stored, istored,
                       plain) < 0)
@@ -1014,6 +1030,7 @@ static int chunk_read_fault(ckpt_pack *p, size_t id, int rc, const ckpt_err *why
     int r = chunk_fault(p, id, read_why(rc, why), err);
     if (rc == -ESTALE && err)
         err->code = -ESTALE;
+    read_failed(err, rc, why);
     return rc == -ESTALE ? rc : r;
 }
 

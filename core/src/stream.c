@@ -41,7 +41,7 @@ static void *stream_worker(void *arg)
         size_t id = s->next_assign++;
         slot *sl = &s->slots[id % s->window];
         pthread_mutex_unlock(&s->mu);
-        ckpt_err e = {0, ""};
+        ckpt_err e = {0};
         int rc = pack_chunk_decode(s->p, id, sl->buf, &e);
         pthread_mutex_lock(&s->mu);
         sl->id = id;
@@ -62,7 +62,7 @@ static int stream_inline(ckpt_pack *p, size_t first, size_t end, chunk_cb cb, vo
         return ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
     int rc = 0;
     for (size_t id = first; id < end && rc == 0; id++) {
-        ckpt_err e = {0, ""};
+        ckpt_err e = {0};
         int drc = pack_chunk_decode(p, id, buf, &e);
         rc = cb(ud, id, drc < 0 ? NULL : buf, drc < 0 ? &e : NULL);
     }
@@ -218,7 +218,7 @@ static int par_run(par *s, uint8_t *buf)
         size_t id = atomic_fetch_add(&s->next, 1);
         if (id >= s->end)
             return 0;
-        ckpt_err e = {0, ""};
+        ckpt_err e = {0};
         int drc = pack_chunk_decode(s->p, id, buf, &e);
         const extent *x = &s->p->extents[s->p->chunks[id].extent_index];
         int rc = s->sink(s->ud, x->file_index, chunk_file_offset(s->p, id), drc < 0 ? NULL : buf,

@@ -16,6 +16,7 @@ int ckpt_fail(ckpt_err *err, int code, const char *fmt, ...)
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
         err->code = code;
+        err->transient = 0;
     }
     return code;
 }

@@ -222,7 +222,7 @@ static void *decode_worker(void *arg)
     while (take_chunk(v, &l, &id)) {
         vslot *s = &l->slots[id % l->window];
         pthread_mutex_unlock(&v->mu);
-        ckpt_err e = {0, ""};
+        ckpt_err e = {0};
         int rc = pack_chunk_decode(v->p, id, s->buf, &e);
         hash_tensor_parts(v, id, rc < 0 ? NULL : s->buf);
         pthread_mutex_lock(&v->mu);

@@ -151,8 +151,11 @@ void wops_ckpt_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
     /* A pack that cannot be opened (ckpt status: damaged) shows nothing
      * inside to remove first, and is deleted where the user sees it, as
      * on any filesystem. Not one whose key is not the mount's (EACCES):
-     * that is the mount's configuration, and the pack is likely fine. */
-    int damaged = rc == -EIO;
+     * that is the mount's configuration, and the pack is likely fine.
+     * Nor one the store could not be asked about (a gateway down): a good
+     * pack would go with an outage that ends between the open and the
+     * delete. */
+    int damaged = rc == -EIO && checkpoint_is_damaged(c);
     if (rc == 0 && !checkpoint_is_empty(c))
         rc = -ENOTEMPTY;
     if (rc == 0 || damaged)

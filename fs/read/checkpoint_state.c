@@ -33,14 +33,16 @@ size_t checkpoint_get_error(checkpoint *c, char *buf, size_t cap)
     return strlen(buf);
 }
 
+int checkpoint_is_damaged(checkpoint *c)
+{
+    return __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CHECKPOINT_FAILED && c->open_err == -EIO;
+}
+
 const char *checkpoint_state_name(checkpoint_table *t, checkpoint *c)
 {
-    switch (checkpoint_open(t, c)) {
-    case -EACCES:
+    int rc = checkpoint_open(t, c);
+    if (rc == -EACCES)
         return CKPT_STATE_KEY_MISMATCH;
-    case -EIO:
-        return CKPT_STATE_DAMAGED;
-    default:
-        return CKPT_STATE_COMMITTED;
-    }
+    /* An -EIO that was not remembered is the store's, not the pack's. */
+    return rc == -EIO && checkpoint_is_damaged(c) ? CKPT_STATE_DAMAGED : CKPT_STATE_COMMITTED;
 }

@@ -16,8 +16,14 @@ void checkpoint_set_error(checkpoint *c, const char *fmt, ...)
 /* The last error into buf ("" if none); its length. */
 size_t checkpoint_get_error(checkpoint *c, char *buf, size_t cap);
 
+/* Whether opening the pack failed for good with -EIO: it is no readable
+ * pack. Never after a failure of the store itself (ckpt_err's transient),
+ * which is not remembered. */
+int checkpoint_is_damaged(checkpoint *c);
+
 /* One of the CKPT_STATE_* of ckpt_mount.h: opens the pack (once) to tell.
- * A transient failure (out of memory) still says committed. */
+ * A transient failure (out of memory, a gateway that does not answer)
+ * still says committed; the error attribute says why it cannot be read. */
 const char *checkpoint_state_name(checkpoint_table *t, checkpoint *c);
 
 #endif

@@ -736,7 +736,8 @@ void checkpoint_unref(checkpoint_table *t, checkpoint *c)
 }
 
 /* Opening failures that say something about the pack (or the key) are
- * remembered; running out of memory or descriptors is not. */
+ * remembered; running out of memory or descriptors is not, nor a store
+ * that gave no lasting answer (a gateway down or overloaded). */
 static int is_lasting(int err)
 {
     return err == -EACCES || err == -EIO || err == -EINVAL || err == -ENOTSUP || err == -ENOENT ||
@@ -766,11 +767,13 @@ static int open_pack_nofollow(checkpoint_table *t, checkpoint *c, ckpt_pack **pa
     return 0;
 }
 
-static int open_pack(checkpoint_table *t, checkpoint *c)
+/* *transient: the store failed without a lasting answer (ckpt_err). */
+static int open_pack(checkpoint_table *t, checkpoint *c, int *transient)
 {
     ckpt_err err = {0};
     ckpt_pack *pack = NULL;
     int rc = open_pack_nofollow(t, c, &pack, &err);
+    *transient = rc < 0 && err.code == rc && err.transient;
     if (rc == -ESTALE)
         return rc;
     if (rc < 0) {
@@ -811,6 +814,23 @@ static int open_pack(checkpoint_table *t, checkpoint *c)
     return 0;
 }
 
+/* Long enough for the lookups of one `ls -l` or `cp -r` to share one
+ * failure, short enough that a gateway back in service is seen at once. */
+#define TRANSIENT_BACKOFF_MS 2000
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int backing_off(checkpoint *c)
+{
+    int64_t after = __atomic_load_n(&c->retry_after_ms, __ATOMIC_ACQUIRE);
+    return after && now_ms() < after;
+}
+
 int checkpoint_open(checkpoint_table *t, checkpoint *c)
 {
     /* Decided (under the table's lock, with no reference) even if not
@@ -823,15 +843,27 @@ int checkpoint_open(checkpoint_table *t, checkpoint *c)
         return 0;
     if (state == CHECKPOINT_FAILED)
         return c->open_err;
+    if (backing_off(c))
+        return -EIO;
     pthread_mutex_lock(&c->open_lock);
     int rc = 0;
     state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
     if (state == CHECKPOINT_FAILED) {
         rc = c->open_err;
+    } else if (state == CHECKPOINT_UNOPENED && backing_off(c)) {
+        rc = -EIO; /* waited for the open that just failed */
     } else if (state == CHECKPOINT_UNOPENED) {
-        rc = open_pack(t, c);
+        int transient;
+        rc = open_pack(t, c, &transient);
         if (rc == 0) {
+            /* The "no answer" of an earlier try is no longer the news. */
+            if (__atomic_exchange_n(&c->retry_after_ms, 0, __ATOMIC_ACQ_REL))
+                checkpoint_set_error(c, "%s", "");
             __atomic_store_n(&c->state, CHECKPOINT_OPEN, __ATOMIC_RELEASE);
+        } else if (transient) {
+            /* Not the pack's fault: not remembered, tried again later. */
+            rc = -EIO;
+            __atomic_store_n(&c->retry_after_ms, now_ms() + TRANSIENT_BACKOFF_MS, __ATOMIC_RELEASE);
         } else if (is_lasting(rc)) {
             c->open_err = rc == -EACCES ? -EACCES : -EIO;
             rc = c->open_err;

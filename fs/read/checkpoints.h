@@ -66,8 +66,12 @@ typedef struct checkpoint {
      * by neither for longer than the drop itself. */
     pthread_mutex_t open_lock;
     pthread_mutex_t drop_lock;
-    int state;       /* CHECKPOINT_*, read with acquire ordering */
-    int open_err;    /* negative errno once FAILED */
+    int state;    /* CHECKPOINT_*, read with acquire ordering */
+    int open_err; /* negative errno once FAILED */
+    /* Still UNOPENED after the store failed transiently (ckpt_err): no
+     * new try before this CLOCK_MONOTONIC time in ms, so that a gateway
+     * that is down is not asked again by every lookup; atomic. 0: none. */
+    int64_t retry_after_ms;
     ckpt_pack *pack; /* once OPEN */
     uint32_t chunk_size;
     pack_tree *tree;

@@ -13,6 +13,8 @@
 #     rm -r deletes the object
 #   - the gateway killed in a read through the mount: completes or EIO
 #     within the retry bound
+#   - a checkpoint first opened with the gateway down: EIO, not damaged,
+#     rmdir deletes nothing; byte-identical once it is back, no remount
 #   - the daemon SIGKILLed in an upload: no object; the next writable
 #     mount aborts the upload
 . "$(dirname "$0")/lib.sh"
@@ -419,4 +421,28 @@ else fail "a read with the gateway killed completes or fails with EIO" "rc $rc: 
 $PY -c "import sys; sys.exit(0 if $secs < 45 else 1)" && pass "within the retry bound: ${secs} s" || fail "within the retry bound" "${secs} s"
 for _ in $(seq 100); do curl -s -o /dev/null "$S3_ENDPOINT/" && break; sleep 0.2; done
 unmount_ckptfs mnt-k
+
+# ------------------- a checkpoint first opened while the gateway is down
+# No answer from the store says nothing about the pack: it is not taken
+# for damaged (which is remembered until a remount, and which rmdir
+# deletes), and reads once the gateway is back. No listing while it is
+# down (list_interval): each takes the store's whole retry time (10 s).
+expect_ok "pack tiny to s3://$BK/t/keep.tpack" "$CKPT" pack tiny -o s3://$BK/t/keep.tpack
+mount_ckptfs s3://$BK/t mnt-t "$LOG" -o commit_delay=0,list_interval=3600,stage_dir="$TMP/stage-t" || fail "writable mount for the outage" "$(tail -n 3 "$LOG")"
+ls mnt-t >/dev/null
+kill -9 "$(rgw_pid)"
+expect_fail "gateway down: listing a checkpoint never opened fails" ls mnt-t/keep
+state=$(getfattr -n user.ckptfs.state --only-values mnt-t/keep 2>&1)
+[ "$state" != damaged ] && pass "  and its state is not damaged ($state)" || fail "  and its state is not damaged" "$state"
+expect_fail "  rmdir of it fails" rmdir mnt-t/keep
+restart_rgw
+for _ in $(seq 100); do curl -s -o /dev/null "$S3_ENDPOINT/" && break; sleep 0.2; done
+sleep 2 # the mount's back-off after a failed try
+expect_fail "gateway back: rmdir of the (non-empty) checkpoint fails" rmdir mnt-t/keep
+last_stderr_has "  with ENOTEMPTY" "Directory not empty"
+s3py keys $BK t/ | grep -qx "t/keep.tpack" && pass "  the object is still there" || fail "  the object is still there" "$(s3py keys $BK t/)"
+expect_same_files "  and reads byte-identical without a remount" tiny mnt-t/keep
+state=$(getfattr -n user.ckptfs.state --only-values mnt-t/keep 2>&1)
+[ "$state" = committed ] && pass "  its state is committed" || fail "  its state is committed" "$state"
+unmount_ckptfs mnt-t
 finish

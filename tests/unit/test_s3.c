@@ -694,6 +694,46 @@ Test(s3_secrets, answers_not_from_s3_name_the_endpoint_and_the_proxy, .init = cl
     unsetenv("no_proxy");
 }
 
+/* Only a gateway that gave no lasting answer is transient: a fault the
+ * mount must not take for the pack's, nor remember until a remount. */
+Test(s3_fail, transient_for_no_answer_5xx_and_429_only, .init = clean_env, .fini = drop_home)
+{
+    s3_client *cl = client_via("http://gw.example:7480", NULL, NULL);
+    static const struct {
+        long status;
+        const char *body;
+        int code, transient;
+    } cases[] = {
+        {0, NULL, -EIO, 1},
+        {503, "<Error><Code>SlowDown</Code></Error>", -EIO, 1},
+        {500, "<Error><Code>InternalError</Code></Error>", -EIO, 1},
+        {429, NULL, -EIO, 1},
+        {502, "<html>Bad Gateway</html>", -EIO, 1},
+        {404, "<Error><Code>NoSuchKey</Code></Error>", -ENOENT, 0},
+        {403, "<Error><Code>AccessDenied</Code></Error>", -EACCES, 0},
+        {412, "<Error><Code>PreconditionFailed</Code></Error>", -ESTALE, 0},
+        {400, "<Error><Code>InvalidArgument</Code></Error>", -EIO, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        s3_resp rs = {0};
+        rs.status = cases[i].status;
+        rs.attempts = 7;
+        rs.body = cases[i].body ? strdup(cases[i].body) : NULL;
+        rs.body_len = cases[i].body ? strlen(cases[i].body) : 0;
+        ckpt_err err = {0};
+        err.transient = !cases[i].transient; /* each failure sets it anew */
+        cr_assert_eq(s3_fail(&err, cl, "s3://b/k", "open", &rs), cases[i].code, "HTTP %ld: %s",
+                     cases[i].status, err.msg);
+        cr_assert_eq(err.transient, cases[i].transient, "HTTP %ld: %s", cases[i].status, err.msg);
+        free(rs.body);
+    }
+    ckpt_err err = {0};
+    err.transient = 1;
+    ckpt_fail(&err, -EIO, "a damaged header");
+    cr_assert_eq(err.transient, 0, "ckpt_fail clears it");
+    s3_client_free(cl);
+}
+
 Test(s3_store, open_fails_cleanly_without_a_server, .init = clean_env, .fini = drop_home)
 {
     /* Port 9 on loopback: nothing listens, so connects are refused at once;
@@ -709,6 +749,7 @@ Test(s3_store, open_fails_cleanly_without_a_server, .init = clean_env, .fini = d
     cr_assert(strstr(err.msg, "no answer from http://127.0.0.1:9"), "%s", err.msg);
     cr_assert_null(s);
     cr_assert(strstr(err.msg, "attempts"), "retried: %s", err.msg);
+    cr_assert_eq(err.transient, 1, "no answer is no lasting one");
 }
 
 /* A plain-HTTP server: every connection gets a 400 page, as a web server

@@ -656,6 +656,8 @@ int s3_fail(ckpt_err *err, const s3_client *c, const char *what, const char *act
                            ? "; it answers plain HTTP: give the endpoint as http://"
                            : "",
                        rs->attempts, rs->attempts == 1 ? "" : "s");
+        if (err && rc == -EIO)
+            err->transient = 1;
         s3_scrub(c, err);
         return rc;
     }
@@ -673,6 +675,8 @@ int s3_fail(ckpt_err *err, const s3_client *c, const char *what, const char *act
                        "code in it; is the endpoint right?) after %u attempt%s",
                        what, action, rs->status, c->cfg.endpoint, c->via, rs->attempts,
                        rs->attempts == 1 ? "" : "s");
+        if (err && (rs->status >= 500 || rs->status == 429))
+            err->transient = 1; /* a proxy's "bad gateway" or "busy" */
         s3_scrub(c, err);
         return rc;
     }
@@ -708,6 +712,8 @@ int s3_fail(ckpt_err *err, const s3_client *c, const char *what, const char *act
         rc = ckpt_fail(err, -EIO, "%s: %s failed: HTTP %ld%s%s after %u attempt%s", what, action,
                        rs->status, code[0] ? " " : "", code[0] ? detail : "", rs->attempts,
                        rs->attempts == 1 ? "" : "s");
+    if (err && (rs->status >= 500 || rs->status == 429))
+        err->transient = 1;            /* a busy or broken gateway, not the object */
     if (err && !is_err && c->via[0]) { /* no body to tell who answered */
         size_t n = strlen(err->msg);
         snprintf(err->msg + n, sizeof err->msg - n, "%s", c->via);
