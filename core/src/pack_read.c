@@ -816,8 +816,8 @@ static int load_index(ckpt_pack *p, ckpt_err *err)
     rc = read_exact(p->obj, stored, istored, ioff, &why);
     if (rc < 0) {
         int code = rc;
-        rc = ckpt_fail(err, rc == -ESTALE ? rc : -EIO, "%s: cannot read index: %s", p->path,
-                       read_why(rc, &why));
+        rc = ckpt_fail(err, rc == -ESTALE || rc == -ENOMEM ? rc : -EIO, "%s: cannot read index: %s",
+                       p->path, read_why(rc, &why));
         read_failed(err, code, &why);
     } else if (p->keys.subkey) {
         if (aead_open(&p->keys, TPACK_INDEX_NONCE_ID, p->header, TPACK_HEADER_SIZE, stored, istored,

@@ -154,8 +154,9 @@ void wops_ckpt_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
      * that is the mount's configuration, and the pack is likely fine.
      * Nor one the store could not be asked about (a gateway down): a good
      * pack would go with an outage that ends between the open and the
-     * delete. */
-    int damaged = rc == -EIO && checkpoint_is_damaged(c);
+     * delete. Nor a pack of a newer format than this build reads: it is
+     * likely fine for the ckpt that wrote it. */
+    int damaged = rc == -EIO && checkpoint_is_broken(c);
     if (rc == 0 && !checkpoint_is_empty(c))
         rc = -ENOTEMPTY;
     if (rc == 0 || damaged)

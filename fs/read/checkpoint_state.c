@@ -38,6 +38,11 @@ int checkpoint_is_damaged(checkpoint *c)
     return __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CHECKPOINT_FAILED && c->open_err == -EIO;
 }
 
+int checkpoint_is_broken(checkpoint *c)
+{
+    return checkpoint_is_damaged(c) && c->open_cause != -ENOTSUP && c->open_cause != -ENOENT;
+}
+
 const char *checkpoint_state_name(checkpoint_table *t, checkpoint *c)
 {
     int rc = checkpoint_open(t, c);

@@ -21,6 +21,10 @@ size_t checkpoint_get_error(checkpoint *c, char *buf, size_t cap);
  * which is not remembered. */
 int checkpoint_is_damaged(checkpoint *c);
 
+/* Damaged in its bytes (not a pack of a format newer than this build's,
+ * nor one gone since it was listed): what rmdir may delete. */
+int checkpoint_is_broken(checkpoint *c);
+
 /* One of the CKPT_STATE_* of ckpt_mount.h: opens the pack (once) to tell.
  * A transient failure (out of memory, a gateway that does not answer)
  * still says committed; the error attribute says why it cannot be read. */

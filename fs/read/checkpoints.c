@@ -866,6 +866,7 @@ int checkpoint_open(checkpoint_table *t, checkpoint *c)
             __atomic_store_n(&c->retry_after_ms, now_ms() + TRANSIENT_BACKOFF_MS, __ATOMIC_RELEASE);
         } else if (is_lasting(rc)) {
             c->open_err = rc == -EACCES ? -EACCES : -EIO;
+            c->open_cause = rc;
             rc = c->open_err;
             __atomic_store_n(&c->state, CHECKPOINT_FAILED, __ATOMIC_RELEASE);
         }

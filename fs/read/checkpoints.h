@@ -66,8 +66,9 @@ typedef struct checkpoint {
      * by neither for longer than the drop itself. */
     pthread_mutex_t open_lock;
     pthread_mutex_t drop_lock;
-    int state;    /* CHECKPOINT_*, read with acquire ordering */
-    int open_err; /* negative errno once FAILED */
+    int state;      /* CHECKPOINT_*, read with acquire ordering */
+    int open_err;   /* negative errno once FAILED */
+    int open_cause; /* the failure open_err stands for (-ENOTSUP: a format too new) */
     /* Still UNOPENED after the store failed transiently (ckpt_err): no
      * new try before this CLOCK_MONOTONIC time in ms, so that a gateway
      * that is down is not asked again by every lookup; atomic. 0: none. */

@@ -253,6 +253,11 @@ cp "$BACK/garbage.tpack" "$BACK/empty.tpack" "$BACK/truncated.tpack" "$BACK/enc.
 cp "$BACK/plain.tpack" "$DEL/badindex.tpack"
 damage_index "$DEL/badindex.tpack"
 enc_sum=$(sha256sum <"$DEL/enc.tpack")
+# A pack of a format newer than this build reads (version 99) is likely
+# fine for the ckpt that wrote it: not deleted either.
+cp "$BACK/plain.tpack" "$DEL/newer.tpack"
+printf '\x63\x00\x00\x00' | dd of="$DEL/newer.tpack" bs=1 seek=8 conv=notrunc status=none
+newer_sum=$(sha256sum <"$DEL/newer.tpack")
 if mount_ckptfs "$DEL" "$MNT" "$TMP/del.log" -o ro,key_file="$TMP/key2"; then
     errno_is "read-only mount: rmdir of a damaged checkpoint: EROFS" EROFS rmdir "$MNT/garbage"
     [ -f "$DEL/garbage.tpack" ] && pass "  its pack stays" || fail "  its pack stays"
@@ -277,6 +282,11 @@ if mount_ckptfs "$DEL" "$MNT" "$TMP/del.log" -o key_file="$TMP/key2"; then
     expect_fail "  rm -r too" rm -r "$MNT/enc"
     last_stderr_has "  with EACCES" "Permission denied"
     [ "$(sha256sum <"$DEL/enc.tpack" 2>/dev/null)" = "$enc_sum" ] && pass "  its pack stays, unchanged" ||
+        fail "  its pack stays, unchanged"
+    errno_is "rmdir of a pack of a newer format: EIO" EIO rmdir "$MNT/newer"
+    grep -q "newer.tpack: unsupported format version 99" "$TMP/del.log" && pass "  the log says why" ||
+        fail "  the log says why" "$(tail -3 "$TMP/del.log")"
+    [ "$(sha256sum <"$DEL/newer.tpack" 2>/dev/null)" = "$newer_sum" ] && pass "  its pack stays, unchanged" ||
         fail "  its pack stays, unchanged"
     unmount_ckptfs "$MNT"
 else
