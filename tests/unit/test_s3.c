@@ -696,7 +696,7 @@ Test(s3_secrets, answers_not_from_s3_name_the_endpoint_and_the_proxy, .init = cl
 
 /* Only a gateway that gave no lasting answer is transient: a fault the
  * mount must not take for the pack's, nor remember until a remount. */
-Test(s3_fail, transient_for_no_answer_5xx_and_429_only, .init = clean_env, .fini = drop_home)
+Test(s3_fail, transient_for_no_answer_5xx_429_and_408_only, .init = clean_env, .fini = drop_home)
 {
     s3_client *cl = client_via("http://gw.example:7480", NULL, NULL);
     static const struct {
@@ -708,6 +708,7 @@ Test(s3_fail, transient_for_no_answer_5xx_and_429_only, .init = clean_env, .fini
         {503, "<Error><Code>SlowDown</Code></Error>", -EIO, 1},
         {500, "<Error><Code>InternalError</Code></Error>", -EIO, 1},
         {429, NULL, -EIO, 1},
+        {408, "<Error><Code>RequestTimeout</Code></Error>", -EIO, 1}, /* retried, so transient */
         {502, "<html>Bad Gateway</html>", -EIO, 1},
         {404, "<Error><Code>NoSuchKey</Code></Error>", -ENOENT, 0},
         {403, "<Error><Code>AccessDenied</Code></Error>", -EACCES, 0},

@@ -675,8 +675,8 @@ int s3_fail(ckpt_err *err, const s3_client *c, const char *what, const char *act
                        "code in it; is the endpoint right?) after %u attempt%s",
                        what, action, rs->status, c->cfg.endpoint, c->via, rs->attempts,
                        rs->attempts == 1 ? "" : "s");
-        if (err && (rs->status >= 500 || rs->status == 429))
-            err->transient = 1; /* a proxy's "bad gateway" or "busy" */
+        if (err && s3_retryable(rs->status, 0))
+            err->transient = 1; /* a proxy's "bad gateway", "busy" or "timeout" */
         s3_scrub(c, err);
         return rc;
     }
@@ -712,8 +712,8 @@ int s3_fail(ckpt_err *err, const s3_client *c, const char *what, const char *act
         rc = ckpt_fail(err, -EIO, "%s: %s failed: HTTP %ld%s%s after %u attempt%s", what, action,
                        rs->status, code[0] ? " " : "", code[0] ? detail : "", rs->attempts,
                        rs->attempts == 1 ? "" : "s");
-    if (err && (rs->status >= 500 || rs->status == 429))
-        err->transient = 1;            /* a busy or broken gateway, not the object */
+    if (err && s3_retryable(rs->status, 0))
+        err->transient = 1;            /* what was retried (5xx, 429, 408): not the object */
     if (err && !is_err && c->via[0]) { /* no body to tell who answered */
         size_t n = strlen(err->msg);
         snprintf(err->msg + n, sizeof err->msg - n, "%s", c->via);
