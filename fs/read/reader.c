@@ -412,13 +412,11 @@ static size_t fill_run(reader *r, checkpoint *c, read_plan *plan, size_t from, s
     atomic_init(&run->refs, (unsigned)got);
     for (ssize_t i = 1; i < got; i++) {
         chunk_cache_pin(r->cache, pcs[i].entry);
-        if (submit_decode(r, c, pcs[i].entry, pcs[i].id, run, 1) == 0) {
-            pcs[i].must_fill = 0;
-        } else {
+        if (submit_decode(r, c, pcs[i].entry, pcs[i].id, run, 1) != 0) {
             chunk_cache_release(r->cache, pcs[i].entry);
             decode_run_into(r->cache, c, pcs[i].entry, pcs[i].id, run);
-            pcs[i].must_fill = 0;
         }
+        pcs[i].must_fill = 0;
     }
     decode_run_into(r->cache, c, pcs[0].entry, pcs[0].id, run);
     pcs[0].must_fill = 0;
