@@ -81,7 +81,11 @@ typedef struct ckpt_cuda_stats {
     uint64_t pinned_bytes; /* pinned host memory actually used */
     unsigned threads, streams, slots;
     double setup_seconds; /* opening the source, allocating */
-    double copy_seconds;  /* first read to last copy completed */
+    /* Its parts, so that a slow setup says what to blame: opening the
+     * source (pack index, manifest, S3 HEAD), the device's context,
+     * cudaMalloc of the block, pinning the host ring. */
+    double open_seconds, device_seconds, alloc_seconds, pin_seconds;
+    double copy_seconds; /* first read to last copy completed */
     double total_seconds;
 } ckpt_cuda_stats;
 

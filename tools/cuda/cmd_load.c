@@ -52,9 +52,10 @@ static void print_load(ckpt_cuda_ckpt *c)
     printf("loaded %zu tensors, %s onto device %d in %.3f s: %.2f GB/s\n", ckpt_cuda_count(c),
            bytes, ckpt_cuda_device(c), st->total_seconds,
            cc_gbps(st->tensor_bytes, st->total_seconds));
-    printf("  setup %.3f s, copies %.3f s (%.2f GB/s); %u threads, %u streams, %u slots, %s "
-           "pinned\n",
-           st->setup_seconds, st->copy_seconds, cc_gbps(st->tensor_bytes, st->copy_seconds),
+    printf("  setup %.3f s (open %.3f, device %.3f, allocate %.3f, pin %.3f), copies %.3f s "
+           "(%.2f GB/s); %u threads, %u streams, %u slots, %s pinned\n",
+           st->setup_seconds, st->open_seconds, st->device_seconds, st->alloc_seconds,
+           st->pin_seconds, st->copy_seconds, cc_gbps(st->tensor_bytes, st->copy_seconds),
            st->threads, st->streams, st->slots, pinned);
 }
 

@@ -253,6 +253,7 @@ int cc_load_from(cc_backend *be, cc_source *s, const ckpt_cuda_load_opts *opts, 
     c->streams = o.streams;
     size_t *idx = NULL;
     cc_ring *ring = NULL;
+    double t_alloc = cc_now();
     int rc = plan(c, s, &o, &idx, err);
     if (rc < 0)
         goto fail;
@@ -271,6 +272,7 @@ int cc_load_from(cc_backend *be, cc_source *s, const ckpt_cuda_load_opts *opts, 
         uintptr_t a = (uintptr_t)c->alloc, m = (uintptr_t)o.alignment - 1;
         c->block = (uint8_t *)c->alloc + (((a + m) & ~m) - a);
     }
+    c->stats.alloc_seconds = cc_now() - t_alloc;
     for (size_t i = 0; i < c->n; i++)
         c->t[i].dev = c->block ? (uint8_t *)c->block + c->off[i] : NULL;
     for (size_t i = 0; i < c->n; i++) {
@@ -282,10 +284,12 @@ int cc_load_from(cc_backend *be, cc_source *s, const ckpt_cuda_load_opts *opts, 
     if (total > 0) {
         unsigned slots;
         size_t slot_bytes;
+        double t_pin = cc_now();
         if ((rc = cc_plan_ring(total, o.pinned_bytes, o.threads, o.streams, load_max_slot(s),
                                &slots, &slot_bytes, err)) < 0 ||
             (rc = cc_ring_new(be, slots, slot_bytes, o.streams, &ring, err)) < 0)
             goto fail;
+        c->stats.pin_seconds = cc_now() - t_pin;
         load_job j = {
             .be = be,
             .src = s,
@@ -343,6 +347,7 @@ int cc_load(cc_backend_open_fn open_be, void *ud, const char *src, const ckpt_cu
             return rc;
         }
     }
+    double t_open = cc_now() - t0;
     cc_backend *be = NULL;
     if ((rc = open_be(ud, opts ? opts->device : 0, &be, err)) < 0) {
         cc_source_close(s);
@@ -353,6 +358,7 @@ int cc_load(cc_backend_open_fn open_be, void *ud, const char *src, const ckpt_cu
         cc_source_close(s);
         return rc;
     }
+    double t_device = cc_now() - t0 - t_open;
     rc = cc_load_from(be, s, opts, t0, out, err);
     be->ops->unbind_thread(be);
     cc_source_close(s);
@@ -361,6 +367,8 @@ int cc_load(cc_backend_open_fn open_be, void *ud, const char *src, const ckpt_cu
         return rc;
     }
     (*out)->own_be = 1;
+    (*out)->stats.open_seconds = t_open;
+    (*out)->stats.device_seconds = t_device;
     return 0;
 }
 

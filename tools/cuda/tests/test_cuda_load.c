@@ -91,6 +91,14 @@ Test(load, pack_small_ring_many_threads)
     const ckpt_cuda_stats *st = ckpt_cuda_load_stats(c);
     cr_assert_eq(st->slots, 2, "128 KiB holds two 64 KiB slots");
     cr_assert_leq(st->pinned_bytes, 128 * 1024);
+    /* The parts of setup are disjoint stretches of it, each taken. */
+    double parts[] = {st->open_seconds, st->device_seconds, st->alloc_seconds, st->pin_seconds};
+    double parts_sum = 0;
+    for (size_t i = 0; i < 4; i++) {
+        cr_assert_gt(parts[i], 0, "setup part %zu timed", i);
+        parts_sum += parts[i];
+    }
+    cr_assert_leq(parts_sum, st->setup_seconds);
     uint64_t sum = 0;
     for (size_t i = 0; i < TL_N; i++)
         sum += tl_nbytes(i);
