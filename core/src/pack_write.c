@@ -146,6 +146,51 @@ static void write_own_chunk(ckpt_writer *w, wslot *s)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* The tensor's span sp of chunk s, whose turn it is, then each of the
+ * tensor's next chunks whose span was parked meanwhile. Always advanced,
+ * failed or not, so that nothing waits on a chunk that will not come.
+ * parked: s holds sp for this call (a reference in pending). */
+static void hash_tensor_parts(ckpt_writer *w, wslot *s, wspan *sp, int parked)
+{
+    tensor_hash *th = sp->th;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        int failed = w->failed;
+        pthread_mutex_unlock(&w->mu);
+        if (!failed) {
+            ckpt_sha256_update(&th->st, s->in + sp->a, sp->b - sp->a);
+            if (sp->last)
+                ckpt_sha256_final(&th->st, th->digest);
+        }
+        uint64_t next = s->id + 1;
+        pthread_mutex_lock(&w->mu);
+        th->next_id = next;
+        pthread_cond_broadcast(&w->tensor_hashed);
+        if (parked && --s->pending == 0) {
+            s->state = SLOT_FREE;
+            pthread_cond_broadcast(&w->to_fill);
+        }
+        /* A slot holds chunk next only while it is in flight; one with a
+         * span parked is in flight (pending), so its id is settled. */
+        wslot *n = &w->slots[next % w->n_slots];
+        wspan *found = NULL;
+        if (!sp->last && n->n_parked && n->id == next)
+            for (size_t i = 0; i < n->n_spans && !found; i++)
+                if (n->spans[i].parked && n->spans[i].th == th)
+                    found = &n->spans[i];
+        if (found) {
+            found->parked = 0;
+            n->n_parked--;
+        }
+        pthread_mutex_unlock(&w->mu);
+        if (!found)
+            return;
+        s = n;
+        sp = found;
+        parked = 1;
+    }
+}
+
 static void *encode_worker(void *arg)
 {
     ckpt_writer *w = arg;
@@ -212,36 +257,39 @@ static void *encode_worker(void *arg)
             ckpt_fail(&e, rc, "%s: out of memory while compressing", w->final_path);
             writer_set_failed(w, &e);
         }
-        /* The chunk's part of each tensor, once the tensor's previous chunk
-         * is hashed. Always advanced, failed or not, so no worker waits on
-         * a chunk that will not come. */
+        /* The chunk's part of each tensor, in chunk order. A part whose
+         * tensor's previous chunk is not hashed yet is parked for the
+         * worker that hashes that one, so that no worker sleeps while a
+         * big tensor's SHA-256 chain goes by, one chunk at a time (on 16
+         * cores, that wait cost a third of `ckpt pack`'s time). A part that
+         * also feeds an assembled tensor's chain waits its turn instead. */
         for (size_t i = 0; i < s->n_spans; i++) {
-            const wspan *sp = &s->spans[i];
+            wspan *sp = &s->spans[i];
             pthread_mutex_lock(&w->mu);
+            if (sp->th->next_id != s->id && !sp->ch) {
+                sp->parked = 1;
+                s->n_parked++;
+                s->pending++;
+                pthread_mutex_unlock(&w->mu);
+                continue;
+            }
             while (sp->th->next_id != s->id)
                 pthread_cond_wait(&w->tensor_hashed, &w->mu);
-            int failed = w->failed;
             pthread_mutex_unlock(&w->mu);
-            if (!failed) {
-                ckpt_sha256_update(&sp->th->st, s->in + sp->a, sp->b - sp->a);
-                if (sp->last)
-                    ckpt_sha256_final(&sp->th->st, sp->th->digest);
-            }
-            pthread_mutex_lock(&w->mu);
-            sp->th->next_id = s->id + 1;
-            pthread_cond_broadcast(&w->tensor_hashed);
+            hash_tensor_parts(w, s, sp, 0);
             if (sp->ch) {
+                pthread_mutex_lock(&w->mu);
                 while (sp->ch->next_seq != sp->seq)
                     pthread_cond_wait(&w->tensor_hashed, &w->mu);
-                failed = w->failed;
+                int failed = w->failed;
                 pthread_mutex_unlock(&w->mu);
                 if (!failed)
                     ckpt_sha256_update(&sp->ch->st, s->in + sp->a, sp->b - sp->a);
                 pthread_mutex_lock(&w->mu);
                 sp->ch->next_seq++;
                 pthread_cond_broadcast(&w->tensor_hashed);
+                pthread_mutex_unlock(&w->mu);
             }
-            pthread_mutex_unlock(&w->mu);
         }
         if (w->write_at) {
             write_own_chunk(w, s);
@@ -383,9 +431,12 @@ static int slot_spans(ckpt_writer *w, wslot *s)
             /* Its first chunk: the workers hash its chunks from here on, in order. */
             if (ts >= a)
                 t->hash->next_id = s->id;
-            s->spans[s->n_spans++] =
-                (wspan){t->hash, (uint32_t)(lo - a), (uint32_t)(hi - a),
-                        te <= b, t->chain,           t->chain ? t->chain->assigned++ : 0};
+            s->spans[s->n_spans++] = (wspan){.th = t->hash,
+                                             .a = (uint32_t)(lo - a),
+                                             .b = (uint32_t)(hi - a),
+                                             .last = te <= b,
+                                             .ch = t->chain,
+                                             .seq = t->chain ? t->chain->assigned++ : 0};
         }
         if (te > b)
             w->live[keep++] = w->live[i];

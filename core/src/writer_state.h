@@ -42,6 +42,8 @@ typedef struct wspan {
     int last;
     chain_hash *ch;
     uint64_t seq;
+    int parked; /* encoded before its tensor's previous chunk was hashed:
+                 * left for whoever hashes that one (under mu) */
 } wspan;
 
 /* A read of the slot's bytes [dst, dst + n) from a source, left to the
@@ -68,7 +70,9 @@ typedef struct wslot {
     int opaque;          /* of an opaque extent: the encoder picks the grouping */
     uint32_t crc;
     int state;
-    int pending;            /* of output and file hash: the slot is free when both are done */
+    int pending;            /* of output, file hash and parked spans: the slot is free when
+                             * all are done */
+    unsigned n_parked;      /* spans parked in it (under mu) */
     ckpt_sha256 *file_hash; /* of the chunk's file; NULL: a hash lane does it */
     hash_job *job;          /* the lane's job of the chunk's file, or NULL */
     uint32_t src_crc;       /* with job: CRC-32 of in, for job->fed_crc */

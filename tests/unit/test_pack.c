@@ -232,6 +232,17 @@ Test(pack, roundtrip_level9_small_chunks)
 {
     roundtrip((ckpt_write_opts){.level = 9, .chunk_size = 65536, .threads = 3}, NULL);
 }
+/* More workers than chunks of the 600 KB tensor: most of its chunks are
+ * encoded before the previous one is hashed and are parked (pack_write.c
+ * hash_tensor_parts); its digest must still be its bytes' SHA-256. */
+Test(pack, roundtrip_many_workers_parked_tensor_parts)
+{
+    for (int round = 0; round < 4; round++)
+        roundtrip((ckpt_write_opts){.level = 1, .chunk_size = 65536, .threads = 16}, NULL);
+    ckpt_key *k = test_key(0x5c);
+    roundtrip((ckpt_write_opts){.level = -1, .key = k, .chunk_size = 65536, .threads = 16}, k);
+    ckpt_key_free(k);
+}
 Test(pack, roundtrip_big_chunks)
 {
     roundtrip((ckpt_write_opts){.level = 1, .chunk_size = 16u << 20}, NULL);
