@@ -6,7 +6,10 @@
 #     next to `curl` downloading the pack object whole (the same bytes, one
 #     GET at full speed): MB/s of the checkpoint delivered, MB/s of pack
 #     bytes fetched, and the ratio of curl's time to ours
-#   - `ckpt pack` to s3:// next to `ckpt pack` to a local directory
+#   - `ckpt pack` to s3:// next to `ckpt pack` to a local directory, with
+#     the gateway's CPU-s for each run (printed beside the times): on one
+#     machine the two share the cores, so the client's CPU-s plus the
+#     gateway's, over the cores, bounds the time to s3://
 #   - the same packing and reading again with the gateway's daemons pinned
 #     to the last core and ckpt or curl to the others (when there are 2 or
 #     more): on one machine the gateway takes about as much CPU to store a
@@ -81,25 +84,37 @@ row() { # NAME SECONDS BYTES [NOTE]
     rows+=("$r")
     echo "$r" >&2
 }
-timed() { # sets T: seconds; runs CMD under /usr/bin/time, LAST_RSS_KIB its peak RSS
-    local t0 t1
+# CPU time (ticks) of the gateway's daemons: on one machine it is what an
+# upload costs beside the client's own, so it bounds the pack rows.
+gw_ticks() {
+    local t=0 p
+    for p in "$RGW"/run/*.pid; do
+        t=$((t + $(awk '{ print $14 + $15 }' "/proc/$(cat "$p")/stat")))
+    done
+    echo "$t"
+}
+timed() { # sets T: seconds; runs CMD under /usr/bin/time, LAST_RSS_KIB its peak RSS, GW_CPU the gateway's CPU-s
+    local t0 t1 g0
     drop_caches
+    g0=$(gw_ticks)
     t0=$(now)
     run_rss "$@"
     t1=$(now)
     T=$(elapsed "$t0" "$t1")
+    GW_CPU=$(awk -v a="$g0" -v b="$(gw_ticks)" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", (b - a) / hz }')
 }
 RUNS=3
 timed3() { # BEFORE_EACH CMD...: T the median of RUNS timed runs, each after BEFORE_EACH
-    local before=$1 ts=() i
+    local before=$1 ts=() gs=() i
     shift
     for i in $(seq "$RUNS"); do
         $before
         timed "$@"
         ts+=("$T")
+        gs+=("$GW_CPU")
     done
     # The command's name only: curl's arguments hold the keys.
-    echo "  ${ts[*]} s (load $(cut -d' ' -f1-3 /proc/loadavg)): ${1##*/} ${2:-}" >&2
+    echo "  ${ts[*]} s, gateway ${gs[*]} CPU-s (load $(cut -d' ' -f1-3 /proc/loadavg)): ${1##*/} ${2:-}" >&2
     T=$(printf '%s\n' "${ts[@]}" | median)
 }
 nothing() { :; }
