@@ -16,6 +16,8 @@
  * pinned ring's first touch), which the wall time of the copy phase does
  * not.
  *
+ * Last, the time of ckpt-cuda's --verify of a load on the last thread count.
+ *
  * Usage: host_pipeline PACK [KEYFILE|-] THREADS...   (make bench-cuda-host) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +96,21 @@ int main(int argc, char **argv)
                "%.2f GB per CPU-s, %.2fx of one thread's\n",
                t, gbps, wall[1], gbps / (t * per_core), per_core, per_cpu, per_cpu / per_core_cpu);
     }
+    /* ckpt-cuda --verify's host side: the copies back through the ring and
+     * each tensor's SHA-256, here over a fake device that holds the bytes. */
+    fake_cfg f = {0};
+    ckpt_cuda_load_opts o = {.threads = (unsigned)atoi(argv[argc - 1]), .key = key};
+    ckpt_cuda_ckpt *c = NULL;
+    if (cc_load(fake_open, &f, argv[1], &o, &c, &err) != 0) {
+        fprintf(stderr, "host_pipeline: %s\n", err.msg);
+        return 1;
+    }
+    double t0 = cc_now();
+    long bad = ckpt_cuda_verify(c, NULL, NULL, &err);
+    double secs = cc_now() - t0;
+    printf("verify: %.2f GB/s (%.3f s), %ld tensors differ\n",
+           cc_gbps(ckpt_cuda_load_stats(c)->tensor_bytes, secs), secs, bad);
+    ckpt_cuda_free(c);
     ckpt_key_free(key);
-    return 0;
+    return bad == 0 ? 0 : 1;
 }
