@@ -173,7 +173,7 @@ typedef struct s3_outage {
     pthread_mutex_t mu;
     int down;             /* the last request that went got no answer */
     int probing;          /* a probe is under way */
-    uint64_t since_ms;    /* when it was marked down */
+    uint64_t since_ms;    /* when the request that found it down began */
     uint64_t probe_at_ms; /* no probe before */
     char why[160];        /* libcurl's words for the last failure */
 } s3_outage;
@@ -190,9 +190,10 @@ int s3_outage_admit(s3_outage *o, uint64_t now_ms, char *why, size_t cap);
  * why filled as by a refusal. */
 void s3_outage_probed(s3_outage *o, int answered, const char *what, uint64_t now_ms, char *why,
                       size_t cap);
-/* After a request that went: silent when it got no answer after its
- * retries (marks down, the back-off from now), else clears the mark. */
-void s3_outage_note(s3_outage *o, int silent, const char *what, uint64_t now_ms);
+/* After a request that went, begun at began_ms: silent when it got no
+ * answer after its retries (marks down since began_ms, unless down
+ * already; the back-off from now_ms), else clears the mark. */
+void s3_outage_note(s3_outage *o, int silent, const char *what, uint64_t began_ms, uint64_t now_ms);
 int s3_outage_is_down(s3_outage *o);
 
 /* ------------------------------------------------------------ HTTP */

@@ -677,6 +677,7 @@ int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs)
         snprintf(rs->curl_msg, sizeof rs->curl_msg, "%s", why);
         return -EIO;
     }
+    uint64_t began = now_ms();
     int rc = request(c, rq, rs);
     if (rc != -ENOMEM) {
         char what[160], probe_what[160];
@@ -689,7 +690,7 @@ int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs)
          * request (a HEAD of the object, an abort) must not be refused. */
         if (silent && gateway_answers(c, probe_what, sizeof probe_what))
             silent = 0;
-        s3_outage_note(&c->outage, silent, silent ? what : NULL, now_ms());
+        s3_outage_note(&c->outage, silent, silent ? what : NULL, began, now_ms());
     }
     return rc;
 }

@@ -75,14 +75,14 @@ void s3_outage_probed(s3_outage *o, int answered, const char *what, uint64_t now
     pthread_mutex_unlock(&o->mu);
 }
 
-void s3_outage_note(s3_outage *o, int silent, const char *what, uint64_t now_ms)
+void s3_outage_note(s3_outage *o, int silent, const char *what, uint64_t began_ms, uint64_t now_ms)
 {
     pthread_mutex_lock(&o->mu);
     if (!silent) {
         o->down = 0;
     } else {
         if (!o->down)
-            o->since_ms = now_ms;
+            o->since_ms = began_ms;
         o->down = 1;
         o->probe_at_ms = now_ms + S3_OUTAGE_BACKOFF_MS;
         snprintf(o->why, sizeof o->why, "%s", what && what[0] ? what : "no response");
