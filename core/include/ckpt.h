@@ -174,6 +174,13 @@ long ckpt_store_abort_stale_uploads(ckpt_store *s, const char *name, uint64_t ol
                                     ckpt_err *err);
 /* The store for messages: the directory, or a URL. */
 const char *ckpt_store_where(const ckpt_store *s);
+/* 0 unless the store is known not to answer now: an S3 gateway that gave
+ * a request no answer after its retries, during which every request
+ * fails at once with -EIO (ckpt_err's transient) instead of retrying
+ * again. Then -EIO with err saying since when and why. Makes no request,
+ * except a short probe of such a gateway once its back-off (2 s) is over,
+ * so a caller that polls sees it back. A local store always answers. */
+int ckpt_store_reachable(ckpt_store *s, ckpt_err *err);
 
 /* Calls fn once per object whose name starts with prefix ("" for all), in
  * byte order of names, with info valid during the call only. Listing is

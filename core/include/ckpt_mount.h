@@ -63,7 +63,10 @@
  * A pack that cannot be read shows instead of committed as key mismatch
  * (encrypted with another key than the mount's, or the mount has none:
  * reads fail with EACCES) or damaged (empty, not a pack, a damaged header
- * or index: reads fail with EIO); CKPT_XATTR_ERROR says why. */
+ * or index: reads fail with EIO); CKPT_XATTR_ERROR says why. While its
+ * store does not answer (an S3 gateway down: reads of what is not cached
+ * fail with EIO, at once after the first has waited out the retries) it
+ * shows as unreachable, and as committed again once the store answers. */
 #define CKPT_STATE_WRITING "writing"
 #define CKPT_STATE_PACKING "packing"
 #define CKPT_STATE_COMMITTED "committed"
@@ -71,5 +74,6 @@
 #define CKPT_STATE_DELETED "deleted"
 #define CKPT_STATE_KEY_MISMATCH "key mismatch"
 #define CKPT_STATE_DAMAGED "damaged"
+#define CKPT_STATE_UNREACHABLE "unreachable"
 
 #endif

@@ -48,6 +48,21 @@ const char *checkpoint_state_name(checkpoint_table *t, checkpoint *c)
     int rc = checkpoint_open(t, c);
     if (rc == -EACCES)
         return CKPT_STATE_KEY_MISMATCH;
-    /* An -EIO that was not remembered is the store's, not the pack's. */
-    return rc == -EIO && checkpoint_is_damaged(c) ? CKPT_STATE_DAMAGED : CKPT_STATE_COMMITTED;
+    if (rc == -EIO && checkpoint_is_damaged(c))
+        return CKPT_STATE_DAMAGED;
+    /* An -EIO that was not remembered is the store's, not the pack's: its
+     * open already recorded why. */
+    if (rc == -EIO)
+        return CKPT_STATE_UNREACHABLE;
+    /* Open before the outage: what is not in memory or cache_dir cannot
+     * be read now either. */
+    ckpt_err err = {0};
+    if (rc == 0 && ckpt_store_reachable(t->store, &err) < 0) {
+        checkpoint_set_error(c, "%s", err.msg);
+        __atomic_store_n(&c->outage_shown, 1, __ATOMIC_RELEASE);
+        return CKPT_STATE_UNREACHABLE;
+    }
+    if (rc == 0 && __atomic_exchange_n(&c->outage_shown, 0, __ATOMIC_ACQ_REL))
+        checkpoint_set_error(c, "%s", ""); /* no longer the news */
+    return CKPT_STATE_COMMITTED;
 }

@@ -26,8 +26,9 @@ int checkpoint_is_damaged(checkpoint *c);
 int checkpoint_is_broken(checkpoint *c);
 
 /* One of the CKPT_STATE_* of ckpt_mount.h: opens the pack (once) to tell.
- * A transient failure (out of memory, a gateway that does not answer)
- * still says committed; the error attribute says why it cannot be read. */
+ * A transient failure (a gateway that does not answer) says unreachable,
+ * also for a pack opened before, while its store is down
+ * (ckpt_store_reachable); the error attribute says why. */
 const char *checkpoint_state_name(checkpoint_table *t, checkpoint *c);
 
 #endif

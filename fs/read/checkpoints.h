@@ -73,6 +73,9 @@ typedef struct checkpoint {
      * new try before this CLOCK_MONOTONIC time in ms, so that a gateway
      * that is down is not asked again by every lookup; atomic. 0: none. */
     int64_t retry_after_ms;
+    /* last_error holds the store's outage, shown while it did not answer
+     * (checkpoint_state_name) and cleared once it does; atomic. */
+    int outage_shown;
     ckpt_pack *pack; /* once OPEN */
     uint32_t chunk_size;
     pack_tree *tree;

@@ -13,8 +13,10 @@
 #     rm -r deletes the object
 #   - the gateway killed in a read through the mount: completes or EIO
 #     within the retry bound
-#   - a checkpoint first opened with the gateway down: EIO, not damaged,
-#     rmdir deletes nothing; byte-identical once it is back, no remount
+#   - a checkpoint first opened with the gateway down: EIO, unreachable,
+#     not damaged, rmdir deletes nothing; then every operation fails at
+#     once, ckpt status exits 4 naming the endpoint; byte-identical once
+#     it is back, no remount
 #   - the daemon SIGKILLed in an upload: no object; the next writable
 #     mount aborts the upload
 . "$(dirname "$0")/lib.sh"
@@ -425,16 +427,42 @@ unmount_ckptfs mnt-k
 # ------------------- a checkpoint first opened while the gateway is down
 # No answer from the store says nothing about the pack: it is not taken
 # for damaged (which is remembered until a remount, and which rmdir
-# deletes), and reads once the gateway is back. No listing while it is
-# down (list_interval): each takes the store's whole retry time (10 s).
+# deletes), and reads once the gateway is back. The first request to find
+# the gateway gone waits out the store's retries (10 s); then the store is
+# marked down, and every operation of the mount (lookups, getfattr, the
+# listing's refresh every second, opens of other packs) fails at once with
+# EIO until a probe finds it back.
 expect_ok "pack tiny to s3://$BK/t/keep.tpack" "$CKPT" pack tiny -o s3://$BK/t/keep.tpack
-mount_ckptfs s3://$BK/t mnt-t "$LOG" -o commit_delay=0,list_interval=3600,stage_dir="$TMP/stage-t" || fail "writable mount for the outage" "$(tail -n 3 "$LOG")"
+for i in 1 2 3 4; do "$CKPT" pack tiny -o s3://$BK/t/k$i.tpack >/dev/null || fail "pack k$i"; done
+mount_ckptfs s3://$BK/t mnt-t "$LOG" -o commit_delay=0,list_interval=1,stage_dir="$TMP/stage-t" || fail "writable mount for the outage" "$(tail -n 3 "$LOG")"
 ls mnt-t >/dev/null
 kill -9 "$(rgw_pid)"
 expect_fail "gateway down: listing a checkpoint never opened fails" ls mnt-t/keep
+last_stderr_has "  with EIO" "Input/output error"
 state=$(getfattr -n user.ckptfs.state --only-values mnt-t/keep 2>&1)
-[ "$state" != damaged ] && pass "  and its state is not damaged ($state)" || fail "  and its state is not damaged" "$state"
+[ "$state" = unreachable ] && pass "  and its state is unreachable, not damaged" || fail "  and its state is unreachable, not damaged" "$state"
 expect_fail "  rmdir of it fails" rmdir mnt-t/keep
+# Four checkpoints never opened, each read three ways, with the listing
+# refreshed meanwhile: each used to wait out the retries on its own.
+t0=$(date +%s.%N)
+: >down.states
+: >down.err
+for i in 1 2 3 4; do
+    getfattr -n user.ckptfs.state --only-values mnt-t/k$i >>down.states 2>>down.err
+    echo >>down.states
+    ls mnt-t/k$i >/dev/null 2>>down.err && echo "k$i listed" >>down.err
+    cat mnt-t/k$i/model.safetensors >/dev/null 2>>down.err && echo "k$i read" >>down.err
+    sleep 0.3
+    ls mnt-t >/dev/null 2>>down.err
+done
+secs=$($PY -c "import time; print(round(time.time() - $t0, 1))")
+$PY -c "import sys; sys.exit(0 if $secs < 8 else 1)" && pass "  4 checkpoints x 3 operations and 4 listings with the gateway down: ${secs} s (< 8)" || fail "  the others fail fast" "${secs} s"
+[ "$(grep -c . down.states)" -eq 4 ] && ! grep -qv '^unreachable$' down.states && pass "  each is unreachable" || fail "  each is unreachable" "$(tr '\n' ' ' <down.states)"
+[ "$(grep -c 'Input/output error' down.err)" -eq 8 ] && [ "$(grep -c . down.err)" -eq 8 ] && pass "  each ls and read fails with EIO" || fail "  each ls and read fails with EIO" "$(head -c 400 down.err)"
+"$CKPT" status mnt-t >down.status 2>&1
+rc=$?
+[ $rc -eq 4 ] && pass "  ckpt status exits 4" || fail "  ckpt status exits 4" "rc $rc: $(head -c 300 down.status)"
+[ "$(grep -c ' unreachable ' down.status)" -eq 5 ] && grep -qF "no answer from $S3_ENDPOINT" down.status && pass "  and names the store it cannot reach" || fail "  and names the store it cannot reach" "$(head -c 600 down.status)"
 restart_rgw
 for _ in $(seq 100); do curl -s -o /dev/null "$S3_ENDPOINT/" && break; sleep 0.2; done
 sleep 2 # the mount's back-off after a failed try
@@ -442,7 +470,9 @@ expect_fail "gateway back: rmdir of the (non-empty) checkpoint fails" rmdir mnt-
 last_stderr_has "  with ENOTEMPTY" "Directory not empty"
 s3py keys $BK t/ | grep -qx "t/keep.tpack" && pass "  the object is still there" || fail "  the object is still there" "$(s3py keys $BK t/)"
 expect_same_files "  and reads byte-identical without a remount" tiny mnt-t/keep
+expect_same_files "  and so does another one" tiny mnt-t/k3
 state=$(getfattr -n user.ckptfs.state --only-values mnt-t/keep 2>&1)
 [ "$state" = committed ] && pass "  its state is committed" || fail "  its state is committed" "$state"
+expect_ok "  ckpt status exits 0" "$CKPT" status mnt-t
 unmount_ckptfs mnt-t
 finish

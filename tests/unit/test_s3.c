@@ -797,6 +797,143 @@ Test(s3_store, https_to_a_plain_http_port_says_so_at_once, .init = clean_env, .f
     cr_assert(strstr(err.msg, "after 1 attempt"), "not retried: %s", err.msg);
 }
 
+/* ------------------------------------------------------------- outages */
+
+Test(s3_outage, down_after_no_answer_fails_fast_until_a_probe_answers)
+{
+    s3_outage o;
+    s3_outage_init(&o);
+    char why[200] = "";
+    cr_assert_eq(s3_outage_admit(&o, 1000, why, sizeof why), S3_OUTAGE_GO);
+    /* Since the request that found it down began (its retries took 1 s). */
+    s3_outage_note(&o, 1, "Failed to connect to gw port 7480", 0, 1000);
+    cr_assert_eq(s3_outage_admit(&o, 1500, why, sizeof why), S3_OUTAGE_REFUSE);
+    cr_assert(strstr(why, "none for 1.5 s") && strstr(why, "not asked again for 1.5 s") &&
+                  strstr(why, "last: Failed to connect to gw port 7480"),
+              "%s", why);
+    /* The back-off over: one probe, the others still refused meanwhile. */
+    cr_assert_eq(s3_outage_admit(&o, 1000 + S3_OUTAGE_BACKOFF_MS, why, sizeof why),
+                 S3_OUTAGE_PROBE);
+    cr_assert_eq(s3_outage_admit(&o, 1001 + S3_OUTAGE_BACKOFF_MS, why, sizeof why),
+                 S3_OUTAGE_REFUSE);
+    s3_outage_probed(&o, 0, "Operation timed out", 4000, why, sizeof why);
+    cr_assert(strstr(why, "none for 4.0 s") && strstr(why, "last: Operation timed out"), "%s", why);
+    cr_assert_eq(s3_outage_admit(&o, 5999, NULL, 0), S3_OUTAGE_REFUSE);
+    cr_assert_eq(s3_outage_admit(&o, 6000, NULL, 0), S3_OUTAGE_PROBE);
+    s3_outage_probed(&o, 1, NULL, 6010, NULL, 0);
+    cr_assert_eq(s3_outage_admit(&o, 6020, NULL, 0), S3_OUTAGE_GO);
+    cr_assert_eq(s3_outage_is_down(&o), 0);
+    /* An answer to a request under way clears it as well. */
+    s3_outage_note(&o, 1, NULL, 6900, 7000);
+    cr_assert_eq(s3_outage_is_down(&o), 1);
+    s3_outage_note(&o, 0, NULL, 7050, 7100);
+    cr_assert_eq(s3_outage_admit(&o, 7200, NULL, 0), S3_OUTAGE_GO);
+    s3_outage_destroy(&o);
+}
+
+/* A gateway on loopback that, while mute, takes each connection and
+ * closes it unanswered (libcurl: "Empty reply from server", retried), and
+ * otherwise answers 200; it counts the connections it took. */
+typedef struct mute_gw {
+    int ls;
+    int mute;     /* atomic */
+    int accepted; /* atomic */
+} mute_gw;
+
+static void *mute_gw_run(void *arg)
+{
+    mute_gw *g = arg;
+    for (;;) {
+        int fd = accept(g->ls, NULL, NULL);
+        if (fd < 0)
+            return NULL;
+        __atomic_add_fetch(&g->accepted, 1, __ATOMIC_SEQ_CST);
+        char buf[2048];
+        if (!__atomic_load_n(&g->mute, __ATOMIC_SEQ_CST) && read(fd, buf, sizeof buf) > 0) {
+            static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n"
+                                     "Connection: close\r\n\r\n";
+            (void)!write(fd, ok, sizeof ok - 1);
+        }
+        close(fd);
+    }
+}
+
+static uint64_t ms_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+Test(s3_outage, a_client_stops_asking_a_mute_gateway_and_sees_it_back, .init = clean_env,
+     .fini = drop_home)
+{
+    mute_gw g = {.ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), .mute = 1};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    cr_assert(g.ls >= 0 && bind(g.ls, (struct sockaddr *)&a, sizeof a) == 0 &&
+              listen(g.ls, 8) == 0 && getsockname(g.ls, (struct sockaddr *)&a, &alen) == 0);
+    pthread_t tid;
+    cr_assert_eq(pthread_create(&tid, NULL, mute_gw_run, &g), 0);
+    char endpoint[64];
+    snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+    s3_client *cl = client_via(endpoint, NULL, NULL);
+    static const s3_retry_policy quick = {3, 10, 20, 1000};
+    s3_client_set_retry(cl, &quick);
+    s3_req rq = {.method = "GET", .bucket = "b", .key = "k"};
+    s3_resp rs;
+    ckpt_err err = {0};
+
+    cr_assert_eq(s3_client_reachable(cl, "s3://b", &err), 0, "not known down: %s", err.msg);
+    cr_assert_eq(s3_request(cl, &rq, &rs), -EIO);
+    cr_assert_eq(rs.attempts, 3, "the first spends its retries");
+    s3_resp_free(&rs);
+    int took = __atomic_load_n(&g.accepted, __ATOMIC_SEQ_CST);
+    cr_assert_eq(took, 4, "3 attempts, then a probe that confirms the outage");
+
+    /* Down: the next ones fail at once, without a connection. */
+    uint64_t t0 = ms_now();
+    for (int i = 0; i < 20; i++) {
+        cr_assert_eq(s3_request(cl, &rq, &rs), -EIO);
+        cr_assert_eq(rs.attempts, 0);
+        if (i == 0) {
+            cr_assert_eq(s3_fail(&err, cl, "s3://b/k", "read", &rs), -EIO);
+            cr_assert_eq(err.transient, 1);
+            cr_assert(strstr(err.msg, "no answer from http://127.0.0.1:") &&
+                          strstr(err.msg, "last: Empty reply from server") &&
+                          !strstr(err.msg, "attempt"),
+                      "%s", err.msg);
+        }
+        s3_resp_free(&rs);
+    }
+    cr_assert_lt(ms_now() - t0, 500, "20 refusals took %llu ms",
+                 (unsigned long long)(ms_now() - t0));
+    cr_assert_eq(__atomic_load_n(&g.accepted, __ATOMIC_SEQ_CST), took, "no connection");
+    cr_assert_eq(s3_client_reachable(cl, "s3://b", &err), -EIO);
+    cr_assert(strstr(err.msg, "s3://b: no answer from http://127.0.0.1:"), "%s", err.msg);
+    cr_assert_eq(err.transient, 1);
+
+    /* Still mute after the back-off: one probe, one connection, refused. */
+    usleep((S3_OUTAGE_BACKOFF_MS + 50) * 1000);
+    cr_assert_eq(s3_request(cl, &rq, &rs), -EIO);
+    cr_assert_eq(rs.attempts, 0);
+    s3_resp_free(&rs);
+    cr_assert_eq(__atomic_load_n(&g.accepted, __ATOMIC_SEQ_CST), took + 1, "one probe");
+
+    /* Back: the first call after the back-off probes and finds it. */
+    __atomic_store_n(&g.mute, 0, __ATOMIC_SEQ_CST);
+    usleep((S3_OUTAGE_BACKOFF_MS + 50) * 1000);
+    cr_assert_eq(s3_client_reachable(cl, "s3://b", &err), 0, "%s", err.msg);
+    cr_assert_eq(s3_request(cl, &rq, &rs), 0);
+    cr_assert_eq(rs.status, 200);
+    cr_assert_eq(rs.attempts, 1);
+    s3_resp_free(&rs);
+    s3_client_free(cl);
+    shutdown(g.ls, SHUT_RDWR);
+    pthread_join(tid, NULL);
+    close(g.ls);
+}
+
 /* ------------------------------------------------- against a real gateway */
 
 /* Run by tests/integration/test_s3.sh with CKPT_TEST_S3_URL=s3://BUCKET/PREFIX

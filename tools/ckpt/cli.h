@@ -15,8 +15,15 @@
 /* EXIT_CKPT_FAILED: `ckpt status` read the mount, and some checkpoint is
  * failed, damaged or keyed wrongly. Apart from EXIT_FAIL so that a script
  * tells a failed checkpoint from a mount it could not read, as systemctl
- * status answers 3 for a failed unit. */
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_CKPT_FAILED = 3 };
+ * status answers 3 for a failed unit. EXIT_CKPT_UNREACHABLE: none is, but
+ * the store of some does not answer now, which a later run may find over. */
+enum {
+    EXIT_OK = 0,
+    EXIT_FAIL = 1,
+    EXIT_USAGE = 2,
+    EXIT_CKPT_FAILED = 3,
+    EXIT_CKPT_UNREACHABLE = 4
+};
 
 /* ----------------------------------------------------------- messages */
 

@@ -114,6 +114,9 @@ static int wait_committed(const struct commit_opts *o)
         return cli_fail("%s: packing failed: %s (staged data is kept; fix the cause and run "
                         "'ckpt commit' again)",
                         o->path, st.error[0] ? st.error : "no reason recorded");
+    if (strcmp(st.state, CKPT_STATE_UNREACHABLE) == 0)
+        return cli_fail("%s: packed, but its store does not answer now: %s", o->path,
+                        st.error[0] ? st.error : "no reason recorded");
     if (strcmp(st.state, CKPT_STATE_KEY_MISMATCH) == 0 || strcmp(st.state, CKPT_STATE_DAMAGED) == 0)
         return cli_fail("%s: packed, but the pack cannot be read (%s): %s", o->path, st.state,
                         st.error[0] ? st.error : "no reason recorded");

@@ -30,6 +30,9 @@ static const char status_help[] =
     "                mount has none): reads fail with EACCES\n"
     "  damaged       the pack cannot be read (empty, not a pack, a damaged header or\n"
     "                index; the reason follows): reads fail with EIO\n"
+    "  unreachable   its store (an S3 gateway) does not answer now (the reason\n"
+    "                follows): reads of what is not cached fail with EIO, at once\n"
+    "                after the first; committed again once it answers\n"
     "SIZE is the data written so far, or the size of the pack once committed. The\n"
     "last error of a checkpoint (a read fault in a committed one) follows its line.\n"
     "\n"
@@ -42,8 +45,8 @@ static const char status_help[] =
     "  -h, --help           show this help\n"
     "\n"
     "exit status: 0 when every checkpoint is writing, packing or committed; 3 when\n"
-    "one is failed, key mismatch or damaged; 1 when MOUNT cannot be read; 2 usage\n"
-    "error. --watch runs until interrupted.\n";
+    "one is failed, key mismatch or damaged; else 4 when one is unreachable; 1 when\n"
+    "MOUNT cannot be read; 2 usage error. --watch runs until interrupted.\n";
 
 struct status_opts {
     const char *path;
@@ -119,15 +122,18 @@ void status_free(entry *v, size_t n)
 int status_is_error_state(const char *state)
 {
     return strcmp(state, CKPT_STATE_FAILED) == 0 || strcmp(state, CKPT_STATE_KEY_MISMATCH) == 0 ||
-           strcmp(state, CKPT_STATE_DAMAGED) == 0;
+           strcmp(state, CKPT_STATE_DAMAGED) == 0 || strcmp(state, CKPT_STATE_UNREACHABLE) == 0;
 }
 
 int status_exit(const entry *v, size_t n)
 {
+    int rc = EXIT_OK;
     for (size_t i = 0; i < n; i++)
-        if (status_is_error_state(v[i].st.state))
-            return EXIT_CKPT_FAILED;
-    return EXIT_OK;
+        if (strcmp(v[i].st.state, CKPT_STATE_UNREACHABLE) == 0)
+            rc = EXIT_CKPT_UNREACHABLE;
+        else if (status_is_error_state(v[i].st.state))
+            return EXIT_CKPT_FAILED; /* the lasting trouble first */
+    return rc;
 }
 
 int status_collect(const char *path, entry **out, size_t *n)
@@ -222,7 +228,7 @@ static void print_entry(const entry *e, size_t name_width, size_t state_width)
     putchar('\n');
 }
 
-/* 0 or EXIT_CKPT_FAILED as status_exit says, or -errno. */
+/* status_exit's answer, or -errno. */
 static int show(const struct status_opts *o)
 {
     entry *v;

@@ -20,7 +20,9 @@ void status_free(status_entry *v, size_t n);
 /* Is this a state in which the pack cannot be read or packing failed, so
  * that the error is the news? */
 int status_is_error_state(const char *state);
-/* EXIT_CKPT_FAILED if any of v is in an error state, else EXIT_OK. */
+/* EXIT_CKPT_FAILED if any of v is in an error state other than
+ * unreachable, else EXIT_CKPT_UNREACHABLE if any is unreachable, else
+ * EXIT_OK. */
 int status_exit(const status_entry *v, size_t n);
 
 /* The live view: refreshes every interval seconds until interrupted. On a

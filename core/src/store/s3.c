@@ -922,6 +922,12 @@ static void s3_stats(ckpt_store *base, ckpt_store_cache_stats *out)
     s3_cache_stats(((s3_store *)base)->cache, out);
 }
 
+static int s3_reachable(ckpt_store *base, ckpt_err *err)
+{
+    s3_store *s = (s3_store *)base;
+    return s3_client_reachable(s->http, s->base.where, err);
+}
+
 static const store_ops s3_ops = {
     .list = s3_list_objects,
     .open_read = s3_open_read,
@@ -935,6 +941,7 @@ static const store_ops s3_ops = {
     .free = s3_free,
     .abort_stale = s3_abort_stale,
     .cache_stats = s3_stats,
+    .reachable = s3_reachable,
 };
 
 int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out, ckpt_err *err)

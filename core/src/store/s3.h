@@ -12,6 +12,8 @@
  *                upload streamed in parts from background threads
  *   s3_readahead.c  sequential readers: segments ahead fetched by parallel
  *                ranged GETs
+ *   s3_outage.c  the gateway marked down after a request got no answer:
+ *                others fail at once until a probe finds it back
  *   s3.c         the store itself: list, ranged reads, remove, rename, lock,
  *                and the cleanup of abandoned uploads
  *
@@ -156,6 +158,44 @@ int s3_retryable(long status, int curl_code);
 long s3_retry_delay(const s3_retry_policy *p, unsigned attempts, uint64_t elapsed_ms,
                     double jitter);
 
+/* ----------------------------------------------- outage (s3_outage.c) */
+
+/* After a request got no answer (its retries spent), others fail at once
+ * for this long; then one request probes the gateway first. As long as a
+ * mount's back-off of a pack that failed to open (fs/read/checkpoints.c),
+ * so a gateway back in service is seen as soon. */
+#define S3_OUTAGE_BACKOFF_MS 2000
+/* The probe: a HEAD of the bucket, one try, at most this long in all (a
+ * stopped gateway accepts the connection and never answers). */
+#define S3_OUTAGE_PROBE_MS 3000
+
+typedef struct s3_outage {
+    pthread_mutex_t mu;
+    int down;             /* the last request that went got no answer */
+    int probing;          /* a probe is under way */
+    uint64_t since_ms;    /* when the request that found it down began */
+    uint64_t probe_at_ms; /* no probe before */
+    char why[160];        /* libcurl's words for the last failure */
+} s3_outage;
+
+void s3_outage_init(s3_outage *o);
+void s3_outage_destroy(s3_outage *o);
+enum { S3_OUTAGE_GO, S3_OUTAGE_PROBE, S3_OUTAGE_REFUSE };
+/* Before a request at now_ms: S3_OUTAGE_GO (not known down), S3_OUTAGE_PROBE
+ * (the back-off is over and no probe is under way: probe, then call
+ * s3_outage_probed), or S3_OUTAGE_REFUSE with why (cap bytes, may be NULL)
+ * saying for how long there was no answer and what the last failure was. */
+int s3_outage_admit(s3_outage *o, uint64_t now_ms, char *why, size_t cap);
+/* The probe's outcome; when it got no answer, what (libcurl's words) and
+ * why filled as by a refusal. */
+void s3_outage_probed(s3_outage *o, int answered, const char *what, uint64_t now_ms, char *why,
+                      size_t cap);
+/* After a request that went, begun at began_ms: silent when it got no
+ * answer after its retries (marks down since began_ms, unless down
+ * already; the back-off from now_ms), else clears the mark. */
+void s3_outage_note(s3_outage *o, int silent, const char *what, uint64_t began_ms, uint64_t now_ms);
+int s3_outage_is_down(s3_outage *o);
+
 /* ------------------------------------------------------------ HTTP */
 
 typedef struct s3_client s3_client;
@@ -179,6 +219,7 @@ typedef struct s3_req {
     void *dst; /* 2xx body into dst[0..dst_len) (ranged reads) */
     size_t dst_len;
     const s3_retry_policy *retry; /* NULL: the client's */
+    unsigned timeout_ms;          /* each attempt at most this long; 0: no bound */
 } s3_req;
 
 typedef struct s3_resp {
@@ -199,7 +240,12 @@ typedef struct s3_resp {
 
 /* Performs rq, retrying what s3_retryable() allows under rq->retry. 0 when
  * an HTTP answer came (any status: look at rs->status), -EIO when none did;
- * -ENOMEM. rs is always filled; free it with s3_resp_free. */
+ * -ENOMEM. rs is always filled; free it with s3_resp_free. While the
+ * gateway is marked down (s3_outage.c) -EIO at once, with rs->attempts 0
+ * and rs->curl_msg saying since when; retries stop when another request
+ * marks it down meanwhile. A request that got no answer marks it down
+ * when a probe (one HEAD of the endpoint, S3_OUTAGE_PROBE_MS at most) gets
+ * none either. */
 int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs);
 void s3_resp_free(s3_resp *rs);
 
@@ -209,6 +255,11 @@ void s3_resp_free(s3_resp *rs);
  * with the HTTP status, the server's code and the attempts made. */
 int s3_fail(ckpt_err *err, const s3_client *c, const char *what, const char *action,
             const s3_resp *rs);
+
+/* 0 when the gateway is not known to be down (no request is made then),
+ * else -EIO (transient) with err naming where and since when; probes it
+ * first when the back-off is over, so a caller that polls sees it back. */
+int s3_client_reachable(s3_client *c, const char *where, ckpt_err *err);
 
 /* Replaces any occurrence of the client's secret key, session token and
  * access key in err's message with "[redacted]". */

@@ -18,7 +18,12 @@
  * Retries: s3_retryable() outcomes are retried under the request's policy
  * (s3_retry_default: 7 attempts within 30 s, backoff 250 ms doubling, capped
  * at 8 s, with jitter); a body is re-sent from its start and a ranged read
- * refills its buffer from the start. */
+ * refills its buffer from the start.
+ *
+ * Outages: s3_outage.c is asked before each request and told after it, so
+ * that once one request got no answer the others fail at once instead of
+ * each spending the retries again; a probe (gateway_answers) finds the
+ * gateway back. */
 #include "s3.h"
 
 #include <curl/curl.h>
@@ -46,6 +51,7 @@ struct s3_client {
     pthread_mutex_t mu;
     struct conn *idle[POOL_MAX];
     size_t n_idle;
+    s3_outage outage;
 };
 
 /* A pooled handle and the socket of its kept-alive connection. */
@@ -220,6 +226,7 @@ int s3_client_new(s3_config *cfg, s3_client **out, ckpt_err *err)
     c->retry = s3_retry_default;
     note_proxy(c);
     pthread_mutex_init(&c->mu, NULL);
+    s3_outage_init(&c->outage);
     if (asprintf(&c->sigv4, "aws:amz:%s:s3", c->cfg.region) < 0)
         c->sigv4 = NULL;
     if (c->cfg.session_token &&
@@ -246,6 +253,7 @@ void s3_client_free(s3_client *c)
     free(c->sigv4);
     s3_config_free(&c->cfg);
     pthread_mutex_destroy(&c->mu);
+    s3_outage_destroy(&c->outage);
     free(c);
 }
 
@@ -478,6 +486,7 @@ static int attempt(s3_client *c, conn *k, const s3_req *rq, const char *url,
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)rq->timeout_ms); /* a pooled handle keeps it */
     /* A stalled transfer (under 1 KB/s for 15 s) is a failed attempt. */
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 15L);
@@ -551,7 +560,7 @@ static int plain_http_answer(const s3_resp *rs)
            strstr(rs->curl_msg, "wrong version number") != NULL;
 }
 
-int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs)
+static int request(s3_client *c, const s3_req *rq, s3_resp *rs)
 {
     memset(rs, 0, sizeof *rs);
     const s3_retry_policy *p = rq->retry ? rq->retry : &c->retry;
@@ -590,7 +599,9 @@ int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs)
             break;
         long d = s3_retry_delay(p, rs->attempts, now_ms() - t0,
                                 (double)randombytes_uniform(1000) / 1000.0);
-        if (d < 0)
+        /* Another request marked the gateway down meanwhile: what it
+         * found, one more try here would only find again, later. */
+        if (d < 0 || s3_outage_is_down(&c->outage))
             break;
         struct timespec ts = {d / 1000, (d % 1000) * 1000000L};
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
@@ -607,6 +618,93 @@ int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs)
         curl_slist_free_all(hdrs);
     }
     free(url);
+    return rc;
+}
+
+/* No answer from the gateway itself: a transport failure worth retrying,
+ * or a proxy's 502/504 saying the gateway behind it gave none. */
+static int gateway_silent(const s3_resp *rs)
+{
+    if (rs->status == 502 || rs->status == 504)
+        return 1;
+    return rs->status == 0 && s3_retryable(0, rs->curl_code) && !plain_http_answer(rs);
+}
+
+static void silent_what(const s3_resp *rs, char *what, size_t cap)
+{
+    if (rs->status)
+        snprintf(what, cap, "HTTP %ld", rs->status);
+    else
+        snprintf(what, cap, "%s", rs->curl_msg[0] ? rs->curl_msg : "no response");
+}
+
+/* One HEAD of the endpoint's root (ListBuckets: any S3 server answers
+ * it), one try, bounded: any answer but a proxy's 502/504 (a 403 too:
+ * someone answered) shows the gateway is back. */
+static int gateway_answers(s3_client *c, char *what, size_t cap)
+{
+    static const s3_retry_policy once = {1, 0, 0, 0};
+    s3_req rq = {.method = "HEAD", .bucket = "", .retry = &once, .timeout_ms = S3_OUTAGE_PROBE_MS};
+    s3_resp rs;
+    int rc = request(c, &rq, &rs);
+    int answered = rc == 0 && !gateway_silent(&rs);
+    if (!answered)
+        silent_what(&rs, what, cap);
+    s3_resp_free(&rs);
+    return answered || rc == -ENOMEM;
+}
+
+/* Asks s3_outage whether a request may go, probing when it is time: 1 when
+ * it may, else 0 with why. */
+static int admitted(s3_client *c, char *why, size_t cap)
+{
+    int r = s3_outage_admit(&c->outage, now_ms(), why, cap);
+    if (r == S3_OUTAGE_PROBE) {
+        char what[160];
+        int ok = gateway_answers(c, what, sizeof what);
+        s3_outage_probed(&c->outage, ok, what, now_ms(), why, cap);
+        return ok;
+    }
+    return r == S3_OUTAGE_GO;
+}
+
+int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs)
+{
+    char why[sizeof rs->curl_msg];
+    if (!admitted(c, why, sizeof why)) {
+        memset(rs, 0, sizeof *rs);
+        rs->curl_code = CURLE_COULDNT_CONNECT;
+        snprintf(rs->curl_msg, sizeof rs->curl_msg, "%s", why);
+        return -EIO;
+    }
+    uint64_t began = now_ms();
+    int rc = request(c, rq, rs);
+    if (rc != -ENOMEM) {
+        char what[160], probe_what[160];
+        int silent = gateway_silent(rs);
+        if (silent)
+            silent_what(rs, what, sizeof what);
+        /* Only this request's answers lost (a Complete that outlasted a
+         * load balancer's timeout, say) while the gateway answers others:
+         * not an outage, and what the caller does next to judge the
+         * request (a HEAD of the object, an abort) must not be refused. */
+        if (silent && gateway_answers(c, probe_what, sizeof probe_what))
+            silent = 0;
+        s3_outage_note(&c->outage, silent, silent ? what : NULL, began, now_ms());
+    }
+    return rc;
+}
+
+int s3_client_reachable(s3_client *c, const char *where, ckpt_err *err)
+{
+    char why[200];
+    if (admitted(c, why, sizeof why))
+        return 0;
+    int rc =
+        ckpt_fail(err, -EIO, "%s: no answer from %s%s (%s)", where, c->cfg.endpoint, c->via, why);
+    if (err)
+        err->transient = 1;
+    s3_scrub(c, err);
     return rc;
 }
 
@@ -646,16 +744,20 @@ int s3_fail(ckpt_err *err, const s3_client *c, const char *what, const char *act
 {
     int rc;
     if (rs->status == 0) {
+        char tries[40] = ""; /* none: refused at once, the gateway being down */
+        if (rs->attempts)
+            snprintf(tries, sizeof tries, " after %u attempt%s", rs->attempts,
+                     rs->attempts == 1 ? "" : "s");
         rc = ckpt_fail(err, rs->curl_code == CURLE_OUT_OF_MEMORY ? -ENOMEM : -EIO,
-                       "%s: %s failed: no answer from %s%s (%s%s) after %u attempt%s", what, action,
-                       c->cfg.endpoint, c->via, rs->curl_msg[0] ? rs->curl_msg : "no response",
+                       "%s: %s failed: no answer from %s%s (%s%s)%s", what, action, c->cfg.endpoint,
+                       c->via, rs->curl_msg[0] ? rs->curl_msg : "no response",
                        rs->curl_code == CURLE_PEER_FAILED_VERIFICATION
                            ? (c->cfg.ca_bundle ? "; not signed by a CA of the CA bundle"
                                                : "; a private CA's: set AWS_CA_BUNDLE")
                        : plain_http_answer(rs)
                            ? "; it answers plain HTTP: give the endpoint as http://"
                            : "",
-                       rs->attempts, rs->attempts == 1 ? "" : "s");
+                       tries);
         if (err && rc == -EIO)
             err->transient = 1;
         s3_scrub(c, err);

@@ -79,6 +79,11 @@ void ckpt_store_cache_stats_get(ckpt_store *s, ckpt_store_cache_stats *out)
         s->ops->cache_stats(s, out);
 }
 
+int ckpt_store_reachable(ckpt_store *s, ckpt_err *err)
+{
+    return s && s->ops->reachable ? s->ops->reachable(s, err) : 0;
+}
+
 int ckpt_store_remove(ckpt_store *s, const char *name, ckpt_err *err)
 {
     int rc = check_name(s, name, err);

@@ -57,6 +57,8 @@ struct store_ops {
     long (*abort_stale)(ckpt_store *s, const char *name, uint64_t older_than_s, ckpt_err *err);
     /* NULL when a store has no local cache. */
     void (*cache_stats)(ckpt_store *s, ckpt_store_cache_stats *out);
+    /* NULL when a store always answers (ckpt_store_reachable). */
+    int (*reachable)(ckpt_store *s, ckpt_err *err);
 };
 
 typedef struct store_reader_ops {
