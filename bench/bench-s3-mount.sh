@@ -11,8 +11,10 @@
 # average printed beside them (the machine may be shared).
 # Usage: bench/bench-s3-mount.sh [WORKDIR]
 #   RANDOM_ONLY=1: only the random reads, and a cold sequential read
+#   SEQ_ONLY=1: only the cold sequential reads (curl, the mount; no s3fs)
 #   BASE_CKPTFS=PATH: also run those through this ckptfs (an older build),
 #   alternating with this one, for a before/after in the same run
+#   ROUNDS=N: runs of each cold sequential read (default 3)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=${B:-build}
@@ -96,34 +98,58 @@ random_reads() {
     done
     echo "$1 cold cat of the safetensors through the mount: $(cold_cat) s"
 }
-mnt s3://bench/p m-ro -o ro,cache_dir="$W/cache",cache_size=1M; cat m-ro/big/$F >/dev/null; fusermount3 -u m-ro; wait $P
-if [ -n "${BASE_CKPTFS:-}" ]; then
-    NEW_BIN=$BIN; mkdir -p base-bin; ln -sf "$BASE_CKPTFS" base-bin/ckptfs
+NEW_BIN=$BIN
+[ -n "${BASE_CKPTFS:-}" ] && mkdir -p base-bin && ln -sf "$BASE_CKPTFS" base-bin/ckptfs
+if [ -n "${SEQ_ONLY:-}" ]; then
+    :
+elif [ -n "${BASE_CKPTFS:-}" ]; then
+    mnt s3://bench/p m-ro -o ro,cache_dir="$W/cache",cache_size=1M; cat m-ro/big/$F >/dev/null; fusermount3 -u m-ro; wait $P
     for run in 1 2; do
         BIN=$W/base-bin; random_reads "before:"
         BIN=$NEW_BIN; random_reads "after: "
     done
 else
+    mnt s3://bench/p m-ro -o ro,cache_dir="$W/cache",cache_size=1M; cat m-ro/big/$F >/dev/null; fusermount3 -u m-ro; wait $P
     random_reads "mount:"
 fi
 [ -n "${RANDOM_ONLY:-}" ] && exit 0
-T_CURL=(); T_MNT=(); T_S3FS=()
-for run in 1 2 3; do
+# A cold cat through a new daemon: its time in seconds ($T_LAST) and the
+# daemon's VmHWM ($HWM_MNT).
+cold_seq() {
+    mnt s3://bench/p m-ro -o ro; drop; t0=$(now); cat m-ro/big/$F >/dev/null; t1=$(now)
+    T_LAST=$(secs $t0 $t1); HWM_MNT=$(hwm $P); fusermount3 -u m-ro; wait $P
+}
+T_CURL=(); T_MNT=(); T_BASE=(); T_S3FS=()
+for run in $(seq "${ROUNDS:-3}"); do
     drop; t0=$(now); sig -o /dev/null "$S3_ENDPOINT/bench/p/big.tpack"; t1=$(now); T_CURL+=("$(secs $t0 $t1)")
-    mnt s3://bench/p m-ro -o ro; drop; t0=$(now); cat m-ro/big/$F >/dev/null; t1=$(now); T_MNT+=("$(secs $t0 $t1)")
-    HWM_MNT=$(hwm $P); fusermount3 -u m-ro; wait $P
-    if command -v s3fs >/dev/null; then
+    if [ -n "${BASE_CKPTFS:-}" ]; then
+        # Which goes first alternates: the second of two back-to-back runs
+        # meets a gateway that has just served the first.
+        if [ $((run % 2)) -eq 1 ]; then
+            BIN=$W/base-bin; cold_seq; T_BASE+=("$T_LAST"); BIN=$NEW_BIN; cold_seq; T_MNT+=("$T_LAST")
+        else
+            cold_seq; T_MNT+=("$T_LAST"); BIN=$W/base-bin; cold_seq; T_BASE+=("$T_LAST"); BIN=$NEW_BIN
+        fi
+    else
+        cold_seq; T_MNT+=("$T_LAST")
+    fi
+    if [ -z "${SEQ_ONLY:-}" ] && command -v s3fs >/dev/null; then
         echo "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" >pw; chmod 600 pw; mkdir -p m-s3fs
         s3fs bench m-s3fs -o passwd_file=pw,url=$S3_ENDPOINT,use_path_request_style,ro && sleep 1
         drop; t0=$(now); cat m-s3fs/st/$F >/dev/null; t1=$(now); T_S3FS+=("$(secs $t0 $t1)"); fusermount3 -u m-s3fs
     fi
     last_s3fs=-; [ ${#T_S3FS[@]} -gt 0 ] && last_s3fs=${T_S3FS[-1]}
-    echo "run $run: curl ${T_CURL[-1]} s, mount ${T_MNT[-1]} s, s3fs $last_s3fs s (load $(load))"
+    last_base=; [ ${#T_BASE[@]} -gt 0 ] && last_base=", before ${T_BASE[-1]} s"
+    echo "run $run: curl ${T_CURL[-1]} s, mount ${T_MNT[-1]} s$last_base, s3fs $last_s3fs s (load $(load))"
 done
 tc=$(med "${T_CURL[@]}"); tm=$(med "${T_MNT[@]}")
 echo "curl GET of the pack object:              $(mbs $PACK 0 $tc) MB/s (pack bytes; median $tc s)"
 echo "cold sequential read through the mount:   $(mbs $SZ 0 $tm) MB/s (checkpoint bytes; median $tm s), daemon VmHWM $HWM_MNT"
 echo "  mount vs curl: time $(python3 -c "print(round($tc/$tm,2))")x, MB/s delivered over curl's pack MB/s $(python3 -c "print(round($SZ*$tc/($PACK*$tm),2))")x"
+if [ ${#T_BASE[@]} -gt 0 ]; then tb=$(med "${T_BASE[@]}")
+    echo "  before (BASE_CKPTFS): $(mbs $SZ 0 $tb) MB/s (median $tb s), MB/s over curl's $(python3 -c "print(round($SZ*$tc/($PACK*$tb),2))")x"
+fi
+[ -n "${SEQ_ONLY:-}" ] && exit 0
 if [ ${#T_S3FS[@]} -gt 0 ]; then ts=$(med "${T_S3FS[@]}")
     echo "s3fs cat of the same safetensors:         $(mbs $SZ 0 $ts) MB/s (median $ts s); mount vs s3fs $(python3 -c "print(round($ts/$tm,2))")x"
 else echo "s3fs: not installed"; fi

@@ -9,10 +9,19 @@
 #include "checkpoint_state.h"
 #include "common/fslog.h"
 
-/* Reads this close to where the last one ended still count as sequential:
- * the kernel's readahead requests arrive on several threads, a little out
- * of order. */
+/* Reads this close to where the last one ended continue it: the kernel's
+ * readahead requests arrive on several threads, a little out of order. */
 #define SEQUENTIAL_SLACK (1u << 20)
+/* A reader that starts elsewhere than at the beginning is sequential once
+ * its reads have covered this much. The kernel cuts a read into requests
+ * of 1 MiB (max_pages) and reads on past its end: a random pread of 2 MiB
+ * came as 3 requests back to back, one of 4 MiB as 6. Taken for a stream
+ * from the second request on, such a read had 8 MiB prefetched behind it,
+ * which on S3 set off the store's readahead: 12-17 GETs for one 2 MiB
+ * read, 27 for 4 MiB (the gateway's counter). The store's readahead waits
+ * for 8 MiB in order too; a sequential reader that starts mid-file pays
+ * with its first 8 MiB being read without prefetch. */
+#define SEQUENTIAL_RUN (8u << 20)
 #define PREFETCH_PER_THREAD (4ull << 20)
 #define PREFETCH_MIN (8ull << 20)
 
@@ -236,17 +245,16 @@ static int follow_stream(reader *r, uint64_t ino, uint64_t offset, uint64_t len,
         if (way->last_use < victim->last_use)
             victim = way;
     }
-    int sequential = s != NULL;
     if (!s) {
-        /* A new reader; one that starts at the beginning is sequential. */
         s = victim;
-        *s = (read_stream){.ino = ino};
-        sequential = near(offset, 0);
+        *s = (read_stream){.ino = ino, .start = offset, .next_offset = offset + len};
     }
     s->last_use = ++r->clock;
-    if (offset + len > s->next_offset || !sequential)
+    if (offset < s->start)
+        s->start = offset;
+    if (offset + len > s->next_offset)
         s->next_offset = offset + len;
-    if (!sequential)
+    if (!near(s->start, 0) && s->next_offset - s->start < SEQUENTIAL_RUN)
         return 0;
     uint64_t read_end = file_base + offset + len;
     *from = read_end > s->prefetched_to ? read_end : s->prefetched_to;

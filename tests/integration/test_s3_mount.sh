@@ -123,15 +123,16 @@ if [ "$LAST_RC" -eq 2 ]; then pass "a bad endpoint is a usage error"; else fail 
 # GET is kept on its own: a later read of one of them alone is a hit.
 rgw_reads() {
     "$PY" - "$1" big/model.safetensors "$RGW/run/client.rgw.a.asok" "${@:2}" <<'EOF_PY'
-import json, os, subprocess, sys
+import json, os, subprocess, sys, time
 got, want = (os.open(p, os.O_RDONLY) for p in sys.argv[1:3])
 gets = lambda: json.loads(subprocess.check_output(
     ["ceph", "--admin-daemon", sys.argv[3], "perf", "dump"]))["rgw"]["get"]
 out = []
-for spec in sys.argv[4:]:  # OFFSET:LENGTH, far from 0 (a read at 0 is sequential)
-    off, n = (int(x) for x in spec.split(":"))
+for spec in sys.argv[4:]:  # OFFSET:LENGTH[:SETTLE_MS], far from 0 (a read at 0 is sequential)
+    off, n, settle = (int(x) for x in (spec + ":0").split(":")[:3])
     before = gets()
     data = os.pread(got, n, off)
+    time.sleep(settle / 1e3)  # for the GETs a read sets off in the background
     out.append("%d%s" % (gets() - before, "" if data == os.pread(want, n, off) else "(differs)"))
 print(" ".join(out))
 EOF_PY
@@ -148,6 +149,16 @@ for p in m e; do
     unmount_ckptfs mnt-rr
     [ "$got" = "1 1 1" ] && pass "s3://$BK/$p: random 1 MiB reads over several chunks are one GET each, byte-identical ($got)" || fail "s3://$BK/$p: random reads over several chunks are one GET each, byte-identical" "GETs per read: $got"
 done
+# A random 2 MiB read reaches the daemon as 3 requests of 1 MiB back to
+# back (the kernel reads on past its end): taken for a sequential reader
+# from the second on, it set off prefetch and the store's readahead, 12-17
+# GETs. Now one GET a request.
+mount_ckptfs s3://$BK/m mnt-rr "$LOG" -o ro,list_interval=3600 || fail "mount for random 2 MiB reads" "$(tail -n 3 "$LOG")"
+stat mnt-rr/big/model.safetensors >/dev/null
+got=$(rgw_reads mnt-rr/big/model.safetensors $((9 * M + M / 2)):$((2 * M)):300 $((30 * M + M / 4)):$((2 * M)):300)
+unmount_ckptfs mnt-rr
+read -r g1 g2 <<<"$got"
+[ "${g1%(*}" -le 4 ] 2>/dev/null && [ "${g2%(*}" -le 4 ] && [ "$got" = "${got//differs/}" ] && pass "random 2 MiB reads set off no readahead: at most 4 GETs each, byte-identical ($got)" || fail "random 2 MiB reads set off no readahead" "GETs per read: $got"
 mount_ckptfs s3://$BK/m mnt-rr "$LOG" -o ro,list_interval=3600,cache_dir="$TMP/cache-rr-m" || fail "remount for random reads" "$(tail -n 3 "$LOG")"
 stat mnt-rr/big/model.safetensors >/dev/null
 got=$(rgw_reads mnt-rr/big/model.safetensors $((5 * M + M / 2 + 3 * M / 4)):65536 $((17 * M + M / 4 + 7 * M / 8)):65536)

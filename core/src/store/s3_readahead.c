@@ -60,6 +60,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 /* 4 MiB segments: RGW stores an object in 4 MiB RADOS objects, so an
@@ -79,6 +80,7 @@
 /* A failed fetch that took this long had its retries (the first backoff
  * is 125-250 ms, a stalled try 15 s): its error is a waiting reader's. */
 #define RA_SPENT_MS 1000
+#define SEG_ALIGN (2u << 20)
 
 enum { EMPTY, QUEUED, LOADING, READY, FAILED };
 
@@ -154,6 +156,24 @@ void s3_ra_get_stats(s3_ra *ra, s3_ra_stats *out)
     pthread_mutex_unlock(&ra->mu);
 }
 
+/* A segment buffer, in huge pages where the kernel gives them (THP set to
+ * "madvise" or "always"). In 4 KiB pages the GET's first writes into the
+ * slots fault once a page: a cold read of a 475 MB pack through the mount
+ * took 23,000-25,000 faults, those in the slots 3.4% of the daemon's CPU
+ * (perf); in 2 MiB pages 8,500-13,000 faults. */
+static int seg_new(uint8_t **buf)
+{
+    _Static_assert(SEG_ALIGN % S3_RA_ALIGN == 0, "segments are lent as S3_RA_ALIGN-aligned");
+    if (posix_memalign((void **)buf, SEG_ALIGN, RA_SEG) != 0) {
+        *buf = NULL;
+        return -ENOMEM;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(*buf, RA_SEG, MADV_HUGEPAGE);
+#endif
+    return 0;
+}
+
 static void *fetch_thread(void *arg)
 {
     s3_ra *ra = arg;
@@ -178,7 +198,7 @@ static void *fetch_thread(void *arg)
         ssize_t got = -ENOMEM;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        if (next->buf || posix_memalign((void **)&next->buf, S3_RA_ALIGN, RA_SEG) == 0)
+        if (next->buf || seg_new(&next->buf) == 0)
             got = ra->fetch(ra->ud, next->buf, next->len, next->seg * RA_SEG, &err);
         pthread_mutex_lock(&ra->mu);
         next->state = got == (ssize_t)next->len ? READY : FAILED;
