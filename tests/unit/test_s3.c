@@ -806,7 +806,7 @@ Test(s3_outage, down_after_no_answer_fails_fast_until_a_probe_answers)
     char why[200] = "";
     cr_assert_eq(s3_outage_admit(&o, 1000, why, sizeof why), S3_OUTAGE_GO);
     /* Since the request that found it down began (its retries took 1 s). */
-    s3_outage_note(&o, 1, "Failed to connect to gw port 7480", 0, 1000);
+    s3_outage_note(&o, 1, "Failed to connect to gw port 7480", 0, 990, 1000);
     cr_assert_eq(s3_outage_admit(&o, 1500, why, sizeof why), S3_OUTAGE_REFUSE);
     cr_assert(strstr(why, "none for 1.5 s") && strstr(why, "not asked again for 1.5 s") &&
                   strstr(why, "last: Failed to connect to gw port 7480"),
@@ -824,10 +824,15 @@ Test(s3_outage, down_after_no_answer_fails_fast_until_a_probe_answers)
     cr_assert_eq(s3_outage_admit(&o, 6020, NULL, 0), S3_OUTAGE_GO);
     cr_assert_eq(s3_outage_is_down(&o), 0);
     /* An answer to a request under way clears it as well. */
-    s3_outage_note(&o, 1, NULL, 6900, 7000);
+    s3_outage_note(&o, 1, NULL, 6900, 6990, 7000);
     cr_assert_eq(s3_outage_is_down(&o), 1);
-    s3_outage_note(&o, 0, NULL, 7050, 7100);
+    s3_outage_note(&o, 0, NULL, 7050, 7100, 7100);
     cr_assert_eq(s3_outage_admit(&o, 7200, NULL, 0), S3_OUTAGE_GO);
+    /* A request whose probe began before another got an answer (7100)
+     * found the gateway silent earlier: it is back, so no mark. */
+    s3_outage_note(&o, 1, "Operation timed out", 3000, 7090, 7300);
+    cr_assert_eq(s3_outage_is_down(&o), 0, "a stale silence marked the gateway down");
+    cr_assert_eq(s3_outage_admit(&o, 7310, NULL, 0), S3_OUTAGE_GO);
     s3_outage_destroy(&o);
 }
 
@@ -912,6 +917,15 @@ Test(s3_outage, a_client_stops_asking_a_mute_gateway_and_sees_it_back, .init = c
     cr_assert_eq(s3_client_reachable(cl, "s3://b", &err), -EIO);
     cr_assert(strstr(err.msg, "s3://b: no answer from http://127.0.0.1:"), "%s", err.msg);
     cr_assert_eq(err.transient, 1);
+
+    /* A patient request (a lease renewal) is not refused and spends its
+     * retries, though the gateway is marked down. */
+    s3_req patient = {.method = "GET", .bucket = "b", .key = "lock", .patient = 1};
+    cr_assert_eq(s3_request(cl, &patient, &rs), -EIO);
+    cr_assert_eq(rs.attempts, 3, "a patient request was cut short");
+    s3_resp_free(&rs);
+    cr_assert_geq(__atomic_load_n(&g.accepted, __ATOMIC_SEQ_CST), took + 3);
+    took = __atomic_load_n(&g.accepted, __ATOMIC_SEQ_CST);
 
     /* Still mute after the back-off: one probe, one connection, refused. */
     usleep((S3_OUTAGE_BACKOFF_MS + 50) * 1000);

@@ -504,7 +504,8 @@ static int lease_get(const s3_lock *l, char *lease, size_t cap, char etag[80])
                  .bucket = l->s->url.bucket,
                  .key = l->key,
                  .dst = lease,
-                 .dst_len = cap - 1};
+                 .dst_len = cap - 1,
+                 .patient = 1};
     s3_resp rs;
     int ok = s3_request(l->s->http, &rq, &rs) == 0 && rs.status == 200 && !rs.overflow;
     snprintf(etag, 80, "%s", ok ? rs.etag : "");
@@ -526,7 +527,8 @@ static long lock_put(s3_lock *l, const char *cond, ckpt_err *err)
                  .key = l->key,
                  .headers = hdrs,
                  .body = body,
-                 .body_len = strlen(body)};
+                 .body_len = strlen(body),
+                 .patient = 1};
     s3_resp rs;
     long status = -1;
     if (s3_request(l->s->http, &rq, &rs) == 0)

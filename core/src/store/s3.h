@@ -175,6 +175,7 @@ typedef struct s3_outage {
     int probing;          /* a probe is under way */
     uint64_t since_ms;    /* when the request that found it down began */
     uint64_t probe_at_ms; /* no probe before */
+    uint64_t answer_ms;   /* the last answer to a request or a probe */
     char why[160];        /* libcurl's words for the last failure */
 } s3_outage;
 
@@ -191,9 +192,13 @@ int s3_outage_admit(s3_outage *o, uint64_t now_ms, char *why, size_t cap);
 void s3_outage_probed(s3_outage *o, int answered, const char *what, uint64_t now_ms, char *why,
                       size_t cap);
 /* After a request that went, begun at began_ms: silent when it got no
- * answer after its retries (marks down since began_ms, unless down
- * already; the back-off from now_ms), else clears the mark. */
-void s3_outage_note(s3_outage *o, int silent, const char *what, uint64_t began_ms, uint64_t now_ms);
+ * answer after its retries, nor the probe begun at probe_ms that checked
+ * (marks down since began_ms, unless down already; the back-off from
+ * now_ms), else clears the mark. A silent note is ignored when another
+ * request or probe got an answer since probe_ms: the gateway came back
+ * meanwhile. */
+void s3_outage_note(s3_outage *o, int silent, const char *what, uint64_t began_ms,
+                    uint64_t probe_ms, uint64_t now_ms);
 int s3_outage_is_down(s3_outage *o);
 
 /* ------------------------------------------------------------ HTTP */
@@ -220,6 +225,12 @@ typedef struct s3_req {
     size_t dst_len;
     const s3_retry_policy *retry; /* NULL: the client's */
     unsigned timeout_ms;          /* each attempt at most this long; 0: no bound */
+    /* Rides out an outage: neither refused while the gateway is marked
+     * down nor cut short when it is marked down meanwhile, but retried
+     * as the policy says. For what must not fail merely because other
+     * requests found the gateway silent: renewing the write lease, the
+     * HEADs that judge whether a Complete whose answer was lost took. */
+    int patient;
 } s3_req;
 
 typedef struct s3_resp {

@@ -616,7 +616,7 @@ static int request(s3_client *c, const s3_req *rq, s3_resp *rs)
                                 (double)randombytes_uniform(1000) / 1000.0);
         /* Another request marked the gateway down meanwhile: what it
          * found, one more try here would only find again, later. */
-        if (d < 0 || s3_outage_is_down(&c->outage))
+        if (d < 0 || (!rq->patient && s3_outage_is_down(&c->outage)))
             break;
         struct timespec ts = {d / 1000, (d % 1000) * 1000000L};
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
@@ -686,7 +686,7 @@ static int admitted(s3_client *c, char *why, size_t cap)
 int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs)
 {
     char why[sizeof rs->curl_msg];
-    if (!admitted(c, why, sizeof why)) {
+    if (!rq->patient && !admitted(c, why, sizeof why)) {
         memset(rs, 0, sizeof *rs);
         rs->curl_code = CURLE_COULDNT_CONNECT;
         snprintf(rs->curl_msg, sizeof rs->curl_msg, "%s", why);
@@ -703,9 +703,10 @@ int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs)
          * load balancer's timeout, say) while the gateway answers others:
          * not an outage, and what the caller does next to judge the
          * request (a HEAD of the object, an abort) must not be refused. */
+        uint64_t probe_began = now_ms();
         if (silent && gateway_answers(c, probe_what, sizeof probe_what))
             silent = 0;
-        s3_outage_note(&c->outage, silent, silent ? what : NULL, began, now_ms());
+        s3_outage_note(&c->outage, silent, silent ? what : NULL, began, probe_began, now_ms());
     }
     return rc;
 }

@@ -66,6 +66,7 @@ void s3_outage_probed(s3_outage *o, int answered, const char *what, uint64_t now
     o->probing = 0;
     if (answered) {
         o->down = 0;
+        o->answer_ms = now_ms;
     } else {
         o->probe_at_ms = now_ms + S3_OUTAGE_BACKOFF_MS;
         if (what && what[0])
@@ -75,11 +76,16 @@ void s3_outage_probed(s3_outage *o, int answered, const char *what, uint64_t now
     pthread_mutex_unlock(&o->mu);
 }
 
-void s3_outage_note(s3_outage *o, int silent, const char *what, uint64_t began_ms, uint64_t now_ms)
+void s3_outage_note(s3_outage *o, int silent, const char *what, uint64_t began_ms,
+                    uint64_t probe_ms, uint64_t now_ms)
 {
     pthread_mutex_lock(&o->mu);
     if (!silent) {
         o->down = 0;
+        o->answer_ms = now_ms;
+    } else if (o->answer_ms > probe_ms) {
+        /* Someone got an answer after this request's probe began: the
+         * gateway is back, whatever this one found before. */
     } else {
         if (!o->down)
             o->since_ms = began_ms;

@@ -401,7 +401,7 @@ static int completed_anyway(s3_up *u, int size_will_do)
         struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
             ;
-        s3_req rq = {.method = "HEAD", .bucket = u->s->url.bucket, .key = u->key};
+        s3_req rq = {.method = "HEAD", .bucket = u->s->url.bucket, .key = u->key, .patient = 1};
         s3_resp rs;
         ok = s3_request(u->s->http, &rq, &rs) == 0 && rs.status == 200 && rs.has_length &&
              rs.content_length == u->total && (!known || etag_equal(rs.etag, want));
