@@ -7,20 +7,33 @@
 
 #include "ckpt_mount.h"
 
-void checkpoint_set_error(checkpoint *c, const char *fmt, ...)
+static void set_line(checkpoint *c, char *dst, const char *fmt, va_list ap)
 {
     char msg[sizeof c->last_error];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     /* One line: xattr values are shown as is by `ckpt status`. */
     for (char *p = msg; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f)
             *p = '?';
     pthread_mutex_lock(&c->fault_lock);
-    memcpy(c->last_error, msg, sizeof msg);
+    memcpy(dst, msg, sizeof msg);
     pthread_mutex_unlock(&c->fault_lock);
+}
+
+void checkpoint_set_error(checkpoint *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_line(c, c->last_error, fmt, ap);
+    va_end(ap);
+}
+
+static void set_outage_error(checkpoint *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_line(c, c->outage_error, fmt, ap);
+    va_end(ap);
 }
 
 size_t checkpoint_get_error(checkpoint *c, char *buf, size_t cap)
@@ -28,7 +41,7 @@ size_t checkpoint_get_error(checkpoint *c, char *buf, size_t cap)
     if (!cap)
         return 0;
     pthread_mutex_lock(&c->fault_lock);
-    snprintf(buf, cap, "%s", c->last_error);
+    snprintf(buf, cap, "%s", c->outage_error[0] ? c->outage_error : c->last_error);
     pthread_mutex_unlock(&c->fault_lock);
     return strlen(buf);
 }
@@ -58,11 +71,11 @@ const char *checkpoint_state_name(checkpoint_table *t, checkpoint *c)
      * be read now either. */
     ckpt_err err = {0};
     if (rc == 0 && ckpt_store_reachable(t->store, &err) < 0) {
-        checkpoint_set_error(c, "%s", err.msg);
+        set_outage_error(c, "%s", err.msg);
         __atomic_store_n(&c->outage_shown, 1, __ATOMIC_RELEASE);
         return CKPT_STATE_UNREACHABLE;
     }
     if (rc == 0 && __atomic_exchange_n(&c->outage_shown, 0, __ATOMIC_ACQ_REL))
-        checkpoint_set_error(c, "%s", ""); /* no longer the news */
+        set_outage_error(c, "%s", ""); /* no longer the news */
     return CKPT_STATE_COMMITTED;
 }
