@@ -108,6 +108,12 @@ int main(int argc, char **argv)
     double t0 = cc_now();
     long bad = ckpt_cuda_verify(c, NULL, NULL, &err);
     double secs = cc_now() - t0;
+    if (bad < 0) {
+        fprintf(stderr, "host_pipeline: verify: %s\n", err.msg);
+        ckpt_cuda_free(c);
+        ckpt_key_free(key);
+        return 1;
+    }
     printf("verify: %.2f GB/s (%.3f s), %ld tensors differ\n",
            cc_gbps(ckpt_cuda_load_stats(c)->tensor_bytes, secs), secs, bad);
     ckpt_cuda_free(c);

@@ -83,7 +83,8 @@ typedef struct ckpt_cuda_stats {
     double setup_seconds; /* opening the source, allocating */
     /* Its parts, so that a slow setup says what to blame: opening the
      * source (pack index, manifest, S3 HEAD), the device's context,
-     * cudaMalloc of the block, pinning the host ring. */
+     * planning the layout and cudaMalloc of the block, pinning the host
+     * ring. */
     double open_seconds, device_seconds, alloc_seconds, pin_seconds;
     double copy_seconds; /* first read to last copy completed */
     double total_seconds;
