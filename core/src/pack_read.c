@@ -34,9 +34,7 @@
  * with *why saying what the store found (an S3 store: the HTTP status). */
 static int read_exact(store_reader *obj, void *buf, size_t len, uint64_t off, ckpt_err *why)
 {
-    why->code = 0;
-    why->msg[0] = 0;
-    why->transient = 0;
+    *why = (ckpt_err){0};
     ssize_t r = obj->ops->read_at(obj, buf, len, off, why);
     return r < 0 ? (int)r : (size_t)r < len ? -ENODATA : 0;
 }
@@ -50,9 +48,7 @@ static int borrow_exact(store_reader *obj, void *buf, size_t len, uint64_t off, 
     *hold = NULL;
     if (!obj->ops->borrow)
         return read_exact(obj, buf, len, off, why);
-    why->code = 0;
-    why->msg[0] = 0;
-    why->transient = 0;
+    *why = (ckpt_err){0};
     ssize_t r = obj->ops->borrow(obj, buf, len, off, data, hold, why);
     return r < 0 ? (int)r : (size_t)r < len ? -ENODATA : 0;
 }
@@ -1114,13 +1110,12 @@ ssize_t ckpt_chunks_fetch(ckpt_pack *p, size_t first, size_t n, void **stored, c
         n = CHUNK_RUN_MAX;
     const chunk *c = &p->chunks[first];
     /* Chunks are written back to back, but an index may say otherwise. */
-    size_t count = 1, len = c->stored_size;
+    size_t lens[CHUNK_RUN_MAX] = {c->stored_size}, count = 1, len = c->stored_size;
     while (count < n && c[count].offset == c[count - 1].offset + c[count - 1].stored_size &&
-           len <= SIZE_MAX - c[count].stored_size)
-        len += c[count++].stored_size;
-    size_t lens[CHUNK_RUN_MAX];
-    for (size_t i = 0; i < count; i++)
-        lens[i] = c[i].stored_size;
+           len <= SIZE_MAX - c[count].stored_size) {
+        lens[count] = c[count].stored_size;
+        len += lens[count++];
+    }
     uint8_t *buf = malloc(len ? len : 1);
     if (!buf)
         return ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
