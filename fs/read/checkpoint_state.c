@@ -72,10 +72,9 @@ const char *checkpoint_state_name(checkpoint_table *t, checkpoint *c)
     ckpt_err err = {0};
     if (rc == 0 && ckpt_store_reachable(t->store, &err) < 0) {
         set_outage_error(c, "%s", err.msg);
-        __atomic_store_n(&c->outage_shown, 1, __ATOMIC_RELEASE);
         return CKPT_STATE_UNREACHABLE;
     }
-    if (rc == 0 && __atomic_exchange_n(&c->outage_shown, 0, __ATOMIC_ACQ_REL))
+    if (rc == 0)
         set_outage_error(c, "%s", ""); /* no longer the news */
     return CKPT_STATE_COMMITTED;
 }

@@ -73,10 +73,6 @@ typedef struct checkpoint {
      * new try before this CLOCK_MONOTONIC time in ms, so that a gateway
      * that is down is not asked again by every lookup; atomic. 0: none. */
     int64_t retry_after_ms;
-    /* outage_error holds the store's outage, shown instead of last_error
-     * while it did not answer (checkpoint_state_name) and cleared once it
-     * does, so that a read fault recorded before is shown again; atomic. */
-    int outage_shown;
     ckpt_pack *pack; /* once OPEN */
     uint32_t chunk_size;
     pack_tree *tree;
@@ -84,9 +80,12 @@ typedef struct checkpoint {
     pthread_mutex_t fault_lock;
     size_t *logged_chunks; /* chunks whose fault was already logged */
     size_t n_logged, logged_cap;
-    char last_error[512];   /* under fault_lock: why it cannot be opened,
+    char last_error[512]; /* under fault_lock: why it cannot be opened,
                                * or its last read fault (checkpoint_state.h) */
-    char outage_error[512]; /* under fault_lock: see outage_shown */
+    /* Under fault_lock: the store's outage, shown instead of last_error
+     * while it does not answer (checkpoint_state_name), "" once it does, so
+     * that a read fault recorded before shows again. */
+    char outage_error[512];
 
     /* Entries removed by `rm -r` on the way to removing the whole
      * checkpoint: the pack cannot change, so they are only hidden. */

@@ -24,7 +24,7 @@
 
 typedef struct read_stream {
     uint64_t ino;           /* 0: unused */
-    uint64_t start;         /* where its first read started */
+    uint64_t start;         /* the lowest offset it has read from */
     uint64_t next_offset;   /* where this reader reads next */
     uint64_t prefetched_to; /* file position prefetch has covered */
     uint64_t last_use;
