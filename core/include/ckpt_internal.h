@@ -154,6 +154,12 @@ int ckpt_tmp_name(const char *path, const char *prefix, const char *suffix, char
  * reads concurrently. */
 int ckpt_store_remove(ckpt_store *s, const char *name, ckpt_err *err);
 int ckpt_store_rename(ckpt_store *s, const char *from, const char *to, ckpt_err *err);
+/* An upload that failed because the store did not answer could not be
+ * aborted either: the store keeps it and sends the abort again here (and
+ * before its next upload starts). The count of aborts still due: 0 when
+ * none, or for a store that always reaches its objects. Fails fast, as
+ * any request, while the store is known to be down. */
+long ckpt_store_retry_aborts(ckpt_store *s);
 
 /* An exclusive advisory lock named name, for the one writer of a store
  * (local: flock on that file, created if missing, holding the owner's PID).

@@ -125,6 +125,7 @@ uint64_t wckpt_entry_ino(wckpt *c)
 
 void wc_set_error(wckpt *c, const char *msg)
 {
+    c->pack_retry_at = 0; /* whatever failed now, it is not the retried pack */
     free(c->error);
     c->error = msg ? strdup(msg) : NULL;
 }

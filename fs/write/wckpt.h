@@ -125,6 +125,11 @@ typedef struct wckpt {
     int cancel_pack;    /* written to while packing: stop, write on */
     uint64_t pack_done, pack_total;
     double pack_started;
+    /* A pack that failed because the object store did not answer (or
+     * answered "try later") is committed again at pack_retry_at
+     * (monotonic; 0: not), after pack_retry_wait seconds, doubled each
+     * time up to PACK_RETRY_MAX. */
+    double pack_retry_at, pack_retry_wait;
 
     /* Namespace saves: a generation per change, written without the lock. */
     uint64_t meta_gen, saved_gen;

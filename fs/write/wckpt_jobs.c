@@ -23,6 +23,8 @@
 
 /* How often the timer looks for quiet checkpoints and unsaved namespaces. */
 #define TICK_SECONDS 0.2
+#define PACK_RETRY_FIRST 2.0
+#define PACK_RETRY_MAX 30.0
 /* A changed namespace is saved at most this often without an fsync. */
 #define SAVE_INTERVAL 1.0
 /* Idle files give back their descriptor (and buffers) after this long. */
@@ -253,6 +255,21 @@ static void pack_one(wtable *t, wckpt *c)
     if (rc != 0 && rc != -ECANCELED) {
         c->state = WST_FAILED;
         wc_set_error(c, err.msg);
+        /* The store's outage is not the checkpoint's fault: its staged
+         * files stay, and it is packed again, as often as the outage
+         * lets a try fail at once (the store refuses requests while it
+         * is down) and no more often than every PACK_RETRY_MAX once it
+         * answers "try later". */
+        if (err.transient && t->opts.store) {
+            double wait = c->pack_retry_wait ? c->pack_retry_wait * 2 : PACK_RETRY_FIRST;
+            c->pack_retry_wait = wait < PACK_RETRY_MAX ? wait : PACK_RETRY_MAX;
+            c->pack_retry_at = wc_now_mono() + c->pack_retry_wait;
+            fslog_info("checkpoint '%s': packed again in %.0f s (its staged files stay; "
+                       "ckpt commit tries at once)",
+                       c->name, c->pack_retry_wait);
+        }
+    } else if (rc == 0) {
+        c->pack_retry_wait = 0;
     }
     pthread_cond_broadcast(&c->changed);
     pthread_mutex_unlock(&c->lock);
@@ -273,6 +290,7 @@ void *wc_packer_main(void *arg)
 {
     wtable *t = arg;
     pthread_setname_np(pthread_self(), "ckptfs-packer");
+    long aborts_due = 0;
     pthread_mutex_lock(&t->lock);
     while (!t->stopping) {
         wckpt *next = NULL;
@@ -282,6 +300,18 @@ void *wc_packer_main(void *arg)
                 (!next || c->commit_seq < next->commit_seq))
                 next = c;
             pthread_mutex_unlock(&c->lock);
+        }
+        if (!next && aborts_due) {
+            /* The uploads an outage left: their aborts are sent again once
+             * the store answers (it is probed at most every 2 s). */
+            struct timespec until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_sec += 2;
+            pthread_cond_timedwait(&t->wake, &t->lock, &until);
+            pthread_mutex_unlock(&t->lock);
+            aborts_due = ckpt_store_retry_aborts(t->store);
+            pthread_mutex_lock(&t->lock);
+            continue;
         }
         if (!next) {
             pthread_cond_wait(&t->wake, &t->lock);
@@ -297,6 +327,7 @@ void *wc_packer_main(void *arg)
         pthread_mutex_unlock(&next->lock);
         pthread_mutex_unlock(&t->lock);
         pack_one(t, next);
+        aborts_due = ckpt_store_retry_aborts(t->store);
         pthread_mutex_lock(&t->lock);
     }
     pthread_mutex_unlock(&t->lock);
@@ -345,6 +376,8 @@ static void tick(wtable *t, double *last_park)
                     now - c->last_change >= t->opts.commit_delay;
         int unsaved =
             (c->saved_gen != c->meta_gen || c->record_dirty) && now - c->last_save >= SAVE_INTERVAL;
+        int retry = c->state == WST_FAILED && !c->locked && c->pack_retry_at &&
+                    now >= c->pack_retry_at;
         if (park)
             park_idle(c, now);
         pthread_mutex_unlock(&c->lock);
@@ -352,6 +385,10 @@ static void tick(wtable *t, double *last_park)
             fslog_info(
                 "checkpoint '%s': nothing open for writing or changed for %.1f s: committing",
                 c->name, t->opts.commit_delay);
+            wtable_commit(t, c);
+        } else if (retry) {
+            fslog_info("checkpoint '%s': packing it again (the store did not answer the last try)",
+                       c->name);
             wtable_commit(t, c);
         } else if (unsaved) {
             ckpt_err err = {0};

@@ -58,8 +58,8 @@ int wtable_init(wtable *t, const char *backing_path, int backing_fd, const mount
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&t->timer_wake, &attr);
+    pthread_cond_init(&t->wake, &attr); /* the packer's wait for aborts due */
     pthread_condattr_destroy(&attr);
-    pthread_cond_init(&t->wake, NULL);
     t->backing_path = strdup(backing_path);
     if (!t->backing_path)
         return ckpt_fail(err, -ENOMEM, "out of memory");

@@ -919,6 +919,7 @@ static int s3_create(ckpt_store *base, const char *name, const char *tmp_name, s
 static void s3_free(ckpt_store *base)
 {
     s3_store *s = (s3_store *)base;
+    s3_aborts_free(s);
     s3_client_free(s->http);
     s3_cache_free(s->cache);
     s3_url_free(&s->url);
@@ -951,6 +952,7 @@ static const store_ops s3_ops = {
     .abort_stale = s3_abort_stale,
     .cache_stats = s3_stats,
     .reachable = s3_reachable,
+    .retry_aborts = s3_retry_aborts,
 };
 
 int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out, ckpt_err *err)
@@ -972,6 +974,7 @@ int store_s3_open(const char *url, const ckpt_store_opts *opts, ckpt_store **out
     if (!s)
         return ckpt_fail(err, -ENOMEM, "out of memory");
     s->base.ops = &s3_ops;
+    pthread_mutex_init(&s->aborts_mu, NULL);
     /* 8 parts of 8 MiB in flight (the AWS CLI's part size): what is left
      * to send after the last chunk is encoded, which no encoding overlaps,
      * halves, for a little less memory (9 part buffers of 8 MiB against 5

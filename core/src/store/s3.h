@@ -366,6 +366,8 @@ typedef struct s3_store {
     unsigned part_size; /* first part size for multipart uploads */
     unsigned parts_in_flight;
     struct s3_lock *lease; /* the writer's lease this store holds, or NULL */
+    pthread_mutex_t aborts_mu;
+    struct s3_abort_due *aborts_due; /* uploads whose abort got no answer */
 } s3_store;
 
 /* 0 when the store holds no lease, or holds it still; -EBUSY naming the
@@ -380,5 +382,9 @@ char *s3_key(const s3_store *s, const char *name);
 
 int s3_upload_create(s3_store *s, const char *name, store_upload **out, ckpt_err *err);
 long s3_abort_stale(ckpt_store *base, const char *name, uint64_t older_than_s, ckpt_err *err);
+/* Sends again the aborts of our own uploads that got no answer (the
+ * gateway was down when the upload failed): the count still due. */
+long s3_retry_aborts(ckpt_store *base);
+void s3_aborts_free(s3_store *s);
 
 #endif

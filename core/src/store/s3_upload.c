@@ -11,8 +11,9 @@
  * is the object visible. A Complete left without a clear answer (lost,
  * a 5xx, NoSuchUpload to a retry) is judged by the object's ETag, which
  * S3 derives from the parts' MD5s. Abort, or any failure, aborts the upload
- * (AbortMultipartUpload), so nothing is left; an upload left by a crash is
- * for ckpt_store_abort_stale_uploads.
+ * (AbortMultipartUpload), so nothing is left (an abort the gateway did not
+ * answer is sent again by ckpt_store_retry_aborts); an upload left by a
+ * crash is for ckpt_store_abort_stale_uploads.
  *
  * Parts: the store's part size (8 MiB by default) for parts 1..1000, then
  * doubling every 1000 parts up to 64 MiB, so the 10000 parts S3 allows
@@ -294,23 +295,99 @@ static int up_write(store_upload *su, const void *buf, size_t len, ckpt_err *err
     return 0;
 }
 
+/* An abort that got no answer: sent again by s3_retry_aborts. */
+typedef struct s3_abort_due {
+    struct s3_abort_due *next;
+    char *key, *id_query_value;
+} s3_abort_due;
+
+/* 1 when the upload is gone (aborted now, or already: NoSuchUpload), 0
+ * when the gateway gave no answer worth trusting (none, or one it gives
+ * for "try later": 5xx, 429, 408), -1 when it refused for good (403). */
+static int send_abort(s3_store *s, const char *key, const char *id_query_value)
+{
+    char *q = NULL;
+    if (asprintf(&q, "uploadId=%s", id_query_value) < 0)
+        return 0;
+    s3_req rq = {.method = "DELETE", .bucket = s->url.bucket, .key = key, .query = q};
+    s3_resp rs;
+    int rc = s3_request(s->http, &rq, &rs);
+    int gone = rc == 0 && ((rs.status >= 200 && rs.status < 300) || rs.status == 404);
+    int later = !gone && (rc < 0 || s3_retryable(rs.status, 0));
+    s3_resp_free(&rs);
+    free(q);
+    return gone ? 1 : later ? 0 : -1;
+}
+
+static void abort_later(s3_store *s, const char *key, const char *id_query_value)
+{
+    s3_abort_due *d = calloc(1, sizeof *d);
+    if (d && (d->key = strdup(key)) && (d->id_query_value = strdup(id_query_value))) {
+        pthread_mutex_lock(&s->aborts_mu);
+        d->next = s->aborts_due;
+        s->aborts_due = d;
+        pthread_mutex_unlock(&s->aborts_mu);
+        return;
+    }
+    if (d)
+        free(d->key);
+    free(d); /* out of memory: the next writable mount's abort_stale finds it */
+}
+
+long s3_retry_aborts(ckpt_store *base)
+{
+    s3_store *s = (s3_store *)base;
+    pthread_mutex_lock(&s->aborts_mu);
+    s3_abort_due *todo = s->aborts_due;
+    s->aborts_due = NULL;
+    pthread_mutex_unlock(&s->aborts_mu);
+    long left = 0;
+    while (todo) {
+        s3_abort_due *d = todo;
+        todo = d->next;
+        /* A refusal for good (403) is left to the next writable mount's
+         * abort_stale, as an upload of a crashed writer is. */
+        if (send_abort(s, d->key, d->id_query_value) == 0) {
+            pthread_mutex_lock(&s->aborts_mu);
+            d->next = s->aborts_due;
+            s->aborts_due = d;
+            pthread_mutex_unlock(&s->aborts_mu);
+            left++;
+            continue;
+        }
+        free(d->key);
+        free(d->id_query_value);
+        free(d);
+    }
+    return left;
+}
+
+void s3_aborts_free(s3_store *s)
+{
+    s3_abort_due *d = s->aborts_due;
+    while (d) {
+        s3_abort_due *next = d->next;
+        free(d->key);
+        free(d->id_query_value);
+        free(d);
+        d = next;
+    }
+    s->aborts_due = NULL;
+    pthread_mutex_destroy(&s->aborts_mu);
+}
+
+/* An upload fails mostly because the gateway stopped answering, and then
+ * so does its abort: it is kept and sent again once the gateway answers,
+ * so that no upload outlives an outage (its parts are stored, and billed,
+ * until aborted). */
 static void up_abort(store_upload *su)
 {
     s3_up *u = (s3_up *)su;
     if (!u)
         return;
     stop_threads(u);
-    if (u->upload_id) {
-        s3_req rq = {.method = "DELETE", .bucket = u->s->url.bucket, .key = u->key};
-        char *q = NULL;
-        if (asprintf(&q, "uploadId=%s", u->id_query_value) >= 0) {
-            rq.query = q;
-            s3_resp rs;
-            s3_request(u->s->http, &rq, &rs); /* best effort: abort_stale finds what is left */
-            s3_resp_free(&rs);
-            free(q);
-        }
-    }
+    if (u->upload_id && send_abort(u->s, u->key, u->id_query_value) == 0)
+        abort_later(u->s, u->key, u->id_query_value);
     up_free(u);
 }
 
@@ -513,6 +590,8 @@ int s3_upload_create(s3_store *s, const char *name, store_upload **out, ckpt_err
     int rc = s3_lease_check(s, err);
     if (rc < 0)
         return rc;
+    /* A new try of a pack an outage failed cleans up after the old one. */
+    s3_retry_aborts(&s->base);
     s3_up *u = calloc(1, sizeof *u);
     if (!u)
         return ckpt_fail(err, -ENOMEM, "out of memory");

@@ -84,6 +84,11 @@ int ckpt_store_reachable(ckpt_store *s, ckpt_err *err)
     return s && s->ops->reachable ? s->ops->reachable(s, err) : 0;
 }
 
+long ckpt_store_retry_aborts(ckpt_store *s)
+{
+    return s && s->ops->retry_aborts ? s->ops->retry_aborts(s) : 0;
+}
+
 int ckpt_store_remove(ckpt_store *s, const char *name, ckpt_err *err)
 {
     int rc = check_name(s, name, err);

@@ -59,6 +59,8 @@ struct store_ops {
     void (*cache_stats)(ckpt_store *s, ckpt_store_cache_stats *out);
     /* NULL when a store always answers (ckpt_store_reachable). */
     int (*reachable)(ckpt_store *s, ckpt_err *err);
+    /* NULL when an abort always reaches the store (ckpt_store_retry_aborts). */
+    long (*retry_aborts)(ckpt_store *s);
 };
 
 typedef struct store_reader_ops {
