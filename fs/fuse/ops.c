@@ -64,7 +64,7 @@ static fuse_ino_t route(ckptfs *fs, fuse_ino_t ino)
 
 /* route() for a change: a committed checkpoint is reopened for writing
  * (late writes never fail). 0 with *out, or the errno to reply. */
-static int route_change(ckptfs *fs, fuse_ino_t ino, fuse_ino_t *out)
+static int route_change_or_damaged(ckptfs *fs, fuse_ino_t ino, fuse_ino_t *out)
 {
     ino = nsops_route(fs, ino);
     if (ns_owns(ino)) {
@@ -75,6 +75,14 @@ static int route_change(ckptfs *fs, fuse_ino_t ino, fuse_ino_t *out)
         return EROFS;
     int err = handover_writable(fs, ino, 1, out);
     return err == ENOENT ? EROFS : err;
+}
+
+/* EUCLEAN (its pack damaged since the read side opened it) is EIO to a
+ * change; only a removal goes on (remove_entry). */
+static int route_change(ckptfs *fs, fuse_ino_t ino, fuse_ino_t *out)
+{
+    int err = route_change_or_damaged(fs, ino, out);
+    return err == EUCLEAN ? EIO : err;
 }
 
 /* Names over NAME_MAX bytes fit in no directory here, as on a local
@@ -428,12 +436,15 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, in
         return;
     for (int i = 0; i < CHANGE_TRIES; i++) {
         fuse_ino_t p;
-        int err = route_change(fs, parent, &p);
-        if (err == EROFS || err == EACCES) {
+        int err = route_change_or_damaged(fs, parent, &p);
+        if (err == EROFS || err == EACCES || err == EUCLEAN) {
             /* A view (tensors/) of a generation being replaced: rm -r of
              * a reopened checkpoint hides it on its way to deleting it,
              * which the log says; "only hidden until the next mount"
-             * would not be true of it. */
+             * would not be true of it. A pack damaged in place since it
+             * was opened cannot be reopened: its entries are hidden, so
+             * that rm -r reaches the rmdir that deletes it (an EIO here
+             * left it until a remount). */
             fuse_ino_t dir = nsops_route(fs, parent);
             rops_remove(req, fs, dir, name, want_dir, handover_is_rewritten(fs, dir));
             return;

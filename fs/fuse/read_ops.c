@@ -58,8 +58,23 @@ static blkcnt_t packed_blocks(const checkpoint *c, const tree_node *n)
     return (blkcnt_t)(share / 512.0 + 0.5);
 }
 
+/* A single-file checkpoint whose pack cannot be read (damaged): still a
+ * file, so that it can be removed (unlink(2) looks the name up first; an
+ * EIO there made it impossible), with no contents to show (opens fail with
+ * EIO, as the pack's reads would). */
+static void damaged_file_attr(ckptfs *fs, const checkpoint *c, struct stat *st)
+{
+    checkpoint_dir_attr(fs, c, st);
+    st->st_mode = S_IFREG | (c->identity.st_mode & 0444) | (fs->writable ? 0200 : 0);
+    st->st_size = 0;
+}
+
 static void node_attr(ckptfs *fs, const checkpoint *c, uint32_t node, struct stat *st)
 {
+    if (node == TREE_ROOT && c->is_file) {
+        damaged_file_attr(fs, c, st); /* the only way such a lookup ends here */
+        return;
+    }
     if (node == TREE_ROOT) {
         checkpoint_dir_attr(fs, c, st);
         return;
@@ -153,6 +168,8 @@ int rops_lookup_checkpoint(fuse_req_t req, ckptfs *fs, const char *name)
         /* A single file: its size and mode are in the pack. */
         err = checkpoint_open(&fs->table, c);
         node = err ? TREE_NONE : checkpoint_entry_node(c);
+        if (err == -EIO && checkpoint_is_broken(c))
+            node = TREE_ROOT; /* damaged: a file that can be removed */
         if (node == TREE_NONE) {
             checkpoint_forget(&fs->table, c, 1);
             fuse_reply_err(req, err ? -err : EIO);
@@ -204,6 +221,21 @@ void rops_getattr(fuse_req_t req, ckptfs *fs, fuse_ino_t ino)
     struct stat st;
     uint32_t node;
     checkpoint *c = checkpoints_find(&fs->table, ino, &node);
+    if (c && node == TREE_ROOT && c->is_file) {
+        /* Only a damaged single-file checkpoint is known by this number
+         * (rops_lookup_checkpoint); its pack may have been replaced by a
+         * good one since. */
+        int rc = checkpoint_open(&fs->table, c);
+        if (rc == 0)
+            node_attr(fs, c, checkpoint_entry_node(c), &st);
+        else if (rc == -EIO && checkpoint_is_broken(c))
+            damaged_file_attr(fs, c, &st);
+        if (rc == 0 || (rc == -EIO && checkpoint_is_broken(c)))
+            fuse_reply_attr(req, &st, 0.0);
+        else
+            fuse_reply_err(req, -rc);
+        return;
+    }
     if (c && node == TREE_ROOT) {
         /* Listing a pack must not need its key: no open here. */
         checkpoint_dir_attr(fs, c, &st);

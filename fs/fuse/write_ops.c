@@ -187,7 +187,13 @@ void wops_ckpt_unlink(fuse_req_t req, ckptfs *fs, const char *name)
         fuse_reply_err(req, -err);
         return;
     }
+    int damaged = c->is_file && checkpoint_open(&fs->table, c) == -EIO && checkpoint_is_broken(c);
     rc = !c->is_file ? -EISDIR : fs->writable ? wtable_remove_pack(&fs->wtable, name, 1) : -EROFS;
+    if (rc == 0 && damaged) {
+        char why[sizeof c->last_error];
+        checkpoint_get_error(c, why, sizeof why);
+        fslog_warn("checkpoint '%s': the pack deleted was damaged: %s", name, why);
+    }
     if (rc == 0)
         checkpoint_removed(&fs->table, c);
     checkpoint_forget(&fs->table, c, 1);

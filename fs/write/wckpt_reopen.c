@@ -184,7 +184,12 @@ int wtable_reopen(wtable *t, const char *name, wckpt **out)
         fslog_err("cannot write into checkpoint '%s': %s", name, err.msg);
         /* As a reader of the pack is answered (read/checkpoints.c): a pack
          * damaged in place after the read side opened it is met here
-         * first, and its writer must not hear of a read-only mount. */
+         * first, and its writer must not hear of a read-only mount.
+         * -EUCLEAN tells the front end the pack itself is unreadable (not
+         * the store's outage): its entries may then be removed, hidden,
+         * on the way to deleting it. */
+        if (!err.transient && rc != -EACCES && rc != -ENOTSUP && rc != -ENOENT && rc != -ENOMEM)
+            return -EUCLEAN; /* as read/checkpoint_state.c's checkpoint_is_broken */
         return rc == -EACCES ? -EACCES : -EIO;
     }
     /* The record says "base" from the start: staging is never without

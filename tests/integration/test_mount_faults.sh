@@ -236,6 +236,17 @@ if mount_ckptfs "$IDX" "$MNT" "$TMP/idx.log" -o commit_delay=0; then
     errno_is "  a file created in it then: EIO too" EIO create "$MNT/held/new.txt"
     grep -q "cannot write into checkpoint 'held': .*index checksum mismatch" "$TMP/idx.log" &&
         pass "  the log says why" || fail "  the log says why" "$(tail -3 "$TMP/idx.log")"
+    # Its entries could not be removed (each unlink reopened the pack:
+    # EIO), so rm -r never reached the rmdir that deletes it, until a
+    # remount. A file of it open meanwhile reads on.
+    exec {held_fd}<"$MNT/held/c.txt"
+    expect_ok "rm -r of that checkpoint, a file of it open" rm -r "$MNT/held"
+    expect_absent "  deletes its pack" "$IDX/held.tpack"
+    [ -e "$MNT/held" ] && fail "  and it is gone from the mount" || pass "  and it is gone from the mount"
+    grep -q "checkpoint 'held' deleted ($IDX/held.tpack removed)" "$TMP/idx.log" && pass "  the log says it was deleted" ||
+        fail "  the log says it was deleted" "$(tail -3 "$TMP/idx.log")"
+    cmp -s "$SRC/c.txt" /dev/fd/$held_fd && pass "  the open file reads on, byte-identical" || fail "  the open file reads on, byte-identical"
+    exec {held_fd}<&-
     unmount_ckptfs "$MNT"
 else
     fail "writable mount of packs with damaged indexes" "$(cat "$TMP/idx.log")"
@@ -258,9 +269,14 @@ enc_sum=$(sha256sum <"$DEL/enc.tpack")
 cp "$BACK/plain.tpack" "$DEL/newer.tpack"
 printf '\x63\x00\x00\x00' | dd of="$DEL/newer.tpack" bs=1 seek=8 conv=notrunc status=none
 newer_sum=$(sha256sum <"$DEL/newer.tpack")
+# A damaged single-file checkpoint: its lookup failed (EIO), and so did
+# rm of it, which looks the name up first.
+head -c 300 /dev/urandom >"$DEL/junk.tfile"
 if mount_ckptfs "$DEL" "$MNT" "$TMP/del.log" -o ro,key_file="$TMP/key2"; then
     errno_is "read-only mount: rmdir of a damaged checkpoint: EROFS" EROFS rmdir "$MNT/garbage"
     [ -f "$DEL/garbage.tpack" ] && pass "  its pack stays" || fail "  its pack stays"
+    errno_is "read-only mount: unlink of a damaged single file: EROFS" EROFS unlink "$MNT/junk"
+    [ -f "$DEL/junk.tfile" ] && pass "  its pack stays" || fail "  its pack stays"
     unmount_ckptfs "$MNT"
 else
     fail "read-only mount of damaged packs" "$(cat "$TMP/del.log")"
@@ -278,6 +294,15 @@ if mount_ckptfs "$DEL" "$MNT" "$TMP/del.log" -o key_file="$TMP/key2"; then
     expect_ok "rmdir of an empty pack file" rmdir "$MNT/empty"
     expect_ok "rm -rf of a truncated one" rm -rf "$MNT/truncated"
     expect_absent "  all deleted" "$DEL/garbage.tpack" "$DEL/empty.tpack" "$DEL/truncated.tpack"
+    [ -f "$MNT/junk" ] && pass "a damaged single file shows as a file" || fail "a damaged single file shows as a file" "$(stat "$MNT/junk" 2>&1)"
+    errno_is "  reading it: EIO" EIO read "$MNT/junk"
+    state=$(getfattr -n user.ckptfs.state --only-values "$MNT/junk" 2>/dev/null)
+    [ "$state" = damaged ] && pass "  its state is damaged" || fail "  its state is damaged" "$state"
+    expect_ok "  rm of it" rm "$MNT/junk"
+    expect_absent "  deletes its pack" "$DEL/junk.tfile"
+    grep -q "checkpoint 'junk': the pack deleted was damaged: $DEL/junk.tfile: not a tpack file" "$TMP/del.log" &&
+        pass "  the log names the pack and says it was damaged" ||
+        fail "  the log names the pack and says it was damaged" "$(tail -3 "$TMP/del.log")"
     errno_is "rmdir of a checkpoint with the wrong key: EACCES" EACCES rmdir "$MNT/enc"
     expect_fail "  rm -r too" rm -r "$MNT/enc"
     last_stderr_has "  with EACCES" "Permission denied"
