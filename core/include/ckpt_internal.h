@@ -154,6 +154,13 @@ int ckpt_tmp_name(const char *path, const char *prefix, const char *suffix, char
  * reads concurrently. */
 int ckpt_store_remove(ckpt_store *s, const char *name, ckpt_err *err);
 int ckpt_store_rename(ckpt_store *s, const char *from, const char *to, ckpt_err *err);
+/* remove, only while name is still the version want names: else -ESTALE
+ * and nothing removed. On S3 a HEAD compares the ETag and the DELETE
+ * carries If-Match; Ceph RGW 16.2 ignores If-Match on a DELETE, so there an
+ * object replaced between the HEAD and the DELETE is removed. A local
+ * store does not check want (a plain remove). */
+int ckpt_store_remove_if(ckpt_store *s, const char *name, const ckpt_object_id *want,
+                         ckpt_err *err);
 /* An upload that failed because the store did not answer could not be
  * aborted either: the store keeps it and sends the abort again here (and
  * before its next upload starts). The count of aborts still due: 0 when

@@ -160,7 +160,8 @@ void wops_ckpt_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
     if (rc == 0 && !checkpoint_is_empty(c))
         rc = -ENOTEMPTY;
     if (rc == 0 || damaged)
-        rc = fs->writable ? wtable_remove_pack(&fs->wtable, name, 0) : -EROFS;
+        rc = fs->writable ? wtable_remove_pack(&fs->wtable, name, 0, damaged ? &c->oid : NULL)
+                          : -EROFS;
     if (rc == 0 && damaged) {
         char why[sizeof c->last_error];
         checkpoint_get_error(c, why, sizeof why);
@@ -188,7 +189,11 @@ void wops_ckpt_unlink(fuse_req_t req, ckptfs *fs, const char *name)
         return;
     }
     int damaged = c->is_file && checkpoint_open(&fs->table, c) == -EIO && checkpoint_is_broken(c);
-    rc = !c->is_file ? -EISDIR : fs->writable ? wtable_remove_pack(&fs->wtable, name, 1) : -EROFS;
+    /* A damaged pack goes only while it is the object found damaged (on
+     * S3 another writer may have replaced it meanwhile). */
+    rc = !c->is_file    ? -EISDIR
+         : fs->writable ? wtable_remove_pack(&fs->wtable, name, 1, damaged ? &c->oid : NULL)
+                        : -EROFS;
     if (rc == 0 && damaged) {
         char why[sizeof c->last_error];
         checkpoint_get_error(c, why, sizeof why);

@@ -321,8 +321,10 @@ int wtable_rmdir(wtable *t, const char *name);
  * open on its file keeps reading and writing it (an unlinked blob) until
  * its last release. */
 int wtable_unlink_file(wtable *t, const char *name);
-/* Removes BACKING/name.tpack (or .tfile, is_file) durably. */
-int wtable_remove_pack(wtable *t, const char *name, int is_file);
+/* Removes BACKING/name.tpack (or .tfile, is_file) durably; on a store,
+ * only while it is the version want names when want is not NULL (else
+ * -ESTALE, logged, and it stays). */
+int wtable_remove_pack(wtable *t, const char *name, int is_file, const ckpt_object_id *want);
 /* Renames a checkpoint, writable or packed, within or across namespaces
  * (to's namespace must exist). A single file replaces a single file, as
  * rename(2) does, atomically: a writable one hides the pack it replaces

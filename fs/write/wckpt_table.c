@@ -459,7 +459,7 @@ static int drop(wtable *t, wckpt *c, int want_file)
         if (stage_remove(&t->root, &c->dir, &err) != 0)
             fslog_warn("checkpoint '%s' removed, but not all of its staging: %s", c->name, err.msg);
         if (replaces && wc_pack_exists(t, c->name))
-            wtable_remove_pack(t, c->name, c->is_file);
+            wtable_remove_pack(t, c->name, c->is_file, NULL);
         wc_release_if_unused(t, c);
     }
     return rc;
@@ -498,7 +498,7 @@ void wc_abandon(wtable *t, wckpt *c)
     if (stage_remove(&t->root, &c->dir, &err) != 0)
         fslog_warn("checkpoint '%s' removed, but not all of its staging: %s", c->name, err.msg);
     if (replaces && wc_pack_exists(t, c->name))
-        wtable_remove_pack(t, c->name, c->is_file);
+        wtable_remove_pack(t, c->name, c->is_file, NULL);
     wc_release_if_unused(t, c);
     pthread_mutex_unlock(&t->lock);
 }
@@ -542,7 +542,7 @@ static void pack_file(const char *name, int is_file, char *out, size_t cap)
     snprintf(out, cap, "%s%s", backing_base(name), is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
 }
 
-int wtable_remove_pack(wtable *t, const char *name, int is_file)
+int wtable_remove_pack(wtable *t, const char *name, int is_file, const ckpt_object_id *want)
 {
     char file[NAME_MAX + 1];
     if (!wtable_name_ok(name))
@@ -553,8 +553,10 @@ int wtable_remove_pack(wtable *t, const char *name, int is_file)
         char object[BACKING_PATH_MAX + NAME_MAX + 2];
         ckpt_err err = {0};
         snprintf(object, sizeof object, "%s%s", name, is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
-        rc = ckpt_store_remove(t->store, object, &err);
-        if (rc && rc != -ENOENT)
+        rc = ckpt_store_remove_if(t->store, object, want, &err);
+        if (rc == -ESTALE)
+            fslog_warn("checkpoint '%s': %s", name, err.msg);
+        else if (rc && rc != -ENOENT)
             fslog_err("checkpoint '%s': cannot delete: %s", name, err.msg);
         if (t->pack_changed)
             t->pack_changed(t->successor_ud, name);
@@ -699,7 +701,7 @@ int wtable_rename(wtable *t, const char *from, const char *to, int noreplace)
     } else if (rc == 0 && c) {
         rc = rename_writable(t, c, to, to_kind != 0 || c->dir.replaces);
         if (rc == 0 && c->dir.replaces && !to_kind && wc_pack_exists(t, from))
-            wtable_remove_pack(t, from, from_file); /* what it was to replace */
+            wtable_remove_pack(t, from, from_file, NULL); /* what it was to replace */
     } else if (rc == 0) {
         rc = rename_pack(t, from, to, from_file, to_file);
         if (rc == -EEXIST)

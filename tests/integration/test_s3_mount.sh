@@ -10,7 +10,9 @@
 #   - a writable mount packs a checkpoint to PREFIX/NAME.tpack with no
 #     upload left behind; a second read-only mount sees it within
 #     list_interval; a second writable mount is refused naming the holder;
-#     rm -r deletes the object
+#     rm -r deletes the object; a damaged object is deleted, a damaged one
+#     replaced meanwhile by another writer is not; a damaged .tfile is
+#     removed
 #   - the gateway killed in a read through the mount: completes or EIO
 #     within the retry bound
 #   - a checkpoint first opened with the gateway down: EIO, unreachable,
@@ -326,8 +328,34 @@ expect_ok "  rm -r of it" rm -r mnt-w/garbage
 s3py keys $BK w/ | grep -qx "w/garbage.tpack" && fail "  deletes the object" "still there" || pass "  deletes the object"
 grep -q "checkpoint 'garbage': the pack deleted was damaged: .*garbage.tpack" "$LOG" &&
     pass "  the log says it was damaged" || fail "  the log says it was damaged" "$(grep "'garbage'" "$LOG")"
-rm -f garbage.bin
 unmount_ckptfs mnt-ro2
+# A damaged object replaced by another writer after the mount found it
+# damaged: rmdir deleted the key whatever it held by then. It now deletes
+# only the object it saw (a HEAD's ETag compared first: RGW 16.2 ignores
+# If-Match on a DELETE), so the new pack survives. And a damaged .tfile
+# is a file that rm removes (its lookup failed with EIO, and rm with it).
+s3py put $BK d/g.tpack garbage.bin
+s3py put $BK d/h.tfile garbage.bin
+mount_ckptfs s3://$BK/d mnt-d "$LOG" -o commit_delay=0,list_interval=3600,stage_dir="$TMP/stage-d" || fail "writable mount of s3://$BK/d" "$(tail -n 3 "$LOG")"
+expect_fail "a damaged object: listing it fails" ls mnt-d/g
+"$CKPT" pack tiny -o s3://$BK/d/g.tpack -f >/dev/null 2>&1 || fail "another writer replaces d/g.tpack"
+good=$(s3py size $BK d/g.tpack)
+errno_of() { $PY "$ROOT/tests/integration/write_clients.py" errno-of "$@" 2>&1; }
+# The kernel tries an rmdir that got ESTALE once more, looking the name
+# up again: the mount then finds the new pack, which is not empty.
+got=$(errno_of rmdir mnt-d/g)
+[ "$got" = ENOTEMPTY ] && pass "  rmdir of it once replaced: ENOTEMPTY" || fail "  rmdir of it once replaced: ENOTEMPTY" "$got"
+[ "$(s3py size $BK d/g.tpack)" = "$good" ] && pass "  the replacing pack survives ($good bytes)" || fail "  the replacing pack survives" "$(s3py size $BK d/g.tpack), want $good"
+grep -qF "checkpoint 'g': s3://$BK/d/g.tpack: not removed: replaced since it was seen" "$LOG" && pass "  the log says why" ||
+    fail "  the log says why" "$(grep "'g'" "$LOG" | tail -n 2)"
+[ -f mnt-d/h ] && pass "a damaged .tfile shows as a file" || fail "a damaged .tfile shows as a file" "$(stat mnt-d/h 2>&1)"
+got=$(errno_of read mnt-d/h)
+[ "$got" = EIO ] && pass "  reading it: EIO" || fail "  reading it: EIO" "$got"
+expect_ok "  rm of it" rm mnt-d/h
+[ "$(s3py size $BK d/h.tfile)" = absent ] && pass "  deletes the object" || fail "  deletes the object" "$(s3py size $BK d/h.tfile)"
+grep -q "checkpoint 'h': the pack deleted was damaged: .*h.tfile" "$LOG" && pass "  the log says it was damaged" || fail "  the log says it was damaged" "$(grep "'h'" "$LOG" | tail -n 2)"
+unmount_ckptfs mnt-d
+rm -f garbage.bin
 
 # --------------------------------------- the daemon killed in an upload
 # Polled with curl (boto3 starts too slowly); one packing thread makes the

@@ -393,26 +393,70 @@ static int simple(s3_store *s, const char *method, const char *key, const char *
     return s3_request(s->http, &rq, rs);
 }
 
-static int s3_remove(ckpt_store *base, const char *name, ckpt_err *err)
+/* ETags as servers write them: quoted or not, hex in either case. */
+static int same_etag(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    if (na >= 2 && a[0] == '"' && a[na - 1] == '"')
+        a++, na -= 2;
+    if (nb >= 2 && b[0] == '"' && b[nb - 1] == '"')
+        b++, nb -= 2;
+    return na && na == nb && strncasecmp(a, b, na) == 0;
+}
+
+/* want: the version the caller saw, or NULL. A DELETE is not conditional
+ * on Ceph RGW 16.2: it deletes whatever If-Match says (tested: a wrong
+ * ETag, 204, the object gone), so the HEAD compares first, and the DELETE
+ * carries If-Match for the stores that honour it (AWS S3 since 2024): on
+ * RGW, a replacement that lands between the two is deleted. */
+static int remove_object(ckpt_store *base, const char *name, const ckpt_object_id *want,
+                         ckpt_err *err)
 {
     s3_store *s = (s3_store *)base;
     int lrc = s3_lease_check(s, err);
     if (lrc < 0)
         return lrc;
-    char *key = s3_key(s, name), *shown = store_display_name(base, name);
+    char *key = s3_key(s, name), *shown = store_display_name(base, name), *if_match = NULL;
     int rc = !key || !shown ? ckpt_fail(err, -ENOMEM, "out of memory") : 0;
+    if (rc == 0 && want && want->etag[0] &&
+        asprintf(&if_match, "If-Match: %s%s%s", want->etag[0] == '"' ? "" : "\"", want->etag,
+                 want->etag[0] == '"' ? "" : "\"") < 0) {
+        if_match = NULL;
+        rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    }
     s3_resp rs = {0};
     /* DELETE of a missing key succeeds on S3; a local store says ENOENT. */
     if (rc == 0 && (simple(s, "HEAD", key, NULL, &rs) < 0 || rs.status != 200))
         rc = s3_fail(err, s->http, shown, "remove", &rs);
+    if (rc == 0 && if_match &&
+        (!same_etag(rs.etag, want->etag) || !rs.has_length || rs.content_length != want->size))
+        rc = ckpt_fail(err, -ESTALE, "%s: not removed: replaced since it was seen (ETag %s, now %s)",
+                       shown, want->etag, rs.etag);
     s3_resp_free(&rs);
-    if (rc == 0 &&
-        (simple(s, "DELETE", key, NULL, &rs) < 0 || (rs.status != 204 && rs.status != 200)))
-        rc = s3_fail(err, s->http, shown, "remove", &rs);
+    const char *hdrs[] = {if_match, NULL};
+    if (rc == 0 && (simple(s, "DELETE", key, if_match ? hdrs : NULL, &rs) < 0 ||
+                    (rs.status != 204 && rs.status != 200)))
+        rc = rs.status == 412 ? ckpt_fail(err, -ESTALE,
+                                           "%s: not removed: replaced since it was seen (HTTP "
+                                           "412 PreconditionFailed)",
+                                           shown)
+                              : s3_fail(err, s->http, shown, "remove", &rs);
     s3_resp_free(&rs);
+    free(if_match);
     free(key);
     free(shown);
     return rc;
+}
+
+static int s3_remove(ckpt_store *base, const char *name, ckpt_err *err)
+{
+    return remove_object(base, name, NULL, err);
+}
+
+static int s3_remove_if(ckpt_store *base, const char *name, const ckpt_object_id *want,
+                        ckpt_err *err)
+{
+    return remove_object(base, name, want, err);
 }
 
 static int s3_rename(ckpt_store *base, const char *from, const char *to, ckpt_err *err)
@@ -943,6 +987,7 @@ static const store_ops s3_ops = {
     .open_read = s3_open_read,
     .create = s3_create,
     .remove = s3_remove,
+    .remove_if = s3_remove_if,
     .rename = s3_rename,
     .lock = s3_lock_take,
     .unlock = s3_unlock,

@@ -95,6 +95,16 @@ int ckpt_store_remove(ckpt_store *s, const char *name, ckpt_err *err)
     return rc < 0 ? rc : s->ops->remove(s, name, err);
 }
 
+int ckpt_store_remove_if(ckpt_store *s, const char *name, const ckpt_object_id *want,
+                         ckpt_err *err)
+{
+    int rc = check_name(s, name, err);
+    if (rc < 0)
+        return rc;
+    return want && s->ops->remove_if ? s->ops->remove_if(s, name, want, err)
+                                     : s->ops->remove(s, name, err);
+}
+
 int ckpt_store_rename(ckpt_store *s, const char *from, const char *to, ckpt_err *err)
 {
     int rc = check_name(s, from, err);

@@ -46,6 +46,9 @@ struct store_ops {
     int (*create)(ckpt_store *s, const char *name, const char *tmp_name, store_upload **out,
                   ckpt_err *err);
     int (*remove)(ckpt_store *s, const char *name, ckpt_err *err);
+    /* remove, only while name is still the version want names (-ESTALE
+     * otherwise); NULL: remove, want not checked. */
+    int (*remove_if)(ckpt_store *s, const char *name, const ckpt_object_id *want, ckpt_err *err);
     int (*rename)(ckpt_store *s, const char *from, const char *to, ckpt_err *err);
     int (*lock)(ckpt_store *s, const char *name, ckpt_store_lock **out, ckpt_err *err);
     void (*unlock)(ckpt_store_lock *l);
