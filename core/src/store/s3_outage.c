@@ -15,6 +15,17 @@
  * meanwhile the others still fail at once. Any answer to a request that
  * was already under way clears the mark as well.
  *
+ * An answer, even 500 or 503, is no outage, however many come: the
+ * gateway is there, and what it refuses is this request (an object
+ * whose placement group is down, a throttle), not every request. A 503
+ * SlowDown asks the client to back off, which each request's retries do
+ * (exponential, with jitter, within the deadline); failing every other
+ * request at once would turn a throttle into EIO for every reader, and
+ * answer for objects the gateway still serves. s3fs and rclone do the same:
+ * a 5xx is retried per request (rclone's pacer slows down on 503), and
+ * nothing marks the whole store down. The cost: against a gateway that
+ * answers 500 to everything, each request waits out its retries (30 s).
+ *
  * Only the state machine lives here, with the time given by the caller, so
  * that it is tested without a network; s3_http.c asks it before and tells
  * it after each request. One mutex; nothing is held across a request. */
