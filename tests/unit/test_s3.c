@@ -1365,6 +1365,7 @@ typedef struct fake_s3 {
     int upload_vanishes; /* the next Complete answers 503, the upload gone */
     int odd_part_etags;  /* part ETags that are no MD5 (as with SSE-KMS) */
     unsigned mp_aborts;  /* AbortMultipartUpload requests */
+    int abort_busy;      /* aborts answered 503 SlowDown, not applied */
     unsigned mp_lists;   /* ListMultipartUploads requests */
     unsigned mp_heads;   /* HEADs of the object */
 } fake_s3;
@@ -1474,6 +1475,10 @@ static void fake_multipart(fake_s3 *f, int fd, const char *method, const char *q
         }
     } else if (!strcmp(method, "DELETE") && strstr(query, "uploadId=")) {
         f->mp_aborts++;
+        if (f->abort_busy) {
+            fake_send(fd, 503, NULL, "<Error><Code>SlowDown</Code></Error>");
+            return;
+        }
         fake_send(fd, f->uploading ? 204 : 404, NULL, f->uploading ? "" : no_upload);
         f->uploading = 0;
     } else if (!strcmp(method, "HEAD") && ++f->mp_heads && f->mp_exists) {
@@ -1581,7 +1586,13 @@ static void fake_serve(fake_s3 *f, int fd)
             fake_send(fd, 200, f->etag, f->body);
         else
             fake_send(fd, 404, NULL, "<Error><Code>NoSuchKey</Code></Error>");
+    } else if (!strcmp(method, "HEAD")) {
+        if (f->exists)
+            fake_send_len(fd, 200, f->etag, strlen(f->body), "");
+        else
+            fake_send(fd, 404, NULL, "");
     } else if (!strcmp(method, "DELETE")) {
+        /* If-Match ignored, as Ceph RGW 16.2 does on a DELETE. */
         f->exists = 0;
         fake_send(fd, 204, NULL, "");
     } else {
@@ -1648,17 +1659,22 @@ static void fake_lose_answers(fake_s3 *f, int n)
     pthread_mutex_unlock(&f->mu);
 }
 
-static ckpt_store *fake_store(const fake_s3 *f)
+static ckpt_store *fake_store_retrying(const fake_s3 *f, unsigned retry_seconds)
 {
     setenv("AWS_ACCESS_KEY_ID", "A", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "S", 1);
     char endpoint[64];
     snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d", f->port);
-    ckpt_store_opts o = {.endpoint = endpoint, .retry_seconds = 5};
+    ckpt_store_opts o = {.endpoint = endpoint, .retry_seconds = retry_seconds};
     ckpt_store *s;
     ckpt_err err = {0};
     cr_assert_eq(ckpt_store_open("s3://bucket/p", &o, &s, &err), 0, "%s", err.msg);
     return s;
+}
+
+static ckpt_store *fake_store(const fake_s3 *f)
+{
+    return fake_store_retrying(f, 5);
 }
 
 /* This writer was paused (or cut off from the gateway) past its lease, and
@@ -1914,11 +1930,12 @@ static void stopped_pack_progress(void *ud, uint64_t done, uint64_t total)
 /* Either way the writer's abort aborts its own upload, by its id, and
  * lists no uploads: aborting those of the name, as `ckpt pack` did on
  * SIGINT, aborted another writer's of the same name too. */
-static void pack_stopped_midway(int read_fails, int want_rc)
+static void pack_stopped_midway(int read_fails, int want_rc, int abort_busy)
 {
     fake_s3 f;
     fake_start(&f);
-    ckpt_store *s = fake_store(&f);
+    f.abort_busy = abort_busy;
+    ckpt_store *s = fake_store_retrying(&f, abort_busy ? 1 : 5); /* each refusal: 1 s of tries */
     stopped_pack p = {.f = &f, .read_fails = read_fails};
     ckpt_write_opts wo = {.level = 0,
                           .threads = 2,
@@ -1934,6 +1951,19 @@ static void pack_stopped_midway(int read_fails, int want_rc)
     cr_assert_eq(rc, want_rc, "%d: %s", rc, err.msg);
     cr_assert(fake_get(&f, &f.uploading), "the upload had begun");
     ckpt_writer_abort(w);
+    if (abort_busy) {
+        /* Refused for now: kept, sent again, and again, until it takes. */
+        cr_assert(fake_get(&f, &f.uploading), "the refused abort left the upload");
+        unsigned tries = fake_snapshot(&f).mp_aborts;
+        cr_assert_eq(ckpt_store_retry_aborts(s), 1, "still due after a second refusal");
+        cr_assert_gt(fake_snapshot(&f).mp_aborts, tries, "sent again");
+        pthread_mutex_lock(&f.mu);
+        f.abort_busy = 0;
+        f.mp_aborts = 0;
+        pthread_mutex_unlock(&f.mu);
+        cr_assert_eq(ckpt_store_retry_aborts(s), 0, "none due once the gateway takes it");
+        cr_assert_eq(ckpt_store_retry_aborts(s), 0, "and not sent again");
+    }
     fake_s3 snap = fake_snapshot(&f);
     cr_assert_eq(snap.mp_aborts, 1, "its own upload is aborted");
     cr_assert(!snap.uploading && !snap.mp_exists);
@@ -1944,12 +1974,48 @@ static void pack_stopped_midway(int read_fails, int want_rc)
 
 Test(s3_fake, cancelled_pack_aborts_only_its_own_upload, .init = clean_env, .fini = drop_home)
 {
-    pack_stopped_midway(0, -ECANCELED);
+    pack_stopped_midway(0, -ECANCELED, 0);
 }
 
 Test(s3_fake, failed_pack_aborts_only_its_own_upload, .init = clean_env, .fini = drop_home)
 {
-    pack_stopped_midway(1, -EIO);
+    pack_stopped_midway(1, -EIO, 0);
+}
+
+/* A pack failed by an outage had its abort refused by the same outage
+ * (here: 503 SlowDown to every try): the upload outlived it, until the
+ * next writable mount. The store keeps such aborts and sends them again. */
+Test(s3_fake, an_abort_the_gateway_refused_is_sent_again, .init = clean_env, .fini = drop_home,
+     .timeout = 40)
+{
+    pack_stopped_midway(1, -EIO, 1);
+}
+
+/* A removal of the version the caller saw: an object replaced since
+ * stays (-ESTALE), though the server deletes whatever If-Match says. */
+Test(s3_fake, remove_if_spares_a_replaced_object, .init = clean_env, .fini = drop_home)
+{
+    fake_s3 f;
+    fake_start(&f);
+    ckpt_store *s = fake_store(&f);
+    ckpt_store_lock *l;
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_store_lock_take(s, ".lock", &l, &err), 0, "%s", err.msg);
+    fake_s3 snap = fake_snapshot(&f);
+    ckpt_object_id seen = {.size = strlen(snap.body)};
+    snprintf(seen.etag, sizeof seen.etag, "%s", snap.etag);
+    pthread_mutex_lock(&f.mu);
+    snprintf(f.etag, sizeof f.etag, "\"other\"");
+    pthread_mutex_unlock(&f.mu);
+    cr_assert_eq(ckpt_store_remove_if(s, ".lock", &seen, &err), -ESTALE, "%s", err.msg);
+    cr_assert(strstr(err.msg, "replaced since it was seen"), "%s", err.msg);
+    cr_assert(fake_get(&f, &f.exists), "the replacement stays");
+    snprintf(seen.etag, sizeof seen.etag, "other"); /* unquoted, as some listings give it */
+    cr_assert_eq(ckpt_store_remove_if(s, ".lock", &seen, &err), 0, "%s", err.msg);
+    cr_assert(!fake_get(&f, &f.exists), "the object seen goes");
+    ckpt_store_lock_release(l);
+    ckpt_store_free(s);
+    fake_stop(&f);
 }
 
 static int count_object(void *ud, const ckpt_object_info *info)
