@@ -336,7 +336,7 @@ Test(wckpt, names_rename_and_rmdir)
     free(pp);
     pp = pack_path("p2");
     cr_assert_eq(access(pp, F_OK), 0);
-    cr_assert_eq(wtable_remove_pack(&t, "p2", 0), 0);
+    cr_assert_eq(wtable_remove_pack(&t, "p2", 0, NULL), 0);
     cr_assert_neq(access(pp, F_OK), 0);
     free(pp);
     wlisted *names;
