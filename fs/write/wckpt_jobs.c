@@ -376,8 +376,8 @@ static void tick(wtable *t, double *last_park)
                     now - c->last_change >= t->opts.commit_delay;
         int unsaved =
             (c->saved_gen != c->meta_gen || c->record_dirty) && now - c->last_save >= SAVE_INTERVAL;
-        int retry = c->state == WST_FAILED && !c->locked && c->pack_retry_at &&
-                    now >= c->pack_retry_at;
+        int retry =
+            c->state == WST_FAILED && !c->locked && c->pack_retry_at && now >= c->pack_retry_at;
         if (park)
             park_idle(c, now);
         pthread_mutex_unlock(&c->lock);

@@ -430,16 +430,17 @@ static int remove_object(ckpt_store *base, const char *name, const ckpt_object_i
         rc = s3_fail(err, s->http, shown, "remove", &rs);
     if (rc == 0 && if_match &&
         (!same_etag(rs.etag, want->etag) || !rs.has_length || rs.content_length != want->size))
-        rc = ckpt_fail(err, -ESTALE, "%s: not removed: replaced since it was seen (ETag %s, now %s)",
-                       shown, want->etag, rs.etag);
+        rc =
+            ckpt_fail(err, -ESTALE, "%s: not removed: replaced since it was seen (ETag %s, now %s)",
+                      shown, want->etag, rs.etag);
     s3_resp_free(&rs);
     const char *hdrs[] = {if_match, NULL};
     if (rc == 0 && (simple(s, "DELETE", key, if_match ? hdrs : NULL, &rs) < 0 ||
                     (rs.status != 204 && rs.status != 200)))
         rc = rs.status == 412 ? ckpt_fail(err, -ESTALE,
-                                           "%s: not removed: replaced since it was seen (HTTP "
-                                           "412 PreconditionFailed)",
-                                           shown)
+                                          "%s: not removed: replaced since it was seen (HTTP "
+                                          "412 PreconditionFailed)",
+                                          shown)
                               : s3_fail(err, s->http, shown, "remove", &rs);
     s3_resp_free(&rs);
     free(if_match);

@@ -95,8 +95,7 @@ int ckpt_store_remove(ckpt_store *s, const char *name, ckpt_err *err)
     return rc < 0 ? rc : s->ops->remove(s, name, err);
 }
 
-int ckpt_store_remove_if(ckpt_store *s, const char *name, const ckpt_object_id *want,
-                         ckpt_err *err)
+int ckpt_store_remove_if(ckpt_store *s, const char *name, const ckpt_object_id *want, ckpt_err *err)
 {
     int rc = check_name(s, name, err);
     if (rc < 0)
