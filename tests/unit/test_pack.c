@@ -1008,6 +1008,39 @@ Test(pack, add_tree_orders_numbers_by_value)
     free(src);
 }
 
+/* Big files of a tree have their SHA-256 lanes queued before the writer
+ * reaches them (ingest_files.c open_ahead), small ones between them are
+ * hashed from the ring: every digest is still its file's. */
+Test(pack, add_tree_big_files_hashed_ahead)
+{
+    char *src = tu_join(dir, "big");
+    mkdir(src, 0755);
+    const char *names[] = {"a.bin", "b.bin", "c.txt", "d.bin"};
+    const size_t sizes[] = {(17u << 20) + 3, (16u << 20), 100, (18u << 20) + 12345};
+    uint8_t want[4][32];
+    for (size_t i = 0; i < 4; i++) {
+        uint8_t *buf = malloc(sizes[i]);
+        tu_fill_pattern(buf, sizes[i], (uint32_t)(i + 11));
+        tu_sha256(buf, sizes[i], want[i]);
+        char *f = tu_join(src, names[i]);
+        tu_write_file(f, buf, sizes[i]);
+        free(f);
+        free(buf);
+    }
+    char *path = tu_join(dir, "big.tpack");
+    ckpt_pack *p = pack_tree(src, path);
+    cr_assert_eq(ckpt_file_count(p), 4);
+    for (size_t i = 0; i < 4; i++) {
+        cr_assert_str_eq(ckpt_file_at(p, i)->path, names[i]);
+        cr_assert_arr_eq(ckpt_file_at(p, i)->sha256, want[i], 32, "%s", names[i]);
+    }
+    ckpt_err e = {0};
+    cr_assert_eq(ckpt_verify(p, 3, NULL, NULL, NULL, NULL, &e), 0, "%s", e.msg);
+    ckpt_close(p);
+    free(path);
+    free(src);
+}
+
 /* A store whose borrow lends its bytes but answers a byte short of a
  * chunk, as a store does at what it takes for the end of the object; it
  * counts the loans not given back. */
