@@ -481,6 +481,57 @@ Test(pack, corrupt_chunk_encrypted)
     ckpt_key_free(k);
 }
 
+/* The same tensor verified by 16 workers: a part decoded before the
+ * tensor's previous chunk is hashed is parked for the worker that hashes
+ * that one (verify.c hash_tensor_chain), so no worker ever sleeps on a
+ * tensor's chain, and the digests still match. */
+Test(pack, verify_many_workers_parks_tensor_parts)
+{
+    fixture f = make_fixture(65536);
+    char *path = tu_join(dir, "v.tpack");
+    write_pack(path, &(ckpt_write_opts){.level = 1, .chunk_size = 65536, .threads = 2}, &f);
+    ckpt_err e = {0};
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(path, NULL, &p, &e), 0, "%s", e.msg);
+    unsigned long parked = 0;
+    for (int round = 0; round < 8; round++) {
+        ckpt_verify_stats st = {0};
+        cr_assert_eq(ckpt_verify_counted(p, 16, NULL, NULL, NULL, NULL, &st, &e), 0, "%s", e.msg);
+        cr_assert_eq(st.waited, 0, "round %d: %lu parts waited for their turn", round, st.waited);
+        parked += st.parked;
+    }
+    cr_assert_gt(parked, 0, "16 workers on 10 chunks of one tensor parked nothing in 8 rounds");
+    ckpt_close(p);
+    free(path);
+    free_fixture(&f);
+}
+/* A corrupt chunk inside the tensor, verified by 16 workers: the chain goes
+ * past it (parked parts after it included), and the chunk, its file and
+ * the tensor are reported, nothing else. */
+Test(pack, verify_many_workers_corrupt_tensor_chunk)
+{
+    fixture f = make_fixture(65536);
+    char *path = tu_join(dir, "c.tpack");
+    write_pack(path, &(ckpt_write_opts){.level = 0, .chunk_size = 65536, .threads = 2}, &f);
+    /* Stored raw: the tensor's bytes from 300000 on are in the file as they are. */
+    size_t len;
+    uint8_t *raw = tu_read_file(path, &len);
+    const uint8_t *at = memmem(raw, len, (const uint8_t *)f.t0 + 300000, 256);
+    cr_assert(at, "the tensor's bytes are stored as they are");
+    flip_byte(path, (uint64_t)(at - raw));
+    free(raw);
+    ckpt_err e = {0};
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(path, NULL, &p, &e), 0, "%s", e.msg);
+    for (int round = 0; round < 4; round++) {
+        cr_assert_eq(ckpt_verify_counted(p, 16, NULL, NULL, NULL, NULL, NULL, &e), 3,
+                     "the chunk, model.bin and layer.0/weight");
+    }
+    ckpt_close(p);
+    free(path);
+    free_fixture(&f);
+}
+
 /* --------------------------------------------- hostile but authentic index */
 
 /* Rewrites the index of an unencrypted pack and re-seals its digest, to test
