@@ -12,12 +12,13 @@
  * reordering buffer. A big file read from a descriptor or a shared source
  * is hashed instead by a hash lane that reads it again (hash_lanes.h), so
  * that several files' chains run at once rather than one after another
- * through the ring.
+ * through the ring; a tree walk queues its big files' lanes before the
+ * writer reaches them (writer_prehash).
  *
  * A tensor's SHA-256 is a chain too, but tensors are many: the worker that
- * encoded a chunk hashes the chunk's part of each tensor, after waiting, if
- * need be, for the tensor's previous chunk to be hashed by another worker
- * (chunks are taken in order, so the wait always ends). The pack goes to a
+ * encoded a chunk hashes the chunk's part of each tensor whose previous
+ * chunk is hashed, and parks the others for the worker that hashes that
+ * one (hash_tensor_parts). The pack goes to a
  * store_upload (store/store.h): nothing is visible under its name until
  * finish commits it.
  *
