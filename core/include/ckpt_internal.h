@@ -235,6 +235,17 @@ int ckpt_aead_seal(const ckpt_aead *a, const uint8_t nonce[24], const uint8_t *a
 int ckpt_aead_open(const ckpt_aead *a, const uint8_t nonce[24], const uint8_t *ad, size_t ad_len,
                    const uint8_t *in, size_t len, const uint8_t tag[16], uint8_t *out);
 
+/* What ckpt_verify's workers did with the tensors' SHA-256 chains (for
+ * tests): parts parked for the worker that hashed the tensor's previous
+ * chunk, and parts whose worker slept until that chunk was hashed. */
+typedef struct ckpt_verify_stats {
+    unsigned long parked, waited;
+} ckpt_verify_stats;
+/* ckpt_verify, counting into *stats (NULL: not). */
+long ckpt_verify_counted(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *fault_ud,
+                         ckpt_progress_fn progress, void *progress_ud, ckpt_verify_stats *stats,
+                         ckpt_err *err);
+
 #ifdef __cplusplus
 }
 #endif

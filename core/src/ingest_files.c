@@ -28,7 +28,8 @@ typedef struct source {
     const char *disk_path;
     ckpt_writer *w;
     const char *pack_path;
-    int shared; /* read answers until the writer is done (add_reader_shared) */
+    int shared;             /* read answers until the writer is done (add_reader_shared) */
+    struct hash_job *early; /* its hash lane's job, queued before (writer_prehash) */
 } source;
 
 /* ---- sibling files (formats.h: ingest_source.read_sibling) ---- */
@@ -590,10 +591,12 @@ static int add_described(ckpt_writer *w, const char *pack_path, const source *sr
         rc = ckpt_writer_begin_file(w, pack_path, mode, mtime_sec, mtime_nsec, err);
     if (rc == 0)
         rc = ckpt_writer_set_container(w, container, note, err);
-    if (rc == 0 && src->read == fd_read)
-        writer_file_rehash(w, *(const int *)src->ud, size);
-    else if (rc == 0 && src->shared)
-        writer_file_rehash_reader(w, src->read, src->ud, size);
+    if (rc == 0 && !(src->early && writer_file_adopt(w, src->early, size))) {
+        if (src->read == fd_read)
+            writer_file_rehash(w, *(const int *)src->ud, size);
+        else if (src->shared)
+            writer_file_rehash_reader(w, src->read, src->ud, size);
+    }
     if (rc == 0 && !structured)
         rc = copy_range(w, src, 0, size, 0, err);
     else if (rc == 0)
@@ -641,9 +644,9 @@ static int add_source(ckpt_writer *w, const char *pack_path, const source *src, 
 }
 
 static int add_fd(ckpt_writer *w, const char *pack_path, int fd, const char *src_path,
-                  const struct stat *st, ckpt_err *err)
+                  const struct stat *st, struct hash_job *early, ckpt_err *err)
 {
-    source src = {fd_read, &fd, src_path, .disk_path = src_path};
+    source src = {fd_read, &fd, src_path, .disk_path = src_path, .early = early};
     int rc = add_source(w, pack_path, &src, (uint64_t)st->st_size, (uint32_t)st->st_mode,
                         (int64_t)st->st_mtim.tv_sec, (uint32_t)st->st_mtim.tv_nsec, err);
     if (rc == 0) {
@@ -691,22 +694,27 @@ int ckpt_writer_add_path(ckpt_writer *w, const char *pack_path, const char *src_
         return ckpt_fail(err, -EINVAL, "%s: not a regular file", src_path);
     if (fd < 0)
         return ckpt_fail(err, fd, "%s: cannot open: %s", src_path, strerror(-fd));
-    int rc = add_fd(w, pack_path, fd, src_path, &st, err);
+    int rc = add_fd(w, pack_path, fd, src_path, &st, NULL, err);
     close(fd);
     return rc;
 }
 
 /* ------------------------------------------------------------ tree walk */
 
+typedef struct pathent {
+    char *rel;
+    uint64_t size; /* when walked */
+} pathent;
+
 typedef struct pathlist {
-    char **v;
+    pathent *v;
     size_t n, cap;
 } pathlist;
 
 static void pathlist_free(pathlist *l)
 {
     for (size_t i = 0; i < l->n; i++)
-        free(l->v[i]);
+        free(l->v[i].rel);
     free(l->v);
 }
 
@@ -714,9 +722,9 @@ static void pathlist_free(pathlist *l)
  * DCP save's __2_0.distcp comes before __10_0.distcp, and the chunks of a
  * tensor sharded over more than ten ranks come in row order and assemble
  * (pack_write.c). */
-static int cmp_str(const void *a, const void *b)
+static int cmp_path(const void *a, const void *b)
 {
-    return strverscmp(*(char *const *)a, *(char *const *)b);
+    return strverscmp(((const pathent *)a)->rel, ((const pathent *)b)->rel);
 }
 
 /* Collects regular files below root/rel; anything else is an error, so
@@ -771,7 +779,7 @@ static int walk(const char *root, const char *rel, pathlist *out, const dev_t sk
                 if (grow_array((void **)&out->v, &out->cap, out->n, sizeof *out->v) < 0)
                     rc = -ENOMEM;
                 else {
-                    out->v[out->n++] = child;
+                    out->v[out->n++] = (pathent){child, (uint64_t)st.st_size};
                     child = NULL;
                 }
             }
@@ -786,6 +794,52 @@ static int walk(const char *root, const char *rel, pathlist *out, const dev_t sk
     return rc;
 }
 
+/* How far from the file being added on the walk starts the hash lanes of big
+ * files (writer_prehash): the chains then run beside the encoding from the
+ * start, so that the last shard's chain is not left to run after it, while
+ * what the lanes read ahead stays within what the page cache is likely to
+ * hold when the encoder reads it again. */
+#define AHEAD_FILES 16
+#define AHEAD_BYTES (4ull << 30)
+
+/* A file opened ahead, with its lane's job. */
+typedef struct opened {
+    int fd; /* -1: not opened ahead */
+    struct stat st;
+    struct hash_job *job;
+} opened;
+
+/* Opens files from cur on, up to the bounds above, and queues their lanes;
+ * *next: the first file not considered yet, *bytes: the bytes of those
+ * opened and not added yet. A file that cannot be opened, or whose lane
+ * is not queued, is left to ckpt_writer_add_path at its turn. */
+static void open_ahead(ckpt_writer *w, const char *src_dir, const pathlist *l, opened *o,
+                       size_t cur, size_t *next, uint64_t *bytes)
+{
+    if (*next < cur)
+        *next = cur;
+    for (; *next < l->n && *next - cur < AHEAD_FILES; ++*next) {
+        const pathent *e = &l->v[*next];
+        if (e->size < WRITER_LANE_MIN_BYTES)
+            continue;
+        if (*bytes + e->size > AHEAD_BYTES)
+            return;
+        char *full;
+        if (asprintf(&full, "%s/%s", src_dir, e->rel) < 0)
+            return;
+        opened *f = &o[*next];
+        f->fd = ckpt_open_regular(full, O_NOFOLLOW, &f->st);
+        free(full);
+        if (f->fd >= 0 && !(f->job = writer_prehash(w, f->fd, (uint64_t)f->st.st_size))) {
+            close(f->fd);
+            f->fd = -1;
+            return; /* the lanes are full: again after the next file */
+        }
+        if (f->fd >= 0)
+            *bytes += (uint64_t)f->st.st_size;
+    }
+}
+
 int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err)
 {
     pathlist l = {0};
@@ -794,16 +848,35 @@ int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err)
     writer_output_id(w, dev, ino);
     int rc = walk(src_dir, "", &l, dev, ino, NULL, 0, err);
     if (rc == 0)
-        qsort(l.v, l.n, sizeof *l.v, cmp_str);
+        qsort(l.v, l.n, sizeof *l.v, cmp_path);
+    opened *o = rc == 0 ? calloc(l.n ? l.n : 1, sizeof *o) : NULL;
+    if (rc == 0 && !o)
+        rc = ckpt_fail(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; rc == 0 && i < l.n; i++)
+        o[i].fd = -1;
+    size_t next = 0;
+    uint64_t ahead = 0;
     for (size_t i = 0; rc == 0 && i < l.n; i++) {
+        open_ahead(w, src_dir, &l, o, i, &next, &ahead);
         char *full;
-        if (asprintf(&full, "%s/%s", src_dir, l.v[i]) < 0) {
+        if (asprintf(&full, "%s/%s", src_dir, l.v[i].rel) < 0) {
             rc = ckpt_fail(err, -ENOMEM, "out of memory");
             break;
         }
-        rc = ckpt_writer_add_path(w, l.v[i], full, err);
+        if (o[i].fd >= 0) {
+            ahead -= (uint64_t)o[i].st.st_size;
+            rc = add_fd(w, l.v[i].rel, o[i].fd, full, &o[i].st, o[i].job, err);
+            close(o[i].fd);
+            o[i].fd = -1;
+        } else {
+            rc = ckpt_writer_add_path(w, l.v[i].rel, full, err);
+        }
         free(full);
     }
+    for (size_t i = 0; o && i < l.n; i++)
+        if (o[i].fd >= 0)
+            close(o[i].fd);
+    free(o);
     pathlist_free(&l);
     return rc;
 }

@@ -12,12 +12,13 @@
  * reordering buffer. A big file read from a descriptor or a shared source
  * is hashed instead by a hash lane that reads it again (hash_lanes.h), so
  * that several files' chains run at once rather than one after another
- * through the ring.
+ * through the ring; a tree walk queues its big files' lanes before the
+ * writer reaches them (writer_prehash).
  *
  * A tensor's SHA-256 is a chain too, but tensors are many: the worker that
- * encoded a chunk hashes the chunk's part of each tensor, after waiting, if
- * need be, for the tensor's previous chunk to be hashed by another worker
- * (chunks are taken in order, so the wait always ends). The pack goes to a
+ * encoded a chunk hashes the chunk's part of each tensor whose previous
+ * chunk is hashed, and parks the others for the worker that hashes that
+ * one (hash_tensor_parts). The pack goes to a
  * store_upload (store/store.h): nothing is visible under its name until
  * finish commits it.
  *
@@ -1075,35 +1076,72 @@ static void stop_threads(ckpt_writer *w)
     w->hash_started = 0;
 }
 
-/* Big files only: a small one hashes as fast from the ring, and the lanes'
- * queue then holds few descriptors. */
-#define LANE_MIN_BYTES (16u << 20)
+/* Descriptors queued on the lanes at most, and lane threads. */
 #define LANE_MAX_QUEUED 16
 #define LANE_MAX 8
 
-/* Queues the open file's job j (fd or read set) on the lanes; 1 if it
- * took it, 0 (j freed, fd closed) if the file is hashed from the ring. */
-static int rehash_job(ckpt_writer *w, hash_job *j, uint64_t size)
+/* Queues j (fd or read set) on the lanes, starting them if need be; 0 if
+ * they cannot take it. */
+static int lanes_submit(ckpt_writer *w, hash_job *j, uint64_t size)
 {
-    if (!w->in_file || w->file_bytes || size < LANE_MIN_BYTES)
-        goto no;
+    if (size < WRITER_LANE_MIN_BYTES)
+        return 0;
     if (!w->lanes) {
         unsigned n = w->n_threads < LANE_MAX ? w->n_threads : LANE_MAX;
         w->lanes = hash_lanes_start(n ? n : 1, w->chunk_size);
         if (!w->lanes)
-            goto no;
+            return 0;
     }
     if (hash_lanes_pending(w->lanes) >= LANE_MAX_QUEUED)
-        goto no;
+        return 0;
     j->size = size;
-    w->files[w->n_files - 1].job = j;
     hash_lanes_submit(w->lanes, j);
     return 1;
-no:
+}
+
+/* Queues the open file's job j on the lanes; 1 if it took it, 0 (j freed,
+ * fd closed) if the file is hashed from the ring. */
+static int rehash_job(ckpt_writer *w, hash_job *j, uint64_t size)
+{
+    if (w->in_file && !w->file_bytes && lanes_submit(w, j, size)) {
+        w->files[w->n_files - 1].job = j;
+        return 1;
+    }
     if (j->fd >= 0)
         close(j->fd);
     free(j);
     return 0;
+}
+
+hash_job *writer_prehash(ckpt_writer *w, int fd, uint64_t size)
+{
+    if (size < WRITER_LANE_MIN_BYTES ||
+        grow_array((void **)&w->early, &w->cap_early, w->n_early, sizeof *w->early) < 0)
+        return NULL;
+    hash_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (j->fd < 0 || !lanes_submit(w, j, size)) {
+        if (j->fd >= 0)
+            close(j->fd);
+        free(j);
+        return NULL;
+    }
+    w->early[w->n_early++] = j;
+    return j;
+}
+
+int writer_file_adopt(ckpt_writer *w, hash_job *j, uint64_t size)
+{
+    size_t i = 0;
+    while (i < w->n_early && w->early[i] != j)
+        i++;
+    if (i == w->n_early || !w->in_file || w->file_bytes || j->size != size)
+        return 0;
+    w->early[i] = w->early[--w->n_early];
+    w->files[w->n_files - 1].job = j;
+    return 1;
 }
 
 int writer_file_rehash(ckpt_writer *w, int fd, uint64_t size)
@@ -1145,6 +1183,9 @@ static void writer_free(ckpt_writer *w)
         free(w->files[i].hash);
         free(w->files[i].job);
     }
+    for (size_t i = 0; i < w->n_early; i++)
+        free(w->early[i]);
+    free(w->early);
     for (size_t i = 0; i < w->n_tensors; i++) {
         free(w->tensors[i].name);
         free(w->tensors[i].shape);

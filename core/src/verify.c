@@ -10,10 +10,12 @@
  * A lane verifies one file at a time and then takes the next unstarted one,
  * so a pack of many files hashes min(files, lanes) files at once, while one
  * huge file is bounded by one SHA-256 chain (about 2 GB/s with SHA-NI) and
- * everything else in it scales. A tensor's hash is a chain too, but tensors
- * are many and short: the worker that decoded a chunk hashes the chunk's part
- * of each tensor after the tensor's previous chunk (taken earlier from the
- * same lane, so the wait always ends), as the pack writer does.
+ * everything else in it scales. A tensor's hash is a chain too, over its
+ * chunks in order: the worker that decoded a chunk hashes the chunk's part
+ * of each tensor whose previous chunk is hashed; a part that comes before
+ * that is parked in its slot, and whoever hashes the previous chunk's part
+ * hashes it next (the pack writer does the same, pack_write.c), so no
+ * worker sleeps while a big tensor's chain goes by one chunk at a time.
  *
  * Memory: lanes x window chunk buffers, whatever the pack's size. */
 #include "pack.h"
@@ -26,9 +28,15 @@
 
 typedef struct vslot {
     uint8_t *buf;
-    size_t id;
-    int done, rc;
+    size_t id; /* the chunk it holds, from when a worker takes it */
+    int done;  /* decoded: the lane may hash it (under mu) */
+    int rc;    /* of the decode, set before done */
     ckpt_err err;
+    /* Holders of buf besides the lane: the worker until it is through the
+     * chunk's tensors, and a parked part; the slot is taken again once the
+     * lane has hashed it and busy is 0 (under mu). */
+    unsigned busy;
+    size_t parked; /* the tensor whose part waits here for its turn; SIZE_MAX: none */
 } vslot;
 
 typedef struct lane {
@@ -65,6 +73,7 @@ typedef struct verify {
     void *progress_ud;
     uint64_t done;
     long faults;
+    ckpt_verify_stats stats; /* under mu */
 } verify;
 
 static uint64_t chunk_offset_in_file(const ckpt_pack *p, size_t id)
@@ -157,12 +166,69 @@ static void assembled_rehash(verify *v, size_t a)
     free(buf);
 }
 
-/* The chunk's part of each tensor that overlaps it, in each tensor's chunk
- * order. Tensors are sorted by start, so the scan stops at the first one
- * past the chunk. */
-static void hash_tensor_parts(verify *v, size_t id, const uint8_t *data)
+/* Tensor ti's part [lo, hi) of chunk id, in offsets of the chunk. */
+static void part_in_chunk(const ckpt_pack *p, size_t id, size_t ti, uint64_t *lo, uint64_t *hi)
+{
+    const chunk *c = &p->chunks[id];
+    const extent *e = &p->extents[c->extent_index];
+    const tensor_rec *t = &p->tensors[ti];
+    uint64_t a = (id - e->first_chunk) * (uint64_t)p->chunk_size, b = a + c->raw_size;
+    uint64_t ts = t->extent_offset, te = ts + t->info.nbytes;
+    *lo = (ts > a ? ts : a) - a;
+    *hi = (te < b ? te : b) - a;
+}
+
+/* Tensor ti's part of slot s's chunk, whose turn it is, then each of its
+ * next chunks' parts that were parked meanwhile. Always advanced, failed
+ * or not, so that nothing waits on a chunk that will not come.
+ * parked: the part was parked in s (it holds one of s's busy). */
+static void hash_tensor_chain(verify *v, lane *l, vslot *s, size_t ti, int parked)
 {
     const ckpt_pack *p = v->p;
+    const tensor_rec *t = &p->tensors[ti];
+    for (;;) {
+        size_t id = s->id;
+        uint64_t lo, hi;
+        part_in_chunk(p, id, ti, &lo, &hi);
+        const uint8_t *data = s->rc < 0 ? NULL : s->buf + lo;
+        if (!data)
+            v->tensor_bad[ti] = 1;
+        else
+            ckpt_sha256_update(&v->th[ti], data, (size_t)(hi - lo));
+        const chunk *c = &p->chunks[id];
+        uint64_t a = (id - p->extents[c->extent_index].first_chunk) * (uint64_t)p->chunk_size;
+        int ends = a + hi == t->extent_offset + t->info.nbytes;
+        pthread_mutex_lock(&v->mu);
+        if (t->info.part_of != SIZE_MAX)
+            assembled_take(v, t, ti, data, hi - lo, ends);
+        v->tensor_next[ti] = id + 1;
+        pthread_cond_broadcast(&v->tensor_hashed);
+        if (parked && --s->busy == 0)
+            pthread_cond_broadcast(&v->work);
+        /* The tensor's next chunk is the lane's next one: its slot holds
+         * it while a part is parked there (busy), so its id is settled. */
+        vslot *n = &l->slots[(id + 1) % l->window];
+        int found = !ends && n->busy && n->id == id + 1 && n->parked == ti;
+        if (found)
+            n->parked = SIZE_MAX;
+        pthread_mutex_unlock(&v->mu);
+        if (!found)
+            return;
+        s = n;
+        parked = 1;
+    }
+}
+
+/* The chunk's part of each tensor that overlaps it, in each tensor's chunk
+ * order. Tensors are sorted by start, so the scan stops at the first one
+ * past the chunk. A part whose tensor's previous chunk is not hashed yet is
+ * parked for the worker that hashes that one; only a second such part of
+ * the same chunk (tensors that overlap) waits its turn, which always comes:
+ * the previous chunk was taken earlier from the same lane. */
+static void hash_tensor_parts(verify *v, lane *l, vslot *s)
+{
+    const ckpt_pack *p = v->p;
+    size_t id = s->id;
     const chunk *c = &p->chunks[id];
     const extent *e = &p->extents[c->extent_index];
     uint64_t a = (id - e->first_chunk) * (uint64_t)p->chunk_size, b = a + c->raw_size;
@@ -175,20 +241,19 @@ static void hash_tensor_parts(verify *v, size_t id, const uint8_t *data)
         if (te <= a)
             continue;
         pthread_mutex_lock(&v->mu);
+        if (v->tensor_next[ti] != id && s->parked == SIZE_MAX) {
+            s->parked = ti;
+            s->busy++;
+            v->stats.parked++;
+            pthread_mutex_unlock(&v->mu);
+            continue;
+        }
+        if (v->tensor_next[ti] != id)
+            v->stats.waited++;
         while (v->tensor_next[ti] != id)
             pthread_cond_wait(&v->tensor_hashed, &v->mu);
         pthread_mutex_unlock(&v->mu);
-        uint64_t lo = ts > a ? ts : a, hi = te < b ? te : b;
-        if (!data)
-            v->tensor_bad[ti] = 1;
-        else
-            ckpt_sha256_update(&v->th[ti], data + (lo - a), (size_t)(hi - lo));
-        pthread_mutex_lock(&v->mu);
-        if (t->info.part_of != SIZE_MAX)
-            assembled_take(v, t, ti, data ? data + (lo - a) : NULL, hi - lo, hi == te);
-        v->tensor_next[ti] = id + 1;
-        pthread_cond_broadcast(&v->tensor_hashed);
-        pthread_mutex_unlock(&v->mu);
+        hash_tensor_chain(v, l, s, ti, 0);
     }
 }
 
@@ -199,7 +264,8 @@ static int take_chunk(verify *v, lane **out, size_t *id)
     for (;;) {
         for (size_t k = 0; k < v->n_lanes; k++) {
             lane *l = &v->lanes[(v->rr + k) % v->n_lanes];
-            if (l->next_assign < l->end && l->next_assign - l->next_hash < l->window) {
+            if (l->next_assign < l->end && l->next_assign - l->next_hash < l->window &&
+                !l->slots[l->next_assign % l->window].busy) {
                 v->rr = (v->rr + k + 1) % v->n_lanes;
                 *out = l;
                 *id = l->next_assign++;
@@ -221,16 +287,20 @@ static void *decode_worker(void *arg)
     size_t id;
     while (take_chunk(v, &l, &id)) {
         vslot *s = &l->slots[id % l->window];
-        pthread_mutex_unlock(&v->mu);
-        ckpt_err e = {0};
-        int rc = pack_chunk_decode(v->p, id, s->buf, &e);
-        hash_tensor_parts(v, id, rc < 0 ? NULL : s->buf);
-        pthread_mutex_lock(&v->mu);
         s->id = id;
-        s->rc = rc;
-        s->err = e;
+        s->busy = 1;
+        pthread_mutex_unlock(&v->mu);
+        memset(&s->err, 0, sizeof s->err);
+        s->rc = pack_chunk_decode(v->p, id, s->buf, &s->err);
+        /* The file's chain and the tensors' read the buffer side by side. */
+        pthread_mutex_lock(&v->mu);
         s->done = 1;
         pthread_cond_broadcast(&v->ready);
+        pthread_mutex_unlock(&v->mu);
+        hash_tensor_parts(v, l, s);
+        pthread_mutex_lock(&v->mu);
+        if (--s->busy == 0)
+            pthread_cond_broadcast(&v->work);
     }
     pthread_mutex_unlock(&v->mu);
     return NULL;
@@ -310,6 +380,13 @@ static void plan(const ckpt_pack *p, unsigned threads, size_t *lanes, size_t *wi
 long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *fault_ud,
                  ckpt_progress_fn progress, void *progress_ud, ckpt_err *err)
 {
+    return ckpt_verify_counted(p, threads, fault, fault_ud, progress, progress_ud, NULL, err);
+}
+
+long ckpt_verify_counted(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *fault_ud,
+                         ckpt_progress_fn progress, void *progress_ud, ckpt_verify_stats *stats,
+                         ckpt_err *err)
+{
     if (threads == 0)
         threads = ckpt_default_threads();
     verify v;
@@ -341,9 +418,11 @@ long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *faul
         l->slots = calloc(window, sizeof *l->slots);
         if (!l->slots)
             rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
-        for (size_t j = 0; rc == 0 && j < window; j++)
+        for (size_t j = 0; rc == 0 && j < window; j++) {
+            l->slots[j].parked = SIZE_MAX;
             if (!(l->slots[j].buf = malloc(p->chunk_size)))
                 rc = ckpt_fail(err, -ENOMEM, "%s: out of memory", p->path);
+        }
     }
     if (rc < 0)
         goto out;
@@ -410,6 +489,8 @@ long ckpt_verify(ckpt_pack *p, unsigned threads, ckpt_fault_fn fault, void *faul
                      v.tensor_bad[i]);
     }
     rc = v.faults;
+    if (stats)
+        *stats = v.stats;
 out:
     for (size_t i = 0; v.lanes && i < v.n_lanes; i++) {
         for (size_t j = 0; v.lanes[i].slots && j < v.lanes[i].window; j++)

@@ -191,6 +191,10 @@ struct ckpt_writer {
     pthread_t out_thread, hash_thread;
     int out_started, hash_started;
     hash_lanes *lanes; /* started by the first file big enough */
+    /* Jobs queued before their file was added (writer_prehash), not yet
+     * adopted by it: freed with the writer, after the lanes stop. */
+    hash_job **early;
+    size_t n_early, cap_early;
     unsigned n_threads;
     uint64_t write_pos;
 

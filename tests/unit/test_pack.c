@@ -481,6 +481,57 @@ Test(pack, corrupt_chunk_encrypted)
     ckpt_key_free(k);
 }
 
+/* The same tensor verified by 16 workers: a part decoded before the
+ * tensor's previous chunk is hashed is parked for the worker that hashes
+ * that one (verify.c hash_tensor_chain), so no worker ever sleeps on a
+ * tensor's chain, and the digests still match. */
+Test(pack, verify_many_workers_parks_tensor_parts)
+{
+    fixture f = make_fixture(65536);
+    char *path = tu_join(dir, "v.tpack");
+    write_pack(path, &(ckpt_write_opts){.level = 1, .chunk_size = 65536, .threads = 2}, &f);
+    ckpt_err e = {0};
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(path, NULL, &p, &e), 0, "%s", e.msg);
+    unsigned long parked = 0;
+    for (int round = 0; round < 8; round++) {
+        ckpt_verify_stats st = {0};
+        cr_assert_eq(ckpt_verify_counted(p, 16, NULL, NULL, NULL, NULL, &st, &e), 0, "%s", e.msg);
+        cr_assert_eq(st.waited, 0, "round %d: %lu parts waited for their turn", round, st.waited);
+        parked += st.parked;
+    }
+    cr_assert_gt(parked, 0, "16 workers on 10 chunks of one tensor parked nothing in 8 rounds");
+    ckpt_close(p);
+    free(path);
+    free_fixture(&f);
+}
+/* A corrupt chunk inside the tensor, verified by 16 workers: the chain goes
+ * past it (parked parts after it included), and the chunk, its file and
+ * the tensor are reported, nothing else. */
+Test(pack, verify_many_workers_corrupt_tensor_chunk)
+{
+    fixture f = make_fixture(65536);
+    char *path = tu_join(dir, "c.tpack");
+    write_pack(path, &(ckpt_write_opts){.level = 0, .chunk_size = 65536, .threads = 2}, &f);
+    /* Stored raw: the tensor's bytes from 300000 on are in the file as they are. */
+    size_t len;
+    uint8_t *raw = tu_read_file(path, &len);
+    const uint8_t *at = memmem(raw, len, (const uint8_t *)f.t0 + 300000, 256);
+    cr_assert(at, "the tensor's bytes are stored as they are");
+    flip_byte(path, (uint64_t)(at - raw));
+    free(raw);
+    ckpt_err e = {0};
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(path, NULL, &p, &e), 0, "%s", e.msg);
+    for (int round = 0; round < 4; round++) {
+        cr_assert_eq(ckpt_verify_counted(p, 16, NULL, NULL, NULL, NULL, NULL, &e), 3,
+                     "the chunk, model.bin and layer.0/weight");
+    }
+    ckpt_close(p);
+    free(path);
+    free_fixture(&f);
+}
+
 /* --------------------------------------------- hostile but authentic index */
 
 /* Rewrites the index of an unencrypted pack and re-seals its digest, to test
@@ -1003,6 +1054,39 @@ Test(pack, add_tree_orders_numbers_by_value)
     cr_assert_eq(ckpt_file_count(p), 5);
     for (size_t i = 0; i < 5; i++)
         cr_assert_str_eq(ckpt_file_at(p, i)->path, want[i]);
+    ckpt_close(p);
+    free(path);
+    free(src);
+}
+
+/* Big files of a tree have their SHA-256 lanes queued before the writer
+ * reaches them (ingest_files.c open_ahead), small ones between them are
+ * hashed from the ring: every digest is still its file's. */
+Test(pack, add_tree_big_files_hashed_ahead)
+{
+    char *src = tu_join(dir, "big");
+    mkdir(src, 0755);
+    const char *names[] = {"a.bin", "b.bin", "c.txt", "d.bin"};
+    const size_t sizes[] = {(17u << 20) + 3, (16u << 20), 100, (18u << 20) + 12345};
+    uint8_t want[4][32];
+    for (size_t i = 0; i < 4; i++) {
+        uint8_t *buf = malloc(sizes[i]);
+        tu_fill_pattern(buf, sizes[i], (uint32_t)(i + 11));
+        tu_sha256(buf, sizes[i], want[i]);
+        char *f = tu_join(src, names[i]);
+        tu_write_file(f, buf, sizes[i]);
+        free(f);
+        free(buf);
+    }
+    char *path = tu_join(dir, "big.tpack");
+    ckpt_pack *p = pack_tree(src, path);
+    cr_assert_eq(ckpt_file_count(p), 4);
+    for (size_t i = 0; i < 4; i++) {
+        cr_assert_str_eq(ckpt_file_at(p, i)->path, names[i]);
+        cr_assert_arr_eq(ckpt_file_at(p, i)->sha256, want[i], 32, "%s", names[i]);
+    }
+    ckpt_err e = {0};
+    cr_assert_eq(ckpt_verify(p, 3, NULL, NULL, NULL, NULL, &e), 0, "%s", e.msg);
     ckpt_close(p);
     free(path);
     free(src);
