@@ -81,8 +81,8 @@ static int find_eocd(const ingest_source *src, uint8_t rec[EOCD_LEN], uint64_t *
 static int read_end(const ingest_source *src, zip_archive *z, uint64_t *n_entries,
                     uint64_t *cd_limit, char *msg, size_t msg_len)
 {
-    uint8_t eocd[EOCD_LEN];
-    uint64_t eocd_at;
+    uint8_t eocd[EOCD_LEN] = {0};
+    uint64_t eocd_at = 0;
     int rc = find_eocd(src, eocd, &eocd_at, msg, msg_len);
     if (rc)
         return rc;
@@ -377,7 +377,7 @@ int zip_open(const ingest_source *src, zip_archive *z, char *msg, size_t msg_len
 {
     memset(z, 0, sizeof *z);
     fmt_msg(msg, msg_len, "%s", "");
-    uint64_t n_entries, cd_limit;
+    uint64_t n_entries = 0, cd_limit = 0;
     int rc = read_end(src, z, &n_entries, &cd_limit, msg, msg_len);
     if (rc)
         return rc;

@@ -243,7 +243,7 @@ static uint64_t scan(s3_cache *c, uint64_t limit, uint64_t keep_below)
             v = g;
             cap = ncap;
         }
-        snprintf(v[n].name, sizeof v[n].name, "%s", de->d_name);
+        memcpy(v[n].name, de->d_name, strlen(de->d_name) + 1); /* its length is checked above */
         v[n].used = st.st_mtim;
         v[n].size = disk_bytes(&st);
         n++;

@@ -550,7 +550,8 @@ static int attempt(s3_client *c, conn *k, const s3_req *rq, const char *url,
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     rs->curl_code = (int)cc;
     if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && rs->overflow)) {
-        snprintf(rs->curl_msg, sizeof rs->curl_msg, "%s", ebuf[0] ? ebuf : curl_easy_strerror(cc));
+        snprintf(rs->curl_msg, sizeof rs->curl_msg, "%.*s", (int)sizeof rs->curl_msg - 1,
+                 ebuf[0] ? ebuf : curl_easy_strerror(cc));
         /* A response cut short is no answer: retry it as a transport error. */
         rs->status = 0;
         return cc == CURLE_OUT_OF_MEMORY ? -ENOMEM : -EIO;
