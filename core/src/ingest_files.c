@@ -822,12 +822,14 @@ static void open_ahead(ckpt_writer *w, const char *src_dir, const pathlist *l, o
         const pathent *e = &l->v[*next];
         if (e->size < WRITER_LANE_MIN_BYTES)
             continue;
-        if (*bytes + e->size > AHEAD_BYTES)
+        /* One file bigger than the bound still goes ahead alone: a tree of
+         * 5 GB shards would otherwise never be hashed ahead. */
+        if (*bytes && *bytes + e->size > AHEAD_BYTES)
             return;
         char *full;
         if (asprintf(&full, "%s/%s", src_dir, e->rel) < 0)
             return;
-        opened *f = &o[*next];
+        opened *f = &o[*next % AHEAD_FILES];
         f->fd = ckpt_open_regular(full, O_NOFOLLOW, &f->st);
         free(full);
         if (f->fd >= 0 && !(f->job = writer_prehash(w, f->fd, (uint64_t)f->st.st_size))) {
@@ -849,10 +851,10 @@ int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err)
     int rc = walk(src_dir, "", &l, dev, ino, NULL, 0, err);
     if (rc == 0)
         qsort(l.v, l.n, sizeof *l.v, cmp_path);
-    opened *o = rc == 0 ? calloc(l.n ? l.n : 1, sizeof *o) : NULL;
-    if (rc == 0 && !o)
-        rc = ckpt_fail(err, -ENOMEM, "out of memory");
-    for (size_t i = 0; rc == 0 && i < l.n; i++)
+    /* A ring: file i's entry is o[i % AHEAD_FILES], free again once file
+     * i - AHEAD_FILES is added, and open_ahead looks no further ahead. */
+    opened o[AHEAD_FILES];
+    for (size_t i = 0; i < AHEAD_FILES; i++)
         o[i].fd = -1;
     size_t next = 0;
     uint64_t ahead = 0;
@@ -863,20 +865,20 @@ int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err)
             rc = ckpt_fail(err, -ENOMEM, "out of memory");
             break;
         }
-        if (o[i].fd >= 0) {
-            ahead -= (uint64_t)o[i].st.st_size;
-            rc = add_fd(w, l.v[i].rel, o[i].fd, full, &o[i].st, o[i].job, err);
-            close(o[i].fd);
-            o[i].fd = -1;
+        opened *f = &o[i % AHEAD_FILES];
+        if (f->fd >= 0) {
+            ahead -= (uint64_t)f->st.st_size;
+            rc = add_fd(w, l.v[i].rel, f->fd, full, &f->st, f->job, err);
+            close(f->fd);
+            f->fd = -1;
         } else {
             rc = ckpt_writer_add_path(w, l.v[i].rel, full, err);
         }
         free(full);
     }
-    for (size_t i = 0; o && i < l.n; i++)
+    for (size_t i = 0; i < AHEAD_FILES; i++)
         if (o[i].fd >= 0)
             close(o[i].fd);
-    free(o);
     pathlist_free(&l);
     return rc;
 }
