@@ -188,8 +188,11 @@ int wtable_reopen(wtable *t, const char *name, wckpt **out)
          * -EUCLEAN tells the front end the pack itself is unreadable (not
          * the store's outage): its entries may then be removed, hidden,
          * on the way to deleting it. */
-        if (!err.transient && rc != -EACCES && rc != -ENOTSUP && rc != -ENOENT && rc != -ENOMEM)
-            return -EUCLEAN; /* as read/checkpoint_state.c's checkpoint_is_broken */
+        /* Only what says the bytes are bad: out of descriptors (EMFILE),
+         * a replaced object (ESTALE) and the like would otherwise hide a
+         * good pack's entries as if removed. */
+        if (!err.transient && (rc == -EIO || rc == -EINVAL || rc == -EBADMSG || rc == -EOVERFLOW))
+            return -EUCLEAN; /* as read/checkpoints.c's is_lasting, less what is no damage */
         return rc == -EACCES ? -EACCES : -EIO;
     }
     /* The record says "base" from the start: staging is never without
