@@ -61,12 +61,14 @@ static blkcnt_t packed_blocks(const checkpoint *c, const tree_node *n)
 /* A single-file checkpoint whose pack cannot be read (damaged): still a
  * file, so that it can be removed (unlink(2) looks the name up first; an
  * EIO there made it impossible), with no contents to show (opens fail with
- * EIO, as the pack's reads would). */
+ * EIO, as the pack's reads would). Its size is the pack's: 0 would tell
+ * size-only tools (rsync --size-only, loaders skipping empty files) it
+ * is a good empty file. */
 static void damaged_file_attr(ckptfs *fs, const checkpoint *c, struct stat *st)
 {
     checkpoint_dir_attr(fs, c, st);
     st->st_mode = S_IFREG | (c->identity.st_mode & 0444) | (fs->writable ? 0200 : 0);
-    st->st_size = 0;
+    st->st_size = c->identity.st_size;
 }
 
 static void node_attr(ckptfs *fs, const checkpoint *c, uint32_t node, struct stat *st)

@@ -276,6 +276,9 @@ if mount_ckptfs "$DEL" "$MNT" "$TMP/del.log" -o ro,key_file="$TMP/key2"; then
     errno_is "read-only mount: rmdir of a damaged checkpoint: EROFS" EROFS rmdir "$MNT/garbage"
     [ -f "$DEL/garbage.tpack" ] && pass "  its pack stays" || fail "  its pack stays"
     errno_is "read-only mount: unlink of a damaged single file: EROFS" EROFS unlink "$MNT/junk"
+    [ "$(stat -c %s "$MNT/junk" 2>&1)" = 300 ] && pass "  it shows its pack's size, not an empty file" ||
+        fail "  it shows its pack's size, not an empty file" "$(stat -c %s "$MNT/junk" 2>&1)"
+    errno_is "  reading it: EIO" EIO read "$MNT/junk"
     [ -f "$DEL/junk.tfile" ] && pass "  its pack stays" || fail "  its pack stays"
     unmount_ckptfs "$MNT"
 else
