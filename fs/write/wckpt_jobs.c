@@ -308,6 +308,8 @@ void *wc_packer_main(void *arg)
             clock_gettime(CLOCK_MONOTONIC, &until);
             until.tv_sec += 2;
             pthread_cond_timedwait(&t->wake, &t->lock, &until);
+            if (t->stopping)
+                break; /* what is still due is the next writable mount's */
             pthread_mutex_unlock(&t->lock);
             aborts_due = ckpt_store_retry_aborts(t->store);
             pthread_mutex_lock(&t->lock);
@@ -327,7 +329,9 @@ void *wc_packer_main(void *arg)
         pthread_mutex_unlock(&next->lock);
         pthread_mutex_unlock(&t->lock);
         pack_one(t, next);
-        aborts_due = ckpt_store_retry_aborts(t->store);
+        /* Any abort the pack left is sent from the wait above, which
+         * unmounting ends without sending it. */
+        aborts_due = 1;
         pthread_mutex_lock(&t->lock);
     }
     pthread_mutex_unlock(&t->lock);
@@ -378,6 +382,8 @@ static void tick(wtable *t, double *last_park)
             (c->saved_gen != c->meta_gen || c->record_dirty) && now - c->last_save >= SAVE_INTERVAL;
         int retry =
             c->state == WST_FAILED && !c->locked && c->pack_retry_at && now >= c->pack_retry_at;
+        if (retry)
+            c->pack_retry_at = 0; /* pack_one sets it again if this try fails the same way */
         if (park)
             park_idle(c, now);
         pthread_mutex_unlock(&c->lock);

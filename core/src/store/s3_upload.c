@@ -346,14 +346,24 @@ long s3_retry_aborts(ckpt_store *base)
         s3_abort_due *d = todo;
         todo = d->next;
         /* A refusal for good (403) is left to the next writable mount's
-         * abort_stale, as an upload of a crashed writer is. */
+         * abort_stale, as an upload of a crashed writer is. The first
+         * "later" ends the round with the rest unsent: against a gateway
+         * that answers 503 to everything each abort would wait out its
+         * retries (30 s), and a round of many would hold up the packer
+         * and the next upload for minutes. */
         if (send_abort(s, d->key, d->id_query_value) == 0) {
+            d->next = todo;
+            todo = NULL;
+            s3_abort_due *last = d;
+            for (left = 1; last->next; last = last->next)
+                left++;
             pthread_mutex_lock(&s->aborts_mu);
-            d->next = s->aborts_due;
+            last->next = s->aborts_due;
             s->aborts_due = d;
+            for (s3_abort_due *x = last->next; x; x = x->next)
+                left++;
             pthread_mutex_unlock(&s->aborts_mu);
-            left++;
-            continue;
+            break;
         }
         free(d->key);
         free(d->id_query_value);
