@@ -843,7 +843,7 @@ static int note_told(void *ud, const s3_resp *rs)
 
 /* A GET whose body is followed as it arrives (the readahead's) is told its
  * bytes in steps, never fewer than before, and its retry skips the bytes the
- * broken try wrote instead of writing them again under readers that may be
+ * broken try told instead of writing them again under readers that may be
  * copying them (the same bytes, under If-Match; here they differ, to show
  * which try wrote them). Before, a retry refilled the buffer from its start. */
 Test(s3_http, a_retried_body_followed_as_it_arrives_keeps_what_arrived, .init = clean_env,
@@ -888,7 +888,9 @@ Test(s3_http, a_retried_body_followed_as_it_arrives_keeps_what_arrived, .init = 
     while (as < sizeof dst && dst[as] == 'A')
         as++;
     cr_assert_geq(as, (size_t)S3_PROGRESS_STEP, "the first try's bytes were written again");
-    cr_assert_leq(as, 600000u);
+    /* Those past the last telling came with headers not yet judged: the
+     * retry writes them. */
+    cr_assert_lt(as, 600000u, "all the first try wrote was kept");
     for (size_t i = as; i < sizeof dst; i++)
         if (dst[i] != 'B')
             cr_assert_fail("byte %zu is %d", i, dst[i]);

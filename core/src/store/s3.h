@@ -232,8 +232,8 @@ typedef struct s3_req {
      * the bytes in dst can be used before the transfer ends; a negative
      * return (the answer is not the one asked for) ends it as an overflow.
      * Set only where every try must return the same bytes (If-Match): a
-     * retry then skips what an earlier try put in dst, never writing over
-     * bytes already told, which readers may be copying. */
+     * retry then skips what an earlier try told, never writing over bytes
+     * that readers may be copying. */
     int (*progress)(void *ud, const struct s3_resp *rs);
     void *progress_ud;
     const s3_retry_policy *retry; /* NULL: the client's */
@@ -250,8 +250,9 @@ typedef struct s3_resp {
     long status; /* 0: no HTTP answer (transport failure) */
     char *body;  /* captured body (non-2xx, or 2xx without dst), NUL-ended */
     size_t body_len;
-    size_t dst_got; /* bytes written to dst */
-    int overflow;   /* the body did not fit dst or S3_XML_MAX */
+    size_t dst_got;  /* bytes written to dst */
+    size_t dst_told; /* of them, told to rq->progress, which accepted the answer */
+    int overflow;    /* the body did not fit dst or S3_XML_MAX */
     char etag[80];
     uint64_t content_length;
     int has_length;

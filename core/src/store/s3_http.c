@@ -19,7 +19,7 @@
  * (s3_retry_default: 7 attempts within 30 s, backoff 250 ms doubling, capped
  * at 8 s, with jitter); a body is re-sent from its start and a ranged read
  * refills its buffer from the start, except for the bytes an earlier try
- * wrote when the caller follows the body as it arrives (rq->progress):
+ * told when the caller follows the body as it arrives (rq->progress):
  * those are skipped, not written again under a reader.
  *
  * Outages: s3_outage.c is asked before each request and told after it, so
@@ -320,7 +320,7 @@ typedef struct xfer {
     size_t cap;            /* of rs->body */
     const char *piece_end; /* where the last piece of the body ended */
     size_t since_ack;      /* bytes taken since quick-ACK was last asked for */
-    size_t keep;           /* of dst, written by an earlier try (rq->progress) */
+    size_t keep;           /* of dst, told by an earlier try (rq->progress) */
     size_t told;           /* dst_got when rq->progress was last called */
 } xfer;
 
@@ -414,6 +414,7 @@ static size_t on_write(char *data, size_t size, size_t n, void *ud)
                 rs->overflow = 1;
                 return 0;
             }
+            rs->dst_told = rs->dst_got;
         }
         return len;
     }
@@ -621,10 +622,13 @@ static int request(s3_client *c, const s3_req *rq, s3_resp *rs)
     }
     uint64_t t0 = now_ms();
     int rc;
-    size_t kept = 0; /* of dst, by the tries so far (rq->progress) */
+    /* Of dst, told by the tries so far: a retry skips those bytes. Not all
+     * that a try wrote: bytes past the last call came with headers not yet
+     * judged, and no reader sees them until a call tells them. */
+    size_t kept = 0;
     for (;;) {
-        if (rq->progress && rs->dst_got > kept)
-            kept = rs->dst_got;
+        if (rs->dst_told > kept)
+            kept = rs->dst_told;
         reset_resp(rs);
         rs->attempts++;
         rc = attempt(c, k, rq, url, hdrs, rs, kept);
