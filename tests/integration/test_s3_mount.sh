@@ -199,16 +199,16 @@ mount_ckptfs s3://$BK/m mnt-ro "$LOG" -o ro,cache_dir="$TMP/cache",cache_size=1M
 expect_same_files "a remount reads big from the cache byte-identical" big mnt-ro/big
 unmount_ckptfs mnt-ro
 # The readahead starts once a reader has read 8 MiB in order, so where it
-# first fetches a whole 4 MiB segment depends on the order the workers'
+# first fetches a whole 16 MiB segment depends on the order the workers'
 # chunk reads come in, and the chunks before it are cached one by one. A
 # remount whose readahead started a segment earlier fetched that segment
 # whole again (one miss of 4.2 MB in CI, 2 remounts in 8 here); it is now
 # filled from the chunks' entries: no miss, no byte from the gateway.
 misses=$(grep "cache_dir" "$LOG" | tail -n 1 | sed -nE 's/.* ([0-9]+) misses \(([0-9.]+) MB\).*/\1 \2/p')
 [ "$misses" = "0 0.0" ] && pass "the remount's reads were all cache hits, nothing fetched ($(grep -o 'cache_dir.*held' "$LOG" | tail -n 1))" || fail "the remount's reads were all cache hits, nothing fetched" "$(grep -o 'cache_dir.*held' "$LOG" | tail -n 1)"
-# A sequential read keeps the readahead's 4 MiB segments (4 MiB, their
-# CRCs and a trailer, so over 4M to find), which a later one reads back.
-nseg=$(find cache -type f -size +4M | wc -l)
+# A sequential read keeps the readahead's 16 MiB segments (16 MiB, their
+# CRCs and a trailer, so over 16M to find), which a later one reads back.
+nseg=$(find cache -type f -size +16M | wc -l)
 [ "$nseg" -gt 0 ] && pass "cache_dir holds $nseg readahead segments" || fail "cache_dir holds readahead segments" "$(ls -l cache | head -n 5)"
 # Random reads, warm: 64 KiB in every MiB of the file, each far from the
 # one before (so no readahead), chunks across two segments included. They
@@ -233,13 +233,13 @@ unmount_ckptfs mnt-ro
 read -r nreads per bad <random.txt
 [ "$bad" = "[]" ] && pass "$nreads random 64 KiB reads from the cache are byte-identical" || fail "random reads from the cache are byte-identical" "$(cat random.txt)"
 grep "cache_dir" "$LOG" | tail -n 1 | grep -q " 0 misses" && pass "random reads, chunks across segments included, were all cache hits ($(grep -o 'cache_dir.*held' "$LOG" | tail -n 1))" || fail "random reads were all cache hits" "$(grep -o 'cache_dir.*held' "$LOG" | tail -n 1)"
-[ "${per:-99999999}" -lt $((3 << 20)) ] && pass "a random read from a segment reads its part of the file, not all 4 MiB ($per bytes a read)" || fail "a random read reads its part of the segment file, not all 4 MiB" "$per bytes read by the daemon a read"
+[ "${per:-99999999}" -lt $((3 << 20)) ] && pass "a random read from a segment reads its part of the file, not all 16 MiB ($per bytes a read)" || fail "a random read reads its part of the segment file, not all 16 MiB" "$per bytes read by the daemon a read"
 # Damaged cache files are misses, never served: two segments from the
 # middle of the pack, one cut short by a byte, one with a flipped bit.
 "$PY" - cache >damage.txt <<'EOF_PY'
 import os, sys
 d = sys.argv[1]
-segs = sorted((int(f.split('-')[1], 16), f) for f in os.listdir(d) if f.endswith('-400000'))
+segs = sorted((int(f.split('-')[1], 16), f) for f in os.listdir(d) if f.endswith('-1000000'))
 a, b = (os.path.join(d, segs[len(segs) // 2 + i][1]) for i in (0, 1))
 os.truncate(a, os.path.getsize(a) - 1)
 with open(b, 'r+b') as f:

@@ -64,6 +64,8 @@ typedef struct s3_reader {
 } s3_reader;
 
 static ssize_t get_range(s3_reader *sr, void *buf, size_t len, uint64_t off, ckpt_err *err);
+static ssize_t get_range_told(s3_reader *sr, void *buf, size_t len, uint64_t off, void *seg,
+                              size_t base, ckpt_err *err);
 
 /* One GET, kept in the cache when whole. */
 static ssize_t get_and_keep(s3_reader *sr, void *buf, size_t len, uint64_t off, ckpt_err *err)
@@ -84,16 +86,18 @@ static ssize_t get_and_keep(s3_reader *sr, void *buf, size_t len, uint64_t off, 
  * its pread, and a cold-page-cache read from a full cache_dir ran at
  * 0.72x of the same pack in a local directory, where the kernel's
  * readahead keeps the pack file ahead (2 cores, medians of 3). */
-static ssize_t ra_fetch(void *ud, void *buf, size_t len, uint64_t off, ckpt_err *err)
+static ssize_t ra_fetch(void *ud, void *buf, size_t len, uint64_t off, void *seg, ckpt_err *err)
 {
     s3_reader *sr = ud;
     if (!sr->cached)
-        return get_range(sr, buf, len, off, err);
+        return get_range_told(sr, buf, len, off, seg, 0, err);
     uint64_t from;
     size_t n;
     if (s3_cache_fill(sr->s->cache, sr->tag, off, buf, len, &from, &n))
         return (ssize_t)len;
-    ssize_t got = get_range(sr, (uint8_t *)buf + (from - off), n, from, err);
+    /* What lies before the span the cache lacks is in buf already. */
+    ssize_t got =
+        get_range_told(sr, (uint8_t *)buf + (from - off), n, from, seg, (size_t)(from - off), err);
     if (got != (ssize_t)n)
         return got < 0 ? got : -EIO;
     s3_cache_keep(sr->s->cache, sr->tag, off, buf, len, n);
@@ -196,32 +200,64 @@ static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t o
     return got;
 }
 
+/* A readahead segment's GET as it arrives: the bytes so far are the
+ * segment's once the answer is the range asked for, of the generation
+ * opened (If-Match makes it so; the ETag is checked as after the GET). */
+typedef struct arrival {
+    const char *want; /* the Content-Range asked for */
+    const char *etag;
+    void *seg;
+    size_t base; /* bytes of the segment before the GET's range */
+} arrival;
+
+static int on_arrival(void *ud, const s3_resp *rs)
+{
+    const arrival *a = ud;
+    if (rs->status == 200)
+        return 0; /* the whole object: judged when it has arrived */
+    if (rs->status != 206 || strcmp(rs->content_range, a->want) ||
+        (rs->etag[0] && a->etag[0] && strcmp(rs->etag, a->etag)))
+        return -1;
+    s3_ra_arrived(a->seg, a->base + rs->dst_got);
+    return 0;
+}
+
 /* One ranged GET of exactly len bytes (within the object) at off. */
 static ssize_t get_range(s3_reader *sr, void *buf, size_t len, uint64_t off, ckpt_err *err)
+{
+    return get_range_told(sr, buf, len, off, NULL, 0, err);
+}
+
+/* The same, telling the readahead's segment seg (when not NULL) what has
+ * arrived, base bytes of it being there before. */
+static ssize_t get_range_told(s3_reader *sr, void *buf, size_t len, uint64_t off, void *seg,
+                              size_t base, ckpt_err *err)
 {
     store_reader *r = &sr->base;
     uint64_t size = r->id.size;
     uint64_t last = off + len - 1;
-    char range[64], match[100];
+    char range[64], match[100], want[96];
     snprintf(range, sizeof range, "Range: bytes=%llu-%llu", (unsigned long long)off,
              (unsigned long long)last);
     snprintf(match, sizeof match, "If-Match: %s", r->id.etag);
+    snprintf(want, sizeof want, "bytes %llu-%llu/%llu", (unsigned long long)off,
+             (unsigned long long)last, (unsigned long long)size);
     const char *hdrs[] = {range, r->id.etag[0] ? match : NULL, NULL};
+    arrival a = {.want = want, .etag = r->id.etag, .seg = seg, .base = base};
     s3_req rq = {.method = "GET",
                  .bucket = sr->s->url.bucket,
                  .key = sr->key,
                  .headers = hdrs,
                  .dst = buf,
-                 .dst_len = len};
+                 .dst_len = len,
+                 .progress = seg && r->id.etag[0] ? on_arrival : NULL,
+                 .progress_ud = &a};
     s3_resp rs;
     int rc = s3_request(sr->s->http, &rq, &rs);
     char what[64];
     snprintf(what, sizeof what, "read of bytes %llu-%llu", (unsigned long long)off,
              (unsigned long long)last);
     if (rc == 0 && (rs.status == 206 || rs.status == 200)) {
-        char want[96];
-        snprintf(want, sizeof want, "bytes %llu-%llu/%llu", (unsigned long long)off,
-                 (unsigned long long)last, (unsigned long long)size);
         int whole = rs.status == 200 && off == 0 && len == size;
         if (rs.etag[0] && r->id.etag[0] && strcmp(rs.etag, r->id.etag) != 0)
             rc = ckpt_fail(err, -ESTALE,

@@ -213,6 +213,10 @@ const s3_config *s3_client_config(const s3_client *c);
 void s3_client_set_retry(s3_client *c, const s3_retry_policy *p);
 const s3_retry_policy *s3_client_retry(const s3_client *c);
 
+#define S3_PROGRESS_STEP (256u << 10)
+
+struct s3_resp;
+
 typedef struct s3_req {
     const char *method; /* GET HEAD PUT POST DELETE */
     const char *bucket;
@@ -223,6 +227,15 @@ typedef struct s3_req {
     size_t body_len;
     void *dst; /* 2xx body into dst[0..dst_len) (ranged reads) */
     size_t dst_len;
+    /* With dst: told as the 2xx body arrives (every S3_PROGRESS_STEP bytes
+     * or so, and at its end), rs holding the headers and dst_got, so that
+     * the bytes in dst can be used before the transfer ends; a negative
+     * return (the answer is not the one asked for) ends it as an overflow.
+     * Set only where every try must return the same bytes (If-Match): a
+     * retry then skips what an earlier try told, never writing over bytes
+     * that readers may be copying. */
+    int (*progress)(void *ud, const struct s3_resp *rs);
+    void *progress_ud;
     const s3_retry_policy *retry; /* NULL: the client's */
     unsigned timeout_ms;          /* each attempt at most this long; 0: no bound */
     /* Rides out an outage: neither refused while the gateway is marked
@@ -237,8 +250,9 @@ typedef struct s3_resp {
     long status; /* 0: no HTTP answer (transport failure) */
     char *body;  /* captured body (non-2xx, or 2xx without dst), NUL-ended */
     size_t body_len;
-    size_t dst_got; /* bytes written to dst */
-    int overflow;   /* the body did not fit dst or S3_XML_MAX */
+    size_t dst_got;  /* bytes written to dst */
+    size_t dst_told; /* of them, told to rq->progress, which accepted the answer */
+    int overflow;    /* the body did not fit dst or S3_XML_MAX */
     char etag[80];
     uint64_t content_length;
     int has_length;
@@ -324,12 +338,18 @@ void s3_cache_stats(s3_cache *c, ckpt_store_cache_stats *out);
 typedef struct s3_ra s3_ra;
 /* Reads exactly len bytes at off into buf (a ranged GET carrying the
  * object's If-Match, or the cache's file of the segment): len, or -errno.
- * buf is aligned to S3_RA_ALIGN, so the cache may read into it directly. */
+ * buf is aligned to S3_RA_ALIGN, so the cache may read into it directly.
+ * While it runs it may call s3_ra_arrived(seg, n) to say that buf[0, n)
+ * holds its final bytes, which readers may then use (n only grows; bytes
+ * told are never written again, a retry included). */
 #define S3_RA_ALIGN 4096
-typedef ssize_t (*s3_ra_fetch_fn)(void *ud, void *buf, size_t len, uint64_t off, ckpt_err *err);
+typedef ssize_t (*s3_ra_fetch_fn)(void *ud, void *buf, size_t len, uint64_t off, void *seg,
+                                  ckpt_err *err);
+void s3_ra_arrived(void *seg, size_t n);
 typedef struct s3_ra_stats {
     uint64_t hits, misses;            /* reads served from segments, reads left to the caller */
     uint64_t segments, bytes, failed; /* segment GETs made, bytes they brought, failures */
+    uint64_t early; /* of the hits, reads served while their segment was still arriving */
 } s3_ra_stats;
 
 /* Readahead over an object of size bytes, fetched with fetch(ud, ...). */

@@ -7,13 +7,13 @@
  *           bucket, key and ETag, so a replaced object (a new ETag) never
  *           reads an older version's bytes, and two buckets never mix
  *   ranges  what a reader asked for (a chunk, the index), and for a
- *           sequential reader the readahead's 4 MiB segments: those are
+ *           sequential reader the readahead's 16 MiB segments: those are
  *           read back by the readahead's threads, several at once and
  *           ahead of the reader, as they were fetched (s3.c)
  *   file    the bytes, the CRC-32 of each 64 KiB block of them (the last
  *           one shorter), then a trailer: "ck2\n" and the block size.
  *           A CRC per block, not one for the file, so that a part of an
- *           entry is read and checked alone: a chunk read from a 4 MiB
+ *           entry is read and checked alone: a chunk read from a
  *           segment reads its own blocks and their CRCs (1-2 MiB for a
  *           1 MiB chunk), not the whole segment to check one CRC, which
  *           made a warm random read from cache_dir slower than one GET
@@ -461,7 +461,8 @@ static uint32_t crc_of(const struct iovec *v, int n, size_t from, size_t to)
     return crc;
 }
 
-/* The most blocks one load_part reads: a whole 4 MiB segment. */
+/* The most blocks one load_part reads (4 MiB); a larger span is read in
+ * pieces of it (load_span). */
 #define MAX_PART_BLOCKS 64
 
 /* Bytes [at, at + n) of the entry of [off, off + len) into buf, with the

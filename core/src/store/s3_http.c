@@ -18,7 +18,9 @@
  * Retries: s3_retryable() outcomes are retried under the request's policy
  * (s3_retry_default: 7 attempts within 30 s, backoff 250 ms doubling, capped
  * at 8 s, with jitter); a body is re-sent from its start and a ranged read
- * refills its buffer from the start.
+ * refills its buffer from the start, except for the bytes an earlier try
+ * told when the caller follows the body as it arrives (rq->progress):
+ * those are skipped, not written again under a reader.
  *
  * Outages: s3_outage.c is asked before each request and told after it, so
  * that once one request got no answer the others fail at once instead of
@@ -318,6 +320,8 @@ typedef struct xfer {
     size_t cap;            /* of rs->body */
     const char *piece_end; /* where the last piece of the body ended */
     size_t since_ack;      /* bytes taken since quick-ACK was last asked for */
+    size_t keep;           /* of dst, told by an earlier try (rq->progress) */
+    size_t told;           /* dst_got when rq->progress was last called */
 } xfer;
 
 static size_t on_read(char *buf, size_t size, size_t n, void *ud)
@@ -398,8 +402,20 @@ static size_t on_write(char *data, size_t size, size_t n, void *ud)
             rs->overflow = 1;
             return 0; /* more than asked for: stop, the caller reports it */
         }
-        memcpy((char *)x->rq->dst + rs->dst_got, data, len);
+        size_t skip = rs->dst_got < x->keep ? x->keep - rs->dst_got : 0;
+        if (skip < len)
+            memcpy((char *)x->rq->dst + rs->dst_got + skip, data + skip, len - skip);
         rs->dst_got += len;
+        if (x->rq->progress && rs->dst_got > x->keep &&
+            (rs->dst_got - x->told >= S3_PROGRESS_STEP || rs->dst_got == x->rq->dst_len)) {
+            x->told = rs->dst_got;
+            rs->status = status; /* else set when the transfer ends */
+            if (x->rq->progress(x->rq->progress_ud, rs) < 0) {
+                rs->overflow = 1;
+                return 0;
+            }
+            rs->dst_told = rs->dst_got;
+        }
         return len;
     }
     if (len > S3_XML_MAX - rs->body_len) {
@@ -491,10 +507,10 @@ static void reset_resp(s3_resp *rs)
 }
 
 static int attempt(s3_client *c, conn *k, const s3_req *rq, const char *url,
-                   struct curl_slist *hdrs, s3_resp *rs)
+                   struct curl_slist *hdrs, s3_resp *rs, size_t keep)
 {
     CURL *h = k->h;
-    xfer x = {.h = h, .k = k, .rq = rq, .rs = rs};
+    xfer x = {.h = h, .k = k, .rq = rq, .rs = rs, .keep = keep};
     const char *m = rq->method;
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -607,10 +623,16 @@ static int request(s3_client *c, const s3_req *rq, s3_resp *rs)
     }
     uint64_t t0 = now_ms();
     int rc;
+    /* Of dst, told by the tries so far: a retry skips those bytes. Not all
+     * that a try wrote: bytes past the last call came with headers not yet
+     * judged, and no reader sees them until a call tells them. */
+    size_t kept = 0;
     for (;;) {
+        if (rs->dst_told > kept)
+            kept = rs->dst_told;
         reset_resp(rs);
         rs->attempts++;
-        rc = attempt(c, k, rq, url, hdrs, rs);
+        rc = attempt(c, k, rq, url, hdrs, rs, kept);
         if (rc == -ENOMEM || !s3_retryable(rs->status, rs->curl_code) || plain_http_answer(rs))
             break;
         long d = s3_retry_delay(p, rs->attempts, now_ms() - t0,
