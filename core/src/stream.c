@@ -48,7 +48,9 @@ static void *stream_worker(void *arg)
         sl->rc = rc;
         sl->err = e;
         sl->done = 1;
-        pthread_cond_broadcast(&s->ready);
+        /* The consumer waits for one id: wake it for that one only. */
+        if (id == s->next_consume)
+            pthread_cond_signal(&s->ready);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -119,7 +121,9 @@ int pack_stream_chunks(ckpt_pack *p, size_t first, size_t end, unsigned threads,
             pthread_mutex_lock(&s.mu);
             sl->done = 0;
             s.next_consume++;
-            pthread_cond_broadcast(&s.work);
+            /* One slot came free, so one worker can go on: a broadcast woke
+             * every idle worker per chunk to find the window full again. */
+            pthread_cond_signal(&s.work);
             pthread_mutex_unlock(&s.mu);
         }
     }
