@@ -370,11 +370,18 @@ int ckpt_file_stream(ckpt_pack *p, size_t file_index, uint64_t off, uint64_t len
  * thread-safe (a pwrite at file_offset is). A corrupt chunk gets data ==
  * NULL and chunk_err set. A non-zero return from the sink stops the workers
  * (chunks they already hold still finish) and the first such value is
- * returned. Memory: one chunk buffer per thread. */
+ * returned. Memory: one chunk buffer per thread.
+ *
+ * dest (may be NULL), called on the worker before each chunk is decoded,
+ * may name where its len bytes go (a mapping of the output file, say): the
+ * chunk is decoded straight there and the sink gets that pointer as data.
+ * NULL from it means the worker's own buffer. Whatever a corrupt chunk
+ * left there is undefined. */
+typedef void *(*ckpt_file_dest_fn)(void *ud, size_t file_index, uint64_t file_offset, size_t len);
 typedef int (*ckpt_file_sink_fn)(void *ud, size_t file_index, uint64_t file_offset,
                                  const void *data, size_t len, const ckpt_err *chunk_err);
 int ckpt_files_decode(ckpt_pack *p, size_t first_file, size_t end_file, unsigned threads,
-                      ckpt_file_sink_fn sink, void *ud, ckpt_err *err);
+                      ckpt_file_dest_fn dest, ckpt_file_sink_fn sink, void *ud, ckpt_err *err);
 
 /* Decodes everything, checks every chunk and every file and tensor SHA-256.
  * fault() is called once per problem (kind is "chunk", "file" or "tensor").

@@ -48,7 +48,9 @@ static void *stream_worker(void *arg)
         sl->rc = rc;
         sl->err = e;
         sl->done = 1;
-        pthread_cond_broadcast(&s->ready);
+        /* The consumer waits for one id: wake it for that one only. */
+        if (id == s->next_consume)
+            pthread_cond_signal(&s->ready);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -119,7 +121,9 @@ int pack_stream_chunks(ckpt_pack *p, size_t first, size_t end, unsigned threads,
             pthread_mutex_lock(&s.mu);
             sl->done = 0;
             s.next_consume++;
-            pthread_cond_broadcast(&s.work);
+            /* One slot came free, so one worker can go on: a broadcast woke
+             * every idle worker per chunk to find the window full again. */
+            pthread_cond_signal(&s.work);
             pthread_mutex_unlock(&s.mu);
         }
     }
@@ -197,12 +201,13 @@ void pack_file_chunk_range(const ckpt_pack *p, size_t f, size_t *first, size_t *
 
 /* ------------------------------------------------------------ unordered */
 
-/* Each worker takes the next chunk id, decodes it into its own buffer and
- * hands it to the sink itself: no consumer thread, no reordering, so the
- * per-byte work after decoding (unpack's pwrite) spreads over the workers
- * too. */
+/* Each worker takes the next chunk id, decodes it where the dest callback
+ * says (or into its own buffer) and hands it to the sink itself: no consumer
+ * thread, no reordering, so the per-byte work after decoding (unpack's
+ * writes) spreads over the workers too. */
 typedef struct par {
     ckpt_pack *p;
+    ckpt_file_dest_fn dest;
     ckpt_file_sink_fn sink;
     void *ud;
     atomic_size_t next;
@@ -210,44 +215,51 @@ typedef struct par {
     atomic_int stop; /* the first sink's non-zero return */
 } par;
 
-static int par_run(par *s, uint8_t *buf)
+static void par_stop(par *s, int rc)
 {
-    for (;;) {
-        if (atomic_load(&s->stop))
-            return 0;
+    int zero = 0;
+    atomic_compare_exchange_strong(&s->stop, &zero, rc);
+}
+
+/* The worker's own buffer is allocated when a chunk first needs it: with a
+ * dest that always answers, never (each would be an mmap and munmap, which
+ * wait for the other workers' populating of their dest). */
+static void par_run(par *s)
+{
+    uint8_t *buf = NULL;
+    while (!atomic_load(&s->stop)) {
         size_t id = atomic_fetch_add(&s->next, 1);
         if (id >= s->end)
-            return 0;
-        ckpt_err e = {0};
-        int drc = pack_chunk_decode(s->p, id, buf, &e);
+            break;
         const extent *x = &s->p->extents[s->p->chunks[id].extent_index];
-        int rc = s->sink(s->ud, x->file_index, chunk_file_offset(s->p, id), drc < 0 ? NULL : buf,
-                         s->p->chunks[id].raw_size, drc < 0 ? &e : NULL);
+        uint64_t off = chunk_file_offset(s->p, id);
+        size_t len = s->p->chunks[id].raw_size;
+        uint8_t *out = s->dest ? s->dest(s->ud, x->file_index, off, len) : NULL;
+        if (!out && !buf && !(buf = malloc(s->p->chunk_size))) {
+            par_stop(s, -ENOMEM);
+            break;
+        }
+        out = out ? out : buf;
+        ckpt_err e = {0};
+        int drc = pack_chunk_decode(s->p, id, out, &e);
+        int rc = s->sink(s->ud, x->file_index, off, drc < 0 ? NULL : out, len, drc < 0 ? &e : NULL);
         if (rc) {
-            int zero = 0;
-            atomic_compare_exchange_strong(&s->stop, &zero, rc);
-            return 0;
+            par_stop(s, rc);
+            break;
         }
     }
+    free(buf);
 }
 
 static void *par_worker(void *arg)
 {
-    par *s = arg;
     pthread_setname_np(pthread_self(), "ckpt-decode");
-    uint8_t *buf = malloc(s->p->chunk_size);
-    if (!buf) {
-        int zero = 0;
-        atomic_compare_exchange_strong(&s->stop, &zero, -ENOMEM);
-        return NULL;
-    }
-    par_run(s, buf);
-    free(buf);
+    par_run(arg);
     return NULL;
 }
 
 int ckpt_files_decode(ckpt_pack *p, size_t first_file, size_t end_file, unsigned threads,
-                      ckpt_file_sink_fn sink, void *ud, ckpt_err *err)
+                      ckpt_file_dest_fn dest, ckpt_file_sink_fn sink, void *ud, ckpt_err *err)
 {
     if (end_file > p->n_files || first_file > end_file)
         return ckpt_fail(err, -EINVAL, "%s: no files [%zu, %zu)", p->path, first_file, end_file);
@@ -268,7 +280,7 @@ int ckpt_files_decode(ckpt_pack *p, size_t first_file, size_t end_file, unsigned
         threads = ckpt_default_threads();
     if (threads > end - first)
         threads = (unsigned)(end - first);
-    par s = {.p = p, .sink = sink, .ud = ud, .end = end};
+    par s = {.p = p, .dest = dest, .sink = sink, .ud = ud, .end = end};
     atomic_init(&s.next, first);
     atomic_init(&s.stop, 0);
     pthread_t *tids = calloc(threads, sizeof *tids);

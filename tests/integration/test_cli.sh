@@ -137,6 +137,34 @@ last_stdout_matches "single file: stored under its base name" "  $(basename "$ST
 expect_ok "single file: unpack" "$CKPT" unpack "$TMP/single.tpack" -o "$TMP/single.out"
 expect_same_sha256 "single file: bytes equal" "$ST" "$TMP/single.out/$(basename "$ST")"
 
+# With 3 cores or more, files of more than one chunk are decoded straight
+# into a mapping of the output (with fewer they are written with pwrite):
+# a full file system must still be a write error naming the file, never a
+# SIGBUS, and leave no partial file, at any thread count.
+mkdir -p "$TMP/nospace.src" "$TMP/nospace"
+head -c 12582912 /dev/urandom >"$TMP/nospace.src/big.bin"
+expect_ok "a 12 MiB file: pack" "$CKPT" pack "$TMP/nospace.src" -o "$TMP/nospace.tpack"
+if mount -t tmpfs -o size=4m tmpfs "$TMP/nospace" 2>/dev/null; then
+    for t in 1 2 16; do
+        expect_exit "unpack onto a full tmpfs, $t threads: exit 1" 1 \
+            "$CKPT" unpack "$TMP/nospace.tpack" -o "$TMP/nospace/out" --threads "$t"
+        last_stderr_has "  it says so and names the file" "nospace/out/big.bin: write failed: No space left on device"
+        expect_absent "  the partial file is removed" "$TMP/nospace/out/big.bin"
+    done
+    umount "$TMP/nospace"
+else
+    skip "unpack onto a full tmpfs" "cannot mount a tmpfs (needs root)"
+fi
+for t in 1 2 16; do
+    expect_ok "unpack a multi-chunk file, $t threads" "$CKPT" unpack "$TMP/nospace.tpack" -o "$TMP/nospace.t$t" --threads "$t"
+    expect_same_sha256 "  bytes equal" "$TMP/nospace.src/big.bin" "$TMP/nospace.t$t/big.bin"
+    # cat's workers decode ahead of it in a window of 2 chunks per worker
+    # + 2: at 2 threads 12 chunks fill it, so workers wait for the writer
+    # to free a slot, and one is woken for each.
+    "$CKPT" cat "$TMP/nospace.tpack" big.bin --threads "$t" >"$TMP/nospace.cat"
+    expect_same_sha256 "  cat --threads $t: bytes equal" "$TMP/nospace.src/big.bin" "$TMP/nospace.cat"
+done
+
 # A pack is data: unpacking must not recreate setuid or setgid programs.
 mkdir -p "$TMP/suid"
 printf '#!/bin/sh\n' >"$TMP/suid/tool"
