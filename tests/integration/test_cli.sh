@@ -145,11 +145,13 @@ mkdir -p "$TMP/nospace.src" "$TMP/nospace"
 head -c 12582912 /dev/urandom >"$TMP/nospace.src/big.bin"
 expect_ok "a 12 MiB file: pack" "$CKPT" pack "$TMP/nospace.src" -o "$TMP/nospace.tpack"
 if mount -t tmpfs -o size=4m tmpfs "$TMP/nospace" 2>/dev/null; then
-    for t in 1 2 16; do
-        expect_exit "unpack onto a full tmpfs, $t threads: exit 1" 1 \
-            "$CKPT" unpack "$TMP/nospace.tpack" -o "$TMP/nospace/out" --threads "$t"
-        last_stderr_has "  it says so and names the file" "nospace/out/big.bin: write failed: No space left on device"
-        expect_absent "  the partial file is removed" "$TMP/nospace/out/big.bin"
+    for map in 0 1; do
+        for t in 1 2 16; do
+            expect_exit "unpack onto a full tmpfs, $t threads, CKPT_UNPACK_MAP=$map: exit 1" 1 \
+                env CKPT_UNPACK_MAP=$map "$CKPT" unpack "$TMP/nospace.tpack" -o "$TMP/nospace/out" --threads "$t"
+            last_stderr_has "  it says so and names the file" "nospace/out/big.bin: write failed: No space left on device"
+            expect_absent "  the partial file is removed" "$TMP/nospace/out/big.bin"
+        done
     done
     umount "$TMP/nospace"
 else
@@ -158,12 +160,16 @@ fi
 for t in 1 2 16; do
     expect_ok "unpack a multi-chunk file, $t threads" "$CKPT" unpack "$TMP/nospace.tpack" -o "$TMP/nospace.t$t" --threads "$t"
     expect_same_sha256 "  bytes equal" "$TMP/nospace.src/big.bin" "$TMP/nospace.t$t/big.bin"
+    expect_ok "  through a mapping (CKPT_UNPACK_MAP=1)" env CKPT_UNPACK_MAP=1 "$CKPT" unpack "$TMP/nospace.tpack" -o "$TMP/nospace.m$t" --threads "$t"
+    expect_same_sha256 "  bytes equal" "$TMP/nospace.src/big.bin" "$TMP/nospace.m$t/big.bin"
     # cat's workers decode ahead of it in a window of 2 chunks per worker
     # + 2: at 2 threads 12 chunks fill it, so workers wait for the writer
     # to free a slot, and one is woken for each.
     "$CKPT" cat "$TMP/nospace.tpack" big.bin --threads "$t" >"$TMP/nospace.cat"
     expect_same_sha256 "  cat --threads $t: bytes equal" "$TMP/nospace.src/big.bin" "$TMP/nospace.cat"
 done
+expect_exit "CKPT_UNPACK_MAP=yes: refused" 2 env CKPT_UNPACK_MAP=yes "$CKPT" unpack "$TMP/nospace.tpack" -o "$TMP/nospace.bad"
+last_stderr_has "  it says what it wants" "CKPT_UNPACK_MAP='yes': want 0 (pwrite) or 1 (a mapping)"
 
 # A pack is data: unpacking must not recreate setuid or setgid programs.
 mkdir -p "$TMP/suid"
