@@ -219,7 +219,7 @@ static int on_arrival(void *ud, const s3_resp *rs)
         (rs->etag[0] && a->etag[0] && strcmp(rs->etag, a->etag)))
         return -1;
     s3_ra_arrived(a->seg, a->base + rs->dst_got);
-    return 0;
+    return 1;
 }
 
 /* One ranged GET of exactly len bytes (within the object) at off. */

@@ -229,8 +229,10 @@ typedef struct s3_req {
     size_t dst_len;
     /* With dst: told as the 2xx body arrives (every S3_PROGRESS_STEP bytes
      * or so, and at its end), rs holding the headers and dst_got, so that
-     * the bytes in dst can be used before the transfer ends; a negative
-     * return (the answer is not the one asked for) ends it as an overflow.
+     * the bytes in dst can be used before the transfer ends. It returns 1
+     * when it took the bytes so far as final (a retry keeps them), 0 when
+     * it cannot judge them yet (a retry writes them again), negative when
+     * the answer is not the one asked for (ends it as an overflow).
      * Set only where every try must return the same bytes (If-Match): a
      * retry then skips what an earlier try told, never writing over bytes
      * that readers may be copying. */

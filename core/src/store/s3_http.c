@@ -410,11 +410,17 @@ static size_t on_write(char *data, size_t size, size_t n, void *ud)
             (rs->dst_got - x->told >= S3_PROGRESS_STEP || rs->dst_got == x->rq->dst_len)) {
             x->told = rs->dst_got;
             rs->status = status; /* else set when the transfer ends */
-            if (x->rq->progress(x->rq->progress_ud, rs) < 0) {
+            int judged = x->rq->progress(x->rq->progress_ud, rs);
+            if (judged < 0) {
                 rs->overflow = 1;
                 return 0;
             }
-            rs->dst_told = rs->dst_got;
+            /* Only bytes the caller judged are kept by a retry: a 200 to a
+             * ranged GET (a proxy that ignores Range) is the object from its
+             * start, not the range, and a retry answered 206 must not keep
+             * it as the range's first bytes. */
+            if (judged > 0)
+                rs->dst_told = rs->dst_got;
         }
         return len;
     }
