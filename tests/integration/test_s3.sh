@@ -18,52 +18,17 @@
 # Needs root (the gateway's daemons) and Debian's ceph packages, which the
 # script installs on first use; when that fails, the test fails.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/gateway_lib.sh"
 
-RGW_SH=$("$ROOT/scripts/shared-dir.sh")/services/ceph-rgw.sh
 if [ ! -x "$CKPT" ] || [ ! -x "$CKPT_GEN" ]; then
     fail "binaries built" "$CKPT or $CKPT_GEN is missing; run make first"
     finish
 fi
-[ "$(id -u)" -eq 0 ] || skip_all "needs root to run the Ceph daemons of the gateway"
-[ -f /etc/debian_version ] || skip_all "needs Debian's ceph packages"
-if [ ! -f "$RGW_SH" ]; then
-    fail "gateway script present" "$RGW_SH is missing"
-    finish
-fi
+gateway_prerequisites
 
-# Free loopback ports, so several runs (and other gateways) can coexist.
-free_port() {
-    local p
-    for p in $(shuf -i 20000-29999 -n 50); do
-        ss -Hltn "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
-    done
-    echo 17480
-}
-RGW_PORT=$(free_port)
-MON_PORT=$(free_port)
-RGW=$TMP/rgw
-stop_gateway() { RGW_PORT=$RGW_PORT MON_PORT=$MON_PORT bash "$RGW_SH" stop "$RGW" >/dev/null 2>&1; }
 trap 'stop_gateway; cleanup_tmp' EXIT
-t0=$(date +%s)
-if ! RGW_PORT=$RGW_PORT MON_PORT=$MON_PORT bash "$RGW_SH" start "$RGW" >"$TMP/rgw-start.log" 2>&1; then
-    fail "gateway starts" "$(tail -n 5 "$TMP/rgw-start.log")"
-    finish
-fi
-pass "gateway starts on 127.0.0.1:$RGW_PORT ($(( $(date +%s) - t0 )) s)"
-# shellcheck disable=SC1091
-. "$RGW/env"
-export AWS_ENDPOINT_URL=$S3_ENDPOINT
-unset AWS_PROFILE AWS_ENDPOINT_URL_S3 AWS_REGION AWS_SESSION_TOKEN
+start_gateway ckpt-test
 REAL_SECRET=$AWS_SECRET_ACCESS_KEY
-
-if ! PYS3=$(B=$B "$ROOT/scripts/venv.sh" s3 2>"$TMP/venv.log"); then
-    fail "boto3 venv" "$(tail -n 5 "$TMP/venv.log")"
-    finish
-fi
-case $PYS3 in /*) ;; *) PYS3=$ROOT/$PYS3 ;; esac
-s3py() { "$PYS3" "$ROOT/tests/integration/s3_client.py" "$@"; }
-BK=ckpt-test
-if s3py mkbucket $BK 2>"$TMP/mk.err"; then pass "boto3 creates the bucket"; else fail "boto3 creates the bucket" "$(tail -n 3 "$TMP/mk.err")"; finish; fi
 
 cd "$TMP" || exit 1
 "$CKPT_GEN" tiny >/dev/null

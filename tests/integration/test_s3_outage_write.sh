@@ -11,41 +11,11 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/mount_lib.sh"
 
-RGW_SH=$ROOT/../shared/services/ceph-rgw.sh
-[ "$(id -u)" -eq 0 ] || skip_all "needs root to run the Ceph daemons of the gateway"
-[ -f /etc/debian_version ] || skip_all "needs Debian's ceph packages"
-[ -f "$RGW_SH" ] || { fail "gateway script present" "$RGW_SH is missing"; finish; }
-
-free_port() {
-    local p
-    for p in $(shuf -i 20000-29999 -n 50); do
-        ss -Hltn "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
-    done
-    echo 17481
-}
-RGW_PORT=$(free_port)
-MON_PORT=$(free_port)
-RGW=$TMP/rgw
-stop_gateway() { RGW_PORT=$RGW_PORT MON_PORT=$MON_PORT bash "$RGW_SH" stop "$RGW" >/dev/null 2>&1; }
+. "$(dirname "$0")/gateway_lib.sh"
+gateway_prerequisites
 trap 'unmount_all; stop_gateway; cleanup_tmp' EXIT
-if ! RGW_PORT=$RGW_PORT MON_PORT=$MON_PORT bash "$RGW_SH" start "$RGW" >"$TMP/rgw-start.log" 2>&1; then
-    fail "gateway starts" "$(tail -n 5 "$TMP/rgw-start.log")"
-    finish
-fi
-pass "gateway starts on 127.0.0.1:$RGW_PORT"
-# shellcheck disable=SC1091
-. "$RGW/env"
-export AWS_ENDPOINT_URL=$S3_ENDPOINT
-unset AWS_PROFILE AWS_ENDPOINT_URL_S3 AWS_REGION AWS_SESSION_TOKEN
+start_gateway ckpt-out
 export XDG_CACHE_HOME=$TMP/xdg
-if ! PYS3=$(B=$B "$ROOT/scripts/venv.sh" s3 2>"$TMP/venv.log"); then
-    fail "boto3 venv" "$(tail -n 5 "$TMP/venv.log")"
-    finish
-fi
-case $PYS3 in /*) ;; *) PYS3=$ROOT/$PYS3 ;; esac
-s3py() { "$PYS3" "$ROOT/tests/integration/s3_client.py" "$@"; }
-BK=ckpt-out
-s3py mkbucket $BK 2>"$TMP/mk.err" && pass "boto3 creates the bucket" || { fail "boto3 creates the bucket" "$(tail -n 3 "$TMP/mk.err")"; finish; }
 
 cd "$TMP" || exit 1
 "$CKPT_GEN" big --preset gpt2 >/dev/null
@@ -61,8 +31,6 @@ upload_started() {
         -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$S3_ENDPOINT/$BK?prefix=w%2F&uploads=" |
         grep -q "<Upload>"
 }
-rgw_pid() { cat "$RGW/run/client.rgw.a.pid" 2>/dev/null; }
-restart_rgw() { radosgw -c "$RGW/ceph.conf" -n client.rgw.a 2>>"$RGW/log/rgw-stderr.log"; }
 state_of() { getfattr -n user.ckptfs.state --only-values "$1" 2>&1; }
 
 # One packing thread makes the upload last long enough to be caught.
