@@ -429,8 +429,7 @@ static int simple(s3_store *s, const char *method, const char *key, const char *
     return s3_request(s->http, &rq, rs);
 }
 
-/* ETags as servers write them: quoted or not, hex in either case. */
-static int same_etag(const char *a, const char *b)
+int s3_etag_equal(const char *a, const char *b)
 {
     size_t na = strlen(a), nb = strlen(b);
     if (na >= 2 && a[0] == '"' && a[na - 1] == '"')
@@ -465,7 +464,7 @@ static int remove_object(ckpt_store *base, const char *name, const ckpt_object_i
     if (rc == 0 && (simple(s, "HEAD", key, NULL, &rs) < 0 || rs.status != 200))
         rc = s3_fail(err, s->http, shown, "remove", &rs);
     if (rc == 0 && if_match &&
-        (!same_etag(rs.etag, want->etag) || !rs.has_length || rs.content_length != want->size))
+        (!s3_etag_equal(rs.etag, want->etag) || !rs.has_length || rs.content_length != want->size))
         rc =
             ckpt_fail(err, -ESTALE, "%s: not removed: replaced since it was seen (ETag %s, now %s)",
                       shown, want->etag, rs.etag);

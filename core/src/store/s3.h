@@ -401,6 +401,8 @@ int s3_lease_check(s3_store *s, ckpt_err *err);
 
 /* "<prefix>/<name>" (or name), malloc'd. */
 char *s3_key(const s3_store *s, const char *name);
+/* ETags as servers write them: quoted or not, hex in either case. */
+int s3_etag_equal(const char *a, const char *b);
 
 int s3_upload_create(s3_store *s, const char *name, store_upload **out, ckpt_err *err);
 long s3_abort_stale(ckpt_store *base, const char *name, uint64_t older_than_s, ckpt_err *err);

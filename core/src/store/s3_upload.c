@@ -454,17 +454,6 @@ static int expected_etag(const s3_up *u, char out[48])
 #endif
 }
 
-/* ETags as servers write them: quoted or not, hex in either case. */
-static int etag_equal(const char *a, const char *b)
-{
-    size_t na = strlen(a), nb = strlen(b);
-    if (na >= 2 && a[0] == '"' && a[na - 1] == '"')
-        a++, na -= 2;
-    if (nb >= 2 && b[0] == '"' && b[nb - 1] == '"')
-        b++, nb -= 2;
-    return na && na == nb && strncasecmp(a, b, na) == 0;
-}
-
 /* Whether a Complete we got no clear answer to made our object after all:
  * its answer lost, a 5xx, or NoSuchUpload to a retry (the first try may
  * have taken effect). The object under the key must have the ETag our
@@ -491,7 +480,7 @@ static int completed_anyway(s3_up *u, int size_will_do)
         s3_req rq = {.method = "HEAD", .bucket = u->s->url.bucket, .key = u->key, .patient = 1};
         s3_resp rs;
         ok = s3_request(u->s->http, &rq, &rs) == 0 && rs.status == 200 && rs.has_length &&
-             rs.content_length == u->total && (!known || etag_equal(rs.etag, want));
+             rs.content_length == u->total && (!known || s3_etag_equal(rs.etag, want));
         s3_resp_free(&rs);
     }
     return ok;
