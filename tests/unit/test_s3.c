@@ -2259,6 +2259,45 @@ Test(s3_fake, an_abort_the_gateway_refused_is_sent_again, .init = clean_env, .fi
     pack_stopped_midway(1, -EIO, 1);
 }
 
+/* Two aborts due, and a gateway answering 503 to each: a round ends at the
+ * first "try later". Before, it sent every one, each waiting out its
+ * retries, so a round of N held the packer (and the next upload, which
+ * sends a round first) for N times the retry bound. */
+Test(s3_fake, a_round_of_kept_aborts_stops_at_the_first_try_later, .init = clean_env,
+     .fini = drop_home, .timeout = 60)
+{
+    fake_s3 f;
+    fake_start(&f);
+    f.abort_busy = 1;
+    ckpt_store *s = fake_store_retrying(&f, 1); /* at most 3 tries in its 1 s */
+    for (int k = 0; k < 2; k++) {
+        stopped_pack p = {.f = &f, .read_fails = 1};
+        ckpt_write_opts wo = {.level = 0,
+                              .threads = 2,
+                              .progress = stopped_pack_progress,
+                              .progress_ud = &p,
+                              .progress_total = PACK_SIZE};
+        ckpt_writer *w;
+        ckpt_err err = {0};
+        cr_assert_eq(ckpt_writer_open_in(s, "mp", NULL, &wo, &w, &err), 0, "%s", err.msg);
+        p.w = w;
+        int rc = ckpt_writer_add_reader(w, "data.bin", stopped_pack_read, &p, PACK_SIZE, 0644, 0, 0,
+                                        NULL, &err);
+        cr_assert_eq(rc, -EIO, "%d: %s", rc, err.msg);
+        ckpt_writer_abort(w);
+    }
+    unsigned before = fake_snapshot(&f).mp_aborts;
+    cr_assert_eq(ckpt_store_retry_aborts(s), 2, "both still due");
+    unsigned sent = fake_snapshot(&f).mp_aborts - before;
+    cr_assert(sent >= 1 && sent <= 3, "%u DELETEs in the round: one abort's tries at most", sent);
+    pthread_mutex_lock(&f.mu);
+    f.abort_busy = 0;
+    pthread_mutex_unlock(&f.mu);
+    cr_assert_eq(ckpt_store_retry_aborts(s), 0, "none due once the gateway takes them");
+    ckpt_store_free(s);
+    fake_stop(&f);
+}
+
 /* A removal of the version the caller saw: an object replaced since
  * stays (-ESTALE), though the server deletes whatever If-Match says. */
 Test(s3_fake, remove_if_spares_a_replaced_object, .init = clean_env, .fini = drop_home)
