@@ -2198,13 +2198,11 @@ static void stopped_pack_progress(void *ud, uint64_t done, uint64_t total)
 /* Either way the writer's abort aborts its own upload, by its id, and
  * lists no uploads: aborting those of the name, as `ckpt pack` did on
  * SIGINT, aborted another writer's of the same name too. */
-static void pack_stopped_midway(int read_fails, int want_rc, int abort_busy)
+/* Packs "mp" into s, stopped midway (a read failing, or cancelled), and
+ * aborts the writer; the pack's rc must be want_rc. */
+static void pack_and_stop(fake_s3 *f, ckpt_store *s, int read_fails, int want_rc)
 {
-    fake_s3 f;
-    fake_start(&f);
-    f.abort_busy = abort_busy;
-    ckpt_store *s = fake_store_retrying(&f, abort_busy ? 1 : 5); /* each refusal: 1 s of tries */
-    stopped_pack p = {.f = &f, .read_fails = read_fails};
+    stopped_pack p = {.f = f, .read_fails = read_fails};
     ckpt_write_opts wo = {.level = 0,
                           .threads = 2,
                           .progress = stopped_pack_progress,
@@ -2217,8 +2215,17 @@ static void pack_stopped_midway(int read_fails, int want_rc, int abort_busy)
     int rc = ckpt_writer_add_reader(w, "data.bin", stopped_pack_read, &p, PACK_SIZE, 0644, 0, 0,
                                     NULL, &err);
     cr_assert_eq(rc, want_rc, "%d: %s", rc, err.msg);
-    cr_assert(fake_get(&f, &f.uploading), "the upload had begun");
+    cr_assert(fake_get(f, &f->uploading), "the upload had begun");
     ckpt_writer_abort(w);
+}
+
+static void pack_stopped_midway(int read_fails, int want_rc, int abort_busy)
+{
+    fake_s3 f;
+    fake_start(&f);
+    f.abort_busy = abort_busy;
+    ckpt_store *s = fake_store_retrying(&f, abort_busy ? 1 : 5); /* each refusal: 1 s of tries */
+    pack_and_stop(&f, s, read_fails, want_rc);
     if (abort_busy) {
         /* Refused for now: kept, sent again, and again, until it takes. */
         cr_assert(fake_get(&f, &f.uploading), "the refused abort left the upload");
@@ -2270,22 +2277,8 @@ Test(s3_fake, a_round_of_kept_aborts_stops_at_the_first_try_later, .init = clean
     fake_start(&f);
     f.abort_busy = 1;
     ckpt_store *s = fake_store_retrying(&f, 1); /* at most 3 tries in its 1 s */
-    for (int k = 0; k < 2; k++) {
-        stopped_pack p = {.f = &f, .read_fails = 1};
-        ckpt_write_opts wo = {.level = 0,
-                              .threads = 2,
-                              .progress = stopped_pack_progress,
-                              .progress_ud = &p,
-                              .progress_total = PACK_SIZE};
-        ckpt_writer *w;
-        ckpt_err err = {0};
-        cr_assert_eq(ckpt_writer_open_in(s, "mp", NULL, &wo, &w, &err), 0, "%s", err.msg);
-        p.w = w;
-        int rc = ckpt_writer_add_reader(w, "data.bin", stopped_pack_read, &p, PACK_SIZE, 0644, 0, 0,
-                                        NULL, &err);
-        cr_assert_eq(rc, -EIO, "%d: %s", rc, err.msg);
-        ckpt_writer_abort(w);
-    }
+    for (int k = 0; k < 2; k++)
+        pack_and_stop(&f, s, 1, -EIO);
     unsigned before = fake_snapshot(&f).mp_aborts;
     cr_assert_eq(ckpt_store_retry_aborts(s), 2, "both still due");
     unsigned sent = fake_snapshot(&f).mp_aborts - before;
