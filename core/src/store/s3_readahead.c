@@ -388,7 +388,7 @@ int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **da
         size_t to =
             (size_t)((off + len < seg_off + RA_SEG ? off + len : seg_off + RA_SEG) - seg_off);
         int waited = 0;
-        while (s && (s->state == QUEUED || (s->state == LOADING && s->filled < to))) {
+        while (s && (s->state == QUEUED || s->state == LOADING) && !holds(s, to)) {
             waited = 1;
             pthread_cond_wait(&ra->done, &ra->mu);
             s = find(ra, seg);
