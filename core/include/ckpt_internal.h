@@ -214,6 +214,38 @@ int ckpt_writer_add_reader_shared(ckpt_writer *w, const char *pack_path, ckpt_re
                                   void *ud, uint64_t size, uint32_t mode, int64_t mtime_sec,
                                   uint32_t mtime_nsec, const char *src_name, ckpt_err *err);
 
+/* The files a caller will add with ckpt_writer_add_reader_ahead, in the
+ * order of the plan (any may be left out): the hash lanes of the big ones
+ * are queued ahead of the writer, a window of them at a time, as
+ * ckpt_writer_add_tree queues a tree's, so that each file's SHA-256 chain
+ * runs beside the encoding of the files before it instead of starting when
+ * the writer reaches the file. For ckptfs's packer, whose staged files do
+ * not change once committed. */
+typedef struct ckpt_planned_reader {
+    /* As for ckpt_writer_add_reader_shared: read(ud, ...) answers from any
+     * thread, several calls at once, until the writer is finished or
+     * aborted, from the moment the plan is made. */
+    ckpt_read_fn read;
+    void *ud;
+    uint64_t size;
+    int hash_ahead; /* 0: its lane is queued only when it is added (a file
+                     * that may not be added from its bytes at all) */
+} ckpt_planned_reader;
+typedef struct ckpt_readers_ahead ckpt_readers_ahead;
+
+/* plan: n files, borrowed until ckpt_readers_ahead_free. NULL: out of
+ * memory. */
+ckpt_readers_ahead *ckpt_readers_ahead_new(ckpt_writer *w, const ckpt_planned_reader *plan,
+                                           size_t n);
+/* ckpt_writer_add_reader_shared of planned file i, with its read, ud and
+ * size; files are added in the plan's order. */
+int ckpt_writer_add_reader_ahead(ckpt_readers_ahead *a, size_t i, const char *pack_path,
+                                 uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec,
+                                 const char *src_name, ckpt_err *err);
+/* Before or after the writer is finished or aborted (lanes queued for files
+ * left out are the writer's). */
+void ckpt_readers_ahead_free(ckpt_readers_ahead *a);
+
 /* ------------------------------------------------ sealing under a nonce */
 
 /* The chunks' AEADs under a caller's key and nonce, for ckptfs's staging

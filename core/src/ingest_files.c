@@ -3,6 +3,7 @@
  * opaque gaps; a file the parser rejects, and everything else, is stored as
  * opaque bytes. */
 #include "formats/formats.h"
+#include "lanes_ahead.h"
 #include "writer.h"
 #include "format.h"
 
@@ -673,15 +674,30 @@ int ckpt_writer_add_reader(ckpt_writer *w, const char *pack_path, ckpt_read_fn r
     return add_source(w, pack_path, &src, size, mode, mtime_sec, mtime_nsec, err);
 }
 
+/* early: its lane's job, queued before (ckpt_writer_add_reader_ahead), or
+ * NULL. */
+static int add_shared(ckpt_writer *w, const char *pack_path, ckpt_read_fn read, void *ud,
+                      uint64_t size, uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec,
+                      const char *src_name, struct hash_job *early, ckpt_err *err)
+{
+    if (!read)
+        return ckpt_fail(err, -EINVAL, "%s: no read callback", pack_path ? pack_path : "(null)");
+    source src = {read,
+                  ud,
+                  src_name ? src_name : pack_path,
+                  .w = w,
+                  .pack_path = pack_path,
+                  .shared = 1,
+                  .early = early};
+    return add_source(w, pack_path, &src, size, mode, mtime_sec, mtime_nsec, err);
+}
+
 int ckpt_writer_add_reader_shared(ckpt_writer *w, const char *pack_path, ckpt_read_fn read,
                                   void *ud, uint64_t size, uint32_t mode, int64_t mtime_sec,
                                   uint32_t mtime_nsec, const char *src_name, ckpt_err *err)
 {
-    if (!read)
-        return ckpt_fail(err, -EINVAL, "%s: no read callback", pack_path ? pack_path : "(null)");
-    source src = {read,       ud, src_name ? src_name : pack_path, .w = w, .pack_path = pack_path,
-                  .shared = 1};
-    return add_source(w, pack_path, &src, size, mode, mtime_sec, mtime_nsec, err);
+    return add_shared(w, pack_path, read, ud, size, mode, mtime_sec, mtime_nsec, src_name, NULL,
+                      err);
 }
 
 int ckpt_writer_add_path(ckpt_writer *w, const char *pack_path, const char *src_path, ckpt_err *err)
@@ -794,52 +810,31 @@ static int walk(const char *root, const char *rel, pathlist *out, const dev_t sk
     return rc;
 }
 
-/* How far from the file being added on the walk starts the hash lanes of big
- * files (writer_prehash): the chains then run beside the encoding from the
- * start, so that the last shard's chain is not left to run after it, while
- * what the lanes read ahead stays within what the page cache is likely to
- * hold when the encoder reads it again. */
-#define AHEAD_FILES 16
-#define AHEAD_BYTES (4ull << 30)
+/* ckpt_writer_add_tree's window (lanes_ahead.h): the walked files, opened
+ * ahead and added from the descriptor that their lane reads too. */
+typedef struct tree_ahead {
+    ckpt_writer *w;
+    const char *src_dir;
+    const pathlist *l;
+} tree_ahead;
 
-/* A file opened ahead, with its lane's job. */
-typedef struct opened {
-    int fd; /* -1: not opened ahead */
-    struct stat st;
-    struct hash_job *job;
-} opened;
-
-/* Opens files from cur on, up to the bounds above, and queues their lanes;
- * *next: the first file not considered yet, *bytes: the bytes of those
- * opened and not added yet. A file that cannot be opened, or whose lane
- * is not queued, is left to ckpt_writer_add_path at its turn. */
-static void open_ahead(ckpt_writer *w, const char *src_dir, const pathlist *l, opened *o,
-                       size_t cur, size_t *next, uint64_t *bytes)
+static uint64_t tree_size(void *ud, size_t i)
 {
-    if (*next < cur)
-        *next = cur;
-    for (; *next < l->n && *next - cur < AHEAD_FILES; ++*next) {
-        const pathent *e = &l->v[*next];
-        if (e->size < WRITER_LANE_MIN_BYTES)
-            continue;
-        /* One file bigger than the bound still goes ahead alone: a tree of
-         * 5 GB shards would otherwise never be hashed ahead. */
-        if (*bytes && *bytes + e->size > AHEAD_BYTES)
-            return;
-        char *full;
-        if (asprintf(&full, "%s/%s", src_dir, e->rel) < 0)
-            return;
-        opened *f = &o[*next % AHEAD_FILES];
-        f->fd = ckpt_open_regular(full, O_NOFOLLOW, &f->st);
-        free(full);
-        if (f->fd >= 0 && !(f->job = writer_prehash(w, f->fd, (uint64_t)f->st.st_size))) {
-            close(f->fd);
-            f->fd = -1;
-            return; /* the lanes are full: again after the next file */
-        }
-        if (f->fd >= 0)
-            *bytes += (uint64_t)f->st.st_size;
-    }
+    return ((const tree_ahead *)ud)->l->v[i].size;
+}
+
+static int tree_queue(void *ud, size_t i, ahead_slot *s)
+{
+    const tree_ahead *t = ud;
+    char *full;
+    if (asprintf(&full, "%s/%s", t->src_dir, t->l->v[i].rel) < 0)
+        return -1;
+    s->fd = ckpt_open_regular(full, O_NOFOLLOW, &s->st);
+    free(full);
+    if (s->fd < 0)
+        return 0; /* left to ckpt_writer_add_path, which says why */
+    s->job = writer_prehash(t->w, s->fd, (uint64_t)s->st.st_size);
+    return s->job ? 1 : -1;
 }
 
 int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err)
@@ -851,36 +846,86 @@ int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err)
     int rc = walk(src_dir, "", &l, dev, ino, NULL, 0, err);
     if (rc == 0)
         qsort(l.v, l.n, sizeof *l.v, cmp_path);
-    /* A ring: file i's entry is o[i % AHEAD_FILES], free again once file
-     * i - AHEAD_FILES is added, and open_ahead looks no further ahead. */
-    opened o[AHEAD_FILES];
-    for (size_t i = 0; i < AHEAD_FILES; i++)
-        o[i].fd = -1;
-    size_t next = 0;
-    uint64_t ahead = 0;
+    tree_ahead t = {w, src_dir, &l};
+    lanes_ahead a;
+    lanes_ahead_init(&a, rc == 0 ? l.n : 0, tree_size, tree_queue, &t);
     for (size_t i = 0; rc == 0 && i < l.n; i++) {
-        open_ahead(w, src_dir, &l, o, i, &next, &ahead);
+        lanes_ahead_fill(&a, i);
+        ahead_slot f = lanes_ahead_take(&a, i);
         char *full;
         if (asprintf(&full, "%s/%s", src_dir, l.v[i].rel) < 0) {
+            if (f.fd >= 0)
+                close(f.fd);
             rc = ckpt_fail(err, -ENOMEM, "out of memory");
             break;
         }
-        opened *f = &o[i % AHEAD_FILES];
-        if (f->fd >= 0) {
-            ahead -= (uint64_t)f->st.st_size;
-            rc = add_fd(w, l.v[i].rel, f->fd, full, &f->st, f->job, err);
-            close(f->fd);
-            f->fd = -1;
+        if (f.fd >= 0) {
+            rc = add_fd(w, l.v[i].rel, f.fd, full, &f.st, f.job, err);
+            close(f.fd);
         } else {
             rc = ckpt_writer_add_path(w, l.v[i].rel, full, err);
         }
         free(full);
     }
-    for (size_t i = 0; i < AHEAD_FILES; i++)
-        if (o[i].fd >= 0)
-            close(o[i].fd);
+    lanes_ahead_end(&a);
     pathlist_free(&l);
     return rc;
+}
+
+/* ------------------------------------------- a caller's sources, planned */
+
+struct ckpt_readers_ahead {
+    ckpt_writer *w;
+    const ckpt_planned_reader *plan;
+    lanes_ahead win;
+};
+
+static uint64_t planned_size(void *ud, size_t i)
+{
+    const ckpt_planned_reader *r = &((const ckpt_readers_ahead *)ud)->plan[i];
+    return r->hash_ahead ? r->size : 0;
+}
+
+static int planned_queue(void *ud, size_t i, ahead_slot *s)
+{
+    const ckpt_readers_ahead *a = ud;
+    const ckpt_planned_reader *r = &a->plan[i];
+    s->job = writer_prehash_reader(a->w, r->read, r->ud, r->size);
+    return s->job ? 1 : -1;
+}
+
+ckpt_readers_ahead *ckpt_readers_ahead_new(ckpt_writer *w, const ckpt_planned_reader *plan,
+                                           size_t n)
+{
+    ckpt_readers_ahead *a = calloc(1, sizeof *a);
+    if (!a)
+        return NULL;
+    a->w = w;
+    a->plan = plan;
+    lanes_ahead_init(&a->win, n, planned_size, planned_queue, a);
+    return a;
+}
+
+void ckpt_readers_ahead_free(ckpt_readers_ahead *a)
+{
+    if (!a)
+        return;
+    lanes_ahead_end(&a->win);
+    free(a);
+}
+
+int ckpt_writer_add_reader_ahead(ckpt_readers_ahead *a, size_t i, const char *pack_path,
+                                 uint32_t mode, int64_t mtime_sec, uint32_t mtime_nsec,
+                                 const char *src_name, ckpt_err *err)
+{
+    if (i >= a->win.n)
+        return ckpt_fail(err, -EINVAL, "%s: not a planned source",
+                         pack_path ? pack_path : "(null)");
+    const ckpt_planned_reader *r = &a->plan[i];
+    lanes_ahead_fill(&a->win, i);
+    ahead_slot f = lanes_ahead_take(&a->win, i);
+    return add_shared(a->w, pack_path, r->read, r->ud, r->size, mode, mtime_sec, mtime_nsec,
+                      src_name, f.job, err);
 }
 
 int ckpt_tree_size(const char *path, uint64_t *out, ckpt_err *err)

@@ -12,8 +12,8 @@
  * reordering buffer. A big file read from a descriptor or a shared source
  * is hashed instead by a hash lane that reads it again (hash_lanes.h), so
  * that several files' chains run at once rather than one after another
- * through the ring; a tree walk queues its big files' lanes before the
- * writer reaches them (writer_prehash).
+ * through the ring; a tree walk and ckptfs's packer queue their big files'
+ * lanes before the writer reaches them (lanes_ahead.h, writer_prehash).
  *
  * A tensor's SHA-256 is a chain too, but tensors are many: the worker that
  * encoded a chunk hashes the chunk's part of each tensor whose previous
@@ -1113,23 +1113,43 @@ static int rehash_job(ckpt_writer *w, hash_job *j, uint64_t size)
     return 0;
 }
 
+/* Queues j (fd or read set) for a file added later, which writer_file_adopt
+ * hands it to; NULL (j freed, its fd closed) if the lanes cannot take it. */
+static hash_job *prehash_job(ckpt_writer *w, hash_job *j, uint64_t size)
+{
+    if (j->fd < 0 && !j->read)
+        goto out;
+    if (size < WRITER_LANE_MIN_BYTES ||
+        grow_array((void **)&w->early, &w->cap_early, w->n_early, sizeof *w->early) < 0 ||
+        !lanes_submit(w, j, size))
+        goto out;
+    w->early[w->n_early++] = j;
+    return j;
+out:
+    if (j->fd >= 0)
+        close(j->fd);
+    free(j);
+    return NULL;
+}
+
 hash_job *writer_prehash(ckpt_writer *w, int fd, uint64_t size)
 {
-    if (size < WRITER_LANE_MIN_BYTES ||
-        grow_array((void **)&w->early, &w->cap_early, w->n_early, sizeof *w->early) < 0)
-        return NULL;
-    hash_job *j = calloc(1, sizeof *j);
+    hash_job *j = size < WRITER_LANE_MIN_BYTES ? NULL : calloc(1, sizeof *j);
     if (!j)
         return NULL;
     j->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (j->fd < 0 || !lanes_submit(w, j, size)) {
-        if (j->fd >= 0)
-            close(j->fd);
-        free(j);
+    return prehash_job(w, j, size);
+}
+
+hash_job *writer_prehash_reader(ckpt_writer *w, ckpt_read_fn read, void *ud, uint64_t size)
+{
+    hash_job *j = size < WRITER_LANE_MIN_BYTES ? NULL : calloc(1, sizeof *j);
+    if (!j)
         return NULL;
-    }
-    w->early[w->n_early++] = j;
-    return j;
+    j->fd = -1;
+    j->read = read;
+    j->ud = ud;
+    return prehash_job(w, j, size);
 }
 
 int writer_file_adopt(ckpt_writer *w, hash_job *j, uint64_t size)

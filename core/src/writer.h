@@ -30,11 +30,14 @@ int writer_file_rehash_reader(ckpt_writer *w, ckpt_read_fn read, void *ud, uint6
 #define WRITER_LANE_MIN_BYTES (16u << 20)
 /* A file of size bytes that will be added later, read with pread(fd) (fd
  * is dup'd): its SHA-256 starts on a hash lane now, so that the chains of
- * the big files a tree walk will add run beside the encoding from the
- * start instead of each from when the writer reaches its file. The job, or
- * NULL (too small, lanes full, no memory): the writer keeps it until
- * writer_file_adopt() hands it to the file. */
+ * the big files a caller will add (lanes_ahead.h) run beside the encoding
+ * from the start instead of each from when the writer reaches its file. The
+ * job, or NULL (too small, lanes full, no memory): the writer keeps it
+ * until writer_file_adopt() hands it to the file. */
 struct hash_job *writer_prehash(ckpt_writer *w, int fd, uint64_t size);
+/* The same for a source read through read(ud, ...), which must answer from
+ * any thread, several at once, until the writer is finished or aborted. */
+struct hash_job *writer_prehash_reader(ckpt_writer *w, ckpt_read_fn read, void *ud, uint64_t size);
 /* Right after ckpt_writer_begin_file, in place of writer_file_rehash: the
  * open file's bytes are those of job j, queued for size bytes. 1 if the
  * file takes it, 0 if it is hashed from the fed bytes as usual (j is then

@@ -192,12 +192,27 @@ static int write_pack(const packer_job *job, const char *pack, const char *tmp, 
     }
     o.warn = on_warn;
     ckpt_writer *w = NULL;
+    ckpt_readers_ahead *ahead = NULL;
     /* One source per file, alive until the writer is done: the writer's
-     * hash lanes read big files again beside the pipeline. */
-    source *srcs = calloc(job->n_files ? job->n_files : 1, sizeof *srcs);
-    if (!srcs)
-        return ckpt_fail(err, -ENOMEM, "checkpoint '%s': out of memory", job->name);
-    int rc = ckpt_writer_open_in(job->store, pack, tmp, &o, &w, err);
+     * hash lanes read big files again beside the pipeline, those of the
+     * staged ones from before the writer reaches them. An unchanged file
+     * is not hashed ahead: its chunks are usually reused, and when they
+     * are not it is decoded from the previous pack, at its turn. */
+    size_t n_plan = job->n_files ? job->n_files : 1;
+    source *srcs = calloc(n_plan, sizeof *srcs);
+    ckpt_planned_reader *plan = calloc(n_plan, sizeof *plan);
+    int rc = srcs && plan ? 0 : -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < job->n_files; i++) {
+        const packer_file *f = &job->files[i];
+        srcs[i] = (source){f->blob, f->base, f->base_index, job->cancel, job->cancel_one, {0}};
+        plan[i] = (ckpt_planned_reader){read_blob, &srcs[i], f->size, f->blob != NULL};
+    }
+    if (rc == 0)
+        rc = ckpt_writer_open_in(job->store, pack, tmp, &o, &w, err);
+    else
+        ckpt_fail(err, rc, "checkpoint '%s': out of memory", job->name);
+    if (rc == 0 && !(ahead = ckpt_readers_ahead_new(w, plan, job->n_files)))
+        rc = ckpt_fail(err, -ENOMEM, "checkpoint '%s': out of memory", job->name);
     if (rc == 0)
         ckpt_writer_set_sibling_reader(w, read_sibling, (void *)job);
     int links_done = !job->links;
@@ -224,11 +239,10 @@ static int write_pack(const packer_job *job, const char *pack, const char *tmp, 
                 break;
         }
         source *src = &srcs[i];
-        *src = (source){f->blob, f->base, f->base_index, job->cancel, job->cancel_one, {0}};
         char label[600];
         snprintf(label, sizeof label, "%s/%s", job->name, f->path);
-        rc = ckpt_writer_add_reader_shared(w, f->path, read_blob, src, f->size, f->mode,
-                                           f->mtime_sec, f->mtime_nsec, label, err);
+        rc = ckpt_writer_add_reader_ahead(ahead, i, f->path, f->mode, f->mtime_sec, f->mtime_nsec,
+                                          label, err);
         if (rc == -ECANCELED)
             ckpt_fail(err, rc, "checkpoint '%s': packing stopped", job->name);
         else if (rc && src->detail.code)
@@ -242,6 +256,8 @@ static int write_pack(const packer_job *job, const char *pack, const char *tmp, 
     }
     if (w)
         ckpt_writer_abort(w);
+    ckpt_readers_ahead_free(ahead);
+    free(plan);
     free(srcs);
     if (rc == 0 && job->progress)
         job->progress(job->progress_ud, total, total);

@@ -538,6 +538,105 @@ Test(wckpt, crash_after_rename_completes_commit)
     close_table(&t);
 }
 
+/* Whether this process has the file at path open (a staged blob's
+ * descriptor is opened on its first read after stage_blob_park). */
+static int have_open(const char *path)
+{
+    struct stat want;
+    cr_assert_eq(stat(path, &want), 0, "%s", path);
+    DIR *d = opendir("/proc/self/fd");
+    cr_assert_not_null(d);
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d))) {
+        char fd_path[300];
+        struct stat st;
+        snprintf(fd_path, sizeof fd_path, "/proc/self/fd/%s", e->d_name);
+        found = e->d_name[0] != '.' && stat(fd_path, &st) == 0 && st.st_dev == want.st_dev &&
+                st.st_ino == want.st_ino;
+    }
+    closedir(d);
+    return found;
+}
+
+typedef struct ahead_probe {
+    const char *second; /* the second file's staging file */
+    uint64_t first_size;
+    int checked, second_read; /* while the first file was being packed */
+} ahead_probe;
+
+/* From the packing thread while the first file is fed: gives the second
+ * file's lane 5 s to start reading it, so that a loaded machine cannot make
+ * the check fail; on the old rule nothing reads it before the writer
+ * reaches it, however long this waits. */
+static void probe_progress(void *ud, uint64_t done, uint64_t total)
+{
+    ahead_probe *pr = ud;
+    if (pr->checked || done == 0 || done >= pr->first_size)
+        return;
+    pr->checked = 1;
+    for (int i = 0; i < 500 && !(pr->second_read = have_open(pr->second)); i++)
+        usleep(10000);
+}
+
+/* The background packer queues the hash lanes of a checkpoint's big staged
+ * files ahead of the writer, as ckpt pack does a tree's (lanes_ahead.h):
+ * the second file is read by its lane while the first is still being
+ * packed, not only once the writer reaches it. */
+Test(wckpt, packer_hashes_big_files_ahead)
+{
+    wtable t;
+    open_table(&t, NULL, 0, 0);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "h", 0755, &c), 0);
+    const size_t big = 20u << 20; /* above the writer's lane threshold */
+    uint8_t *a = malloc(big), *b = malloc(big);
+    tu_fill_pattern(a, big, 5);
+    tu_fill_pattern(b, big, 6);
+    uint32_t na = make_file(c, WTREE_ROOT, "a.bin", a, big);
+    uint32_t nb = make_file(c, WTREE_ROOT, "b.bin", b, big);
+    cr_assert_eq(wtable_commit(&t, c), 0);
+    stage_blob *bb = wc_file_of(c, nb)->blob;
+    ckpt_err err = {0};
+    cr_assert_eq(stage_blob_park(bb, &err), 0, "%s", err.msg);
+    char second[400];
+    snprintf(second, sizeof second, "%s/.ckptfs/stage/%s/data/%016llx", dir, c->dir.sid,
+             (unsigned long long)stage_blob_id(bb));
+    cr_assert_not(have_open(second), "parked: its descriptor is closed");
+    packer_file f[2] = {
+        {.path = strdup("a.bin"), .blob = wc_file_of(c, na)->blob, .size = big, .mode = 0644},
+        {.path = strdup("b.bin"), .blob = bb, .size = big, .mode = 0644}};
+    ahead_probe pr = {.second = second, .first_size = big};
+    packer_job job = {.backing_fd = backing,
+                      .backing_path = dir,
+                      .store = t.store,
+                      .name = "h",
+                      .files = f,
+                      .n_files = 2,
+                      .threads = 2,
+                      .progress = probe_progress,
+                      .progress_ud = &pr};
+    cr_assert_eq(packer_run(&job, &err), 0, "%s", err.msg);
+    cr_assert(pr.checked, "progress was reported while the first file was packed");
+    cr_assert(pr.second_read, "the second file's lane read it while the first was packed");
+    char *pp = pack_path("h");
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(pp, NULL, &p, &err), 0, "%s", err.msg);
+    uint8_t want[32];
+    tu_sha256(a, big, want);
+    cr_assert_arr_eq(ckpt_file_at(p, (size_t)ckpt_file_find(p, "a.bin"))->sha256, want, 32);
+    tu_sha256(b, big, want);
+    cr_assert_arr_eq(ckpt_file_at(p, (size_t)ckpt_file_find(p, "b.bin"))->sha256, want, 32);
+    cr_assert_eq(ckpt_verify(p, 2, NULL, NULL, NULL, NULL, &err), 0, "%s", err.msg);
+    ckpt_close(p);
+    free(pp);
+    free(f[0].path);
+    free(f[1].path);
+    free(a);
+    free(b);
+    close_table(&t);
+}
+
 Test(wckpt, crash_leftovers_are_cleaned)
 {
     wtable t;
