@@ -192,7 +192,9 @@ void wops_ckpt_unlink(fuse_req_t req, ckptfs *fs, const char *name)
     int damaged = c->is_file && checkpoint_open(&fs->table, c) == -EIO && checkpoint_is_broken(c);
     /* A pack goes only while it is the object listed (on S3 another writer
      * may have replaced it meanwhile). */
-    rc = !c->is_file ? -EISDIR : fs->writable ? wtable_remove_pack(&fs->wtable, name, 1, &c->oid) : -EROFS;
+    rc = !c->is_file    ? -EISDIR
+         : fs->writable ? wtable_remove_pack(&fs->wtable, name, 1, &c->oid)
+                        : -EROFS;
     if (rc == 0 && damaged) {
         char why[sizeof c->last_error];
         checkpoint_get_error(c, why, sizeof why);
