@@ -214,6 +214,11 @@ int ckpt_writer_add_reader_shared(ckpt_writer *w, const char *pack_path, ckpt_re
                                   void *ud, uint64_t size, uint32_t mode, int64_t mtime_sec,
                                   uint32_t mtime_nsec, const char *src_name, ckpt_err *err);
 
+/* The pack id w writes into its header (random, unique per pack): a
+ * writer whose commit got no answer keeps it, so that a later try that
+ * finds a pack under the name can tell its own upload from another's. */
+void ckpt_writer_pack_id(const ckpt_writer *w, uint8_t out[16]);
+
 /* ------------------------------------------------ sealing under a nonce */
 
 /* The chunks' AEADs under a caller's key and nonce, for ckptfs's staging
