@@ -246,6 +246,11 @@ int ckpt_writer_add_reader_ahead(ckpt_readers_ahead *a, size_t i, const char *pa
  * left out are the writer's). */
 void ckpt_readers_ahead_free(ckpt_readers_ahead *a);
 
+/* The pack id w writes into its header (random, unique per pack): a
+ * writer whose commit got no answer keeps it, so that a later try that
+ * finds a pack under the name can tell its own upload from another's. */
+void ckpt_writer_pack_id(const ckpt_writer *w, uint8_t out[16]);
+
 /* ------------------------------------------------ sealing under a nonce */
 
 /* The chunks' AEADs under a caller's key and nonce, for ckptfs's staging

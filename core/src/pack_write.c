@@ -1412,6 +1412,11 @@ void ckpt_writer_set_sibling_reader(ckpt_writer *w, ckpt_sibling_fn fn, void *ud
     w->sibling_ud = fn ? ud : NULL;
 }
 
+void ckpt_writer_pack_id(const ckpt_writer *w, uint8_t out[16])
+{
+    memcpy(out, w->pack_id, 16);
+}
+
 void writer_sibling_reader(const ckpt_writer *w, ckpt_sibling_fn *fn, void **ud)
 {
     *fn = w->sibling_fn;

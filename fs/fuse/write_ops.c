@@ -159,9 +159,10 @@ void wops_ckpt_rmdir(fuse_req_t req, ckptfs *fs, const char *name)
     int damaged = rc == -EIO && checkpoint_is_broken(c);
     if (rc == 0 && !checkpoint_is_empty(c))
         rc = -ENOTEMPTY;
+    /* Only the object listed goes, damaged or not: on S3 another writer
+     * may have replaced it since, and what it put there is not empty. */
     if (rc == 0 || damaged)
-        rc = fs->writable ? wtable_remove_pack(&fs->wtable, name, 0, damaged ? &c->oid : NULL)
-                          : -EROFS;
+        rc = fs->writable ? wtable_remove_pack(&fs->wtable, name, 0, &c->oid) : -EROFS;
     if (rc == 0 && damaged) {
         char why[sizeof c->last_error];
         checkpoint_get_error(c, why, sizeof why);
@@ -189,10 +190,10 @@ void wops_ckpt_unlink(fuse_req_t req, ckptfs *fs, const char *name)
         return;
     }
     int damaged = c->is_file && checkpoint_open(&fs->table, c) == -EIO && checkpoint_is_broken(c);
-    /* A damaged pack goes only while it is the object found damaged (on
-     * S3 another writer may have replaced it meanwhile). */
+    /* A pack goes only while it is the object listed (on S3 another writer
+     * may have replaced it meanwhile). */
     rc = !c->is_file    ? -EISDIR
-         : fs->writable ? wtable_remove_pack(&fs->wtable, name, 1, damaged ? &c->oid : NULL)
+         : fs->writable ? wtable_remove_pack(&fs->wtable, name, 1, &c->oid)
                         : -EROFS;
     if (rc == 0 && damaged) {
         char why[sizeof c->last_error];

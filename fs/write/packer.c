@@ -114,6 +114,33 @@ static void on_warn(void *ud, const char *src, const char *reason)
 
 static int write_pack(const packer_job *job, const char *pack, const char *tmp, ckpt_err *err);
 
+enum { NOT_OURS, OURS, OURS_OLD, GONE };
+
+/* Whether pack, listed in the store, is an earlier try's (job->tried): by
+ * the pack id in its header, drawn at random for every pack, where an ETag
+ * or a size would not tell another writer's pack from ours. NOT_OURS,
+ * OURS, OURS_OLD (of the checkpoint before a change), GONE (deleted since
+ * it was listed), or -errno when its header could not be read for a
+ * reason worth a later try (no answer). */
+static int earlier_try(const packer_job *job, const char *pack, ckpt_err *err)
+{
+    if (!job->n_tried)
+        return NOT_OURS;
+    ckpt_pack_info info;
+    ckpt_err perr = {0};
+    int rc = ckpt_probe_in(job->store, pack, &info, &perr);
+    if (rc < 0 && perr.transient) {
+        char what[BACKING_PATH_MAX + 16];
+        snprintf(what, sizeof what, "checkpoint '%s'", job->name);
+        *err = perr;
+        return ckpt_fail_prefix(err, what);
+    }
+    for (size_t i = 0; rc == 0 && i < job->n_tried; i++)
+        if (memcmp(info.pack_id, job->tried[i], 16) == 0)
+            return i < job->n_tried_old ? OURS_OLD : OURS;
+    return rc == -ENOENT ? GONE : NOT_OURS;
+}
+
 int packer_run(const packer_job *job, ckpt_err *err)
 {
     char pack[BACKING_PATH_MAX + 64], tmp[BACKING_PATH_MAX + 64];
@@ -122,11 +149,23 @@ int packer_run(const packer_job *job, ckpt_err *err)
         packer_tmp_name(job->name, tmp, sizeof tmp) != 0)
         return ckpt_fail(err, -ENAMETOOLONG, "checkpoint '%s': name too long", job->name);
     if (job->remote) {
-        if (!job->replace && packer_store_kind(job->store, job->name) >= PACKER_PACK_DIR)
+        if (job->replace || packer_store_kind(job->store, job->name) < PACKER_PACK_DIR)
+            return write_pack(job, pack, tmp, err);
+        int ours = earlier_try(job, pack, err);
+        if (ours < 0)
+            return ours;
+        if (ours == NOT_OURS)
             return ckpt_fail(err, -EEXIST,
                              "checkpoint '%s': %s/%s already exists; not "
                              "replacing it",
                              job->name, ckpt_store_where(job->store), pack);
+        if (ours == OURS) {
+            fslog_info("checkpoint '%s': %s/%s is the pack of an earlier try, whose upload "
+                       "took though no answer said so: it is the commit",
+                       job->name, ckpt_store_where(job->store), pack);
+            return 0;
+        }
+        /* Gone, or an earlier try's of what the checkpoint was then. */
         return write_pack(job, pack, tmp, err);
     }
     /* Its namespace may have been removed by hand meanwhile; links are
@@ -215,6 +254,8 @@ static int write_pack(const packer_job *job, const char *pack, const char *tmp, 
         rc = ckpt_fail(err, -ENOMEM, "checkpoint '%s': out of memory", job->name);
     if (rc == 0)
         ckpt_writer_set_sibling_reader(w, read_sibling, (void *)job);
+    if (rc == 0 && job->pack_id)
+        ckpt_writer_pack_id(w, job->pack_id);
     int links_done = !job->links;
     size_t reused = 0;
     uint64_t reused_bytes = 0;

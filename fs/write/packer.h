@@ -52,12 +52,23 @@ typedef struct packer_job {
     /* Polled while packing; non-zero stops it with -ECANCELED. */
     const int *cancel;
     const int *cancel_one; /* the same, for this checkpoint alone */
+    /* A store's commit may take though its answer never came (S3: the
+     * CompleteMultipartUpload and the HEADs judging it all unanswered):
+     * the pack ids of this checkpoint's earlier failed tries, a pack
+     * under the name carrying one of them being this checkpoint's own:
+     * taken as this commit, or replaced when of the first n_tried_old
+     * (tries of the checkpoint before a change, or before a restart,
+     * which cannot tell). */
+    const uint8_t (*tried)[16];
+    size_t n_tried, n_tried_old;
+    uint8_t *pack_id; /* NULL, or 16 bytes: the id of the pack this run writes, once known */
 } packer_job;
 
 /* 0 once NAME.tpack is durably in place (atomically replacing the one
- * there with job->replace); else a negative errno with err saying what
- * failed, and no new pack and no temporary file left behind. -EEXIST if
- * NAME.tpack exists already and not job->replace. */
+ * there with job->replace; or, on a store, found there from an earlier
+ * try: job->tried); else a negative errno with err saying what failed,
+ * and no new pack and no temporary file left behind. -EEXIST if
+ * NAME.tpack exists already (not an earlier try's) and not job->replace. */
 int packer_run(const packer_job *job, ckpt_err *err);
 
 /* The temporary pack of name, .BASE.tpack.tmp in name's directory (a

@@ -244,7 +244,7 @@ static int record_text(const char *name, stage_state state, const stage_dir *d, 
                        char **out)
 {
     size_t nlen = strlen(name), elen = error ? strlen(error) : 0;
-    size_t cap = 256 + 2 * nlen + 2 * elen;
+    size_t cap = 256 + STAGE_TRIED_MAX * 40 + 16 + 2 * nlen + 2 * elen;
     char *t = malloc(cap);
     if (!t)
         return -ENOMEM;
@@ -274,12 +274,26 @@ static int record_text(const char *name, stage_state state, const stage_dir *d, 
         n += snprintf(t + n, cap - (size_t)n, "replaces 1\n");
     if (d->has_base)
         n += snprintf(t + n, cap - (size_t)n, "base 1\n");
+    for (unsigned i = 0; i < d->n_tried; i++) {
+        char hex[33];
+        stage_hex(d->tried[i], 16, hex);
+        n += snprintf(t + n, cap - (size_t)n, "tried %s\n", hex);
+    }
     if (error)
         snprintf(t + n, cap - (size_t)n, "error %s\n", err_hex);
     free(name_hex);
     free(err_hex);
     *out = t;
     return 0;
+}
+
+void stage_note_try(stage_dir *d, const uint8_t id[16])
+{
+    if (d->n_tried == STAGE_TRIED_MAX)
+        memmove(d->tried[0], d->tried[1], (STAGE_TRIED_MAX - 1) * sizeof d->tried[0]);
+    else
+        d->n_tried++;
+    memcpy(d->tried[d->n_tried - 1], id, 16);
 }
 
 int stage_write_record(stage_root *r, stage_dir *d, const char *name, stage_state state,
@@ -353,6 +367,9 @@ static int parse_record(char *text, stage_record *rec)
             rec->replaces = strcmp(val, "1") == 0;
         } else if (strcmp(line, "base") == 0) {
             rec->has_base = strcmp(val, "1") == 0;
+        } else if (strcmp(line, "tried") == 0) {
+            if (rec->n_tried < STAGE_TRIED_MAX && unhex(val, rec->tried[rec->n_tried], 16) == 0)
+                rec->n_tried++;
         } else if (strcmp(line, "error") == 0) {
             free(rec->error);
             rec->error = unhex_string(val);
@@ -447,6 +464,8 @@ int stage_open(stage_root *r, const char *sid, stage_dir *d, stage_record *rec, 
         d->is_file = rec->is_file;
         d->replaces = rec->replaces;
         d->has_base = rec->has_base;
+        memcpy(d->tried, rec->tried, sizeof d->tried);
+        d->n_tried = rec->n_tried;
     }
     if (rc) {
         stage_dir_close(d);

@@ -55,6 +55,10 @@ typedef struct stage_root {
     int master_valid;
 } stage_root;
 
+/* Tries whose pack ids are kept: more failed tries than this in a row
+ * mean a store that takes nothing, not one that drops answers. */
+#define STAGE_TRIED_MAX 4
+
 typedef struct stage_dir {
     char sid[STAGE_SID_LEN + 1];
     int fd;           /* BACKING/.ckptfs/stage/SID */
@@ -66,7 +70,14 @@ typedef struct stage_dir {
     int replaces; /* its pack replaces one already there */
     int has_base; /* reopened: unchanged files are read from
                                  that pack (WTREE_BASE_BLOB) */
+    /* The pack ids of failed tries to pack it into a store, newest last
+     * (packer_job.tried). */
+    uint8_t tried[STAGE_TRIED_MAX][16];
+    unsigned n_tried;
 } stage_dir;
+
+/* Keeps id as the newest of d's tries, the oldest let go when full. */
+void stage_note_try(stage_dir *d, const uint8_t id[16]);
 
 typedef struct stage_record {
     char *name;
@@ -77,6 +88,8 @@ typedef struct stage_record {
     stage_cipher cipher;
     char *error;                     /* why it failed, or NULL */
     int is_file, replaces, has_base; /* as in stage_dir */
+    uint8_t tried[STAGE_TRIED_MAX][16];
+    unsigned n_tried;
 } stage_record;
 
 /* A staging write that failed and was not made good (wckpt.h). */

@@ -343,6 +343,7 @@ int wc_unpack(wckpt *c, const char *what)
  * reopened one is armed from its reopening: wtable_reopen.) */
 void wc_touched(wckpt *c, int namespace)
 {
+    c->tries_current = 0; /* a pack of an earlier try is replaced, not taken */
     if (!namespace)
         c->changed_since_commit = 1;
     c->last_change = wc_now_mono();

@@ -130,6 +130,9 @@ typedef struct wckpt {
      * (monotonic; 0: not), after pack_retry_wait seconds, doubled each
      * time up to PACK_RETRY_MAX. */
     double pack_retry_at, pack_retry_wait;
+    /* Of dir.tried, how many of the newest packed what the checkpoint is
+     * now (none after a change, or a restart). */
+    unsigned tries_current;
 
     /* Namespace saves: a generation per change, written without the lock. */
     uint64_t meta_gen, saved_gen;

@@ -147,7 +147,12 @@ static void pack_one(wtable *t, wckpt *c)
     pack_progress(c, 0, total);
     char *name = strdup(c->name);
     int replaces = c->dir.replaces;
+    /* dir.tried changes only here, under both locks. */
+    uint8_t tried[STAGE_TRIED_MAX][16];
+    size_t n_tried = c->dir.n_tried, n_tried_old = n_tried - c->tries_current;
+    memcpy(tried, c->dir.tried, sizeof tried);
     pthread_mutex_unlock(&c->lock);
+    uint8_t pack_id[16] = {0};
     ckpt_err err = {0};
     if (rc || !name) {
         ckpt_fail(&err, rc ? rc : -ENOMEM, "checkpoint '%s': %s", c->name,
@@ -175,6 +180,10 @@ static void pack_one(wtable *t, wckpt *c)
             .progress_ud = c,
             .cancel = &t->cancel_packing,
             .cancel_one = &c->cancel_pack,
+            .tried = tried,
+            .n_tried = n_tried,
+            .n_tried_old = n_tried_old,
+            .pack_id = t->opts.store ? pack_id : NULL,
         };
         double start = wc_now_mono();
         rc = packer_run(&job, &err);
@@ -229,7 +238,17 @@ static void pack_one(wtable *t, wckpt *c)
     } else if (rc != -ECANCELED) {
         fslog_err("checkpoint '%s': packing failed: %s", name ? name : c->name, err.msg);
         ckpt_err rec_err = {0};
+        static const uint8_t none[16];
         pthread_mutex_lock(&c->save_lock);
+        /* Its Complete may have taken unanswered: a retry that finds this
+         * pack under the name knows it for its own (packer_run). */
+        if (memcmp(pack_id, none, 16) != 0) {
+            pthread_mutex_lock(&c->lock);
+            stage_note_try(&c->dir, pack_id);
+            if (c->tries_current < c->dir.n_tried)
+                c->tries_current++;
+            pthread_mutex_unlock(&c->lock);
+        }
         if (stage_write_record(&t->root, &c->dir, name ? name : c->name, STAGE_FAILED, err.msg,
                                &rec_err) != 0)
             fslog_err("checkpoint '%s': %s", c->name, rec_err.msg);

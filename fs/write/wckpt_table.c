@@ -426,11 +426,25 @@ int wtable_create_link(wtable *t, const char *name, const char *target, wckpt **
     return create_single(t, name, 0777, target, out, node, st);
 }
 
+/* The identity of the pack c was reopened from (c->lock held), in buf;
+ * NULL when it was not reopened from one. Only that object goes with c:
+ * on a store, another writer may have put a new one under the name since. */
+static const ckpt_object_id *base_id(const wckpt *c, ckpt_object_id *buf)
+{
+    if (!c->base)
+        return NULL;
+    ckpt_pack_object_id(c->base, buf);
+    return buf;
+}
+
 /* Drops a writable checkpoint with its staging, and the pack it would
- * have replaced (t->lock held; c->lock not). */
+ * have replaced (t->lock held; c->lock not). -ESTALE when that pack was
+ * left, replaced since it was reopened. */
 static int drop(wtable *t, wckpt *c, int want_file)
 {
     pthread_mutex_lock(&c->lock);
+    ckpt_object_id buf;
+    const ckpt_object_id *want = base_id(c, &buf);
     int rc = c->locked ? -EACCES : c->state == WST_PACKING ? -EBUSY : 0;
     if (rc == 0 && c->is_file != want_file)
         rc = c->is_file ? -ENOTDIR : -EISDIR;
@@ -458,8 +472,9 @@ static int drop(wtable *t, wckpt *c, int want_file)
         c->current = 0;
         if (stage_remove(&t->root, &c->dir, &err) != 0)
             fslog_warn("checkpoint '%s' removed, but not all of its staging: %s", c->name, err.msg);
-        if (replaces && wc_pack_exists(t, c->name))
-            wtable_remove_pack(t, c->name, c->is_file, NULL);
+        if (replaces && wc_pack_exists(t, c->name) &&
+            wtable_remove_pack(t, c->name, c->is_file, want) == -ESTALE)
+            rc = -ESTALE; /* the name shows the new pack now */
         wc_release_if_unused(t, c);
     }
     return rc;
@@ -490,6 +505,8 @@ void wc_abandon(wtable *t, wckpt *c)
     c->state = WST_DELETED;
     while (c->inflight)
         pthread_cond_wait(&c->changed, &c->lock);
+    ckpt_object_id buf;
+    const ckpt_object_id *want = base_id(c, &buf);
     wc_let_go_of_base(c);
     int replaces = c->dir.replaces;
     pthread_mutex_unlock(&c->lock);
@@ -498,7 +515,7 @@ void wc_abandon(wtable *t, wckpt *c)
     if (stage_remove(&t->root, &c->dir, &err) != 0)
         fslog_warn("checkpoint '%s' removed, but not all of its staging: %s", c->name, err.msg);
     if (replaces && wc_pack_exists(t, c->name))
-        wtable_remove_pack(t, c->name, c->is_file, NULL);
+        wtable_remove_pack(t, c->name, c->is_file, want);
     wc_release_if_unused(t, c);
     pthread_mutex_unlock(&t->lock);
 }

@@ -10,9 +10,9 @@
 #   - a writable mount packs a checkpoint to PREFIX/NAME.tpack with no
 #     upload left behind; a second read-only mount sees it within
 #     list_interval; a second writable mount is refused naming the holder;
-#     rm -r deletes the object; a damaged object is deleted, a damaged one
-#     replaced meanwhile by another writer is not; a damaged .tfile is
-#     removed
+#     rm -r deletes the object; a damaged object is deleted, a damaged or
+#     healthy one replaced meanwhile by another writer is not; a damaged
+#     .tfile is removed
 #   - the gateway killed in a read through the mount: completes or EIO
 #     within the retry bound
 #   - a checkpoint first opened with the gateway down: EIO, unreachable,
@@ -306,6 +306,9 @@ unmount_ckptfs mnt-ro2
 # is a file that rm removes (its lookup failed with EIO, and rm with it).
 s3py put $BK d/g.tpack garbage.bin
 s3py put $BK d/h.tfile garbage.bin
+mkdir -p empty
+"$CKPT" pack empty -o s3://$BK/d/e.tpack >/dev/null 2>&1 || fail "an empty pack d/e.tpack"
+"$CKPT" pack tiny -o s3://$BK/d/f.tpack >/dev/null 2>&1 || fail "a pack d/f.tpack"
 mount_ckptfs s3://$BK/d mnt-d "$LOG" -o commit_delay=0,list_interval=3600,stage_dir="$TMP/stage-d" || fail "writable mount of s3://$BK/d" "$(tail -n 3 "$LOG")"
 expect_fail "a damaged object: listing it fails" ls mnt-d/g
 "$CKPT" pack tiny -o s3://$BK/d/g.tpack -f >/dev/null 2>&1 || fail "another writer replaces d/g.tpack"
@@ -318,6 +321,27 @@ got=$(errno_of rmdir mnt-d/g)
 [ "$(s3py size $BK d/g.tpack)" = "$good" ] && pass "  the replacing pack survives ($good bytes)" || fail "  the replacing pack survives" "$(s3py size $BK d/g.tpack), want $good"
 grep -qF "checkpoint 'g': s3://$BK/d/g.tpack: not removed: replaced since it was seen" "$LOG" && pass "  the log says why" ||
     fail "  the log says why" "$(grep "'g'" "$LOG" | tail -n 2)"
+# The same for a healthy pack: rmdir of an empty one deleted the key
+# whatever it held by then (by name, unconditionally); so did rm -r of one
+# with files, replaced after its first unlink reopened it for writing.
+survives() { # NAME: the replacing pack d/NAME.tpack is there, and the log says why
+    [ "$(s3py size $BK d/$1.tpack)" = "$good" ] && pass "  the replacing pack survives ($good bytes)" ||
+        fail "  the replacing pack survives" "$(s3py size $BK d/$1.tpack), want $good"
+    grep -qF "checkpoint '$1': s3://$BK/d/$1.tpack: not removed: replaced since it was seen" "$LOG" &&
+        pass "  the log says why" || fail "  the log says why" "$(grep "'$1'" "$LOG" | tail -n 2)"
+}
+ls mnt-d/e >/dev/null || fail "an empty pack lists"
+"$CKPT" pack tiny -o s3://$BK/d/e.tpack -f >/dev/null 2>&1 || fail "another writer replaces d/e.tpack"
+good=$(s3py size $BK d/e.tpack)
+got=$(errno_of rmdir mnt-d/e)
+[ "$got" = ENOTEMPTY ] && pass "rmdir of an empty pack replaced since it was listed: ENOTEMPTY" ||
+    fail "rmdir of an empty pack replaced since it was listed: ENOTEMPTY" "$got"
+survives e
+rm mnt-d/f/config.json || fail "rm of a file of d/f reopens it"
+"$CKPT" pack tiny -o s3://$BK/d/f.tpack -f >/dev/null 2>&1 || fail "another writer replaces d/f.tpack"
+good=$(s3py size $BK d/f.tpack)
+expect_fail "rm -r of a pack replaced since it was reopened" rm -r mnt-d/f
+survives f
 [ -f mnt-d/h ] && pass "a damaged .tfile shows as a file" || fail "a damaged .tfile shows as a file" "$(stat mnt-d/h 2>&1)"
 got=$(errno_of read mnt-d/h)
 [ "$got" = EIO ] && pass "  reading it: EIO" || fail "  reading it: EIO" "$got"
