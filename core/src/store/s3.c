@@ -79,18 +79,27 @@ static ssize_t get_and_keep(s3_reader *sr, void *buf, size_t len, uint64_t off, 
 /* A segment for the readahead: from the cache when it holds it (its own
  * file, or the files of the chunks read before the readahead started,
  * which a remount's readahead may start earlier than the first read's
- * did), else one GET of the span the cache lacks, then kept whole. The readahead runs several of these at once, ahead of
+ * did), else one GET of the span the cache lacks, then kept whole. The
+ * skip bytes the stream's readers had are fetched only without a cache:
+ * with one, those readers kept their chunks in it, so the span it lacks
+ * starts where they stopped anyway, and the segment is kept whole, one
+ * file (what remains, a chunk a worker had in flight, is fetched for
+ * that). The readahead runs several of these at once, ahead of
  * a sequential reader, so a cached object is read back from its cache
  * files in parallel, as it is fetched from the store. Before, a hit was
  * one file per chunk read in the reader's thread, each read waiting for
  * its pread, and a cold-page-cache read from a full cache_dir ran at
  * 0.72x of the same pack in a local directory, where the kernel's
  * readahead keeps the pack file ahead (2 cores, medians of 3). */
-static ssize_t ra_fetch(void *ud, void *buf, size_t len, uint64_t off, void *seg, ckpt_err *err)
+static ssize_t ra_fetch(void *ud, void *buf, size_t len, uint64_t off, size_t skip, void *seg,
+                        ckpt_err *err)
 {
     s3_reader *sr = ud;
-    if (!sr->cached)
-        return get_range_told(sr, buf, len, off, seg, 0, err);
+    if (!sr->cached) {
+        ssize_t got =
+            get_range_told(sr, (uint8_t *)buf + skip, len - skip, off + skip, seg, skip, err);
+        return got < 0 ? got : (ssize_t)len;
+    }
     uint64_t from;
     size_t n;
     if (s3_cache_fill(sr->s->cache, sr->tag, off, buf, len, &from, &n))

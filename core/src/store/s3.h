@@ -338,15 +338,17 @@ void s3_cache_stats(s3_cache *c, ckpt_store_cache_stats *out);
 /* ----------------------------------------------- readahead (s3_readahead.c) */
 
 typedef struct s3_ra s3_ra;
-/* Reads exactly len bytes at off into buf (a ranged GET carrying the
- * object's If-Match, or the cache's file of the segment): len, or -errno.
+/* Reads bytes [off + skip, off + len) into buf + skip (a ranged GET
+ * carrying the object's If-Match, or the cache's file of the segment): len,
+ * or -errno. buf[0, skip) is not wanted (the readers read it themselves
+ * before the readahead started) but may be filled all the same.
  * buf is aligned to S3_RA_ALIGN, so the cache may read into it directly.
  * While it runs it may call s3_ra_arrived(seg, n) to say that buf[0, n)
  * holds its final bytes, which readers may then use (n only grows; bytes
  * told are never written again, a retry included). */
 #define S3_RA_ALIGN 4096
-typedef ssize_t (*s3_ra_fetch_fn)(void *ud, void *buf, size_t len, uint64_t off, void *seg,
-                                  ckpt_err *err);
+typedef ssize_t (*s3_ra_fetch_fn)(void *ud, void *buf, size_t len, uint64_t off, size_t skip,
+                                  void *seg, ckpt_err *err);
 void s3_ra_arrived(void *seg, size_t n);
 typedef struct s3_ra_stats {
     uint64_t hits, misses;            /* reads served from segments, reads left to the caller */
