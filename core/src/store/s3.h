@@ -238,6 +238,13 @@ typedef struct s3_req {
      * that readers may be copying. */
     int (*progress)(void *ud, const struct s3_resp *rs);
     void *progress_ud;
+    /* With dst: a GET of bytes [range_off, range_off + dst_len), whose
+     * Range header is made here, so that a retry asks only for the bytes
+     * after those an earlier try told (progress) rather than for all of
+     * them again; the try's answer must then be their range (rs->dst_from
+     * says where it starts). */
+    int ranged;
+    uint64_t range_off;
     const s3_retry_policy *retry; /* NULL: the client's */
     unsigned timeout_ms;          /* each attempt at most this long; 0: no bound */
     /* Rides out an outage: neither refused while the gateway is marked
@@ -252,7 +259,8 @@ typedef struct s3_resp {
     long status; /* 0: no HTTP answer (transport failure) */
     char *body;  /* captured body (non-2xx, or 2xx without dst), NUL-ended */
     size_t body_len;
-    size_t dst_got;  /* bytes written to dst */
+    size_t dst_got;  /* bytes of dst written, by this try or told by earlier ones */
+    size_t dst_from; /* rq->ranged: this try's range starts at dst[dst_from] */
     size_t dst_told; /* of them, told to rq->progress, which accepted the answer */
     int overflow;    /* the body did not fit dst or S3_XML_MAX */
     char etag[80];

@@ -20,7 +20,9 @@
  * at 8 s, with jitter); a body is re-sent from its start and a ranged read
  * refills its buffer from the start, except for the bytes an earlier try
  * told when the caller follows the body as it arrives (rq->progress):
- * those are skipped, not written again under a reader.
+ * those are skipped, not written again under a reader, and where the
+ * request's range is ours (rq->ranged) not asked for again either: a
+ * 16 MiB readahead segment cut at 15 MiB used to be fetched whole again.
  *
  * Outages: s3_outage.c is asked before each request and told after it, so
  * that once one request got no answer the others fail at once instead of
@@ -516,7 +518,7 @@ static int attempt(s3_client *c, conn *k, const s3_req *rq, const char *url,
                    struct curl_slist *hdrs, s3_resp *rs, size_t keep)
 {
     CURL *h = k->h;
-    xfer x = {.h = h, .k = k, .rq = rq, .rs = rs, .keep = keep};
+    xfer x = {.h = h, .k = k, .rq = rq, .rs = rs, .keep = keep, .told = rs->dst_got};
     const char *m = rq->method;
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -638,7 +640,17 @@ static int request(s3_client *c, const s3_req *rq, s3_resp *rs)
             kept = rs->dst_told;
         reset_resp(rs);
         rs->attempts++;
-        rc = attempt(c, k, rq, url, hdrs, rs, kept);
+        /* A try asks for the bytes not yet told; when all were (the try
+         * broke after its last byte), for the last, which it skips. */
+        char range[64];
+        struct curl_slist with_range = {range, hdrs};
+        if (rq->ranged && rq->dst_len) {
+            rs->dst_got = rs->dst_from = kept < rq->dst_len ? kept : rq->dst_len - 1;
+            snprintf(range, sizeof range, "Range: bytes=%llu-%llu",
+                     (unsigned long long)(rq->range_off + rs->dst_from),
+                     (unsigned long long)(rq->range_off + rq->dst_len - 1));
+        }
+        rc = attempt(c, k, rq, url, rq->ranged && rq->dst_len ? &with_range : hdrs, rs, kept);
         if (rc == -ENOMEM || !s3_retryable(rs->status, rs->curl_code) || plain_http_answer(rs))
             break;
         long d = s3_retry_delay(p, rs->attempts, now_ms() - t0,
