@@ -372,7 +372,8 @@ void s3_ra_free(s3_ra *ra);
  * range itself (not a sequential reader, or a segment that had failed
  * already or quickly: the caller's own GET then reports why); -errno when
  * the read waited for a segment whose fetch failed after a second or more
- * (its retries spent: a GET of its own would only spend as many again).
+ * without bytes (its retries spent: a GET of its own would only spend as
+ * many again).
  * Thread-safe. */
 int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off);
 /* s3_ra_read without the copy where it can: 1 with *data the bytes, in a

@@ -52,13 +52,17 @@
  * A FAILED segment is not an error here: the read falls back to the caller's
  * own ranged GET, whose error (HTTP status, -ESTALE for a replaced object)
  * is the one reported, so readahead never changes what a read returns;
- * except for a reader that waited for a fetch that failed slowly (RA_SPENT_MS
- * or more: the store retried): it gets that fetch's error (the same GET with
- * the same If-Match, over a wider range). Falling back there made a second
- * GET with a retry budget of its own after the first had spent all of its:
- * against a hung gateway a read failed after 60 s, not the 30 s that one
- * request's retries take. A quick failure (an answer refused at once) still
- * falls back, as the reader's own GET may fare otherwise.
+ * except for a reader that waited for a fetch that failed slowly (no bytes
+ * for RA_SPENT_MS or more before it failed: the store retried): it gets
+ * that fetch's error (the same GET with the same If-Match, over a wider
+ * range). Falling back there made a second GET with a retry budget of its
+ * own after the first had spent all of its: against a hung gateway a read
+ * failed after 60 s, not the 30 s that one request's retries take. A quick
+ * failure (an answer refused at once, or a GET that failed while its bytes
+ * were still coming) still falls back, as the reader's own GET may fare
+ * otherwise. The time counted is since the last bytes, not since the GET
+ * began: a 16 MiB segment takes more than RA_SPENT_MS on a slow link, and
+ * a slow, healthy GET that then failed once gave its error to its readers.
  *
  * Generations: the segment fetch is the caller's ranged GET, carrying
  * If-Match with the ETag fixed at open, so every byte served from a
@@ -101,8 +105,9 @@
 #define RA_MIN_SIZE (8ull << 20)
 #define RA_STREAMS 2u
 #define RA_STALE 32u
-/* A failed fetch that took this long had its retries (the first backoff
- * is 125-250 ms, a stalled try 15 s): its error is a waiting reader's. */
+/* A failed fetch that had no bytes for this long before it failed had its
+ * retries (the first backoff is 125-250 ms, a stalled try 15 s): its error
+ * is a waiting reader's. */
 #define RA_SPENT_MS 1000
 #define SEG_ALIGN (2u << 20)
 
@@ -117,9 +122,10 @@ typedef struct slot {
     size_t filled; /* LOADING: buf[from, filled) has arrived */
     int state;
     unsigned refs;
-    int rc;       /* FAILED: the fetch's -errno */
-    int spent;    /* FAILED after RA_SPENT_MS or more */
-    ckpt_err err; /* FAILED: why */
+    int rc;               /* FAILED: the fetch's -errno */
+    uint64_t quiet_since; /* LOADING: ms when it began, or its last bytes came */
+    int spent;            /* FAILED after RA_SPENT_MS or more without bytes */
+    ckpt_err err;         /* FAILED: why */
 } slot;
 
 struct s3_ra {
@@ -203,6 +209,13 @@ static int seg_new(uint8_t **buf)
     return 0;
 }
 
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 static void *fetch_thread(void *arg)
 {
     s3_ra *ra = arg;
@@ -222,20 +235,17 @@ static void *fetch_thread(void *arg)
             continue;
         }
         next->state = LOADING;
+        next->quiet_since = now_ms();
         pthread_mutex_unlock(&ra->mu);
         ckpt_err err = {0};
         ssize_t got = -ENOMEM;
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
         if (next->buf || seg_new(&next->buf) == 0)
             got =
                 ra->fetch(ra->ud, next->buf, next->len, next->seg * RA_SEG, next->from, next, &err);
         pthread_mutex_lock(&ra->mu);
         next->state = got == (ssize_t)next->len ? READY : FAILED;
-        clock_gettime(CLOCK_MONOTONIC, &t1);
         next->rc = got < 0 ? (int)got : -EIO;
-        next->spent =
-            (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= RA_SPENT_MS;
+        next->spent = now_ms() - next->quiet_since >= RA_SPENT_MS;
         next->err = err;
         if (next->state == FAILED && !next->err.msg[0])
             ckpt_fail(&next->err, next->rc, "read ahead of bytes %llu-%llu: %zd of %zu bytes",
@@ -257,6 +267,7 @@ void s3_ra_arrived(void *seg, size_t n)
     pthread_mutex_lock(&ra->mu);
     if (n > s->filled && n <= s->len) {
         s->filled = n;
+        s->quiet_since = now_ms();
         pthread_cond_broadcast(&ra->done);
     }
     pthread_mutex_unlock(&ra->mu);
