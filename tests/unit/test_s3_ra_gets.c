@@ -24,9 +24,9 @@ enum { NONE, CUT, HANG };
 
 /* One object p/o of size bytes (obj_byte), ETag "e1" until the first cut
  * (etag_after from then on, the object replaced behind a gateway that
- * ignores If-Match), one connection per request. The fault-th segment GET
- * sends cut_after bytes of its body, then closes (CUT) or waits until stop
- * (HANG). Every GET's Range is noted. */
+ * ignores If-Match), one connection per request. The fault_at-th segment
+ * GET, or every one from fault_off, sends cut_after bytes of its body, then
+ * closes (CUT) or waits until stop (HANG). Every GET's Range is noted. */
 typedef struct srv {
     int port, stop;
     pthread_t th;
@@ -35,6 +35,7 @@ typedef struct srv {
     uint64_t size;
     int fault;
     unsigned fault_at, seg_gets, live;
+    uint64_t fault_off; /* not 0: every segment GET from here meets the fault */
     size_t cut_after;
     const char *etag_after;
     int cut;
@@ -104,7 +105,8 @@ static void serve(srv *s, int fd)
         s->to[s->n_gets] = b;
     }
     s->n_gets++;
-    if (b - a + 1 > SEG_GET && ++s->seg_gets == s->fault_at)
+    if (b - a + 1 > SEG_GET &&
+        (++s->seg_gets == s->fault_at || (s->fault_off && a >= s->fault_off)))
         fault = s->fault;
     pthread_mutex_unlock(&s->mu);
     size_t len = (size_t)(b - a + 1);
@@ -302,4 +304,50 @@ Test(s3_ra_gets, a_resumed_segment_get_of_another_etag_is_stale, .timeout = 60)
     r->ops->close(r);
     srv_stop(&s);
     ckpt_store_free(st);
+}
+
+static double secs_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* Closing a reader whose segments ahead hang midway (a gateway gone
+ * silent) abandons their GETs: it used to wait for them, a stalled try
+ * (15 s) and its retries, before close returned. */
+Test(s3_ra_gets, closing_a_reader_abandons_its_hung_segment_gets, .timeout = 60)
+{
+    srv s;
+    srv_start(&s, 48ull << 20);
+    s.fault = HANG;
+    s.fault_off = 16ull << 20; /* the segments after the first */
+    s.cut_after = 1u << 20;
+    ckpt_store *st = srv_store(&s);
+    store_reader *r;
+    ckpt_err err = {0};
+    cr_assert_eq(st->ops->open_read(st, "o", &r, &err), 0, "%s", err.msg);
+    uint64_t at;
+    ssize_t got = read_through(r, 12ull << 20, &at, &err);
+    cr_assert_eq(got, 1 << 20, "at %llu: %zd %s", (unsigned long long)at, got, err.msg);
+    /* Both later segments' GETs are under way, hanging. */
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        pthread_mutex_lock(&s.mu);
+        unsigned hung = s.seg_gets;
+        pthread_mutex_unlock(&s.mu);
+        if (hung >= 3 || secs_since(&t0) > 5)
+            break;
+        usleep(10000);
+    }
+    cr_assert_geq(s.seg_gets, 3u, "the segments ahead were not asked for");
+    usleep(300000); /* their first MiB sent, the rest never */
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    r->ops->close(r);
+    double took = secs_since(&t0);
+    srv_stop(&s);
+    ckpt_store_free(st);
+    cr_log_info("close took %.3f s", took);
+    cr_assert_lt(took, 2.0, "close took %.2f s", took);
 }

@@ -277,7 +277,9 @@ static ssize_t get_range_told(s3_reader *sr, void *buf, size_t len, uint64_t off
                  .ranged = 1,
                  .range_off = off,
                  .progress = seg && r->id.etag[0] ? on_arrival : NULL,
-                 .progress_ud = &a};
+                 .progress_ud = &a,
+                 .cancelled = seg ? s3_ra_cancelled : NULL,
+                 .cancel_ud = seg};
     s3_resp rs;
     int rc = s3_request(sr->s->http, &rq, &rs);
     char what[64];
@@ -299,6 +301,8 @@ static ssize_t get_range_told(s3_reader *sr, void *buf, size_t len, uint64_t off
                            r->name, what, rs.status, rs.dst_got, rs.content_range);
         else
             rc = 0;
+    } else if (rc == -ECANCELED) {
+        rc = ckpt_fail(err, rc, "%s: %s abandoned: the reader was closed", r->name, what);
     } else {
         rc = s3_fail(err, sr->s->http, r->name, what, &rs);
     }

@@ -245,6 +245,11 @@ typedef struct s3_req {
      * says where it starts). */
     int ranged;
     uint64_t range_off;
+    /* Asked while the request runs (during a transfer, between tries):
+     * nonzero abandons it, with no more tries, as -ECANCELED (the readahead
+     * being closed: it used to wait for a hung GET and all its retries). */
+    int (*cancelled)(void *ud);
+    void *cancel_ud;
     const s3_retry_policy *retry; /* NULL: the client's */
     unsigned timeout_ms;          /* each attempt at most this long; 0: no bound */
     /* Rides out an outage: neither refused while the gateway is marked
@@ -275,7 +280,7 @@ typedef struct s3_resp {
 
 /* Performs rq, retrying what s3_retryable() allows under rq->retry. 0 when
  * an HTTP answer came (any status: look at rs->status), -EIO when none did;
- * -ENOMEM. rs is always filled; free it with s3_resp_free. While the
+ * -ENOMEM; -ECANCELED when rq->cancelled said so (not noted as an outage). rs is always filled; free it with s3_resp_free. While the
  * gateway is marked down (s3_outage.c) -EIO at once, with rs->attempts 0
  * and rs->curl_msg saying since when; retries stop when another request
  * marks it down meanwhile. A request that got no answer marks it down
@@ -358,6 +363,9 @@ typedef struct s3_ra s3_ra;
 typedef ssize_t (*s3_ra_fetch_fn)(void *ud, void *buf, size_t len, uint64_t off, size_t skip,
                                   void *seg, ckpt_err *err);
 void s3_ra_arrived(void *seg, size_t n);
+/* Nonzero once the readahead of seg's fetch is being freed: the fetch
+ * should give up (s3_req.cancelled). */
+int s3_ra_cancelled(void *seg);
 typedef struct s3_ra_stats {
     uint64_t hits, misses;            /* reads served from segments, reads left to the caller */
     uint64_t segments, bytes, failed; /* segment GETs made, bytes they brought, failures */
@@ -366,7 +374,8 @@ typedef struct s3_ra_stats {
 
 /* Readahead over an object of size bytes, fetched with fetch(ud, ...). */
 int s3_ra_new(uint64_t size, s3_ra_fetch_fn fetch, void *ud, s3_ra **out);
-/* Waits for in-flight fetches; NULL is fine. */
+/* Abandons in-flight fetches (s3_ra_cancelled) and waits for them to
+ * return; NULL is fine. */
 void s3_ra_free(s3_ra *ra);
 /* 1 with buf filled from fetched segments; 0 when the caller must read the
  * range itself (not a sequential reader, or a segment that had failed

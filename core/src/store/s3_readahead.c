@@ -73,10 +73,13 @@
  *
  * Locking: one mutex per object guards the slots; fetches and copies run
  * outside it. Threads start when a stream is first read ahead and are joined
- * by s3_ra_free. */
+ * by s3_ra_free, which first abandons their GETs (s3_ra_cancelled): closing
+ * a file used to wait for a hung segment GET and all its retries, 20 s
+ * against a gateway gone silent midway (test_s3_ra_gets). */
 #include "s3.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -147,7 +150,7 @@ struct s3_ra {
     struct stream *ahead; /* the stream read ahead, if any */
     pthread_t threads[RA_THREADS];
     unsigned n_threads;
-    int stop;
+    atomic_int stop; /* read by the fetches' GETs without mu */
     s3_ra_stats stats;
 };
 
@@ -258,6 +261,11 @@ static void *fetch_thread(void *arg)
     }
     pthread_mutex_unlock(&ra->mu);
     return NULL;
+}
+
+int s3_ra_cancelled(void *seg)
+{
+    return atomic_load(&((slot *)seg)->ra->stop);
 }
 
 void s3_ra_arrived(void *seg, size_t n)
