@@ -1251,7 +1251,9 @@ Test(s3_live, multipart_upload_round_trip)
 typedef struct fake_obj {
     uint64_t size, fail_from, pause_at;
     unsigned fail_ms;
+    unsigned step_ms; /* each 256 KiB takes this long to arrive */
     unsigned fetches;
+    uint64_t bytes; /* written by the fetches */
     int go, paused;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -1282,20 +1284,27 @@ static void fake_pause(fake_obj *o)
     pthread_mutex_unlock(&o->mu);
 }
 
-static ssize_t fake_fetch(void *ud, void *buf, size_t len, uint64_t off, void *seg, ckpt_err *err)
+static ssize_t fake_fetch(void *ud, void *buf, size_t len, uint64_t off, size_t skip, void *seg,
+                          ckpt_err *err)
 {
     fake_obj *o = ud;
     pthread_mutex_lock(&o->mu);
     o->fetches++;
     pthread_mutex_unlock(&o->mu);
     size_t good = off + len > o->fail_from ? (o->fail_from > off ? o->fail_from - off : 0) : len;
-    for (size_t at = 0; at < good;) {
+    for (size_t at = skip; at < good;) {
         size_t n = good - at < (256u << 10) ? good - at : 256u << 10;
         if (o->pause_at > off + at && o->pause_at < off + at + n)
             n = o->pause_at - (off + at);
+        struct timespec step = {0, (long)o->step_ms * 1000000L};
+        if (o->step_ms)
+            nanosleep(&step, NULL);
         for (size_t i = at; i < at + n; i++)
             ((uint8_t *)buf)[i] = fake_byte(off + i);
         at += n;
+        pthread_mutex_lock(&o->mu);
+        o->bytes += n;
+        pthread_mutex_unlock(&o->mu);
         s3_ra_arrived(seg, at);
         if (o->pause_at == off + at)
             fake_pause(o);
@@ -1331,6 +1340,7 @@ Test(s3_readahead, sequential_reads_come_from_segments)
     size_t chunk = (1u << 20) + 517; /* not aligned to the segments */
     uint8_t *buf = malloc(chunk);
     unsigned served = 0, reads = 0;
+    uint64_t own = 0; /* bytes of the reads left to the caller */
     for (uint64_t off = 0; off < o.size; off += chunk, reads++) {
         size_t n = o.size - off < chunk ? (size_t)(o.size - off) : chunk;
         int r = s3_ra_read(ra, buf, n, off);
@@ -1338,18 +1348,22 @@ Test(s3_readahead, sequential_reads_come_from_segments)
         if (r == 1) {
             served++;
             check_bytes(buf, n, off);
+        } else {
+            own += n;
         }
     }
     s3_ra_stats st;
     s3_ra_get_stats(ra, &st);
     /* Only the reads before the stream covers 8 MiB go to the caller:
      * seven; each segment is fetched once, in 16 MiB GETs, not a GET per
-     * read (the first from its start: the bytes those reads had are
-     * fetched again, one GET less than reading the rest of it read by
-     * read). */
+     * read, and the first from where those reads stopped: it used to start
+     * at its segment's start, fetching again the 7 MiB they had. */
     cr_assert_geq(served, reads - 7, "%u of %u reads served", served, reads);
     cr_assert_eq(st.hits, served);
-    cr_assert_eq(st.bytes, o.size, "%llu bytes fetched", (unsigned long long)st.bytes);
+    cr_assert_eq(own + st.bytes, o.size, "%llu bytes read by the caller, %llu fetched",
+                 (unsigned long long)own, (unsigned long long)st.bytes);
+    cr_assert_eq(own + o.bytes, o.size, "%llu bytes read by the caller, %llu by the fetches",
+                 (unsigned long long)own, (unsigned long long)o.bytes);
     cr_assert_eq(o.fetches, 4u, "%u fetches", o.fetches);
     s3_ra_free(ra);
     free(buf);
@@ -1589,6 +1603,37 @@ Test(s3_readahead, a_segment_failing_quickly_midway_falls_back_past_the_failure)
 Test(s3_readahead, a_segment_failing_slowly_midway_fails_the_read_past_the_failure)
 {
     fail_midway(1100, -EIO);
+}
+
+/* A segment arriving slowly but steadily (12 MiB in 1.4 s, past the second
+ * that a failed fetch's retries take at least) that then fails 0.1 s
+ * after its last bytes (the reader waiting for the next ones):
+ * its failure is no sign of retries spent, and the read that waited for
+ * it falls back to its own GET. It used to get the segment's error, as the
+ * fetch had taken more than a second in all. */
+Test(s3_readahead, a_slow_segment_failing_at_once_falls_back)
+{
+    fake_obj o = {.size = 64ull << 20, .fail_from = 28ull << 20, .step_ms = 30, .fail_ms = 100};
+    pthread_mutex_init(&o.mu, NULL);
+    s3_ra *ra;
+    cr_assert_eq(s3_ra_new(o.size, fake_fetch, &o, &ra), 0);
+    uint8_t *buf = malloc(1u << 20);
+    uint64_t off;
+    int r = 0;
+    for (off = 0; off < o.fail_from + (1u << 20); off += 1u << 20) {
+        r = s3_ra_read(ra, buf, 1u << 20, off);
+        if (off >= o.fail_from)
+            break;
+        cr_assert(r == 0 || r == 1, "read at %llu: %d", (unsigned long long)off, r);
+        if (r == 1)
+            check_bytes(buf, 1u << 20, off);
+    }
+    cr_assert_eq(r, 0, "the read past the failure: %d, not a fallback", r);
+    s3_ra_stats st;
+    s3_ra_get_stats(ra, &st);
+    cr_assert_geq(st.failed, 1u);
+    s3_ra_free(ra);
+    free(buf);
 }
 
 Test(s3_readahead, small_objects_are_read_directly)

@@ -79,18 +79,27 @@ static ssize_t get_and_keep(s3_reader *sr, void *buf, size_t len, uint64_t off, 
 /* A segment for the readahead: from the cache when it holds it (its own
  * file, or the files of the chunks read before the readahead started,
  * which a remount's readahead may start earlier than the first read's
- * did), else one GET of the span the cache lacks, then kept whole. The readahead runs several of these at once, ahead of
+ * did), else one GET of the span the cache lacks, then kept whole. The
+ * skip bytes the stream's readers had are fetched only without a cache:
+ * with one, those readers kept their chunks in it, so the span it lacks
+ * starts where they stopped anyway, and the segment is kept whole, one
+ * file (what remains, a chunk a worker had in flight, is fetched for
+ * that). The readahead runs several of these at once, ahead of
  * a sequential reader, so a cached object is read back from its cache
  * files in parallel, as it is fetched from the store. Before, a hit was
  * one file per chunk read in the reader's thread, each read waiting for
  * its pread, and a cold-page-cache read from a full cache_dir ran at
  * 0.72x of the same pack in a local directory, where the kernel's
  * readahead keeps the pack file ahead (2 cores, medians of 3). */
-static ssize_t ra_fetch(void *ud, void *buf, size_t len, uint64_t off, void *seg, ckpt_err *err)
+static ssize_t ra_fetch(void *ud, void *buf, size_t len, uint64_t off, size_t skip, void *seg,
+                        ckpt_err *err)
 {
     s3_reader *sr = ud;
-    if (!sr->cached)
-        return get_range_told(sr, buf, len, off, seg, 0, err);
+    if (!sr->cached) {
+        ssize_t got =
+            get_range_told(sr, (uint8_t *)buf + skip, len - skip, off + skip, seg, skip, err);
+        return got < 0 ? got : (ssize_t)len;
+    }
     uint64_t from;
     size_t n;
     if (s3_cache_fill(sr->s->cache, sr->tag, off, buf, len, &from, &n))
@@ -200,11 +209,27 @@ static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t o
     return got;
 }
 
+/* The Content-Range of the answer to a try of a GET of len bytes at off
+ * that resumed at byte from of them. */
+static void want_range(char *out, size_t cap, uint64_t off, size_t len, size_t from, uint64_t size)
+{
+    snprintf(out, cap, "bytes %llu-%llu/%llu", (unsigned long long)(off + from),
+             (unsigned long long)(off + len - 1), (unsigned long long)size);
+}
+
+/* A resumed try's ETag is the object's (the first try's bytes were of it),
+ * or it was replaced: If-Match says so, where a gateway honours it. */
+static int resumed_elsewhere(const s3_resp *rs, const char *etag)
+{
+    return rs->dst_from && strcmp(rs->etag, etag) != 0;
+}
+
 /* A readahead segment's GET as it arrives: the bytes so far are the
  * segment's once the answer is the range asked for, of the generation
  * opened (If-Match makes it so; the ETag is checked as after the GET). */
 typedef struct arrival {
-    const char *want; /* the Content-Range asked for */
+    uint64_t off, size;
+    size_t len;
     const char *etag;
     void *seg;
     size_t base; /* bytes of the segment before the GET's range */
@@ -213,10 +238,12 @@ typedef struct arrival {
 static int on_arrival(void *ud, const s3_resp *rs)
 {
     const arrival *a = ud;
-    if (rs->status == 200)
+    char want[96];
+    want_range(want, sizeof want, a->off, a->len, rs->dst_from, a->size);
+    if (rs->status == 200 && !rs->dst_from)
         return 0; /* the whole object: judged when it has arrived */
-    if (rs->status != 206 || strcmp(rs->content_range, a->want) ||
-        (rs->etag[0] && a->etag[0] && strcmp(rs->etag, a->etag)))
+    if (rs->status != 206 || strcmp(rs->content_range, want) ||
+        (rs->etag[0] && a->etag[0] && strcmp(rs->etag, a->etag)) || resumed_elsewhere(rs, a->etag))
         return -1;
     s3_ra_arrived(a->seg, a->base + rs->dst_got);
     return 1;
@@ -236,30 +263,33 @@ static ssize_t get_range_told(s3_reader *sr, void *buf, size_t len, uint64_t off
     store_reader *r = &sr->base;
     uint64_t size = r->id.size;
     uint64_t last = off + len - 1;
-    char range[64], match[100], want[96];
-    snprintf(range, sizeof range, "Range: bytes=%llu-%llu", (unsigned long long)off,
-             (unsigned long long)last);
+    char match[100], want[96];
     snprintf(match, sizeof match, "If-Match: %s", r->id.etag);
-    snprintf(want, sizeof want, "bytes %llu-%llu/%llu", (unsigned long long)off,
-             (unsigned long long)last, (unsigned long long)size);
-    const char *hdrs[] = {range, r->id.etag[0] ? match : NULL, NULL};
-    arrival a = {.want = want, .etag = r->id.etag, .seg = seg, .base = base};
+    const char *hdrs[] = {r->id.etag[0] ? match : NULL, NULL};
+    arrival a = {
+        .off = off, .size = size, .len = len, .etag = r->id.etag, .seg = seg, .base = base};
     s3_req rq = {.method = "GET",
                  .bucket = sr->s->url.bucket,
                  .key = sr->key,
                  .headers = hdrs,
                  .dst = buf,
                  .dst_len = len,
+                 .ranged = 1,
+                 .range_off = off,
                  .progress = seg && r->id.etag[0] ? on_arrival : NULL,
-                 .progress_ud = &a};
+                 .progress_ud = &a,
+                 .cancelled = seg ? s3_ra_cancelled : NULL,
+                 .cancel_ud = seg};
     s3_resp rs;
     int rc = s3_request(sr->s->http, &rq, &rs);
     char what[64];
     snprintf(what, sizeof what, "read of bytes %llu-%llu", (unsigned long long)off,
              (unsigned long long)last);
+    want_range(want, sizeof want, off, len, rs.dst_from, size);
     if (rc == 0 && (rs.status == 206 || rs.status == 200)) {
-        int whole = rs.status == 200 && off == 0 && len == size;
-        if (rs.etag[0] && r->id.etag[0] && strcmp(rs.etag, r->id.etag) != 0)
+        int whole = rs.status == 200 && off == 0 && len == size && !rs.dst_from;
+        if ((rs.etag[0] && r->id.etag[0] && strcmp(rs.etag, r->id.etag) != 0) ||
+            resumed_elsewhere(&rs, r->id.etag))
             rc = ckpt_fail(err, -ESTALE,
                            "%s: %s failed: the object was replaced since it was "
                            "opened (ETag %s, was %s)",
@@ -271,6 +301,8 @@ static ssize_t get_range_told(s3_reader *sr, void *buf, size_t len, uint64_t off
                            r->name, what, rs.status, rs.dst_got, rs.content_range);
         else
             rc = 0;
+    } else if (rc == -ECANCELED) {
+        rc = ckpt_fail(err, rc, "%s: %s abandoned: the reader was closed", r->name, what);
     } else {
         rc = s3_fail(err, sr->s->http, r->name, what, &rs);
     }

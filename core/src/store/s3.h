@@ -238,6 +238,18 @@ typedef struct s3_req {
      * that readers may be copying. */
     int (*progress)(void *ud, const struct s3_resp *rs);
     void *progress_ud;
+    /* With dst: a GET of bytes [range_off, range_off + dst_len), whose
+     * Range header is made here, so that a retry asks only for the bytes
+     * after those an earlier try told (progress) rather than for all of
+     * them again; the try's answer must then be their range (rs->dst_from
+     * says where it starts). */
+    int ranged;
+    uint64_t range_off;
+    /* Asked while the request runs (during a transfer, between tries):
+     * nonzero abandons it, with no more tries, as -ECANCELED (the readahead
+     * being closed: it used to wait for a hung GET and all its retries). */
+    int (*cancelled)(void *ud);
+    void *cancel_ud;
     const s3_retry_policy *retry; /* NULL: the client's */
     unsigned timeout_ms;          /* each attempt at most this long; 0: no bound */
     /* Rides out an outage: neither refused while the gateway is marked
@@ -252,7 +264,8 @@ typedef struct s3_resp {
     long status; /* 0: no HTTP answer (transport failure) */
     char *body;  /* captured body (non-2xx, or 2xx without dst), NUL-ended */
     size_t body_len;
-    size_t dst_got;  /* bytes written to dst */
+    size_t dst_got;  /* bytes of dst written, by this try or told by earlier ones */
+    size_t dst_from; /* rq->ranged: this try's range starts at dst[dst_from] */
     size_t dst_told; /* of them, told to rq->progress, which accepted the answer */
     int overflow;    /* the body did not fit dst or S3_XML_MAX */
     char etag[80];
@@ -267,7 +280,7 @@ typedef struct s3_resp {
 
 /* Performs rq, retrying what s3_retryable() allows under rq->retry. 0 when
  * an HTTP answer came (any status: look at rs->status), -EIO when none did;
- * -ENOMEM. rs is always filled; free it with s3_resp_free. While the
+ * -ENOMEM; -ECANCELED when rq->cancelled said so (not noted as an outage). rs is always filled; free it with s3_resp_free. While the
  * gateway is marked down (s3_outage.c) -EIO at once, with rs->attempts 0
  * and rs->curl_msg saying since when; retries stop when another request
  * marks it down meanwhile. A request that got no answer marks it down
@@ -338,16 +351,21 @@ void s3_cache_stats(s3_cache *c, ckpt_store_cache_stats *out);
 /* ----------------------------------------------- readahead (s3_readahead.c) */
 
 typedef struct s3_ra s3_ra;
-/* Reads exactly len bytes at off into buf (a ranged GET carrying the
- * object's If-Match, or the cache's file of the segment): len, or -errno.
+/* Reads bytes [off + skip, off + len) into buf + skip (a ranged GET
+ * carrying the object's If-Match, or the cache's file of the segment): len,
+ * or -errno. buf[0, skip) is not wanted (the readers read it themselves
+ * before the readahead started) but may be filled all the same.
  * buf is aligned to S3_RA_ALIGN, so the cache may read into it directly.
  * While it runs it may call s3_ra_arrived(seg, n) to say that buf[0, n)
  * holds its final bytes, which readers may then use (n only grows; bytes
  * told are never written again, a retry included). */
 #define S3_RA_ALIGN 4096
-typedef ssize_t (*s3_ra_fetch_fn)(void *ud, void *buf, size_t len, uint64_t off, void *seg,
-                                  ckpt_err *err);
+typedef ssize_t (*s3_ra_fetch_fn)(void *ud, void *buf, size_t len, uint64_t off, size_t skip,
+                                  void *seg, ckpt_err *err);
 void s3_ra_arrived(void *seg, size_t n);
+/* Nonzero once the readahead of seg's fetch is being freed: the fetch
+ * should give up (s3_req.cancelled). */
+int s3_ra_cancelled(void *seg);
 typedef struct s3_ra_stats {
     uint64_t hits, misses;            /* reads served from segments, reads left to the caller */
     uint64_t segments, bytes, failed; /* segment GETs made, bytes they brought, failures */
@@ -356,13 +374,15 @@ typedef struct s3_ra_stats {
 
 /* Readahead over an object of size bytes, fetched with fetch(ud, ...). */
 int s3_ra_new(uint64_t size, s3_ra_fetch_fn fetch, void *ud, s3_ra **out);
-/* Waits for in-flight fetches; NULL is fine. */
+/* Abandons in-flight fetches (s3_ra_cancelled) and waits for them to
+ * return; NULL is fine. */
 void s3_ra_free(s3_ra *ra);
 /* 1 with buf filled from fetched segments; 0 when the caller must read the
  * range itself (not a sequential reader, or a segment that had failed
  * already or quickly: the caller's own GET then reports why); -errno when
  * the read waited for a segment whose fetch failed after a second or more
- * (its retries spent: a GET of its own would only spend as many again).
+ * without bytes (its retries spent: a GET of its own would only spend as
+ * many again).
  * Thread-safe. */
 int s3_ra_read(s3_ra *ra, void *buf, size_t len, uint64_t off);
 /* s3_ra_read without the copy where it can: 1 with *data the bytes, in a

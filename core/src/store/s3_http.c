@@ -20,7 +20,13 @@
  * at 8 s, with jitter); a body is re-sent from its start and a ranged read
  * refills its buffer from the start, except for the bytes an earlier try
  * told when the caller follows the body as it arrives (rq->progress):
- * those are skipped, not written again under a reader.
+ * those are skipped, not written again under a reader, and where the
+ * request's range is ours (rq->ranged) not asked for again either: a
+ * 16 MiB readahead segment cut at 15 MiB used to be fetched whole again.
+ *
+ * Cancelling: a request whose rq->cancelled says so stops within about a
+ * second (curl asks the transfer callback at least that often while
+ * nothing arrives), and between tries at the next 50 ms.
  *
  * Outages: s3_outage.c is asked before each request and told after it, so
  * that once one request got no answer the others fail at once instead of
@@ -378,6 +384,13 @@ static int on_close(void *ud, curl_socket_t fd)
     return close(fd);
 }
 
+static int on_xferinfo(void *ud, curl_off_t dl_total, curl_off_t dl_now, curl_off_t ul_total,
+                       curl_off_t ul_now)
+{
+    const s3_req *rq = ud;
+    return rq->cancelled(rq->cancel_ud) != 0;
+}
+
 static size_t on_write(char *data, size_t size, size_t n, void *ud)
 {
     xfer *x = ud;
@@ -516,7 +529,7 @@ static int attempt(s3_client *c, conn *k, const s3_req *rq, const char *url,
                    struct curl_slist *hdrs, s3_resp *rs, size_t keep)
 {
     CURL *h = k->h;
-    xfer x = {.h = h, .k = k, .rq = rq, .rs = rs, .keep = keep};
+    xfer x = {.h = h, .k = k, .rq = rq, .rs = rs, .keep = keep, .told = rs->dst_got};
     const char *m = rq->method;
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -549,6 +562,11 @@ static int attempt(s3_client *c, conn *k, const s3_req *rq, const char *url,
      * to 968 with 512 KiB (359 with 2 MiB, which cost 15 MiB of RSS). */
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, (long)RECV_BUFFER);
     curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 512L << 10);
+    if (rq->cancelled) {
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)rq);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    }
     if (!strcmp(m, "HEAD")) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     } else if (!strcmp(m, "PUT")) {
@@ -571,6 +589,11 @@ static int attempt(s3_client *c, conn *k, const s3_req *rq, const char *url,
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     rs->curl_code = (int)cc;
+    if (cc == CURLE_ABORTED_BY_CALLBACK) {
+        snprintf(rs->curl_msg, sizeof rs->curl_msg, "abandoned");
+        rs->status = 0;
+        return -ECANCELED;
+    }
     if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && rs->overflow)) {
         snprintf(rs->curl_msg, sizeof rs->curl_msg, "%.*s", (int)sizeof rs->curl_msg - 1,
                  ebuf[0] ? ebuf : curl_easy_strerror(cc));
@@ -596,6 +619,21 @@ static int plain_http_answer(const s3_resp *rs)
 {
     return rs->curl_code == CURLE_SSL_CONNECT_ERROR &&
            strstr(rs->curl_msg, "wrong version number") != NULL;
+}
+
+/* Sleeps ms, in steps that ask rq->cancelled: 1 when it said so. */
+static int sleep_unless_cancelled(const s3_req *rq, long ms)
+{
+    while (ms > 0) {
+        if (rq->cancelled && rq->cancelled(rq->cancel_ud))
+            return 1;
+        long step = rq->cancelled && ms > 50 ? 50 : ms;
+        struct timespec ts = {step / 1000, (step % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+            ;
+        ms -= step;
+    }
+    return rq->cancelled && rq->cancelled(rq->cancel_ud);
 }
 
 static int request(s3_client *c, const s3_req *rq, s3_resp *rs)
@@ -638,8 +676,19 @@ static int request(s3_client *c, const s3_req *rq, s3_resp *rs)
             kept = rs->dst_told;
         reset_resp(rs);
         rs->attempts++;
-        rc = attempt(c, k, rq, url, hdrs, rs, kept);
-        if (rc == -ENOMEM || !s3_retryable(rs->status, rs->curl_code) || plain_http_answer(rs))
+        /* A try asks for the bytes not yet told; when all were (the try
+         * broke after its last byte), for the last, which it skips. */
+        char range[64];
+        struct curl_slist with_range = {range, hdrs};
+        if (rq->ranged && rq->dst_len) {
+            rs->dst_got = rs->dst_from = kept < rq->dst_len ? kept : rq->dst_len - 1;
+            snprintf(range, sizeof range, "Range: bytes=%llu-%llu",
+                     (unsigned long long)(rq->range_off + rs->dst_from),
+                     (unsigned long long)(rq->range_off + rq->dst_len - 1));
+        }
+        rc = attempt(c, k, rq, url, rq->ranged && rq->dst_len ? &with_range : hdrs, rs, kept);
+        if (rc == -ENOMEM || rc == -ECANCELED || !s3_retryable(rs->status, rs->curl_code) ||
+            plain_http_answer(rs))
             break;
         long d = s3_retry_delay(p, rs->attempts, now_ms() - t0,
                                 (double)randombytes_uniform(1000) / 1000.0);
@@ -647,9 +696,11 @@ static int request(s3_client *c, const s3_req *rq, s3_resp *rs)
          * found, one more try here would only find again, later. */
         if (d < 0 || (!rq->patient && s3_outage_is_down(&c->outage)))
             break;
-        struct timespec ts = {d / 1000, (d % 1000) * 1000000L};
-        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-            ;
+        if (sleep_unless_cancelled(rq, d)) {
+            rc = -ECANCELED;
+            snprintf(rs->curl_msg, sizeof rs->curl_msg, "abandoned");
+            break;
+        }
     }
     if (rc == 0)
         handle_put(c, k);
@@ -723,7 +774,7 @@ int s3_request(s3_client *c, const s3_req *rq, s3_resp *rs)
     }
     uint64_t began = now_ms();
     int rc = request(c, rq, rs);
-    if (rc != -ENOMEM) {
+    if (rc != -ENOMEM && rc != -ECANCELED) {
         char what[160], probe_what[160];
         int silent = gateway_silent(rs);
         if (silent)

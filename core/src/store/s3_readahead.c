@@ -19,7 +19,11 @@
  * few chunks at once, a little out of order) or up to RA_GAP past it
  * continues it; any other read starts a new stream in place of the least
  * recently used. A stream is read ahead once its reads cover RA_TRIGGER
- * bytes, each counted once, and only while they go on continuing it; one
+ * bytes, each counted once, and only while they go on continuing it,
+ * from where its own reads stopped (the first segment starting midway:
+ * it used to start at its segment's start, fetching again up to the
+ * 8 MiB its first reads had: 483.6 MB asked of the gateway for a cold
+ * read of a 475.1 MB pack, now 475.2); one
  * stream at a time, since the slots hold one window (two readers taking
  * turns would evict each other's segments before they are read). Random
  * reads therefore go straight to one ranged GET, with no extra latency and
@@ -48,13 +52,17 @@
  * A FAILED segment is not an error here: the read falls back to the caller's
  * own ranged GET, whose error (HTTP status, -ESTALE for a replaced object)
  * is the one reported, so readahead never changes what a read returns;
- * except for a reader that waited for a fetch that failed slowly (RA_SPENT_MS
- * or more: the store retried): it gets that fetch's error (the same GET with
- * the same If-Match, over a wider range). Falling back there made a second
- * GET with a retry budget of its own after the first had spent all of its:
- * against a hung gateway a read failed after 60 s, not the 30 s that one
- * request's retries take. A quick failure (an answer refused at once) still
- * falls back, as the reader's own GET may fare otherwise.
+ * except for a reader that waited for a fetch that failed slowly (no bytes
+ * for RA_SPENT_MS or more before it failed: the store retried): it gets
+ * that fetch's error (the same GET with the same If-Match, over a wider
+ * range). Falling back there made a second GET with a retry budget of its
+ * own after the first had spent all of its: against a hung gateway a read
+ * failed after 60 s, not the 30 s that one request's retries take. A quick
+ * failure (an answer refused at once, or a GET that failed while its bytes
+ * were still coming) still falls back, as the reader's own GET may fare
+ * otherwise. The time counted is since the last bytes, not since the GET
+ * began: a 16 MiB segment takes more than RA_SPENT_MS on a slow link, and
+ * a slow, healthy GET that then failed once gave its error to its readers.
  *
  * Generations: the segment fetch is the caller's ranged GET, carrying
  * If-Match with the ETag fixed at open, so every byte served from a
@@ -65,10 +73,13 @@
  *
  * Locking: one mutex per object guards the slots; fetches and copies run
  * outside it. Threads start when a stream is first read ahead and are joined
- * by s3_ra_free. */
+ * by s3_ra_free, which first abandons their GETs (s3_ra_cancelled): closing
+ * a file used to wait for a hung segment GET and all its retries, 20 s
+ * against a gateway gone silent midway (test_s3_ra_gets). */
 #include "s3.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -97,8 +108,9 @@
 #define RA_MIN_SIZE (8ull << 20)
 #define RA_STREAMS 2u
 #define RA_STALE 32u
-/* A failed fetch that took this long had its retries (the first backoff
- * is 125-250 ms, a stalled try 15 s): its error is a waiting reader's. */
+/* A failed fetch that had no bytes for this long before it failed had its
+ * retries (the first backoff is 125-250 ms, a stalled try 15 s): its error
+ * is a waiting reader's. */
 #define RA_SPENT_MS 1000
 #define SEG_ALIGN (2u << 20)
 
@@ -109,12 +121,14 @@ typedef struct slot {
     uint64_t seg; /* segment number: bytes [seg * RA_SEG, + len) */
     uint8_t *buf; /* RA_SEG bytes once allocated; kept for reuse */
     size_t len;
-    size_t filled; /* LOADING: buf[0, filled) has arrived */
+    size_t from;   /* buf[0, from) is not fetched: the stream's readers had it */
+    size_t filled; /* LOADING: buf[from, filled) has arrived */
     int state;
     unsigned refs;
-    int rc;       /* FAILED: the fetch's -errno */
-    int spent;    /* FAILED after RA_SPENT_MS or more */
-    ckpt_err err; /* FAILED: why */
+    int rc;               /* FAILED: the fetch's -errno */
+    uint64_t quiet_since; /* LOADING: ms when it began, or its last bytes came */
+    int spent;            /* FAILED after RA_SPENT_MS or more without bytes */
+    ckpt_err err;         /* FAILED: why */
 } slot;
 
 struct s3_ra {
@@ -129,12 +143,14 @@ struct s3_ra {
         uint64_t end;  /* where its furthest read ended */
         uint64_t run;  /* bytes its reads cover, gaps left out */
         uint64_t used; /* when it was last continued (ra->reads) */
+        uint64_t from; /* read ahead from here: where its own reads stopped */
+        uint64_t next; /* where the readahead would start at this read */
     } streams[RA_STREAMS];
     uint64_t reads;
     struct stream *ahead; /* the stream read ahead, if any */
     pthread_t threads[RA_THREADS];
     unsigned n_threads;
-    int stop;
+    atomic_int stop; /* read by the fetches' GETs without mu */
     s3_ra_stats stats;
 };
 
@@ -196,6 +212,13 @@ static int seg_new(uint8_t **buf)
     return 0;
 }
 
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 static void *fetch_thread(void *arg)
 {
     s3_ra *ra = arg;
@@ -215,31 +238,34 @@ static void *fetch_thread(void *arg)
             continue;
         }
         next->state = LOADING;
+        next->quiet_since = now_ms();
         pthread_mutex_unlock(&ra->mu);
         ckpt_err err = {0};
         ssize_t got = -ENOMEM;
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
         if (next->buf || seg_new(&next->buf) == 0)
-            got = ra->fetch(ra->ud, next->buf, next->len, next->seg * RA_SEG, next, &err);
+            got =
+                ra->fetch(ra->ud, next->buf, next->len, next->seg * RA_SEG, next->from, next, &err);
         pthread_mutex_lock(&ra->mu);
         next->state = got == (ssize_t)next->len ? READY : FAILED;
-        clock_gettime(CLOCK_MONOTONIC, &t1);
         next->rc = got < 0 ? (int)got : -EIO;
-        next->spent =
-            (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= RA_SPENT_MS;
+        next->spent = now_ms() - next->quiet_since >= RA_SPENT_MS;
         next->err = err;
         if (next->state == FAILED && !next->err.msg[0])
             ckpt_fail(&next->err, next->rc, "read ahead of bytes %llu-%llu: %zd of %zu bytes",
                       (unsigned long long)(next->seg * RA_SEG),
                       (unsigned long long)(next->seg * RA_SEG + next->len - 1), got, next->len);
         ra->stats.segments++;
-        ra->stats.bytes += next->state == READY ? next->len : 0;
+        ra->stats.bytes += next->state == READY ? next->len - next->from : 0;
         ra->stats.failed += next->state == FAILED;
         pthread_cond_broadcast(&ra->done);
     }
     pthread_mutex_unlock(&ra->mu);
     return NULL;
+}
+
+int s3_ra_cancelled(void *seg)
+{
+    return atomic_load(&((slot *)seg)->ra->stop);
 }
 
 void s3_ra_arrived(void *seg, size_t n)
@@ -249,6 +275,7 @@ void s3_ra_arrived(void *seg, size_t n)
     pthread_mutex_lock(&ra->mu);
     if (n > s->filled && n <= s->len) {
         s->filled = n;
+        s->quiet_since = now_ms();
         pthread_cond_broadcast(&ra->done);
     }
     pthread_mutex_unlock(&ra->mu);
@@ -264,12 +291,15 @@ static slot *find(s3_ra *ra, uint64_t seg)
 
 /* Queues segments first .. first + RA_AHEAD that are neither held nor
  * loading, in slots outside [first - 1, first + RA_AHEAD] (one behind
- * stays for readers a little out of order). Called with mu held. */
-static void schedule(s3_ra *ra, uint64_t first)
+ * stays for readers a little out of order), none of them before from.
+ * Called with mu held. */
+static void schedule(s3_ra *ra, uint64_t first, uint64_t from)
 {
     uint64_t n_segs = (ra->size + RA_SEG - 1) / RA_SEG;
     for (uint64_t seg = first; seg < n_segs && seg <= first + RA_AHEAD; seg++) {
-        if (find(ra, seg))
+        uint64_t off = seg * RA_SEG;
+        size_t len = ra->size - off < RA_SEG ? (size_t)(ra->size - off) : RA_SEG;
+        if (find(ra, seg) || off + len <= from)
             continue;
         slot *free_slot = NULL;
         for (unsigned i = 0; i < RA_SLOTS && !free_slot; i++) {
@@ -281,11 +311,11 @@ static void schedule(s3_ra *ra, uint64_t first)
         }
         if (!free_slot)
             return;
-        uint64_t off = seg * RA_SEG;
         *free_slot = (slot){.ra = ra,
                             .seg = seg,
                             .buf = free_slot->buf,
-                            .len = ra->size - off < RA_SEG ? (size_t)(ra->size - off) : RA_SEG,
+                            .len = len,
+                            .from = from > off ? (size_t)(from - off) : 0,
                             .state = QUEUED};
         pthread_cond_signal(&ra->work);
     }
@@ -310,11 +340,11 @@ uint64_t s3_ra_segment_size(const s3_ra *ra)
     return ra && ra->size > RA_MIN_SIZE ? RA_SEG : 0;
 }
 
-/* Whether a reader may copy the first to bytes of s's segment: loaded,
- * or those bytes of it arrived. */
-static int holds(const slot *s, size_t to)
+/* Whether a reader may copy bytes [lo, to) of s's segment: fetched (not
+ * before where the stream's own reads stopped), and loaded or arrived. */
+static int holds(const slot *s, size_t lo, size_t to)
 {
-    return s->state == READY || (s->state == LOADING && s->filled >= to);
+    return lo >= s->from && (s->state == READY || (s->state == LOADING && s->filled >= to));
 }
 
 /* The stream a read continues (the one whose end is nearest), or a new
@@ -345,6 +375,9 @@ static struct stream *continue_stream(s3_ra *ra, uint64_t off, size_t len)
             ra->ahead = NULL;
         *s = (struct stream){.end = off};
     }
+    /* A read past its end is served by the readahead it starts; one
+     * behind it (whose bytes others read already) reads its own. */
+    s->next = off >= s->end ? off : off + len > s->end ? off + len : s->end;
     if (off + len > s->end) {
         s->run += off >= s->end ? len : off + len - s->end;
         s->end = off + len;
@@ -362,6 +395,8 @@ static int reads_ahead(s3_ra *ra, struct stream *s)
         return 0;
     if (ra->ahead && ra->ahead != s && ra->reads - ra->ahead->used <= RA_STALE)
         return 0;
+    if (ra->ahead != s)
+        s->from = s->next;
     ra->ahead = s;
     return 1;
 }
@@ -374,9 +409,10 @@ int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **da
         return 0;
     uint64_t first = off / RA_SEG, last = (off + len - 1) / RA_SEG;
     pthread_mutex_lock(&ra->mu);
-    if (reads_ahead(ra, continue_stream(ra, off, len))) {
+    struct stream *st = continue_stream(ra, off, len);
+    if (reads_ahead(ra, st)) {
         start_threads(ra);
-        schedule(ra, first);
+        schedule(ra, first, st->from);
     }
     /* All the segments the read needs, the bytes it needs of them arrived,
      * pinned, or none. */
@@ -385,10 +421,12 @@ int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **da
     for (uint64_t seg = first; ok && seg <= last; seg++) {
         slot *s = find(ra, seg);
         uint64_t seg_off = seg * RA_SEG;
+        size_t lo = off > seg_off ? (size_t)(off - seg_off) : 0;
         size_t to =
             (size_t)((off + len < seg_off + RA_SEG ? off + len : seg_off + RA_SEG) - seg_off);
         int waited = 0;
-        while (s && (s->state == QUEUED || s->state == LOADING) && !holds(s, to)) {
+        while (s && lo >= s->from && (s->state == QUEUED || s->state == LOADING) &&
+               !holds(s, lo, to)) {
             waited = 1;
             pthread_cond_wait(&ra->done, &ra->mu);
             s = find(ra, seg);
@@ -400,7 +438,7 @@ int s3_ra_borrow(s3_ra *ra, void *buf, size_t len, uint64_t off, const void **da
             if (err)
                 *err = s->err;
         }
-        if (!s || !holds(s, to)) {
+        if (!s || !holds(s, lo, to)) {
             ok = 0;
             break;
         }
