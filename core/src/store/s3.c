@@ -218,10 +218,12 @@ static void want_range(char *out, size_t cap, uint64_t off, size_t len, size_t f
 }
 
 /* A resumed try's ETag is the object's (the first try's bytes were of it),
- * or it was replaced: If-Match says so, where a gateway honours it. */
+ * or it was replaced: If-Match says so, where a gateway honours it. An
+ * answer without an ETag (a proxy may drop it from 206s) rests on the
+ * If-Match it was sent with, as a first try without one does. */
 static int resumed_elsewhere(const s3_resp *rs, const char *etag)
 {
-    return rs->dst_from && strcmp(rs->etag, etag) != 0;
+    return rs->dst_from && rs->etag[0] && strcmp(rs->etag, etag) != 0;
 }
 
 /* A readahead segment's GET as it arrives: the bytes so far are the

@@ -588,8 +588,14 @@ static int attempt(s3_client *c, conn *k, const s3_req *rq, const char *url,
     CURLcode cc = curl_easy_perform(h);
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    if (rq->cancelled) { /* the handle may be pooled: no pointer into rq stays */
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 1L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, NULL);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, NULL);
+    }
     rs->curl_code = (int)cc;
-    if (cc == CURLE_ABORTED_BY_CALLBACK) {
+    /* Only a cancel is left unretried; another callback's abort is a fault. */
+    if (cc == CURLE_ABORTED_BY_CALLBACK && rq->cancelled && rq->cancelled(rq->cancel_ud)) {
         snprintf(rs->curl_msg, sizeof rs->curl_msg, "abandoned");
         rs->status = 0;
         return -ECANCELED;
