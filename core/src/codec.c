@@ -23,6 +23,7 @@
  * literal Huffman coder works. On fp32 the chosen settings give 1.1979,
  * as deflate does. */
 #include "codec.h"
+#include "bytegroup.h"
 #include "huff.h"
 #include "format.h"
 #include "common.h"
@@ -172,18 +173,6 @@ static double entropy(const uint32_t h[256], size_t n)
     return bits;
 }
 
-#ifdef __SSE2__
-#include <emmintrin.h>
-
-/* Of 32 bytes in x and y, the even ones and the odd ones, each in order. */
-static inline void sse2_deinterleave(__m128i x, __m128i y, __m128i *even, __m128i *odd)
-{
-    const __m128i low = _mm_set1_epi16(0x00ff);
-    *even = _mm_packus_epi16(_mm_and_si128(x, low), _mm_and_si128(y, low));
-    *odd = _mm_packus_epi16(_mm_srli_epi16(x, 8), _mm_srli_epi16(y, 8));
-}
-#endif
-
 /* Order-0 entropy of a plane, from eight 16 KiB slices spread over it when
  * it is larger than those: the estimate only decides whether the plane is
  * worth handing to the coder (which counts its bytes again, and stores the
@@ -208,111 +197,6 @@ static double plane_entropy(const uint8_t *plane, size_t m)
     return entropy(sum, (size_t)ENTROPY_SLICE * ENTROPY_SLICES);
 }
 
-/* The transpose runs on every packed byte; scalar, it took half of the
- * encoder's own time in `perf record` of a bf16 pack. The common element
- * sizes get SSE2 (baseline on x86-64), 16 elements at a time. */
-static void split_planes(const uint8_t *raw, size_t n, unsigned k, uint8_t *planes)
-{
-    size_t m = n / k, i = 0;
-    if (k == 2) {
-        uint8_t *a = planes, *b = planes + m;
-#ifdef __SSE2__
-        for (; i + 16 <= m; i += 16) {
-            __m128i lo, hi;
-            sse2_deinterleave(_mm_loadu_si128((const __m128i *)(raw + 2 * i)),
-                              _mm_loadu_si128((const __m128i *)(raw + 2 * i + 16)), &lo, &hi);
-            _mm_storeu_si128((__m128i *)(a + i), lo);
-            _mm_storeu_si128((__m128i *)(b + i), hi);
-        }
-#endif
-        for (; i < m; i++) {
-            a[i] = raw[2 * i];
-            b[i] = raw[2 * i + 1];
-        }
-        return;
-    }
-    if (k == 4) {
-        uint8_t *a = planes, *b = planes + m, *c = planes + 2 * m, *d = planes + 3 * m;
-#ifdef __SSE2__
-        for (; i + 16 <= m; i += 16) {
-            const uint8_t *r = raw + 4 * i;
-            __m128i e01, o01, e23, o23, va, vb, vc, vd;
-            /* bytes 0 and 2 of each element, then 1 and 3; then once more */
-            sse2_deinterleave(_mm_loadu_si128((const __m128i *)r),
-                              _mm_loadu_si128((const __m128i *)(r + 16)), &e01, &o01);
-            sse2_deinterleave(_mm_loadu_si128((const __m128i *)(r + 32)),
-                              _mm_loadu_si128((const __m128i *)(r + 48)), &e23, &o23);
-            sse2_deinterleave(e01, e23, &va, &vc);
-            sse2_deinterleave(o01, o23, &vb, &vd);
-            _mm_storeu_si128((__m128i *)(a + i), va);
-            _mm_storeu_si128((__m128i *)(b + i), vb);
-            _mm_storeu_si128((__m128i *)(c + i), vc);
-            _mm_storeu_si128((__m128i *)(d + i), vd);
-        }
-#endif
-        for (; i < m; i++) {
-            a[i] = raw[4 * i];
-            b[i] = raw[4 * i + 1];
-            c[i] = raw[4 * i + 2];
-            d[i] = raw[4 * i + 3];
-        }
-        return;
-    }
-    for (unsigned j = 0; j < k; j++)
-        for (i = 0; i < m; i++)
-            planes[j * m + i] = raw[i * k + j];
-}
-
-/* The inverse transpose runs on every decoded byte, so the common element
- * sizes get SSE2 unpacks (baseline on x86-64), 16 elements at a time. */
-static void join_planes(const uint8_t *const *pl, size_t m, unsigned k, uint8_t *out)
-{
-    size_t i = 0;
-    if (k == 2) {
-        const uint8_t *a = pl[0], *b = pl[1];
-#ifdef __SSE2__
-        for (; i + 16 <= m; i += 16) {
-            __m128i va = _mm_loadu_si128((const __m128i *)(a + i)),
-                    vb = _mm_loadu_si128((const __m128i *)(b + i));
-            _mm_storeu_si128((__m128i *)(out + 2 * i), _mm_unpacklo_epi8(va, vb));
-            _mm_storeu_si128((__m128i *)(out + 2 * i + 16), _mm_unpackhi_epi8(va, vb));
-        }
-#endif
-        for (; i < m; i++) {
-            out[2 * i] = a[i];
-            out[2 * i + 1] = b[i];
-        }
-        return;
-    }
-    if (k == 4) {
-        const uint8_t *a = pl[0], *b = pl[1], *c = pl[2], *d = pl[3];
-#ifdef __SSE2__
-        for (; i + 16 <= m; i += 16) {
-            __m128i va = _mm_loadu_si128((const __m128i *)(a + i)),
-                    vb = _mm_loadu_si128((const __m128i *)(b + i));
-            __m128i vc = _mm_loadu_si128((const __m128i *)(c + i)),
-                    vd = _mm_loadu_si128((const __m128i *)(d + i));
-            __m128i ab_lo = _mm_unpacklo_epi8(va, vb), ab_hi = _mm_unpackhi_epi8(va, vb);
-            __m128i cd_lo = _mm_unpacklo_epi8(vc, vd), cd_hi = _mm_unpackhi_epi8(vc, vd);
-            _mm_storeu_si128((__m128i *)(out + 4 * i), _mm_unpacklo_epi16(ab_lo, cd_lo));
-            _mm_storeu_si128((__m128i *)(out + 4 * i + 16), _mm_unpackhi_epi16(ab_lo, cd_lo));
-            _mm_storeu_si128((__m128i *)(out + 4 * i + 32), _mm_unpacklo_epi16(ab_hi, cd_hi));
-            _mm_storeu_si128((__m128i *)(out + 4 * i + 48), _mm_unpackhi_epi16(ab_hi, cd_hi));
-        }
-#endif
-        for (; i < m; i++) {
-            out[4 * i] = a[i];
-            out[4 * i + 1] = b[i];
-            out[4 * i + 2] = c[i];
-            out[4 * i + 3] = d[i];
-        }
-        return;
-    }
-    for (unsigned j = 0; j < k; j++)
-        for (i = 0; i < m; i++)
-            out[i * k + j] = pl[j][i];
-}
-
 static int encode_bytegroup(chunk_encoder *e, const uint8_t *raw, size_t n, unsigned k, int level,
                             uint8_t *out, size_t *out_len)
 {
@@ -324,7 +208,7 @@ static int encode_bytegroup(chunk_encoder *e, const uint8_t *raw, size_t n, unsi
         e->planes = p;
         e->planes_cap = 2 * n;
     }
-    split_planes(raw, n, k, e->planes);
+    bytegroup_split(raw, n, k, e->planes);
     size_t m = n / k, pos = 5 * (size_t)k;
     for (unsigned j = 0; j < k; j++) {
         const uint8_t *plane = e->planes + j * m;
@@ -710,6 +594,6 @@ int chunk_decode(const uint8_t *payload, size_t len, uint8_t codec, unsigned ele
         *why = "trailing bytes after the planes";
         return -EIO;
     }
-    join_planes(planes, m, elem, out);
+    bytegroup_join(planes, m, elem, out);
     return 0;
 }
