@@ -44,6 +44,7 @@ struct hash_lanes {
     lane *lanes;
     pthread_t *tids; /* n lanes, then n readers */
     unsigned n, started, lanes_started;
+    unsigned next_lane; /* where readers start looking: the lanes take turns */
 };
 
 /* ckpt_pread_full's contract from a job's read callback. */
@@ -67,15 +68,25 @@ static size_t block_len(const hash_lanes *h, const hash_job *j, uint64_t b)
     return left < h->block ? (size_t)left : h->block;
 }
 
-/* A lane with a block to read and a free buffer for it, or NULL. */
+/* A lane with a block to read and a free buffer for it, or NULL: of those,
+ * the one with the fewest blocks read or being read ahead of its chain, so
+ * that scarce readers keep every running chain fed. Taking the first lane
+ * that had one starved the others while reads were slower than the chains
+ * (a sealed staging file, decrypted in its read callback): the first lane's
+ * file was read whole before the second's got a block. */
 static lane *lane_to_read(hash_lanes *h)
 {
-    for (unsigned i = 0; i < h->n; i++) {
-        lane *l = &h->lanes[i];
-        if (l->job && !l->rc && l->next_read < l->n_blocks && l->next_read < l->next_hash + WINDOW)
-            return l;
+    lane *best = NULL;
+    for (unsigned k = 0; k < h->n; k++) {
+        lane *l = &h->lanes[(h->next_lane + k) % h->n];
+        if (l->job && !l->rc && l->next_read < l->n_blocks &&
+            l->next_read < l->next_hash + WINDOW &&
+            (!best || l->next_read - l->next_hash < best->next_read - best->next_hash))
+            best = l;
     }
-    return NULL;
+    if (best)
+        h->next_lane = (unsigned)(best - h->lanes + 1) % h->n;
+    return best;
 }
 
 static void *reader(void *arg)

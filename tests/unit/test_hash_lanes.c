@@ -5,8 +5,10 @@
 #include "testutil.h"
 #include "ckpt.h"
 #include "writer.h"
+#include "hash_lanes.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 TU_TMPDIR_SUITE(hash_lanes);
@@ -217,4 +219,81 @@ Test(hash_lanes, planned_readers_hashed_ahead)
     for (int i = 0; i < N; i++)
         free(bytes[i]);
     free(pack);
+}
+
+/* Sources of the lanes' own tests: blocks of a pattern, each read slower
+ * than a chain hashes it, logged in the order served. */
+#define SLOW_BLOCK (64u << 10)
+#define SLOW_BLOCKS 32
+typedef struct slow_log {
+    int order[4 * SLOW_BLOCKS]; /* the job of each read served, in order */
+    int n;                      /* reads served (atomic) */
+    pthread_mutex_t gate_mu;
+    pthread_cond_t gate_cv;
+    int gate_open; /* 0: job 0's first read waits for it */
+    int gated;     /* job 0's read is waiting */
+} slow_log;
+typedef struct slow_src {
+    slow_log *log;
+    int id;
+    const uint8_t *bytes;
+} slow_src;
+
+static ssize_t slow_read(void *ud, void *buf, size_t len, uint64_t off)
+{
+    slow_src *s = ud;
+    slow_log *g = s->log;
+    if (s->id == 0) {
+        pthread_mutex_lock(&g->gate_mu);
+        g->gated = 1;
+        pthread_cond_broadcast(&g->gate_cv);
+        while (!g->gate_open)
+            pthread_cond_wait(&g->gate_cv, &g->gate_mu);
+        pthread_mutex_unlock(&g->gate_mu);
+    }
+    usleep(2000);
+    int k = __atomic_fetch_add(&g->n, 1, __ATOMIC_RELAXED);
+    if (k < 4 * SLOW_BLOCKS)
+        g->order[k] = s->id;
+    memcpy(buf, s->bytes + off, len);
+    return (ssize_t)len;
+}
+
+/* Two chains on two lanes, with readers slower than either: both files are
+ * read as they go, not the first whole before the second gets a block. */
+Test(hash_lanes, scarce_readers_feed_every_running_chain)
+{
+    const size_t size = (size_t)SLOW_BLOCK * SLOW_BLOCKS;
+    slow_log g = {
+        .gate_mu = PTHREAD_MUTEX_INITIALIZER, .gate_cv = PTHREAD_COND_INITIALIZER, .gate_open = 1};
+    uint8_t *bytes[2];
+    slow_src src[2];
+    hash_job job[2];
+    hash_lanes *h = hash_lanes_start(2, SLOW_BLOCK);
+    cr_assert_not_null(h);
+    for (int i = 0; i < 2; i++) {
+        bytes[i] = malloc(size);
+        tu_fill_pattern(bytes[i], size, 200 + (uint32_t)i);
+        src[i] = (slow_src){&g, i + 1, bytes[i]};
+        job[i] = (hash_job){.fd = -1, .read = slow_read, .ud = &src[i], .size = size};
+        hash_lanes_submit(h, &job[i]);
+    }
+    hash_lanes_wait(h);
+    hash_lanes_stop(h);
+    int last_first = -1, second_before = 0;
+    for (int k = 0; k < 2 * SLOW_BLOCKS; k++)
+        if (g.order[k] == 1)
+            last_first = k;
+    for (int k = 0; k < last_first; k++)
+        second_before += g.order[k] == 2;
+    cr_assert_geq(second_before, SLOW_BLOCKS / 4,
+                  "the second file got %d of its %d blocks read before the first's last",
+                  second_before, SLOW_BLOCKS);
+    for (int i = 0; i < 2; i++) {
+        uint8_t want[32];
+        tu_sha256(bytes[i], size, want);
+        cr_assert_eq(job[i].rc, 0);
+        cr_assert_arr_eq(job[i].sha256, want, 32);
+        free(bytes[i]);
+    }
 }
