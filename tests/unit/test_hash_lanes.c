@@ -297,3 +297,45 @@ Test(hash_lanes, scarce_readers_feed_every_running_chain)
         free(bytes[i]);
     }
 }
+
+static void *stop_lanes(void *h)
+{
+    hash_lanes_stop(h);
+    return NULL;
+}
+
+/* Stopped while the one lane waits for job 0's first block: the jobs queued
+ * behind it are cancelled without a read. */
+Test(hash_lanes, jobs_not_started_are_not_read_after_stop)
+{
+    enum { JOBS = 5 };
+    const size_t size = (size_t)SLOW_BLOCK * 4;
+    slow_log g = {.gate_mu = PTHREAD_MUTEX_INITIALIZER, .gate_cv = PTHREAD_COND_INITIALIZER};
+    uint8_t *bytes = calloc(1, size);
+    slow_src src[JOBS];
+    hash_job job[JOBS];
+    hash_lanes *h = hash_lanes_start(1, SLOW_BLOCK);
+    cr_assert_not_null(h);
+    for (int i = 0; i < JOBS; i++) {
+        src[i] = (slow_src){&g, i, bytes};
+        job[i] = (hash_job){.fd = -1, .read = slow_read, .ud = &src[i], .size = size};
+        hash_lanes_submit(h, &job[i]);
+    }
+    pthread_mutex_lock(&g.gate_mu);
+    while (!g.gated)
+        pthread_cond_wait(&g.gate_cv, &g.gate_mu);
+    pthread_mutex_unlock(&g.gate_mu);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, stop_lanes, h), 0);
+    usleep(100 * 1000); /* stopping is set by now */
+    pthread_mutex_lock(&g.gate_mu);
+    g.gate_open = 1;
+    pthread_cond_broadcast(&g.gate_cv);
+    pthread_mutex_unlock(&g.gate_mu);
+    pthread_join(t, NULL);
+    for (int k = 0; k < g.n; k++)
+        cr_assert_eq(g.order[k], 0, "read %d was job %d's, queued behind the stop", k, g.order[k]);
+    for (int i = 0; i < JOBS; i++)
+        cr_assert_eq(job[i].rc, -ECANCELED, "job %d", i);
+    free(bytes);
+}
