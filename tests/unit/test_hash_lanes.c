@@ -339,3 +339,55 @@ Test(hash_lanes, jobs_not_started_are_not_read_after_stop)
         cr_assert_eq(job[i].rc, -ECANCELED, "job %d", i);
     free(bytes);
 }
+
+/* A later file's source whose reads wait until the test opens the gate, so
+ * that its job stays queued on the lanes. */
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t held_cv = PTHREAD_COND_INITIALIZER;
+static int held_open;
+
+static ssize_t held_read(void *ud, void *buf, size_t len, uint64_t off)
+{
+    pthread_mutex_lock(&held_mu);
+    while (!held_open)
+        pthread_cond_wait(&held_cv, &held_mu);
+    pthread_mutex_unlock(&held_mu);
+    memset(buf, 0, len);
+    return (ssize_t)len;
+}
+
+/* Later files' jobs fill the lanes' queue (as 16 files queued ahead do):
+ * the open file, whose own job was not queued ahead, still gets a lane. */
+Test(hash_lanes, the_open_file_gets_a_lane_when_later_files_fill_the_queue)
+{
+    uint8_t *a = malloc(BIG), want[32];
+    tu_fill_pattern(a, BIG, 5);
+    shared_src s = {a, NULL, 0, 0};
+    char *pack = tu_join(dir, "p.tpack");
+    ckpt_write_opts o = {.level = 1, .threads = 2};
+    ckpt_writer *w;
+    ckpt_err e = {0};
+    cr_assert_eq(ckpt_writer_open(pack, NULL, &o, &w, &e), 0, "%s", e.msg);
+    int queued = 0;
+    for (int i = 0; i < 16; i++)
+        queued += writer_prehash_reader(w, held_read, NULL, WRITER_LANE_MIN_BYTES) != NULL;
+    cr_assert_geq(queued, 15, "later files' jobs queued: %d", queued);
+    cr_assert_eq(ckpt_writer_begin_file(w, "a.bin", 0644, 0, 0, &e), 0, "%s", e.msg);
+    int took = writer_file_rehash_reader(w, shared_read, &s, BIG);
+    pthread_mutex_lock(&held_mu);
+    held_open = 1;
+    pthread_cond_broadcast(&held_cv);
+    pthread_mutex_unlock(&held_mu);
+    cr_assert_eq(took, 1, "the open file's job was refused a lane");
+    cr_assert_eq(ckpt_writer_write(w, a, BIG, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_end_file(w, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
+    cr_assert_geq(s.served, BIG, "the lane read the file");
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(pack, NULL, &p, &e), 0, "%s", e.msg);
+    tu_sha256(a, BIG, want);
+    cr_assert_arr_eq(ckpt_file_at(p, 0)->sha256, want, 32);
+    ckpt_close(p);
+    free(a);
+    free(pack);
+}
