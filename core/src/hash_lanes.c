@@ -10,7 +10,12 @@
  * next block, so one file's blocks are read by several readers at once, and
  * reading a sealed staging file (ckptfs decrypts it in its read callback)
  * spreads the same way. Each lane has WINDOW block buffers: block b goes in
- * buffer b % WINDOW once the chain has hashed block b - WINDOW. */
+ * buffer b % WINDOW once the chain has hashed block b - WINDOW.
+ *
+ * Why a condition variable per waiter kind: one for everything woke every
+ * idle lane and every waiting reader about twice per block; now a block
+ * read wakes its lane alone, a buffer freed wakes one reader, and only job
+ * changes (a few per file) wake the idle lanes. */
 #include "hash_lanes.h"
 #include "sha256.h"
 
@@ -32,11 +37,14 @@ typedef struct lane {
     unsigned in_flight; /* readers reading into its buffers */
     int rc;             /* the first read's failure */
     uint64_t hashed;    /* bytes of all its jobs so far */
+    pthread_cond_t cv;  /* its block read, its read failed, or stopping */
 } lane;
 
 struct hash_lanes {
     pthread_mutex_t mu;
-    pthread_cond_t work, done; /* work: any change a lane or reader waits for */
+    pthread_cond_t to_read; /* a block to read, or stopping */
+    pthread_cond_t to_take; /* a job an idle lane may take, or stopping */
+    pthread_cond_t done;
     hash_job *head, *tail;
     size_t pending; /* queued or running */
     int stopping;
@@ -44,6 +52,7 @@ struct hash_lanes {
     lane *lanes;
     pthread_t *tids; /* n lanes, then n readers */
     unsigned n, started, lanes_started;
+    unsigned next_lane; /* where readers start looking: the lanes take turns */
 };
 
 /* ckpt_pread_full's contract from a job's read callback. */
@@ -67,15 +76,25 @@ static size_t block_len(const hash_lanes *h, const hash_job *j, uint64_t b)
     return left < h->block ? (size_t)left : h->block;
 }
 
-/* A lane with a block to read and a free buffer for it, or NULL. */
+/* A lane with a block to read and a free buffer for it, or NULL: of those,
+ * the one with the fewest blocks read or being read ahead of its chain, so
+ * that scarce readers keep every running chain fed. Taking the first lane
+ * that had one starved the others while reads were slower than the chains
+ * (a sealed staging file, decrypted in its read callback): the first lane's
+ * file was read whole before the second's got a block. */
 static lane *lane_to_read(hash_lanes *h)
 {
-    for (unsigned i = 0; i < h->n; i++) {
-        lane *l = &h->lanes[i];
-        if (l->job && !l->rc && l->next_read < l->n_blocks && l->next_read < l->next_hash + WINDOW)
-            return l;
+    lane *best = NULL;
+    for (unsigned k = 0; k < h->n; k++) {
+        lane *l = &h->lanes[(h->next_lane + k) % h->n];
+        if (l->job && !l->rc && l->next_read < l->n_blocks &&
+            l->next_read < l->next_hash + WINDOW &&
+            (!best || l->next_read - l->next_hash < best->next_read - best->next_hash))
+            best = l;
     }
-    return NULL;
+    if (best)
+        h->next_lane = (unsigned)(best - h->lanes + 1) % h->n;
+    return best;
 }
 
 static void *reader(void *arg)
@@ -86,7 +105,7 @@ static void *reader(void *arg)
     for (;;) {
         lane *l;
         while (!(l = lane_to_read(h)) && !h->stopping)
-            pthread_cond_wait(&h->work, &h->mu);
+            pthread_cond_wait(&h->to_read, &h->mu);
         if (!l)
             break;
         hash_job *j = l->job;
@@ -105,7 +124,7 @@ static void *reader(void *arg)
         l->crc[slot] = crc;
         l->ready[slot] = 1;
         l->in_flight--;
-        pthread_cond_broadcast(&h->work);
+        pthread_cond_signal(&l->cv);
     }
     pthread_mutex_unlock(&h->mu);
     return NULL;
@@ -124,11 +143,11 @@ static void run_job(hash_lanes *h, lane *l, hash_job *j)
     l->next_read = l->next_hash = 0;
     l->rc = 0;
     l->job = j;
-    pthread_cond_broadcast(&h->work);
+    pthread_cond_broadcast(&h->to_read);
     while (l->next_hash < l->n_blocks) {
         unsigned slot = (unsigned)(l->next_hash % WINDOW);
         while (!l->ready[slot] && !l->rc && !h->stopping)
-            pthread_cond_wait(&h->work, &h->mu);
+            pthread_cond_wait(&l->cv, &h->mu);
         if (h->stopping && !l->rc)
             l->rc = -ECANCELED;
         if (l->rc)
@@ -140,14 +159,16 @@ static void run_job(hash_lanes *h, lane *l, hash_job *j)
         pthread_mutex_lock(&h->mu);
         l->ready[slot] = 0;
         l->next_hash++;
-        pthread_cond_broadcast(&h->work);
+        if (l->next_read < l->n_blocks)
+            pthread_cond_signal(&h->to_read); /* a buffer for one block */
     }
     /* No reader may still be writing into the buffers or reading the file. */
     while (l->in_flight)
-        pthread_cond_wait(&h->work, &h->mu);
+        pthread_cond_wait(&l->cv, &h->mu);
     l->job = NULL;
     l->hashed += j->size;
-    pthread_cond_broadcast(&h->work); /* idle now: it may be the next to take a job */
+    if (h->head)
+        pthread_cond_broadcast(&h->to_take); /* idle now: the next lane may differ */
     ckpt_sha256_final(&st, j->sha256);
     j->crc = crc;
     j->rc = l->rc;
@@ -175,12 +196,15 @@ static void *lane_main(void *arg)
     pthread_mutex_lock(&h->mu);
     for (;;) {
         while (!(h->head && lane_is_next(h, l)) && !h->stopping)
-            pthread_cond_wait(&h->work, &h->mu);
-        hash_job *j = h->head;
-        if (!j)
+            pthread_cond_wait(&h->to_take, &h->mu);
+        /* Jobs not taken by then are hash_lanes_stop's to cancel, unread. */
+        if (h->stopping)
             break;
+        hash_job *j = h->head;
         h->head = j->next;
-        if (!h->head)
+        if (h->head)
+            pthread_cond_broadcast(&h->to_take); /* another idle lane is next now */
+        else
             h->tail = NULL;
         run_job(h, l, j);
         if (j->fd >= 0)
@@ -205,9 +229,12 @@ hash_lanes *hash_lanes_start(unsigned n, size_t block)
     h->block = block;
     h->n = n;
     pthread_mutex_init(&h->mu, NULL);
-    pthread_cond_init(&h->work, NULL);
+    pthread_cond_init(&h->to_read, NULL);
+    pthread_cond_init(&h->to_take, NULL);
     pthread_cond_init(&h->done, NULL);
     int ok = h->lanes && h->tids;
+    for (unsigned i = 0; h->lanes && i < n; i++)
+        pthread_cond_init(&h->lanes[i].cv, NULL);
     for (unsigned i = 0; ok && i < n; i++) {
         h->lanes[i].h = h;
         for (int k = 0; k < WINDOW; k++)
@@ -240,7 +267,7 @@ void hash_lanes_submit(hash_lanes *h, hash_job *j)
         h->head = j;
     h->tail = j;
     h->pending++;
-    pthread_cond_broadcast(&h->work);
+    pthread_cond_broadcast(&h->to_take);
     pthread_mutex_unlock(&h->mu);
 }
 
@@ -266,7 +293,10 @@ void hash_lanes_stop(hash_lanes *h)
         return;
     pthread_mutex_lock(&h->mu);
     h->stopping = 1;
-    pthread_cond_broadcast(&h->work);
+    pthread_cond_broadcast(&h->to_read);
+    pthread_cond_broadcast(&h->to_take);
+    for (unsigned i = 0; h->lanes && i < h->n; i++)
+        pthread_cond_broadcast(&h->lanes[i].cv);
     pthread_mutex_unlock(&h->mu);
     for (unsigned i = 0; i < h->started; i++)
         pthread_join(h->tids[i], NULL);
@@ -277,11 +307,14 @@ void hash_lanes_stop(hash_lanes *h)
         j->fd = -1;
         j->rc = -ECANCELED;
     }
-    for (unsigned i = 0; h->lanes && i < h->n; i++)
+    for (unsigned i = 0; h->lanes && i < h->n; i++) {
         for (int k = 0; k < WINDOW; k++)
             free(h->lanes[i].buf[k]);
+        pthread_cond_destroy(&h->lanes[i].cv);
+    }
     pthread_mutex_destroy(&h->mu);
-    pthread_cond_destroy(&h->work);
+    pthread_cond_destroy(&h->to_read);
+    pthread_cond_destroy(&h->to_take);
     pthread_cond_destroy(&h->done);
     free(h->lanes);
     free(h->tids);

@@ -1081,8 +1081,11 @@ static void stop_threads(ckpt_writer *w)
 #define LANE_MAX 8
 
 /* Queues j (fd or read set) on the lanes, starting them if need be; 0 if
- * they cannot take it. */
-static int lanes_submit(ckpt_writer *w, hash_job *j, uint64_t size)
+ * they cannot take it. open_file: j is the open file's own. The cap bounds
+ * the descriptors queued; later files' jobs, queued ahead, filled it and
+ * left the open file to the writer's one hash thread, so they stop one
+ * short of it, and the open file's job passes it if it holds no descriptor. */
+static int lanes_submit(ckpt_writer *w, hash_job *j, uint64_t size, int open_file)
 {
     if (size < WRITER_LANE_MIN_BYTES)
         return 0;
@@ -1092,7 +1095,8 @@ static int lanes_submit(ckpt_writer *w, hash_job *j, uint64_t size)
         if (!w->lanes)
             return 0;
     }
-    if (hash_lanes_pending(w->lanes) >= LANE_MAX_QUEUED)
+    size_t cap = open_file ? LANE_MAX_QUEUED : LANE_MAX_QUEUED - 1;
+    if (!(open_file && j->fd < 0) && hash_lanes_pending(w->lanes) >= cap)
         return 0;
     j->size = size;
     hash_lanes_submit(w->lanes, j);
@@ -1103,7 +1107,7 @@ static int lanes_submit(ckpt_writer *w, hash_job *j, uint64_t size)
  * fd closed) if the file is hashed from the ring. */
 static int rehash_job(ckpt_writer *w, hash_job *j, uint64_t size)
 {
-    if (w->in_file && !w->file_bytes && lanes_submit(w, j, size)) {
+    if (w->in_file && !w->file_bytes && lanes_submit(w, j, size, 1)) {
         w->files[w->n_files - 1].job = j;
         return 1;
     }
@@ -1121,7 +1125,7 @@ static hash_job *prehash_job(ckpt_writer *w, hash_job *j, uint64_t size)
         goto out;
     if (size < WRITER_LANE_MIN_BYTES ||
         grow_array((void **)&w->early, &w->cap_early, w->n_early, sizeof *w->early) < 0 ||
-        !lanes_submit(w, j, size))
+        !lanes_submit(w, j, size, 0))
         goto out;
     w->early[w->n_early++] = j;
     return j;

@@ -5,8 +5,10 @@
 #include "testutil.h"
 #include "ckpt.h"
 #include "writer.h"
+#include "hash_lanes.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 TU_TMPDIR_SUITE(hash_lanes);
@@ -216,5 +218,176 @@ Test(hash_lanes, planned_readers_hashed_ahead)
     ckpt_close(p);
     for (int i = 0; i < N; i++)
         free(bytes[i]);
+    free(pack);
+}
+
+/* Sources of the lanes' own tests: blocks of a pattern, each read slower
+ * than a chain hashes it, logged in the order served. */
+#define SLOW_BLOCK (64u << 10)
+#define SLOW_BLOCKS 32
+typedef struct slow_log {
+    int order[4 * SLOW_BLOCKS]; /* the job of each read served, in order */
+    int n;                      /* reads served (atomic) */
+    pthread_mutex_t gate_mu;
+    pthread_cond_t gate_cv;
+    int gate_open; /* 0: job 0's first read waits for it */
+    int gated;     /* job 0's read is waiting */
+} slow_log;
+typedef struct slow_src {
+    slow_log *log;
+    int id;
+    const uint8_t *bytes;
+} slow_src;
+
+static ssize_t slow_read(void *ud, void *buf, size_t len, uint64_t off)
+{
+    slow_src *s = ud;
+    slow_log *g = s->log;
+    if (s->id == 0) {
+        pthread_mutex_lock(&g->gate_mu);
+        g->gated = 1;
+        pthread_cond_broadcast(&g->gate_cv);
+        while (!g->gate_open)
+            pthread_cond_wait(&g->gate_cv, &g->gate_mu);
+        pthread_mutex_unlock(&g->gate_mu);
+    }
+    usleep(2000);
+    int k = __atomic_fetch_add(&g->n, 1, __ATOMIC_RELAXED);
+    if (k < 4 * SLOW_BLOCKS)
+        g->order[k] = s->id;
+    memcpy(buf, s->bytes + off, len);
+    return (ssize_t)len;
+}
+
+/* Two chains on two lanes, with readers slower than either: both files are
+ * read as they go, not the first whole before the second gets a block. */
+Test(hash_lanes, scarce_readers_feed_every_running_chain)
+{
+    const size_t size = (size_t)SLOW_BLOCK * SLOW_BLOCKS;
+    slow_log g = {
+        .gate_mu = PTHREAD_MUTEX_INITIALIZER, .gate_cv = PTHREAD_COND_INITIALIZER, .gate_open = 1};
+    uint8_t *bytes[2];
+    slow_src src[2];
+    hash_job job[2];
+    hash_lanes *h = hash_lanes_start(2, SLOW_BLOCK);
+    cr_assert_not_null(h);
+    for (int i = 0; i < 2; i++) {
+        bytes[i] = malloc(size);
+        tu_fill_pattern(bytes[i], size, 200 + (uint32_t)i);
+        src[i] = (slow_src){&g, i + 1, bytes[i]};
+        job[i] = (hash_job){.fd = -1, .read = slow_read, .ud = &src[i], .size = size};
+        hash_lanes_submit(h, &job[i]);
+    }
+    hash_lanes_wait(h);
+    hash_lanes_stop(h);
+    int last_first = -1, second_before = 0;
+    for (int k = 0; k < 2 * SLOW_BLOCKS; k++)
+        if (g.order[k] == 1)
+            last_first = k;
+    for (int k = 0; k < last_first; k++)
+        second_before += g.order[k] == 2;
+    cr_assert_geq(second_before, SLOW_BLOCKS / 4,
+                  "the second file got %d of its %d blocks read before the first's last",
+                  second_before, SLOW_BLOCKS);
+    for (int i = 0; i < 2; i++) {
+        uint8_t want[32];
+        tu_sha256(bytes[i], size, want);
+        cr_assert_eq(job[i].rc, 0);
+        cr_assert_arr_eq(job[i].sha256, want, 32);
+        free(bytes[i]);
+    }
+}
+
+static void *stop_lanes(void *h)
+{
+    hash_lanes_stop(h);
+    return NULL;
+}
+
+/* Stopped while the one lane waits for job 0's first block: the jobs queued
+ * behind it are cancelled without a read. */
+Test(hash_lanes, jobs_not_started_are_not_read_after_stop)
+{
+    enum { JOBS = 5 };
+    const size_t size = (size_t)SLOW_BLOCK * 4;
+    slow_log g = {.gate_mu = PTHREAD_MUTEX_INITIALIZER, .gate_cv = PTHREAD_COND_INITIALIZER};
+    uint8_t *bytes = calloc(1, size);
+    slow_src src[JOBS];
+    hash_job job[JOBS];
+    hash_lanes *h = hash_lanes_start(1, SLOW_BLOCK);
+    cr_assert_not_null(h);
+    for (int i = 0; i < JOBS; i++) {
+        src[i] = (slow_src){&g, i, bytes};
+        job[i] = (hash_job){.fd = -1, .read = slow_read, .ud = &src[i], .size = size};
+        hash_lanes_submit(h, &job[i]);
+    }
+    pthread_mutex_lock(&g.gate_mu);
+    while (!g.gated)
+        pthread_cond_wait(&g.gate_cv, &g.gate_mu);
+    pthread_mutex_unlock(&g.gate_mu);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, stop_lanes, h), 0);
+    usleep(100 * 1000); /* stopping is set by now */
+    pthread_mutex_lock(&g.gate_mu);
+    g.gate_open = 1;
+    pthread_cond_broadcast(&g.gate_cv);
+    pthread_mutex_unlock(&g.gate_mu);
+    pthread_join(t, NULL);
+    for (int k = 0; k < g.n; k++)
+        cr_assert_eq(g.order[k], 0, "read %d was job %d's, queued behind the stop", k, g.order[k]);
+    for (int i = 0; i < JOBS; i++)
+        cr_assert_eq(job[i].rc, -ECANCELED, "job %d", i);
+    free(bytes);
+}
+
+/* A later file's source whose reads wait until the test opens the gate, so
+ * that its job stays queued on the lanes. */
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t held_cv = PTHREAD_COND_INITIALIZER;
+static int held_open;
+
+static ssize_t held_read(void *ud, void *buf, size_t len, uint64_t off)
+{
+    pthread_mutex_lock(&held_mu);
+    while (!held_open)
+        pthread_cond_wait(&held_cv, &held_mu);
+    pthread_mutex_unlock(&held_mu);
+    memset(buf, 0, len);
+    return (ssize_t)len;
+}
+
+/* Later files' jobs fill the lanes' queue (as 16 files queued ahead do):
+ * the open file, whose own job was not queued ahead, still gets a lane. */
+Test(hash_lanes, the_open_file_gets_a_lane_when_later_files_fill_the_queue)
+{
+    uint8_t *a = malloc(BIG), want[32];
+    tu_fill_pattern(a, BIG, 5);
+    shared_src s = {a, NULL, 0, 0};
+    char *pack = tu_join(dir, "p.tpack");
+    ckpt_write_opts o = {.level = 1, .threads = 2};
+    ckpt_writer *w;
+    ckpt_err e = {0};
+    cr_assert_eq(ckpt_writer_open(pack, NULL, &o, &w, &e), 0, "%s", e.msg);
+    int queued = 0;
+    for (int i = 0; i < 16; i++)
+        queued += writer_prehash_reader(w, held_read, NULL, WRITER_LANE_MIN_BYTES) != NULL;
+    cr_assert_geq(queued, 15, "later files' jobs queued: %d", queued);
+    cr_assert_eq(ckpt_writer_begin_file(w, "a.bin", 0644, 0, 0, &e), 0, "%s", e.msg);
+    int took = writer_file_rehash_reader(w, shared_read, &s, BIG);
+    pthread_mutex_lock(&held_mu);
+    held_open = 1;
+    pthread_cond_broadcast(&held_cv);
+    pthread_mutex_unlock(&held_mu);
+    cr_assert_eq(took, 1, "the open file's job was refused a lane");
+    cr_assert_eq(ckpt_writer_write(w, a, BIG, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_end_file(w, &e), 0, "%s", e.msg);
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
+    cr_assert_geq(s.served, BIG, "the lane read the file");
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(pack, NULL, &p, &e), 0, "%s", e.msg);
+    tu_sha256(a, BIG, want);
+    cr_assert_arr_eq(ckpt_file_at(p, 0)->sha256, want, 32);
+    ckpt_close(p);
+    free(a);
     free(pack);
 }
