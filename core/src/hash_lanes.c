@@ -106,7 +106,9 @@ static void *reader(void *arg)
         lane *l;
         while (!(l = lane_to_read(h)) && !h->stopping)
             pthread_cond_wait(&h->to_read, &h->mu);
-        if (!l)
+        /* Once stopping, no new read: each may be a slow callback (a
+         * decrypt, an S3 GET) whose bytes nobody will hash. */
+        if (!l || h->stopping)
             break;
         hash_job *j = l->job;
         uint64_t b = l->next_read++;
