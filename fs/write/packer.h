@@ -61,7 +61,8 @@ typedef struct packer_job {
      * which cannot tell). */
     const uint8_t (*tried)[16];
     size_t n_tried, n_tried_old;
-    uint8_t *pack_id; /* NULL, or 16 bytes: the id of the pack this run writes, once known */
+    uint8_t *pack_id;   /* NULL, or 16 bytes: the id of the pack this run writes, once known */
+    int *found_earlier; /* NULL, or set to 1 when an earlier try's pack is taken as the commit */
 } packer_job;
 
 /* 0 once NAME.tpack is durably in place (atomically replacing the one

@@ -153,6 +153,7 @@ static void pack_one(wtable *t, wckpt *c)
     memcpy(tried, c->dir.tried, sizeof tried);
     pthread_mutex_unlock(&c->lock);
     uint8_t pack_id[16] = {0};
+    int found_earlier = 0;
     ckpt_err err = {0};
     if (rc || !name) {
         ckpt_fail(&err, rc ? rc : -ENOMEM, "checkpoint '%s': %s", c->name,
@@ -184,10 +185,16 @@ static void pack_one(wtable *t, wckpt *c)
             .n_tried = n_tried,
             .n_tried_old = n_tried_old,
             .pack_id = t->opts.store ? pack_id : NULL,
+            .found_earlier = &found_earlier,
         };
         double start = wc_now_mono();
         rc = packer_run(&job, &err);
-        if (rc == 0)
+        if (rc == 0 && found_earlier) {
+            pack_progress(c, total, total);
+            fslog_info("checkpoint '%s' committed: %zu files, %.1f MB, its pack an earlier "
+                       "try's (nothing uploaded again)",
+                       name, n, (double)total / 1e6);
+        } else if (rc == 0)
             fslog_info("checkpoint '%s' committed: %zu files, %.1f MB packed in %.2f s%s", name, n,
                        (double)c->pack_total / 1e6, wc_now_mono() - start,
                        replaces ? " (written to after its commit: this new generation of "

@@ -2377,6 +2377,25 @@ Test(s3_fake, a_pack_whose_complete_took_unanswered_is_known_by_its_retry, .init
     cr_assert_eq(memcmp(in_store, again, 16), 0, "the new pack replaced the old try's");
     cr_assert_eq(fake_get(&f, (const int *)&f.mp_creates), creates + 1);
 
+    /* A file checkpoint of the name meets mp.tpack: refused naming it, not
+     * uploaded beside it as mp.tfile (the probe of mp.tfile found nothing). */
+    memcpy(tried[0], again, 16);
+    job.is_file = 1;
+    err = (ckpt_err){0};
+    cr_assert_eq(packer_run(&job, &err), -EEXIST, "%s", err.msg);
+    cr_assert(strstr(err.msg, "s3://bucket/p/mp.tpack already exists"), "%s", err.msg);
+    cr_assert_eq(fake_get(&f, (const int *)&f.mp_creates), creates + 1, "nothing uploaded");
+    job.is_file = 0;
+
+    /* A pack there whose header cannot be read: refused, saying why. */
+    pthread_mutex_lock(&f.mu);
+    memset(f.mp_data, 'x', 8);
+    pthread_mutex_unlock(&f.mu);
+    err = (ckpt_err){0};
+    cr_assert_eq(packer_run(&job, &err), -EEXIST, "%s", err.msg);
+    cr_assert(strstr(err.msg, "already exists; not replacing it (its header cannot be read: "),
+              "%s", err.msg);
+
     ckpt_close(base);
     ckpt_store_free(s);
     fake_stop(&f);
