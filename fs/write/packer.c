@@ -274,6 +274,13 @@ static int write_pack(const packer_job *job, const char *pack, const char *tmp, 
         ckpt_writer_set_sibling_reader(w, read_sibling, (void *)job);
     if (rc == 0 && job->pack_id)
         ckpt_writer_pack_id(w, job->pack_id);
+    if (rc == 0 && job->commit_sent)
+        ckpt_writer_commit_flag(w, job->commit_sent);
+    if (rc == 0 && job->trying) {
+        uint8_t id[16];
+        ckpt_writer_pack_id(w, id);
+        rc = job->trying(job->progress_ud, id, err);
+    }
     int links_done = !job->links;
     size_t reused = 0;
     uint64_t reused_bytes = 0;
