@@ -251,6 +251,11 @@ void ckpt_readers_ahead_free(ckpt_readers_ahead *a);
  * finds a pack under the name can tell its own upload from another's. */
 void ckpt_writer_pack_id(const ckpt_writer *w, uint8_t out[16]);
 
+/* *sent becomes 1 once w's finish has sent the store the request that
+ * makes the pack (S3: the Complete, or the one PUT): only a try that got
+ * that far can have left its pack under the name unanswered. */
+void ckpt_writer_commit_flag(ckpt_writer *w, int *sent);
+
 /* ------------------------------------------------ sealing under a nonce */
 
 /* The chunks' AEADs under a caller's key and nonce, for ckptfs's staging

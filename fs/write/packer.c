@@ -121,7 +121,8 @@ enum { NOT_OURS, OURS, OURS_OLD, GONE };
  * or a size would not tell another writer's pack from ours. NOT_OURS,
  * OURS, OURS_OLD (of the checkpoint before a change), GONE (deleted since
  * it was listed), or -errno when its header could not be read for a
- * reason worth a later try (no answer). */
+ * reason worth a later try (no answer). A NOT_OURS whose header could
+ * not be read leaves why in err. */
 static int earlier_try(const packer_job *job, const char *pack, ckpt_err *err)
 {
     if (!job->n_tried)
@@ -138,6 +139,8 @@ static int earlier_try(const packer_job *job, const char *pack, ckpt_err *err)
     for (size_t i = 0; rc == 0 && i < job->n_tried; i++)
         if (memcmp(info.pack_id, job->tried[i], 16) == 0)
             return i < job->n_tried_old ? OURS_OLD : OURS;
+    if (rc < 0 && rc != -ENOENT)
+        *err = perr;
     return rc == -ENOENT ? GONE : NOT_OURS;
 }
 
@@ -149,20 +152,35 @@ int packer_run(const packer_job *job, ckpt_err *err)
         packer_tmp_name(job->name, tmp, sizeof tmp) != 0)
         return ckpt_fail(err, -ENAMETOOLONG, "checkpoint '%s': name too long", job->name);
     if (job->remote) {
-        if (job->replace || packer_store_kind(job->store, job->name) < PACKER_PACK_DIR)
+        int kind = job->replace ? 0 : packer_store_kind(job->store, job->name);
+        if (kind < PACKER_PACK_DIR)
             return write_pack(job, pack, tmp, err);
-        int ours = earlier_try(job, pack, err);
-        if (ours < 0)
+        if (kind != (job->is_file ? PACKER_PACK_FILE : PACKER_PACK_DIR))
+            /* A pack of the other kind hides the name: never a try of ours. */
+            return ckpt_fail(err, -EEXIST,
+                             "checkpoint '%s': %s/%s%s already exists; not "
+                             "replacing it",
+                             job->name, ckpt_store_where(job->store), job->name,
+                             kind == PACKER_PACK_FILE ? BACKING_FILE_SUFFIX : BACKING_PACK_SUFFIX);
+        ckpt_err why = {0};
+        int ours = earlier_try(job, pack, &why);
+        if (ours < 0) {
+            *err = why;
             return ours;
+        }
         if (ours == NOT_OURS)
             return ckpt_fail(err, -EEXIST,
                              "checkpoint '%s': %s/%s already exists; not "
-                             "replacing it",
-                             job->name, ckpt_store_where(job->store), pack);
+                             "replacing it%s%s%s",
+                             job->name, ckpt_store_where(job->store), pack,
+                             why.code ? " (its header cannot be read: " : "", why.msg,
+                             why.code ? ")" : "");
         if (ours == OURS) {
             fslog_info("checkpoint '%s': %s/%s is the pack of an earlier try, whose upload "
                        "took though no answer said so: it is the commit",
                        job->name, ckpt_store_where(job->store), pack);
+            if (job->found_earlier)
+                *job->found_earlier = 1;
             return 0;
         }
         /* Gone, or an earlier try's of what the checkpoint was then. */
@@ -256,6 +274,13 @@ static int write_pack(const packer_job *job, const char *pack, const char *tmp, 
         ckpt_writer_set_sibling_reader(w, read_sibling, (void *)job);
     if (rc == 0 && job->pack_id)
         ckpt_writer_pack_id(w, job->pack_id);
+    if (rc == 0 && job->commit_sent)
+        ckpt_writer_commit_flag(w, job->commit_sent);
+    if (rc == 0 && job->trying) {
+        uint8_t id[16];
+        ckpt_writer_pack_id(w, id);
+        rc = job->trying(job->progress_ud, id, err);
+    }
     int links_done = !job->links;
     size_t reused = 0;
     uint64_t reused_bytes = 0;

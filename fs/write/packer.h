@@ -62,6 +62,14 @@ typedef struct packer_job {
     const uint8_t (*tried)[16];
     size_t n_tried, n_tried_old;
     uint8_t *pack_id; /* NULL, or 16 bytes: the id of the pack this run writes, once known */
+    /* NULL, or set to 1 once this run sent the store the request that
+     * makes its pack: a try that failed before cannot have made it. */
+    int *commit_sent;
+    int *found_earlier; /* NULL, or set to 1 when an earlier try's pack is taken as the commit */
+    /* NULL, or told this run's pack id before its pack can be made, so
+     * that a crash's recovery can tell this run's pack from an earlier
+     * try's (progress_ud; non-zero fails the run with err). */
+    int (*trying)(void *ud, const uint8_t id[16], ckpt_err *err);
 } packer_job;
 
 /* 0 once NAME.tpack is durably in place (atomically replacing the one

@@ -244,7 +244,7 @@ static int record_text(const char *name, stage_state state, const stage_dir *d, 
                        char **out)
 {
     size_t nlen = strlen(name), elen = error ? strlen(error) : 0;
-    size_t cap = 256 + STAGE_TRIED_MAX * 40 + 16 + 2 * nlen + 2 * elen;
+    size_t cap = 256 + (STAGE_TRIED_MAX + 1) * 40 + 16 + 2 * nlen + 2 * elen;
     char *t = malloc(cap);
     if (!t)
         return -ENOMEM;
@@ -278,6 +278,11 @@ static int record_text(const char *name, stage_state state, const stage_dir *d, 
         char hex[33];
         stage_hex(d->tried[i], 16, hex);
         n += snprintf(t + n, cap - (size_t)n, "tried %s\n", hex);
+    }
+    if (d->has_trying) {
+        char hex[33];
+        stage_hex(d->trying, 16, hex);
+        n += snprintf(t + n, cap - (size_t)n, "trying %s\n", hex);
     }
     if (error)
         snprintf(t + n, cap - (size_t)n, "error %s\n", err_hex);
@@ -370,6 +375,8 @@ static int parse_record(char *text, stage_record *rec)
         } else if (strcmp(line, "tried") == 0) {
             if (rec->n_tried < STAGE_TRIED_MAX && unhex(val, rec->tried[rec->n_tried], 16) == 0)
                 rec->n_tried++;
+        } else if (strcmp(line, "trying") == 0) {
+            rec->has_trying = unhex(val, rec->trying, 16) == 0;
         } else if (strcmp(line, "error") == 0) {
             free(rec->error);
             rec->error = unhex_string(val);
@@ -466,6 +473,8 @@ int stage_open(stage_root *r, const char *sid, stage_dir *d, stage_record *rec, 
         d->has_base = rec->has_base;
         memcpy(d->tried, rec->tried, sizeof d->tried);
         d->n_tried = rec->n_tried;
+        memcpy(d->trying, rec->trying, sizeof d->trying);
+        d->has_trying = rec->has_trying;
     }
     if (rc) {
         stage_dir_close(d);

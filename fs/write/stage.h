@@ -74,6 +74,11 @@ typedef struct stage_dir {
      * (packer_job.tried). */
     uint8_t tried[STAGE_TRIED_MAX][16];
     unsigned n_tried;
+    /* The pack id of the try under way (has_trying), written before its
+     * pack can be made: at recovery a pack under the name is this
+     * packing's commit only when it carries this id. */
+    uint8_t trying[16];
+    int has_trying;
 } stage_dir;
 
 /* Keeps id as the newest of d's tries, the oldest let go when full. */
@@ -90,6 +95,8 @@ typedef struct stage_record {
     int is_file, replaces, has_base; /* as in stage_dir */
     uint8_t tried[STAGE_TRIED_MAX][16];
     unsigned n_tried;
+    uint8_t trying[16];
+    int has_trying;
 } stage_record;
 
 /* A staging write that failed and was not made good (wckpt.h). */

@@ -128,6 +128,26 @@ static int snapshot_links(wckpt *c, char **out, size_t *len)
     return rc;
 }
 
+/* The record says which try is under way before its pack can be made: a
+ * crash's recovery takes a pack under the name for this packing's commit
+ * only by this id, never by an earlier try's (whose checkpoint may have
+ * changed since), so staging is not deleted under a stale pack. */
+static int note_trying(void *ud, const uint8_t id[16], ckpt_err *err)
+{
+    wckpt *c = ud;
+    pthread_mutex_lock(&c->save_lock);
+    pthread_mutex_lock(&c->lock);
+    memcpy(c->dir.trying, id, 16);
+    c->dir.has_trying = 1;
+    char *name = strdup(c->name);
+    pthread_mutex_unlock(&c->lock);
+    int rc = name ? stage_write_record(&c->table->root, &c->dir, name, STAGE_PACKING, NULL, err)
+                  : ckpt_fail(err, -ENOMEM, "checkpoint '%s': out of memory", c->name);
+    pthread_mutex_unlock(&c->save_lock);
+    free(name);
+    return rc;
+}
+
 static void pack_one(wtable *t, wckpt *c)
 {
     packer_file *files = NULL;
@@ -153,6 +173,7 @@ static void pack_one(wtable *t, wckpt *c)
     memcpy(tried, c->dir.tried, sizeof tried);
     pthread_mutex_unlock(&c->lock);
     uint8_t pack_id[16] = {0};
+    int commit_sent = 0, found_earlier = 0;
     ckpt_err err = {0};
     if (rc || !name) {
         ckpt_fail(&err, rc ? rc : -ENOMEM, "checkpoint '%s': %s", c->name,
@@ -184,10 +205,18 @@ static void pack_one(wtable *t, wckpt *c)
             .n_tried = n_tried,
             .n_tried_old = n_tried_old,
             .pack_id = t->opts.store ? pack_id : NULL,
+            .commit_sent = &commit_sent,
+            .found_earlier = &found_earlier,
+            .trying = t->opts.store ? note_trying : NULL,
         };
         double start = wc_now_mono();
         rc = packer_run(&job, &err);
-        if (rc == 0)
+        if (rc == 0 && found_earlier) {
+            pack_progress(c, total, total);
+            fslog_info("checkpoint '%s' committed: %zu files, %.1f MB, its pack an earlier "
+                       "try's (nothing uploaded again)",
+                       name, n, (double)total / 1e6);
+        } else if (rc == 0)
             fslog_info("checkpoint '%s' committed: %zu files, %.1f MB packed in %.2f s%s", name, n,
                        (double)c->pack_total / 1e6, wc_now_mono() - start,
                        replaces ? " (written to after its commit: this new generation of "
@@ -231,24 +260,37 @@ static void pack_one(wtable *t, wckpt *c)
         pthread_mutex_unlock(&c->lock);
         if (open_files && t->pin_successor)
             t->pin_successor(t->successor_ud, c);
-    } else if (rc == -ECANCELED && __atomic_load_n(&c->cancel_pack, __ATOMIC_RELAXED)) {
-        fslog_info("checkpoint '%s': written to while it was being packed: packing stopped; it "
-                   "is writing again and is packed once quiet",
-                   name ? name : c->name);
-    } else if (rc != -ECANCELED) {
+    } else if (rc == -ECANCELED) {
+        /* Stopped: a later record tells no try under way (one written to
+         * since must not be taken for this try's pack). */
+        pthread_mutex_lock(&c->save_lock);
+        pthread_mutex_lock(&c->lock);
+        c->dir.has_trying = 0;
+        if (commit_sent)
+            stage_note_try(&c->dir, pack_id);
+        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(&c->save_lock);
+        if (__atomic_load_n(&c->cancel_pack, __ATOMIC_RELAXED))
+            fslog_info("checkpoint '%s': written to while it was being packed: packing stopped; "
+                       "it is writing again and is packed once quiet",
+                       name ? name : c->name);
+    } else {
         fslog_err("checkpoint '%s': packing failed: %s", name ? name : c->name, err.msg);
         ckpt_err rec_err = {0};
-        static const uint8_t none[16];
         pthread_mutex_lock(&c->save_lock);
-        /* Its Complete may have taken unanswered: a retry that finds this
-         * pack under the name knows it for its own (packer_run). */
-        if (memcmp(pack_id, none, 16) != 0) {
-            pthread_mutex_lock(&c->lock);
+        /* Its Complete (or its one PUT) may have taken unanswered: a retry
+         * that finds this pack under the name knows it for its own
+         * (packer_run). A try that never sent it made nothing, and is not
+         * kept: tries failing at once through an outage would push out
+         * the one that counts. */
+        pthread_mutex_lock(&c->lock);
+        c->dir.has_trying = 0;
+        if (commit_sent) {
             stage_note_try(&c->dir, pack_id);
             if (c->tries_current < c->dir.n_tried)
                 c->tries_current++;
-            pthread_mutex_unlock(&c->lock);
         }
+        pthread_mutex_unlock(&c->lock);
         if (stage_write_record(&t->root, &c->dir, name ? name : c->name, STAGE_FAILED, err.msg,
                                &rec_err) != 0)
             fslog_err("checkpoint '%s': %s", c->name, rec_err.msg);

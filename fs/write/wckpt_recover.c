@@ -16,6 +16,7 @@
 
 #define CKPT_INTERNAL_API
 #include "ckpt_internal.h"
+#include "common/backing_path.h"
 #include "common/fslog.h"
 #include "wckpt_internal.h"
 
@@ -133,6 +134,30 @@ static void restore_failures(wckpt *c, stage_failures *f)
         }
 }
 
+/* Whether the pack of kind under rec's name is what rec's packing made
+ * (its commit completed). In a store whose commit may take unanswered, a
+ * pack there may be an earlier try's, of the checkpoint before it was
+ * written to again: only the pack id of the try under way (written before
+ * its pack could be made) says it is this packing's. Records from before
+ * such ids were kept say nothing, and keep the old rule. */
+static int packed_by_record(wtable *t, const stage_record *rec, int kind)
+{
+    if (!t->opts.store || (!rec->has_trying && !rec->n_tried))
+        return 1;
+    if (!rec->has_trying || (kind == WC_PACK_FILE) != (rec->is_file != 0))
+        return 0;
+    char pack[BACKING_PATH_MAX + 64];
+    snprintf(pack, sizeof pack, "%s%s", rec->name,
+             rec->is_file ? BACKING_FILE_SUFFIX : BACKING_PACK_SUFFIX);
+    ckpt_pack_info info;
+    ckpt_err err = {0};
+    if (ckpt_probe_in(t->store, pack, &info, &err) < 0) {
+        fslog_warn("checkpoint '%s': %s", rec->name, err.msg);
+        return 0;
+    }
+    return memcmp(info.pack_id, rec->trying, 16) == 0;
+}
+
 static int recover_one(void *ud, const char *sid)
 {
     wtable *t = ud;
@@ -167,7 +192,18 @@ static int recover_one(void *ud, const char *sid)
         }
         kind = wc_backing_kind(t, rec.name);
     }
-    if (kind && !rec.replaces) {
+    if (kind && !rec.replaces && rec.state == STAGE_PACKING && !packed_by_record(t, &rec, kind)) {
+        /* Packed again, its earlier try's pack replaced (packer_run): the
+         * try under way is taken as tried, the restart hiding whether it
+         * took. */
+        fslog_warn("checkpoint '%s': the pack under its name is not the one its packing was "
+                   "making (an earlier try's, or another writer's); its staged files stay and "
+                   "it is packed again",
+                   rec.name);
+        if (d.has_trying)
+            stage_note_try(&d, d.trying);
+        d.has_trying = 0;
+    } else if (kind && !rec.replaces) {
         if (rec.state == STAGE_PACKING) {
             /* Packed and renamed into place before the crash. */
             fsync(t->backing_fd);

@@ -559,6 +559,8 @@ Test(stage, tried_pack_ids_roundtrip)
         memset(id, (int)(0xa0 + i), sizeof id);
         stage_note_try(&d, id);
     }
+    memset(d.trying, 0x5c, sizeof d.trying);
+    d.has_trying = 1;
     cr_assert_eq(stage_write_record(&r, &d, "s3-ckpt", STAGE_FAILED, "no answer", &err), 0, "%s",
                  err.msg);
     char sid[STAGE_SID_LEN + 1];
@@ -572,6 +574,10 @@ Test(stage, tried_pack_ids_roundtrip)
         memset(id, (int)(0xa1 + i), sizeof id);
         cr_assert_eq(memcmp(d.tried[i], id, 16), 0, "try %u", i);
     }
+    memset(id, 0x5c, sizeof id);
+    cr_assert(rec.has_trying && d.has_trying, "the try under way is kept");
+    cr_assert_eq(memcmp(rec.trying, id, 16), 0);
+    cr_assert_eq(memcmp(d.trying, id, 16), 0);
     stage_record_free(&rec);
     cr_assert_eq(stage_remove(&r, &d, &err), 0, "%s", err.msg);
     stage_dir_close(&d);

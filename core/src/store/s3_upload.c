@@ -409,6 +409,8 @@ static int put_whole(s3_up *u, ckpt_err *err)
                  .body = u->cur.buf ? u->cur.buf : (const uint8_t *)"",
                  .body_len = u->cur.len};
     s3_resp rs;
+    if (u->base.commit_sent)
+        *u->base.commit_sent = 1;
     int rc = s3_request(u->s->http, &rq, &rs);
     if (rc < 0 || rs.status != 200)
         rc = s3_fail(err, u->s->http, u->shown, "upload", &rs);
@@ -510,6 +512,8 @@ static int complete(s3_up *u, ckpt_err *err)
                  .body = xml,
                  .body_len = len};
     s3_resp rs;
+    if (u->base.commit_sent)
+        *u->base.commit_sent = 1;
     int rc = s3_request(u->s->http, &rq, &rs);
     if (rc == 0 && rs.status == 200 && !rs.overflow) {
         s3_error e;

@@ -120,6 +120,9 @@ struct store_upload {
     const store_upload_ops *ops;
     ckpt_object_id id;       /* of what is being written, where known (dev, ino) */
     ckpt_object_id replaces; /* of the object commit will replace, where known */
+    /* NULL, or set to 1 by commit once the request that makes the object
+     * is sent: a commit failed before it cannot have made the object. */
+    int *commit_sent;
 };
 
 /* Every backend's lock begins with this, so ckpt_store_lock_release finds
