@@ -245,25 +245,45 @@ static ssize_t read_through(store_reader *r, uint64_t upto, uint64_t *at, ckpt_e
     return got;
 }
 
+/* The 48 MiB object read through once, its first segment GET cut after
+ * 3 MiB, the answers after the cut carrying etag_after (NULL: "e1", "":
+ * none). The read's last result; the server is stopped, *st left to free. */
+static ssize_t read_cut_object(srv *s, const char *etag_after, ckpt_store **st, uint64_t *at,
+                               ckpt_err *err)
+{
+    srv_start(s, 48ull << 20);
+    s->fault = CUT;
+    s->fault_at = 1;
+    s->cut_after = 3u << 20;
+    s->etag_after = etag_after;
+    *st = srv_store(s);
+    store_reader *r;
+    cr_assert_eq((*st)->ops->open_read(*st, "o", &r, err), 0, "%s", err->msg);
+    ssize_t got = read_through(r, s->size, at, err);
+    r->ops->close(r);
+    srv_stop(s);
+    return got;
+}
+
+/* Each byte sent once, but what the cut try sent past its last telling (a
+ * step at most). */
+static void assert_sent_once(const srv *s)
+{
+    cr_assert_leq(s->sent, s->size + S3_PROGRESS_STEP, "%llu bytes sent of a %llu-byte object",
+                  (unsigned long long)s->sent, (unsigned long long)s->size);
+}
+
 /* A segment GET cut after 3 MiB is retried from the first byte its first
  * try did not tell (a Range of its own), not for the whole segment again:
  * it used to ask for all 16 MiB again and drop the 3 MiB it had. */
 Test(s3_ra_gets, a_cut_segment_get_resumes_where_it_stopped, .timeout = 60)
 {
     srv s;
-    srv_start(&s, 48ull << 20);
-    s.fault = CUT;
-    s.fault_at = 1;
-    s.cut_after = 3u << 20;
-    ckpt_store *st = srv_store(&s);
-    store_reader *r;
+    ckpt_store *st;
     ckpt_err err = {0};
-    cr_assert_eq(st->ops->open_read(st, "o", &r, &err), 0, "%s", err.msg);
     uint64_t at;
-    ssize_t got = read_through(r, s.size, &at, &err);
+    ssize_t got = read_cut_object(&s, NULL, &st, &at, &err);
     cr_assert_eq(got, 1 << 20, "at %llu: %zd %s", (unsigned long long)at, got, err.msg);
-    r->ops->close(r);
-    srv_stop(&s);
     /* The cut GET (the first of a segment's) and its retry: the same end,
      * a start past the bytes told (a step in at least), no later than the
      * cut. */
@@ -277,10 +297,7 @@ Test(s3_ra_gets, a_cut_segment_get_resumes_where_it_stopped, .timeout = 60)
     for (unsigned i = 0; i < s.n_gets && i < 64; i++)
         cr_log_info("GET %llu-%llu", (unsigned long long)s.from[i], (unsigned long long)s.to[i]);
     cr_assert(resumed, "no GET resumed the cut segment past its told bytes (%u GETs)", s.n_gets);
-    /* Each byte sent once, but what the cut try sent past its last
-     * telling (a step at most). */
-    cr_assert_leq(s.sent, s.size + S3_PROGRESS_STEP, "%llu bytes sent of a %llu-byte object",
-                  (unsigned long long)s.sent, (unsigned long long)s.size);
+    assert_sent_once(&s);
     ckpt_store_free(st);
 }
 
@@ -290,22 +307,13 @@ Test(s3_ra_gets, a_cut_segment_get_resumes_where_it_stopped, .timeout = 60)
 Test(s3_ra_gets, a_resumed_segment_get_of_another_etag_is_stale, .timeout = 60)
 {
     srv s;
-    srv_start(&s, 48ull << 20);
-    s.fault = CUT;
-    s.fault_at = 1;
-    s.cut_after = 3u << 20;
-    s.etag_after = "\"e2\"";
-    ckpt_store *st = srv_store(&s);
-    store_reader *r;
+    ckpt_store *st;
     ckpt_err err = {0};
-    cr_assert_eq(st->ops->open_read(st, "o", &r, &err), 0, "%s", err.msg);
     uint64_t at;
-    ssize_t got = read_through(r, s.size, &at, &err);
+    ssize_t got = read_cut_object(&s, "\"e2\"", &st, &at, &err);
     cr_assert_eq(got, -ESTALE, "at %llu: %zd %s", (unsigned long long)at, got, err.msg);
     cr_assert(strstr(err.msg, "replaced"), "%s", err.msg);
     cr_assert_leq(at, (19ull << 20), "served up to %llu", (unsigned long long)at);
-    r->ops->close(r);
-    srv_stop(&s);
     ckpt_store_free(st);
 }
 
@@ -316,23 +324,12 @@ Test(s3_ra_gets, a_resumed_segment_get_of_another_etag_is_stale, .timeout = 60)
 Test(s3_ra_gets, a_resumed_segment_get_without_an_etag_is_kept, .timeout = 60)
 {
     srv s;
-    srv_start(&s, 48ull << 20);
-    s.fault = CUT;
-    s.fault_at = 1;
-    s.cut_after = 3u << 20;
-    s.etag_after = "";
-    ckpt_store *st = srv_store(&s);
-    store_reader *r;
+    ckpt_store *st;
     ckpt_err err = {0};
-    cr_assert_eq(st->ops->open_read(st, "o", &r, &err), 0, "%s", err.msg);
     uint64_t at;
-    ssize_t got = read_through(r, s.size, &at, &err);
+    ssize_t got = read_cut_object(&s, "", &st, &at, &err);
     cr_assert_eq(got, 1 << 20, "at %llu: %zd %s", (unsigned long long)at, got, err.msg);
-    r->ops->close(r);
-    srv_stop(&s);
-    /* Kept, not thrown away for the readers' own GETs of the same bytes. */
-    cr_assert_leq(s.sent, s.size + S3_PROGRESS_STEP, "%llu bytes sent of a %llu-byte object",
-                  (unsigned long long)s.sent, (unsigned long long)s.size);
+    assert_sent_once(&s); /* kept, not fetched again by the readers */
     ckpt_store_free(st);
 }
 
