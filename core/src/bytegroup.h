@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 /* raw[0..n) (n a multiple of k) into planes[0..n): plane j, of n / k
- * bytes, at planes + j * (n / k). */
+ * bytes, at planes + j * (n / k); with the fastest kernel this CPU runs. */
 void bytegroup_split(const uint8_t *raw, size_t n, unsigned k, uint8_t *planes);
 
 /* The k planes pl[0..k) of m bytes each into out[0..m * k), with the
@@ -16,10 +16,12 @@ void bytegroup_split(const uint8_t *raw, size_t n, unsigned k, uint8_t *planes);
 void bytegroup_join(const uint8_t *const *pl, size_t m, unsigned k, uint8_t *out);
 
 /* For tests, which must reach every kernel whatever the CPU picks:
- * bytegroup_join with one kernel. Returns -1, writing nothing, when this
- * build or CPU lacks it. */
+ * bytegroup_join and bytegroup_split with one kernel. Return -1, writing
+ * nothing, when this build or CPU lacks it. */
 typedef enum { BYTEGROUP_SCALAR, BYTEGROUP_SSE2, BYTEGROUP_AVX2 } bytegroup_kernel;
 int bytegroup_join_with(bytegroup_kernel kern, const uint8_t *const *pl, size_t m, unsigned k,
                         uint8_t *out);
+int bytegroup_split_with(bytegroup_kernel kern, const uint8_t *raw, size_t n, unsigned k,
+                         uint8_t *planes);
 
 #endif
