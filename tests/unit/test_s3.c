@@ -1686,6 +1686,7 @@ typedef struct fake_s3 {
     int lose_heads;      /* HEADs of the object left unanswered; -1: all */
     unsigned mp_creates; /* CreateMultipartUpload requests */
     int down;            /* listings and CreateMultipartUpload answered 503 (an outage) */
+    int silent;          /* every request read and left unanswered (a stopped gateway) */
     /* The object's bytes, for ranged GETs, and listed under this name
      * (NULL: not listed, the name p/mp): a pack the packer writes. */
     const char *mp_name;
@@ -1906,6 +1907,11 @@ static void fake_serve(fake_s3 *f, int fd)
     snprintf(query, sizeof query, "%s", target + strcspn(target, "?"));
     target[strcspn(target, "?")] = 0;
     pthread_mutex_lock(&f->mu);
+    if (f->silent) {
+        pthread_mutex_unlock(&f->mu);
+        free(body);
+        return;
+    }
     if (!strcmp(target, "/bucket") && strstr(query, "uploads"))
         f->mp_lists++;
     if (!strcmp(target, "/bucket") && f->stuck && strstr(query, "uploads")) {
@@ -2569,6 +2575,34 @@ Test(s3_fake, tries_failing_in_an_outage_leave_the_unanswered_complete_known, .i
     ckpt_store_free(s);
     fake_stop(&f);
     tu_scratch_close(dir, backing);
+}
+
+/* A commit that an outage refuses before sending it made nothing, and
+ * says so: commit_sent was set before the request was admitted, so a small
+ * pack (one PUT) retried through an outage kept a try per refused PUT,
+ * pushing the one whose PUT took unanswered out of the kept ids. */
+Test(s3_fake, a_put_refused_unsent_in_an_outage_is_no_commit_sent, .init = clean_env,
+     .fini = drop_home)
+{
+    fake_s3 f;
+    fake_start(&f);
+    ckpt_store *s = fake_store_retrying(&f, 1);
+    pthread_mutex_lock(&f.mu);
+    f.silent = 1;
+    pthread_mutex_unlock(&f.mu);
+    int sent[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        store_upload *u;
+        ckpt_err err = {0};
+        cr_assert_eq(s->ops->create(s, "small", NULL, &u, &err), 0, "%s", err.msg);
+        u->commit_sent = &sent[i];
+        cr_assert_eq(u->ops->write(u, "x", 1, &err), 0, "%s", err.msg);
+        cr_assert_eq(u->ops->commit(u, &err), -EIO, "%s", err.msg);
+    }
+    cr_assert_eq(sent[0], 1, "the first PUT was sent, its answers lost");
+    cr_assert_eq(sent[1], 0, "the second was refused unsent, the gateway marked down");
+    ckpt_store_free(s);
+    fake_stop(&f);
 }
 
 /* A retry of a checkpoint whose first pack's Complete took unanswered, and
