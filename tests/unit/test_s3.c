@@ -2662,6 +2662,54 @@ Test(s3_fake, recovery_keeps_a_packing_whose_name_holds_an_earlier_tries_pack, .
     tu_scratch_close(dir, backing);
 }
 
+/* A packing record saying "trying X", recovered with no pack listed under
+ * its name (none made, or the listing failed at mount): X was left as the
+ * try under way, not kept as tried, and a later commit's record still said
+ * "trying X", so a crash then took pack X (older content) for the commit
+ * and deleted the newer staging. */
+Test(s3_fake, a_packing_recovered_with_no_pack_seen_keeps_its_try_as_tried, .init = clean_env,
+     .fini = drop_home)
+{
+    int backing;
+    char *dir = tu_scratch_open(&backing);
+    fake_s3 f;
+    fake_start(&f);
+    ckpt_store *s = fake_store_retrying(&f, 1);
+    static mount_key no_key;
+    wtable_opts o = {.commit_delay = 0, .pack_threads = 1, .store = s};
+    wtable t;
+    ckpt_err err = {0};
+    cr_assert_eq(wtable_init(&t, dir, backing, &no_key, &o, &err), 0, "%s", err.msg);
+    cr_assert_eq(wtable_recover(&t), 0);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "mp", 0755, &c), 0);
+    uint32_t node;
+    struct stat st;
+    cr_assert_eq(wckpt_create(c, WTREE_ROOT, "w.bin", 0644, &node, &st), 0);
+    cr_assert_eq(wckpt_write(c, node, "data", 4, 0), 4);
+    wckpt_release(c, node, O_WRONLY);
+    static const uint8_t x[16] = {0x5a, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    pthread_mutex_lock(&c->save_lock);
+    memcpy(c->dir.trying, x, 16);
+    c->dir.has_trying = 1;
+    cr_assert_eq(stage_write_record(&t.root, &c->dir, "mp", STAGE_PACKING, NULL, &err), 0, "%s",
+                 err.msg);
+    pthread_mutex_unlock(&c->save_lock);
+    wtable_destroy(&t);
+
+    cr_assert_eq(wtable_init(&t, dir, backing, &no_key, &o, &err), 0, "%s", err.msg);
+    cr_assert_eq(wtable_recover(&t), 0);
+    c = wtable_get(&t, "mp", 0);
+    cr_assert_not_null(c, "the staged checkpoint was kept");
+    cr_assert_eq(c->dir.has_trying, 0, "no try is under way after recovery");
+    cr_assert_geq(c->dir.n_tried, 1u);
+    cr_assert_eq(memcmp(c->dir.tried[c->dir.n_tried - 1], x, 16), 0, "X is kept as tried");
+    wtable_destroy(&t);
+    ckpt_store_free(s);
+    fake_stop(&f);
+    tu_scratch_close(dir, backing);
+}
+
 /* A pack of PACK_SIZE bytes (byte i is i % 251) to p/mp, stopped once its
  * upload has begun and STOP_AT bytes are in: by the progress callback
  * cancelling the writer (`ckpt pack` on SIGINT), or by a read failing. */
