@@ -2386,7 +2386,7 @@ Test(s3_fake, a_pack_whose_complete_took_unanswered_is_known_by_its_retry, .init
     cr_assert_eq(packer_run(&job, &err), 0, "%s", err.msg);
     header_id(&f, in_store);
     cr_assert_eq(memcmp(in_store, again, 16), 0, "the new pack replaced the old try's");
-    cr_assert_eq(fake_get(&f, (const int *)&f.mp_creates), creates + 1);
+    cr_assert_eq((unsigned)fake_get(&f, (const int *)&f.mp_creates), creates + 1);
 
     /* A file checkpoint of the name meets mp.tpack: refused naming it, not
      * uploaded beside it as mp.tfile (the probe of mp.tfile found nothing). */
@@ -2395,7 +2395,8 @@ Test(s3_fake, a_pack_whose_complete_took_unanswered_is_known_by_its_retry, .init
     err = (ckpt_err){0};
     cr_assert_eq(packer_run(&job, &err), -EEXIST, "%s", err.msg);
     cr_assert(strstr(err.msg, "s3://bucket/p/mp.tpack already exists"), "%s", err.msg);
-    cr_assert_eq(fake_get(&f, (const int *)&f.mp_creates), creates + 1, "nothing uploaded");
+    cr_assert_eq((unsigned)fake_get(&f, (const int *)&f.mp_creates), creates + 1,
+                 "nothing uploaded");
     job.is_file = 0;
 
     /* A pack there whose header cannot be read: refused, saying why. */
@@ -2486,7 +2487,8 @@ Test(s3_fake, a_mount_retrying_a_pack_whose_complete_took_unanswered_commits_it,
     int rc = wtable_commit(&t, c);
     cr_assert(rc == 0 || rc == -EBUSY, "%d", rc);
     wait_state(c, WST_COMMITTED);
-    cr_assert_eq(fake_get(&f, (const int *)&f.mp_creates), creates, "nothing uploaded again");
+    cr_assert_eq((unsigned)fake_get(&f, (const int *)&f.mp_creates), creates,
+                 "nothing uploaded again");
     wtable_stop(&t);
     wtable_destroy(&t);
     ckpt_store_free(s);
@@ -2567,7 +2569,8 @@ Test(s3_fake, tries_failing_in_an_outage_leave_the_unanswered_complete_known, .i
     int rc = wtable_commit(&t, c);
     cr_assert(rc == 0 || rc == -EBUSY, "%d", rc);
     wait_state(c, WST_COMMITTED);
-    cr_assert_eq(fake_get(&f, (const int *)&f.mp_creates), creates, "nothing uploaded again");
+    cr_assert_eq((unsigned)fake_get(&f, (const int *)&f.mp_creates), creates,
+                 "nothing uploaded again");
     header_id(&f, now);
     cr_assert_eq(memcmp(now, first, 16), 0, "the pack is the first try's");
     wtable_stop(&t);
@@ -2654,7 +2657,7 @@ Test(s3_fake, recovery_keeps_a_packing_whose_name_holds_an_earlier_tries_pack, .
         usleep(10000);
     }
     cr_assert_neq(memcmp(now, first, 16), 0, "the earlier try's pack was replaced");
-    cr_assert_eq(fake_get(&f, (const int *)&f.mp_creates), creates + 1, "packed again");
+    cr_assert_eq((unsigned)fake_get(&f, (const int *)&f.mp_creates), creates + 1, "packed again");
     wtable_stop(&t);
     wtable_destroy(&t);
     ckpt_store_free(s);
