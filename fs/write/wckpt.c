@@ -590,6 +590,10 @@ int wtable_commit(wtable *t, wckpt *c)
     if (rc)
         ckpt_fail(&err, rc, "checkpoint '%s': out of memory", c->name);
     pthread_mutex_lock(&c->save_lock);
+    /* No try is under way until the packer notes one (note_trying). */
+    pthread_mutex_lock(&c->lock);
+    c->dir.has_trying = 0;
+    pthread_mutex_unlock(&c->lock);
     /* The namespace first: a record saying "packing" promises it. */
     if (rc == 0)
         rc = stage_write_meta(&c->dir, buf, len, &err);

@@ -292,8 +292,13 @@ static void pack_one(wtable *t, wckpt *c)
         }
         pthread_mutex_unlock(&c->lock);
         if (stage_write_record(&t->root, &c->dir, name ? name : c->name, STAGE_FAILED, err.msg,
-                               &rec_err) != 0)
+                               &rec_err) != 0) {
             fslog_err("checkpoint '%s': %s", c->name, rec_err.msg);
+            /* Still "packing" on disk: the next save writes it (wc_save). */
+            pthread_mutex_lock(&c->lock);
+            c->record_dirty = 1;
+            pthread_mutex_unlock(&c->lock);
+        }
         pthread_mutex_unlock(&c->save_lock);
     }
     pthread_mutex_lock(&t->lock);

@@ -200,9 +200,6 @@ static int recover_one(void *ud, const char *sid)
                    "making (an earlier try's, or another writer's); its staged files stay and "
                    "it is packed again",
                    rec.name);
-        if (d.has_trying)
-            stage_note_try(&d, d.trying);
-        d.has_trying = 0;
     } else if (kind && !rec.replaces) {
         if (rec.state == STAGE_PACKING) {
             /* Packed and renamed into place before the crash. */
@@ -218,6 +215,13 @@ static int recover_one(void *ud, const char *sid)
         }
         goto skip;
     }
+    /* Loaded, the try under way is over, taken as tried: its pack may
+     * have taken unseen (no pack listed: a listing failing at mount), and
+     * a later record must not go on saying "trying" it, or a crash then
+     * takes that older pack for a newer commit. */
+    if (d.has_trying)
+        stage_note_try(&d, d.trying);
+    d.has_trying = 0;
     wckpt *c = wc_wckpt_new(t, rec.name);
     if (!c) {
         fslog_err("staging %s: out of memory", sid);

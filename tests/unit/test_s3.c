@@ -1686,6 +1686,7 @@ typedef struct fake_s3 {
     int lose_heads;      /* HEADs of the object left unanswered; -1: all */
     unsigned mp_creates; /* CreateMultipartUpload requests */
     int down;            /* listings and CreateMultipartUpload answered 503 (an outage) */
+    int silent;          /* every request read and left unanswered (a stopped gateway) */
     /* The object's bytes, for ranged GETs, and listed under this name
      * (NULL: not listed, the name p/mp): a pack the packer writes. */
     const char *mp_name;
@@ -1906,6 +1907,11 @@ static void fake_serve(fake_s3 *f, int fd)
     snprintf(query, sizeof query, "%s", target + strcspn(target, "?"));
     target[strcspn(target, "?")] = 0;
     pthread_mutex_lock(&f->mu);
+    if (f->silent) {
+        pthread_mutex_unlock(&f->mu);
+        free(body);
+        return;
+    }
     if (!strcmp(target, "/bucket") && strstr(query, "uploads"))
         f->mp_lists++;
     if (!strcmp(target, "/bucket") && f->stuck && strstr(query, "uploads")) {
@@ -2380,7 +2386,7 @@ Test(s3_fake, a_pack_whose_complete_took_unanswered_is_known_by_its_retry, .init
     cr_assert_eq(packer_run(&job, &err), 0, "%s", err.msg);
     header_id(&f, in_store);
     cr_assert_eq(memcmp(in_store, again, 16), 0, "the new pack replaced the old try's");
-    cr_assert_eq(fake_get(&f, (const int *)&f.mp_creates), creates + 1);
+    cr_assert_eq((unsigned)fake_get(&f, (const int *)&f.mp_creates), creates + 1);
 
     /* A file checkpoint of the name meets mp.tpack: refused naming it, not
      * uploaded beside it as mp.tfile (the probe of mp.tfile found nothing). */
@@ -2389,7 +2395,8 @@ Test(s3_fake, a_pack_whose_complete_took_unanswered_is_known_by_its_retry, .init
     err = (ckpt_err){0};
     cr_assert_eq(packer_run(&job, &err), -EEXIST, "%s", err.msg);
     cr_assert(strstr(err.msg, "s3://bucket/p/mp.tpack already exists"), "%s", err.msg);
-    cr_assert_eq(fake_get(&f, (const int *)&f.mp_creates), creates + 1, "nothing uploaded");
+    cr_assert_eq((unsigned)fake_get(&f, (const int *)&f.mp_creates), creates + 1,
+                 "nothing uploaded");
     job.is_file = 0;
 
     /* A pack there whose header cannot be read: refused, saying why. */
@@ -2480,7 +2487,8 @@ Test(s3_fake, a_mount_retrying_a_pack_whose_complete_took_unanswered_commits_it,
     int rc = wtable_commit(&t, c);
     cr_assert(rc == 0 || rc == -EBUSY, "%d", rc);
     wait_state(c, WST_COMMITTED);
-    cr_assert_eq(fake_get(&f, (const int *)&f.mp_creates), creates, "nothing uploaded again");
+    cr_assert_eq((unsigned)fake_get(&f, (const int *)&f.mp_creates), creates,
+                 "nothing uploaded again");
     wtable_stop(&t);
     wtable_destroy(&t);
     ckpt_store_free(s);
@@ -2561,7 +2569,8 @@ Test(s3_fake, tries_failing_in_an_outage_leave_the_unanswered_complete_known, .i
     int rc = wtable_commit(&t, c);
     cr_assert(rc == 0 || rc == -EBUSY, "%d", rc);
     wait_state(c, WST_COMMITTED);
-    cr_assert_eq(fake_get(&f, (const int *)&f.mp_creates), creates, "nothing uploaded again");
+    cr_assert_eq((unsigned)fake_get(&f, (const int *)&f.mp_creates), creates,
+                 "nothing uploaded again");
     header_id(&f, now);
     cr_assert_eq(memcmp(now, first, 16), 0, "the pack is the first try's");
     wtable_stop(&t);
@@ -2569,6 +2578,34 @@ Test(s3_fake, tries_failing_in_an_outage_leave_the_unanswered_complete_known, .i
     ckpt_store_free(s);
     fake_stop(&f);
     tu_scratch_close(dir, backing);
+}
+
+/* A commit that an outage refuses before sending it made nothing, and
+ * says so: commit_sent was set before the request was admitted, so a small
+ * pack (one PUT) retried through an outage kept a try per refused PUT,
+ * pushing the one whose PUT took unanswered out of the kept ids. */
+Test(s3_fake, a_put_refused_unsent_in_an_outage_is_no_commit_sent, .init = clean_env,
+     .fini = drop_home)
+{
+    fake_s3 f;
+    fake_start(&f);
+    ckpt_store *s = fake_store_retrying(&f, 1);
+    pthread_mutex_lock(&f.mu);
+    f.silent = 1;
+    pthread_mutex_unlock(&f.mu);
+    int sent[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        store_upload *u;
+        ckpt_err err = {0};
+        cr_assert_eq(s->ops->create(s, "small", NULL, &u, &err), 0, "%s", err.msg);
+        u->commit_sent = &sent[i];
+        cr_assert_eq(u->ops->write(u, "x", 1, &err), 0, "%s", err.msg);
+        cr_assert_eq(u->ops->commit(u, &err), -EIO, "%s", err.msg);
+    }
+    cr_assert_eq(sent[0], 1, "the first PUT was sent, its answers lost");
+    cr_assert_eq(sent[1], 0, "the second was refused unsent, the gateway marked down");
+    ckpt_store_free(s);
+    fake_stop(&f);
 }
 
 /* A retry of a checkpoint whose first pack's Complete took unanswered, and
@@ -2620,8 +2657,56 @@ Test(s3_fake, recovery_keeps_a_packing_whose_name_holds_an_earlier_tries_pack, .
         usleep(10000);
     }
     cr_assert_neq(memcmp(now, first, 16), 0, "the earlier try's pack was replaced");
-    cr_assert_eq(fake_get(&f, (const int *)&f.mp_creates), creates + 1, "packed again");
+    cr_assert_eq((unsigned)fake_get(&f, (const int *)&f.mp_creates), creates + 1, "packed again");
     wtable_stop(&t);
+    wtable_destroy(&t);
+    ckpt_store_free(s);
+    fake_stop(&f);
+    tu_scratch_close(dir, backing);
+}
+
+/* A packing record saying "trying X", recovered with no pack listed under
+ * its name (none made, or the listing failed at mount): X was left as the
+ * try under way, not kept as tried, and a later commit's record still said
+ * "trying X", so a crash then took pack X (older content) for the commit
+ * and deleted the newer staging. */
+Test(s3_fake, a_packing_recovered_with_no_pack_seen_keeps_its_try_as_tried, .init = clean_env,
+     .fini = drop_home)
+{
+    int backing;
+    char *dir = tu_scratch_open(&backing);
+    fake_s3 f;
+    fake_start(&f);
+    ckpt_store *s = fake_store_retrying(&f, 1);
+    static mount_key no_key;
+    wtable_opts o = {.commit_delay = 0, .pack_threads = 1, .store = s};
+    wtable t;
+    ckpt_err err = {0};
+    cr_assert_eq(wtable_init(&t, dir, backing, &no_key, &o, &err), 0, "%s", err.msg);
+    cr_assert_eq(wtable_recover(&t), 0);
+    wckpt *c;
+    cr_assert_eq(wtable_mkdir(&t, "mp", 0755, &c), 0);
+    uint32_t node;
+    struct stat st;
+    cr_assert_eq(wckpt_create(c, WTREE_ROOT, "w.bin", 0644, &node, &st), 0);
+    cr_assert_eq(wckpt_write(c, node, "data", 4, 0), 4);
+    wckpt_release(c, node, O_WRONLY);
+    static const uint8_t x[16] = {0x5a, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    pthread_mutex_lock(&c->save_lock);
+    memcpy(c->dir.trying, x, 16);
+    c->dir.has_trying = 1;
+    cr_assert_eq(stage_write_record(&t.root, &c->dir, "mp", STAGE_PACKING, NULL, &err), 0, "%s",
+                 err.msg);
+    pthread_mutex_unlock(&c->save_lock);
+    wtable_destroy(&t);
+
+    cr_assert_eq(wtable_init(&t, dir, backing, &no_key, &o, &err), 0, "%s", err.msg);
+    cr_assert_eq(wtable_recover(&t), 0);
+    c = wtable_get(&t, "mp", 0);
+    cr_assert_not_null(c, "the staged checkpoint was kept");
+    cr_assert_eq(c->dir.has_trying, 0, "no try is under way after recovery");
+    cr_assert_geq(c->dir.n_tried, 1u);
+    cr_assert_eq(memcmp(c->dir.tried[c->dir.n_tried - 1], x, 16), 0, "X is kept as tried");
     wtable_destroy(&t);
     ckpt_store_free(s);
     fake_stop(&f);

@@ -409,9 +409,11 @@ static int put_whole(s3_up *u, ckpt_err *err)
                  .body = u->cur.buf ? u->cur.buf : (const uint8_t *)"",
                  .body_len = u->cur.len};
     s3_resp rs;
-    if (u->base.commit_sent)
-        *u->base.commit_sent = 1;
     int rc = s3_request(u->s->http, &rq, &rs);
+    /* Refused unsent while the gateway is down (no attempt): nothing was
+     * committed, and a try per refusal would push out the one that was. */
+    if (u->base.commit_sent && rs.attempts > 0)
+        *u->base.commit_sent = 1;
     if (rc < 0 || rs.status != 200)
         rc = s3_fail(err, u->s->http, u->shown, "upload", &rs);
     s3_resp_free(&rs);
@@ -512,9 +514,11 @@ static int complete(s3_up *u, ckpt_err *err)
                  .body = xml,
                  .body_len = len};
     s3_resp rs;
-    if (u->base.commit_sent)
-        *u->base.commit_sent = 1;
     int rc = s3_request(u->s->http, &rq, &rs);
+    /* Refused unsent while the gateway is down (no attempt): nothing was
+     * committed, and a try per refusal would push out the one that was. */
+    if (u->base.commit_sent && rs.attempts > 0)
+        *u->base.commit_sent = 1;
     if (rc == 0 && rs.status == 200 && !rs.overflow) {
         s3_error e;
         int r = s3_xml_complete(rs.body, rs.body_len, "CompleteMultipartUploadResult", &e, err);
