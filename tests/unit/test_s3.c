@@ -2318,6 +2318,17 @@ static void header_id(fake_s3 *f, uint8_t out[16])
     pthread_mutex_unlock(&f->mu);
 }
 
+/* The fake gateway of the pack-retry tests: it assembles multipart
+ * uploads of mp.tpack; a store on it whose requests give up within 1 s. */
+static ckpt_store *mp_fake_start(fake_s3 *f)
+{
+    fake_start(f);
+    pthread_mutex_lock(&f->mu);
+    f->mp_name = "mp.tpack";
+    pthread_mutex_unlock(&f->mu);
+    return fake_store_retrying(f, 1);
+}
+
 /* A pack whose CompleteMultipartUpload took, though neither its answer nor
  * those of the HEADs judging it came, failed; its retry (the daemon's, or
  * ckpt commit's) found a pack under the name and failed for good with
@@ -2336,13 +2347,11 @@ Test(s3_fake, a_pack_whose_complete_took_unanswered_is_known_by_its_retry, .init
 #endif
     char *dir = tu_mkdtemp();
     fake_s3 f;
-    fake_start(&f);
+    ckpt_store *s = mp_fake_start(&f);
     pthread_mutex_lock(&f.mu);
-    f.mp_name = "mp.tpack";
     f.lose_completes = -1;
     f.lose_heads = -1;
     pthread_mutex_unlock(&f.mu);
-    ckpt_store *s = fake_store_retrying(&f, 1);
     ckpt_pack *base;
     packer_file file;
     uint8_t first[16] = {0}, none[16] = {0}, in_store[16];
@@ -2448,11 +2457,7 @@ Test(s3_fake, a_mount_retrying_a_pack_whose_complete_took_unanswered_commits_it,
     int backing;
     char *dir = tu_scratch_open(&backing);
     fake_s3 f;
-    fake_start(&f);
-    pthread_mutex_lock(&f.mu);
-    f.mp_name = "mp.tpack";
-    pthread_mutex_unlock(&f.mu);
-    ckpt_store *s = fake_store_retrying(&f, 1);
+    ckpt_store *s = mp_fake_start(&f);
     wtable t;
     wtable_opts o = {.commit_delay = 0, .pack_threads = 1, .store = s};
     static mount_key no_key;
@@ -2546,11 +2551,7 @@ Test(s3_fake, tries_failing_in_an_outage_leave_the_unanswered_complete_known, .i
     int backing;
     char *dir = tu_scratch_open(&backing);
     fake_s3 f;
-    fake_start(&f);
-    pthread_mutex_lock(&f.mu);
-    f.mp_name = "mp.tpack";
-    pthread_mutex_unlock(&f.mu);
-    ckpt_store *s = fake_store_retrying(&f, 1);
+    ckpt_store *s = mp_fake_start(&f);
     wtable t;
     uint8_t first[16], now[16];
     wckpt *c = mp_failed_unanswered(&t, dir, backing, &f, s, first);
@@ -2623,11 +2624,7 @@ Test(s3_fake, recovery_keeps_a_packing_whose_name_holds_an_earlier_tries_pack, .
     int backing;
     char *dir = tu_scratch_open(&backing);
     fake_s3 f;
-    fake_start(&f);
-    pthread_mutex_lock(&f.mu);
-    f.mp_name = "mp.tpack";
-    pthread_mutex_unlock(&f.mu);
-    ckpt_store *s = fake_store_retrying(&f, 1);
+    ckpt_store *s = mp_fake_start(&f);
     wtable t;
     uint8_t first[16], now[16];
     wckpt *c = mp_failed_unanswered(&t, dir, backing, &f, s, first);
