@@ -217,15 +217,6 @@ static void want_range(char *out, size_t cap, uint64_t off, size_t len, size_t f
              (unsigned long long)(off + len - 1), (unsigned long long)size);
 }
 
-/* A resumed try's ETag is the object's (the first try's bytes were of it),
- * or it was replaced: If-Match says so, where a gateway honours it. An
- * answer without an ETag (a proxy may drop it from 206s) rests on the
- * If-Match it was sent with, as a first try without one does. */
-static int resumed_elsewhere(const s3_resp *rs, const char *etag)
-{
-    return rs->dst_from && rs->etag[0] && strcmp(rs->etag, etag) != 0;
-}
-
 /* A readahead segment's GET as it arrives: the bytes so far are the
  * segment's once the answer is the range asked for, of the generation
  * opened (If-Match makes it so; the ETag is checked as after the GET). */
@@ -245,7 +236,7 @@ static int on_arrival(void *ud, const s3_resp *rs)
     if (rs->status == 200 && !rs->dst_from)
         return 0; /* the whole object: judged when it has arrived */
     if (rs->status != 206 || strcmp(rs->content_range, want) ||
-        (rs->etag[0] && a->etag[0] && strcmp(rs->etag, a->etag)) || resumed_elsewhere(rs, a->etag))
+        (rs->etag[0] && a->etag[0] && strcmp(rs->etag, a->etag)))
         return -1;
     s3_ra_arrived(a->seg, a->base + rs->dst_got);
     return 1;
@@ -290,8 +281,10 @@ static ssize_t get_range_told(s3_reader *sr, void *buf, size_t len, uint64_t off
     want_range(want, sizeof want, off, len, rs.dst_from, size);
     if (rc == 0 && (rs.status == 206 || rs.status == 200)) {
         int whole = rs.status == 200 && off == 0 && len == size && !rs.dst_from;
-        if ((rs.etag[0] && r->id.etag[0] && strcmp(rs.etag, r->id.etag) != 0) ||
-            resumed_elsewhere(&rs, r->id.etag))
+        /* A resumed try (there are none without an ETag: the progress that
+         * tells bytes needs one) is held to the same ETag; one without an
+         * ETag rests on its If-Match, as a first try does. */
+        if (rs.etag[0] && r->id.etag[0] && strcmp(rs.etag, r->id.etag) != 0)
             rc = ckpt_fail(err, -ESTALE,
                            "%s: %s failed: the object was replaced since it was "
                            "opened (ETag %s, was %s)",
