@@ -181,9 +181,6 @@ struct ckpt_writer {
     size_t n_slots;
     uint64_t submitted, next_encode, next_write, next_hash;
     uint64_t fills_pending; /* submitted slots whose fills no worker has done yet */
-    /* Workers write their own chunks at offsets given out in chunk order
-     * (the store can write at an offset); else the output thread appends. */
-    int write_at;
     int stopping, failed;
     ckpt_err fail_err;
     pthread_t *workers;

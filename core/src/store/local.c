@@ -279,16 +279,6 @@ static int upload_write(store_upload *su, const void *buf, size_t len, ckpt_err 
     return 0;
 }
 
-static int upload_write_at(store_upload *su, const void *buf, size_t len, uint64_t off,
-                           ckpt_err *err)
-{
-    local_upload *u = (local_upload *)su;
-    ssize_t r = ckpt_pwrite_full(u->fd, buf, len, off);
-    if (r < 0)
-        return ckpt_fail(err, (int)r, "%s: write failed: %s", u->shown_tmp, strerror((int)-r));
-    return 0;
-}
-
 static void upload_abort(store_upload *su)
 {
     local_upload *u = (local_upload *)su;
@@ -347,8 +337,7 @@ static int upload_commit(store_upload *su, ckpt_err *err)
     return rc;
 }
 
-static const store_upload_ops upload_ops = {upload_write, upload_commit, upload_abort,
-                                            upload_write_at};
+static const store_upload_ops upload_ops = {upload_write, upload_commit, upload_abort};
 
 /* Opens the upload's temporary file, empty and locked. Two writers of one
  * name would share it: each would truncate and overwrite the other's

@@ -590,7 +590,7 @@ static int up_commit(store_upload *su, ckpt_err *err)
     return 0;
 }
 
-static const store_upload_ops up_ops = {up_write, up_commit, up_abort, NULL};
+static const store_upload_ops up_ops = {up_write, up_commit, up_abort};
 
 int s3_upload_create(s3_store *s, const char *name, store_upload **out, ckpt_err *err)
 {

@@ -17,8 +17,7 @@
  * Private to core: the public face is ckpt_store in ckpt.h, and the lock,
  * remove and rename in ckpt_internal.h. Thread safety: read_at may be
  * called from many threads at once; an upload is used from one thread at
- * a time (the writer's output thread, then its caller), except write_at,
- * which the writer's workers call at once. */
+ * a time (the writer's output thread, then its caller). */
 #ifndef CKPT_STORE_H
 #define CKPT_STORE_H
 
@@ -109,11 +108,6 @@ typedef struct store_upload_ops {
     int (*commit)(store_upload *u, ckpt_err *err);
     /* Drops the upload and everything written; frees u. */
     void (*abort)(store_upload *u);
-    /* NULL where the object can only be appended to (S3 parts). Writes len
-     * bytes at off, from any thread, several at once; where write appends
-     * is not moved, so a caller that writes at offsets writes what follows
-     * at offsets too. */
-    int (*write_at)(store_upload *u, const void *buf, size_t len, uint64_t off, ckpt_err *err);
 } store_upload_ops;
 
 struct store_upload {
