@@ -1150,8 +1150,7 @@ static hash_job *prehash_job(ckpt_writer *w, hash_job *j, uint64_t size)
 {
     if (!j)
         return NULL;
-    if (size < WRITER_LANE_MIN_BYTES ||
-        grow_array((void **)&w->early, &w->cap_early, w->n_early, sizeof *w->early) < 0 ||
+    if (grow_array((void **)&w->early, &w->cap_early, w->n_early, sizeof *w->early) < 0 ||
         !lanes_submit(w, j, size, 0)) {
         drop_job(j);
         return NULL;
