@@ -57,7 +57,7 @@ void lanes_ahead_fill(lanes_ahead *a, size_t cur)
             return;
         ahead_slot *s = &a->ring[a->next % AHEAD_FILES];
         int q = a->queue(a->ud, a->next, s);
-        if (q <= 0 || !s->job) {
+        if (q <= 0) {
             if (s->fd >= 0)
                 close(s->fd);
             *s = empty;
