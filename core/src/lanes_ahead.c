@@ -8,10 +8,8 @@ static const ahead_slot empty = {.fd = -1};
 
 void lanes_ahead_init(lanes_ahead *a, size_t n, ahead_size_fn size, ahead_queue_fn queue, void *ud)
 {
-    for (size_t i = 0; i < AHEAD_FILES; i++) {
+    for (size_t i = 0; i < AHEAD_FILES; i++)
         a->ring[i] = empty;
-        a->ring_bytes[i] = 0;
-    }
     a->n = n;
     a->next = a->done = 0;
     a->held = 0;
@@ -24,9 +22,9 @@ void lanes_ahead_init(lanes_ahead *a, size_t n, ahead_size_fn size, ahead_queue_
 static ahead_slot release(lanes_ahead *a, size_t i)
 {
     ahead_slot s = a->ring[i % AHEAD_FILES];
-    a->held -= a->ring_bytes[i % AHEAD_FILES];
+    if (s.job)
+        a->held -= a->size(a->ud, i); /* what fill counted when it queued it */
     a->ring[i % AHEAD_FILES] = empty;
-    a->ring_bytes[i % AHEAD_FILES] = 0;
     return s;
 }
 
@@ -65,7 +63,6 @@ void lanes_ahead_fill(lanes_ahead *a, size_t cur)
                 return; /* the lanes are full: again before the next file */
             continue;
         }
-        a->ring_bytes[a->next % AHEAD_FILES] = size;
         a->held += size;
     }
 }

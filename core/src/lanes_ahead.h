@@ -31,7 +31,9 @@ typedef struct ahead_slot {
     struct hash_job *job; /* its lane's job (writer_prehash*), or NULL: added as usual */
 } ahead_slot;
 
-/* File i's size as the caller knows it (0: never queued ahead). */
+/* File i's size as the caller knows it (0: never queued ahead); the same
+ * answer each time: a queued file's is asked again when its slot is
+ * released, to take it off the bytes held, until lanes_ahead_end. */
 typedef uint64_t (*ahead_size_fn)(void *ud, size_t i);
 /* Opens file i if need be and queues its lane, setting s->job (s->fd and
  * s->st are the callback's to set; s comes with fd -1). 1: queued; 0: not
@@ -45,11 +47,10 @@ typedef struct lanes_ahead {
      * file i is taken, and the window looks no further than AHEAD_FILES
      * files past the one being added. */
     ahead_slot ring[AHEAD_FILES];
-    uint64_t ring_bytes[AHEAD_FILES]; /* what each queued file counts in held */
-    size_t n;                         /* files */
-    size_t next;                      /* the first file not considered yet */
-    size_t done;                      /* the first file whose slot is not released yet */
-    uint64_t held;                    /* bytes of the files queued and not released yet */
+    size_t n;      /* files */
+    size_t next;   /* the first file not considered yet */
+    size_t done;   /* the first file whose slot is not released yet */
+    uint64_t held; /* sizes of the files queued (a job in their slot), not released yet */
     ahead_size_fn size;
     ahead_queue_fn queue;
     void *ud;
