@@ -42,9 +42,9 @@ static void release_before(lanes_ahead *a, size_t cur)
         a->done = cur;
 }
 
-void lanes_ahead_fill(lanes_ahead *a, size_t cur)
+/* Queues the lanes of the files from cur on, within the window. */
+static void fill(lanes_ahead *a, size_t cur)
 {
-    release_before(a, cur);
     if (a->next < cur)
         a->next = cur;
     for (; a->next < a->n && a->next - cur < AHEAD_FILES; a->next++) {
@@ -67,9 +67,10 @@ void lanes_ahead_fill(lanes_ahead *a, size_t cur)
     }
 }
 
-ahead_slot lanes_ahead_take(lanes_ahead *a, size_t cur)
+ahead_slot lanes_ahead_next(lanes_ahead *a, size_t cur)
 {
     release_before(a, cur);
+    fill(a, cur);
     if (cur >= a->next || cur < a->done)
         return empty; /* never considered, or taken already */
     a->done = cur + 1;

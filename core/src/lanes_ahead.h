@@ -6,9 +6,9 @@
  * big file's chain starts when most of the encoding is done and runs after
  * it. A caller that knows the files it will add, in order, and their sizes
  * (a tree walk, ckptfs's packer) keeps a window over them instead: before
- * adding file i it calls lanes_ahead_fill(), which queues the lanes of the
+ * adding file i it calls lanes_ahead_next(), which queues the lanes of the
  * big files from i on, within AHEAD_FILES files and AHEAD_BYTES bytes, and
- * then takes file i's slot, whose job the file adopts at begin_file
+ * takes file i's slot, whose job the file adopts at begin_file
  * (writer_file_adopt). A file whose lane was not queued (too small, could
  * not be opened, lanes full) is added at its turn as before. */
 #ifndef CKPT_LANES_AHEAD_H
@@ -58,11 +58,10 @@ typedef struct lanes_ahead {
 
 void lanes_ahead_init(lanes_ahead *a, size_t n, ahead_size_fn size, ahead_queue_fn queue, void *ud);
 /* Before adding file cur (files are added in order, any may be left out):
- * queues the lanes of the files from cur on, within the window. */
-void lanes_ahead_fill(lanes_ahead *a, size_t cur);
-/* File cur's slot, out of the window: fd (the caller's to close now) -1
- * and job NULL when nothing was queued for it. */
-ahead_slot lanes_ahead_take(lanes_ahead *a, size_t cur);
+ * queues the lanes of the files from cur on, within the window, and takes
+ * file cur's slot out of it: fd (the caller's to close now) -1 and job
+ * NULL when nothing was queued for it. */
+ahead_slot lanes_ahead_next(lanes_ahead *a, size_t cur);
 /* Closes the descriptors of the files left in the window (their jobs stay
  * the writer's). */
 void lanes_ahead_end(lanes_ahead *a);

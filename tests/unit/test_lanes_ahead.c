@@ -39,12 +39,6 @@ static int files_queue(void *ud, size_t i, ahead_slot *s)
     return 1;
 }
 
-static ahead_slot next_slot(lanes_ahead *a, size_t i)
-{
-    lanes_ahead_fill(a, i);
-    return lanes_ahead_take(a, i);
-}
-
 /* 2 GiB files: two at a time are within the byte bound, and a file's
  * bytes leave the window when it is taken or left behind. */
 Test(lanes_ahead, a_files_bytes_leave_the_window_with_its_slot)
@@ -53,17 +47,17 @@ Test(lanes_ahead, a_files_bytes_leave_the_window_with_its_slot)
     files f = {.size = size, .full = -1, .fd_of = -1};
     lanes_ahead a;
     lanes_ahead_init(&a, 5, files_size, files_queue, &f);
-    ahead_slot s = next_slot(&a, 0);
+    ahead_slot s = lanes_ahead_next(&a, 0);
     cr_assert_eq(f.n_queued, 2, "files 0 and 1 (%d queued)", f.n_queued);
     cr_assert_eq(s.job, (struct hash_job *)&job_mark, "file 0 takes its job");
     /* File 1 left out: with file 0 taken, both leave room. */
-    s = next_slot(&a, 2);
+    s = lanes_ahead_next(&a, 2);
     cr_assert_eq(f.n_queued, 4, "files 2 and 3 too (%d queued)", f.n_queued);
     cr_assert_eq(f.queued[2], 2);
     cr_assert_eq(f.queued[3], 3);
     cr_assert_eq(s.job, (struct hash_job *)&job_mark, "file 2 takes its job");
     /* File 3 left out too. */
-    s = next_slot(&a, 4);
+    s = lanes_ahead_next(&a, 4);
     cr_assert_eq(f.n_queued, 5, "file 4 too (%d queued)", f.n_queued);
     cr_assert_eq(s.job, (struct hash_job *)&job_mark, "file 4 takes its job");
     lanes_ahead_end(&a);
@@ -81,14 +75,14 @@ Test(lanes_ahead, the_window_is_bounded_in_files_not_for_one_big_file)
     files f = {.size = size, .full = -1, .fd_of = -1};
     lanes_ahead a;
     lanes_ahead_init(&a, AHEAD_FILES + 3, files_size, files_queue, &f);
-    ahead_slot s = next_slot(&a, 0);
+    ahead_slot s = lanes_ahead_next(&a, 0);
     cr_assert_eq(f.n_queued, 1, "the 5 GiB file goes alone");
     cr_assert_eq(s.job, (struct hash_job *)&job_mark);
-    s = next_slot(&a, 1);
+    s = lanes_ahead_next(&a, 1);
     cr_assert_eq(f.n_queued, AHEAD_FILES, "and files 2 to %d (%d queued)", AHEAD_FILES, f.n_queued);
     cr_assert_null(s.job, "a small file is added as usual");
     cr_assert_eq(s.fd, -1);
-    next_slot(&a, 2);
+    lanes_ahead_next(&a, 2);
     cr_assert_eq(f.n_queued, AHEAD_FILES + 1, "file %d too, once file 2 is added", AHEAD_FILES + 1);
     lanes_ahead_end(&a);
 }
@@ -103,14 +97,14 @@ Test(lanes_ahead, lanes_full_is_tried_again_and_descriptors_left_behind_are_clos
     files f = {.size = size, .full = 1, .fd_of = 2, .fd = fd};
     lanes_ahead a;
     lanes_ahead_init(&a, 4, files_size, files_queue, &f);
-    next_slot(&a, 0);
+    lanes_ahead_next(&a, 0);
     cr_assert_eq(f.n_queued, 1, "lanes full at file 1: nothing past it (%d queued)", f.n_queued);
-    ahead_slot s = next_slot(&a, 1);
+    ahead_slot s = lanes_ahead_next(&a, 1);
     cr_assert_eq(f.n_queued, 4, "file 1 again, then files 2 and 3 (%d queued)", f.n_queued);
     cr_assert_eq(f.queued[1], 1);
     cr_assert_eq(s.job, (struct hash_job *)&job_mark, "file 1 takes its job");
     cr_assert_neq(fcntl(fd, F_GETFD), -1, "file 2's slot holds its descriptor");
-    s = next_slot(&a, 3);
+    s = lanes_ahead_next(&a, 3);
     cr_assert_eq(s.job, (struct hash_job *)&job_mark, "file 3 takes its job");
     cr_assert_eq(fcntl(fd, F_GETFD), -1, "file 2 left behind: its descriptor is closed");
     lanes_ahead_end(&a);
