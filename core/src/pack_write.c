@@ -1084,7 +1084,9 @@ static void stop_threads(ckpt_writer *w)
  * they cannot take it. open_file: j is the open file's own. The cap bounds
  * the descriptors queued; later files' jobs, queued ahead, filled it and
  * left the open file to the writer's one hash thread, so they stop one
- * short of it, and the open file's job passes it if it holds no descriptor. */
+ * short of it, and the open file's job passes it if it holds no descriptor.
+ * One that holds one does not: nothing else bounds the open files' jobs
+ * pending, one per big file added while the lanes lag behind. */
 static int lanes_submit(ckpt_writer *w, hash_job *j, uint64_t size, int open_file)
 {
     if (size < WRITER_LANE_MIN_BYTES)
