@@ -106,9 +106,10 @@ static void *reader(void *arg)
         lane *l;
         while (!(l = lane_to_read(h)) && !h->stopping)
             pthread_cond_wait(&h->to_read, &h->mu);
-        /* Once stopping, no new read: each may be a slow callback (a
-         * decrypt, an S3 GET) whose bytes nobody will hash. */
-        if (!l || h->stopping)
+        /* l is NULL only when stopping, and then no new read even where
+         * there is one: each may be a slow callback (a decrypt, an S3 GET)
+         * whose bytes nobody will hash. */
+        if (h->stopping)
             break;
         hash_job *j = l->job;
         uint64_t b = l->next_read++;

@@ -850,8 +850,7 @@ int ckpt_writer_add_tree(ckpt_writer *w, const char *src_dir, ckpt_err *err)
     lanes_ahead a;
     lanes_ahead_init(&a, rc == 0 ? l.n : 0, tree_size, tree_queue, &t);
     for (size_t i = 0; rc == 0 && i < l.n; i++) {
-        lanes_ahead_fill(&a, i);
-        ahead_slot f = lanes_ahead_take(&a, i);
+        ahead_slot f = lanes_ahead_next(&a, i);
         char *full;
         if (asprintf(&full, "%s/%s", src_dir, l.v[i].rel) < 0) {
             if (f.fd >= 0)
@@ -922,8 +921,7 @@ int ckpt_writer_add_reader_ahead(ckpt_readers_ahead *a, size_t i, const char *pa
         return ckpt_fail(err, -EINVAL, "%s: not a planned source",
                          pack_path ? pack_path : "(null)");
     const ckpt_planned_reader *r = &a->plan[i];
-    lanes_ahead_fill(&a->win, i);
-    ahead_slot f = lanes_ahead_take(&a->win, i);
+    ahead_slot f = lanes_ahead_next(&a->win, i);
     return add_shared(a->w, pack_path, r->read, r->ud, r->size, mode, mtime_sec, mtime_nsec,
                       src_name, f.job, err);
 }

@@ -8,10 +8,8 @@ static const ahead_slot empty = {.fd = -1};
 
 void lanes_ahead_init(lanes_ahead *a, size_t n, ahead_size_fn size, ahead_queue_fn queue, void *ud)
 {
-    for (size_t i = 0; i < AHEAD_FILES; i++) {
+    for (size_t i = 0; i < AHEAD_FILES; i++)
         a->ring[i] = empty;
-        a->ring_bytes[i] = 0;
-    }
     a->n = n;
     a->next = a->done = 0;
     a->held = 0;
@@ -24,9 +22,9 @@ void lanes_ahead_init(lanes_ahead *a, size_t n, ahead_size_fn size, ahead_queue_
 static ahead_slot release(lanes_ahead *a, size_t i)
 {
     ahead_slot s = a->ring[i % AHEAD_FILES];
-    a->held -= a->ring_bytes[i % AHEAD_FILES];
+    if (s.job)
+        a->held -= a->size(a->ud, i); /* what fill counted when it queued it */
     a->ring[i % AHEAD_FILES] = empty;
-    a->ring_bytes[i % AHEAD_FILES] = 0;
     return s;
 }
 
@@ -44,9 +42,9 @@ static void release_before(lanes_ahead *a, size_t cur)
         a->done = cur;
 }
 
-void lanes_ahead_fill(lanes_ahead *a, size_t cur)
+/* Queues the lanes of the files from cur on, within the window. */
+static void fill(lanes_ahead *a, size_t cur)
 {
-    release_before(a, cur);
     if (a->next < cur)
         a->next = cur;
     for (; a->next < a->n && a->next - cur < AHEAD_FILES; a->next++) {
@@ -57,7 +55,7 @@ void lanes_ahead_fill(lanes_ahead *a, size_t cur)
             return;
         ahead_slot *s = &a->ring[a->next % AHEAD_FILES];
         int q = a->queue(a->ud, a->next, s);
-        if (q <= 0 || !s->job) {
+        if (q <= 0) {
             if (s->fd >= 0)
                 close(s->fd);
             *s = empty;
@@ -65,14 +63,14 @@ void lanes_ahead_fill(lanes_ahead *a, size_t cur)
                 return; /* the lanes are full: again before the next file */
             continue;
         }
-        a->ring_bytes[a->next % AHEAD_FILES] = size;
         a->held += size;
     }
 }
 
-ahead_slot lanes_ahead_take(lanes_ahead *a, size_t cur)
+ahead_slot lanes_ahead_next(lanes_ahead *a, size_t cur)
 {
     release_before(a, cur);
+    fill(a, cur);
     if (cur >= a->next || cur < a->done)
         return empty; /* never considered, or taken already */
     a->done = cur + 1;

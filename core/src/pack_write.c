@@ -1042,7 +1042,9 @@ static void stop_threads(ckpt_writer *w)
  * they cannot take it. open_file: j is the open file's own. The cap bounds
  * the descriptors queued; later files' jobs, queued ahead, filled it and
  * left the open file to the writer's one hash thread, so they stop one
- * short of it, and the open file's job passes it if it holds no descriptor. */
+ * short of it, and the open file's job passes it if it holds no descriptor.
+ * One that holds one does not: nothing else bounds the open files' jobs
+ * pending, one per big file added while the lanes lag behind. */
 static int lanes_submit(ckpt_writer *w, hash_job *j, uint64_t size, int open_file)
 {
     if (size < WRITER_LANE_MIN_BYTES)
@@ -1061,57 +1063,71 @@ static int lanes_submit(ckpt_writer *w, hash_job *j, uint64_t size, int open_fil
     return 1;
 }
 
-/* Queues the open file's job j on the lanes; 1 if it took it, 0 (j freed,
- * fd closed) if the file is hashed from the ring. */
+/* A job that reads the file again through read(ud, ...) where read is set,
+ * else through a descriptor of its own (fd dup'd); NULL if there is no
+ * memory or no descriptor. */
+static hash_job *new_job(int fd, ckpt_read_fn read, void *ud)
+{
+    hash_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->fd = read ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    j->read = read;
+    j->ud = ud;
+    if (j->fd < 0 && !read) {
+        free(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* A job no lane took. */
+static void drop_job(hash_job *j)
+{
+    if (j->fd >= 0)
+        close(j->fd);
+    free(j);
+}
+
+/* Queues the open file's job j (NULL: none could be made) on the lanes; 1
+ * if they took it, 0 (j dropped) if the file is hashed from the ring. */
 static int rehash_job(ckpt_writer *w, hash_job *j, uint64_t size)
 {
+    if (!j)
+        return 0;
     if (w->in_file && !w->file_bytes && lanes_submit(w, j, size, 1)) {
         w->files[w->n_files - 1].job = j;
         return 1;
     }
-    if (j->fd >= 0)
-        close(j->fd);
-    free(j);
+    drop_job(j);
     return 0;
 }
 
-/* Queues j (fd or read set) for a file added later, which writer_file_adopt
- * hands it to; NULL (j freed, its fd closed) if the lanes cannot take it. */
+/* Queues j (NULL: none could be made) for a file added later, which
+ * writer_file_adopt hands it to; NULL (j dropped) if the lanes cannot take
+ * it. */
 static hash_job *prehash_job(ckpt_writer *w, hash_job *j, uint64_t size)
 {
-    if (j->fd < 0 && !j->read)
-        goto out;
-    if (size < WRITER_LANE_MIN_BYTES ||
-        grow_array((void **)&w->early, &w->cap_early, w->n_early, sizeof *w->early) < 0 ||
-        !lanes_submit(w, j, size, 0))
-        goto out;
-    w->early[w->n_early++] = j;
-    return j;
-out:
-    if (j->fd >= 0)
-        close(j->fd);
-    free(j);
-    return NULL;
-}
-
-hash_job *writer_prehash(ckpt_writer *w, int fd, uint64_t size)
-{
-    hash_job *j = size < WRITER_LANE_MIN_BYTES ? NULL : calloc(1, sizeof *j);
     if (!j)
         return NULL;
-    j->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    return prehash_job(w, j, size);
+    if (grow_array((void **)&w->early, &w->cap_early, w->n_early, sizeof *w->early) < 0 ||
+        !lanes_submit(w, j, size, 0)) {
+        drop_job(j);
+        return NULL;
+    }
+    w->early[w->n_early++] = j;
+    return j;
+}
+
+/* A small file's job is not made at all: no descriptor is dup'd for it. */
+hash_job *writer_prehash(ckpt_writer *w, int fd, uint64_t size)
+{
+    return size < WRITER_LANE_MIN_BYTES ? NULL : prehash_job(w, new_job(fd, NULL, NULL), size);
 }
 
 hash_job *writer_prehash_reader(ckpt_writer *w, ckpt_read_fn read, void *ud, uint64_t size)
 {
-    hash_job *j = size < WRITER_LANE_MIN_BYTES ? NULL : calloc(1, sizeof *j);
-    if (!j)
-        return NULL;
-    j->fd = -1;
-    j->read = read;
-    j->ud = ud;
-    return prehash_job(w, j, size);
+    return size < WRITER_LANE_MIN_BYTES ? NULL : prehash_job(w, new_job(-1, read, ud), size);
 }
 
 int writer_file_adopt(ckpt_writer *w, hash_job *j, uint64_t size)
@@ -1128,26 +1144,12 @@ int writer_file_adopt(ckpt_writer *w, hash_job *j, uint64_t size)
 
 int writer_file_rehash(ckpt_writer *w, int fd, uint64_t size)
 {
-    hash_job *j = calloc(1, sizeof *j);
-    if (!j)
-        return 0;
-    j->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (j->fd < 0) {
-        free(j);
-        return 0;
-    }
-    return rehash_job(w, j, size);
+    return rehash_job(w, new_job(fd, NULL, NULL), size);
 }
 
 int writer_file_rehash_reader(ckpt_writer *w, ckpt_read_fn read, void *ud, uint64_t size)
 {
-    hash_job *j = calloc(1, sizeof *j);
-    if (!j)
-        return 0;
-    j->fd = -1;
-    j->read = read;
-    j->ud = ud;
-    return rehash_job(w, j, size);
+    return rehash_job(w, new_job(-1, read, ud), size);
 }
 
 /* Frees everything; an unfinished pack is abandoned and its temporary file

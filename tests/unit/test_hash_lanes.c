@@ -391,3 +391,55 @@ Test(hash_lanes, the_open_file_gets_a_lane_when_later_files_fill_the_queue)
     free(a);
     free(pack);
 }
+
+/* The same with descriptors: later files' jobs stop one short of the cap,
+ * the open file's job, which holds a descriptor, takes the last place, and
+ * the next open file's is refused: the queue never holds more than 16 jobs
+ * and so never more than 16 descriptors. */
+Test(hash_lanes, the_open_files_descriptor_takes_the_last_place_and_no_more)
+{
+    uint8_t *a, *b, want[32];
+    char *pa = big_file("a.bin", 6, &a), *pb = big_file("b.bin", 7, &b);
+    char *pack = tu_join(dir, "p.tpack");
+    ckpt_write_opts o = {.level = 1, .threads = 2};
+    ckpt_writer *w;
+    ckpt_err e = {0};
+    cr_assert_eq(ckpt_writer_open(pack, NULL, &o, &w, &e), 0, "%s", e.msg);
+    int queued = 0;
+    for (int i = 0; i < 16; i++)
+        queued += writer_prehash_reader(w, held_read, NULL, WRITER_LANE_MIN_BYTES) != NULL;
+    int took[2];
+    const char *path[2] = {pa, pb};
+    const uint8_t *bytes[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(ckpt_writer_begin_file(w, i ? "b.bin" : "a.bin", 0644, 0, 0, &e), 0, "%s",
+                     e.msg);
+        int fd = open(path[i], O_RDONLY);
+        cr_assert_geq(fd, 0);
+        took[i] = writer_file_rehash(w, fd, BIG);
+        close(fd);
+        cr_assert_eq(ckpt_writer_write(w, bytes[i], BIG, &e), 0, "%s", e.msg);
+        cr_assert_eq(ckpt_writer_end_file(w, &e), 0, "%s", e.msg);
+    }
+    pthread_mutex_lock(&held_mu);
+    held_open = 1;
+    pthread_cond_broadcast(&held_cv);
+    pthread_mutex_unlock(&held_mu);
+    cr_assert_eq(queued, 15, "later files' jobs queued: %d", queued);
+    cr_assert_eq(took[0], 1, "the open file's job was refused a lane");
+    cr_assert_eq(took[1], 0, "a 17th job, with its descriptor, was queued");
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
+    ckpt_pack *p;
+    cr_assert_eq(ckpt_open(pack, NULL, &p, &e), 0, "%s", e.msg);
+    for (int i = 0; i < 2; i++) {
+        tu_sha256(bytes[i], BIG, want);
+        cr_assert_arr_eq(ckpt_file_at(p, (size_t)ckpt_file_find(p, i ? "b.bin" : "a.bin"))->sha256,
+                         want, 32);
+    }
+    ckpt_close(p);
+    free(a);
+    free(b);
+    free(pa);
+    free(pb);
+    free(pack);
+}
