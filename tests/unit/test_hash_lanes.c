@@ -276,8 +276,11 @@ Test(hash_lanes, scarce_readers_feed_every_running_chain)
         tu_fill_pattern(bytes[i], size, 200 + (uint32_t)i);
         src[i] = (slow_src){&g, i + 1, bytes[i]};
         job[i] = (hash_job){.fd = -1, .read = slow_read, .ud = &src[i], .size = size};
-        hash_lanes_submit(h, &job[i]);
     }
+    /* Both submitted back to back, so a slow fill of the second's bytes
+     * cannot let the first be read whole before the second is queued. */
+    for (int i = 0; i < 2; i++)
+        hash_lanes_submit(h, &job[i]);
     hash_lanes_wait(h);
     hash_lanes_stop(h);
     int last_first = -1, second_before = 0;
