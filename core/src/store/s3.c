@@ -137,7 +137,10 @@ static ssize_t get_and_keep(s3_reader *sr, void *buf, size_t len, uint64_t off, 
  * did), else one GET of the span the cache lacks, then kept whole. The
  * skip bytes the stream's readers had are fetched only without a cache:
  * with one, those readers kept their chunks in it, so the span it lacks
- * starts where they stopped anyway, and the segment is kept whole, one
+ * starts where they stopped (unless the segment holds a chunk before
+ * theirs that nobody read: then it starts there, and a cold read of
+ * gpt2-medium's safetensors fetches its first 7.7 MB twice, the 372-byte
+ * chunk of config.json lying before them), and the segment is kept whole, one
  * file (what remains, a chunk a worker had in flight, is fetched for
  * that). The readahead runs several of these at once, ahead of
  * a sequential reader, so a cached object is read back from its cache
