@@ -2072,17 +2072,24 @@ static void fake_lose_answers(fake_s3 *f, int n)
     pthread_mutex_unlock(&f->mu);
 }
 
-static ckpt_store *fake_store_retrying(const fake_s3 *f, unsigned retry_seconds)
+/* cache_dir: NULL for none. */
+static ckpt_store *fake_store_with(const fake_s3 *f, unsigned retry_seconds, const char *cache_dir)
 {
     setenv("AWS_ACCESS_KEY_ID", "A", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "S", 1);
     char endpoint[64];
     snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d", f->port);
-    ckpt_store_opts o = {.endpoint = endpoint, .retry_seconds = retry_seconds};
+    ckpt_store_opts o = {
+        .endpoint = endpoint, .retry_seconds = retry_seconds, .cache_dir = cache_dir};
     ckpt_store *s;
     ckpt_err err = {0};
     cr_assert_eq(ckpt_store_open("s3://bucket/p", &o, &s, &err), 0, "%s", err.msg);
     return s;
+}
+
+static ckpt_store *fake_store_retrying(const fake_s3 *f, unsigned retry_seconds)
+{
+    return fake_store_with(f, retry_seconds, NULL);
 }
 
 static ckpt_store *fake_store(const fake_s3 *f)
@@ -2934,20 +2941,25 @@ Test(s3_fake, listings_that_do_not_advance_fail, .init = clean_env, .fini = drop
     fake_stop(&f);
 }
 
-/* big.tpack in the fake: a pack of one 24 MiB file of noise (w.bin, its
- * chunks first) and n_small files of one byte with long names, whose
- * records make the index larger than the open's first GET. */
-static void fake_put_pack(fake_s3 *f, const char *dir, unsigned n_small)
+/* big.tpack in the fake: a pack of one 24 MiB file of noise (w.bin) and
+ * n_small files of one byte with long names, whose records make the index
+ * larger than the open's first GET; w.bin's chunks first unless
+ * small_first. */
+static void fake_put_pack(fake_s3 *f, const char *dir, unsigned n_small, int small_first)
 {
     char *path = tu_join(dir, "big.tpack");
     ckpt_write_opts o = {.level = 1, .threads = 1};
     ckpt_writer *w;
     ckpt_err err = {0};
     cr_assert_eq(ckpt_writer_open(path, NULL, &o, &w, &err), 0, "%s", err.msg);
+    for (unsigned i = 0; small_first && i < n_small; i++)
+        cr_assert_eq(
+            ckpt_writer_add_reader(w, "a.json", noise_read, NULL, 1, 0644, 0, 0, NULL, &err), 0,
+            "%s", err.msg);
     cr_assert_eq(
         ckpt_writer_add_reader(w, "w.bin", noise_read, NULL, 24u << 20, 0644, 0, 0, "w.bin", &err),
         0, "%s", err.msg);
-    for (unsigned i = 0; i < n_small; i++) {
+    for (unsigned i = 0; !small_first && i < n_small; i++) {
         char name[160];
         snprintf(name, sizeof name, "small/%0120u", i);
         cr_assert_eq(ckpt_writer_add_reader(w, name, noise_read, NULL, 1, 0644, 0, 0, name, &err),
@@ -2968,10 +2980,10 @@ static void fake_put_pack(fake_s3 *f, const char *dir, unsigned n_small)
 
 /* Opens big.tpack from the fake and reads w.bin in order, 1 MiB at a
  * time, as a loader does (the readahead starts after 8 MiB); checks its
- * bytes. The GETs the open made: *open_gets. */
-static void read_big(fake_s3 *f, unsigned *open_gets)
+ * bytes. The GETs the open made: *open_gets. cache_dir: NULL for none. */
+static void read_big(fake_s3 *f, const char *cache_dir, unsigned *open_gets)
 {
-    ckpt_store *s = fake_store(f);
+    ckpt_store *s = fake_store_with(f, 5, cache_dir);
     ckpt_pack *p;
     ckpt_err err = {0};
     cr_assert_eq(ckpt_pack_open_in(s, "big.tpack", NULL, &p, &err), 0, "%s", err.msg);
@@ -3022,9 +3034,9 @@ Test(s3_fake, a_cold_open_and_read_asks_for_each_byte_once, .init = clean_env, .
     char *dir = tu_mkdtemp();
     fake_s3 f;
     fake_start(&f);
-    fake_put_pack(&f, dir, 0);
+    fake_put_pack(&f, dir, 0, 0);
     unsigned open_gets;
-    read_big(&f, &open_gets);
+    read_big(&f, NULL, &open_gets);
     uint64_t asked;
     ranges_apart(&f, &asked);
     fake_s3 snap = fake_snapshot(&f);
@@ -3045,9 +3057,9 @@ Test(s3_fake, a_large_index_is_asked_for_once, .init = clean_env, .fini = drop_h
     char *dir = tu_mkdtemp();
     fake_s3 f;
     fake_start(&f);
-    fake_put_pack(&f, dir, 600);
+    fake_put_pack(&f, dir, 600, 0);
     unsigned open_gets;
-    read_big(&f, &open_gets);
+    read_big(&f, NULL, &open_gets);
     uint64_t asked;
     ranges_apart(&f, &asked);
     fake_s3 snap = fake_snapshot(&f);
@@ -3061,6 +3073,34 @@ Test(s3_fake, a_large_index_is_asked_for_once, .init = clean_env, .fini = drop_h
     free(dir);
 }
 
+/* With a cache_dir, the first readahead segment holds the chunks the
+ * stream read before it started, kept in the cache, and before them one
+ * nobody read (a.json's): the GET that fills the segment asked for all
+ * of them again, from a.json's chunk on (7.7 MB of a cold read of
+ * gpt2-medium's safetensors, before its config.json's chunk). Now that
+ * chunk is a GET of its own and no byte is asked for twice. */
+Test(s3_fake, a_cached_segment_asks_again_for_no_chunk_the_stream_read, .init = clean_env,
+     .fini = drop_home, .timeout = 60)
+{
+    char *dir = tu_mkdtemp();
+    char *cache = tu_join(dir, "cache");
+    fake_s3 f;
+    fake_start(&f);
+    fake_put_pack(&f, dir, 1, 1);
+    unsigned open_gets;
+    read_big(&f, cache, &open_gets);
+    uint64_t asked;
+    ranges_apart(&f, &asked);
+    fake_s3 snap = fake_snapshot(&f);
+    cr_assert_eq(snap.mp_heads, 1, "with a cache_dir the open is a HEAD");
+    cr_assert_eq(asked, snap.mp_size, "asked for %llu bytes of a %llu-byte pack",
+                 (unsigned long long)asked, (unsigned long long)snap.mp_size);
+    fake_stop(&f);
+    tu_rm_rf(dir);
+    free(cache);
+    free(dir);
+}
+
 /* A gateway that answers no suffix range (416): the open falls back to
  * a HEAD and reads as before. */
 Test(s3_fake, an_open_without_suffix_ranges_falls_back_to_a_head, .init = clean_env,
@@ -3069,12 +3109,12 @@ Test(s3_fake, an_open_without_suffix_ranges_falls_back_to_a_head, .init = clean_
     char *dir = tu_mkdtemp();
     fake_s3 f;
     fake_start(&f);
-    fake_put_pack(&f, dir, 0);
+    fake_put_pack(&f, dir, 0, 0);
     pthread_mutex_lock(&f.mu);
     f.no_suffix = 1;
     pthread_mutex_unlock(&f.mu);
     unsigned open_gets;
-    read_big(&f, &open_gets);
+    read_big(&f, NULL, &open_gets);
     cr_assert_eq(fake_snapshot(&f).mp_heads, 1);
     fake_stop(&f);
     tu_rm_rf(dir);

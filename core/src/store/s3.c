@@ -137,10 +137,8 @@ static ssize_t get_and_keep(s3_reader *sr, void *buf, size_t len, uint64_t off, 
  * did), else one GET of the span the cache lacks, then kept whole. The
  * skip bytes the stream's readers had are fetched only without a cache:
  * with one, those readers kept their chunks in it, so the span it lacks
- * starts where they stopped (unless the segment holds a chunk before
- * theirs that nobody read: then it starts there, and a cold read of
- * gpt2-medium's safetensors fetches its first 7.7 MB twice, the 372-byte
- * chunk of config.json lying before them), and the segment is kept whole, one
+ * starts where they stopped (what it lacks before, a chunk nobody read,
+ * is a GET of its own), and the segment is kept whole, one
  * file (what remains, a chunk a worker had in flight, is fetched for
  * that). The readahead runs several of these at once, ahead of
  * a sequential reader, so a cached object is read back from its cache
@@ -159,16 +157,38 @@ static ssize_t ra_fetch(void *ud, void *buf, size_t len, uint64_t off, size_t sk
             head ? get_range_told(sr, (uint8_t *)buf + skip, head, off + skip, seg, skip, err) : 0;
         return got < 0 ? got : (ssize_t)len;
     }
-    uint64_t from;
-    size_t n;
-    if (s3_cache_fill(sr->s->cache, sr->tag, off, buf, len, &from, &n))
+    s3_cache *c = sr->s->cache;
+    uint64_t from, at;
+    size_t n, k, fetched = 0;
+    if (s3_cache_fill(c, sr->tag, off, buf, len, &from, &n))
         return (ssize_t)len;
+    /* A span that starts before the readers' bytes and runs past them:
+     * what the cache lacks before them (a chunk nobody read, such as
+     * another file's) is a GET of its own, so that the chunks they read
+     * and kept are not asked for again (the first 7.7 MB of a cold read of
+     * gpt2-medium's safetensors, before its config.json's chunk). */
+    uint64_t mine = off + skip;
+    if (from < mine && from + n > mine) {
+        if (!s3_cache_fill(c, sr->tag, from, (uint8_t *)buf + (from - off), (size_t)(mine - from),
+                           &at, &k)) {
+            ssize_t got = get_range_told(sr, (uint8_t *)buf + (at - off), k, at, seg,
+                                         (size_t)(at - off), err);
+            if (got != (ssize_t)k)
+                return got < 0 ? got : -EIO;
+            fetched = k;
+        }
+        size_t rest = (size_t)(from + n - mine);
+        if (s3_cache_fill(c, sr->tag, mine, (uint8_t *)buf + skip, rest, &at, &k))
+            k = 0;
+        from = at, n = k;
+    }
     /* What lies before the span the cache lacks is in buf already. */
-    ssize_t got =
-        get_range_told(sr, (uint8_t *)buf + (from - off), n, from, seg, (size_t)(from - off), err);
+    ssize_t got = n ? get_range_told(sr, (uint8_t *)buf + (from - off), n, from, seg,
+                                     (size_t)(from - off), err)
+                    : 0;
     if (got != (ssize_t)n)
         return got < 0 ? got : -EIO;
-    s3_cache_keep(sr->s->cache, sr->tag, off, buf, len, n);
+    s3_cache_keep(c, sr->tag, off, buf, len, fetched + n);
     return (ssize_t)len;
 }
 
