@@ -158,37 +158,29 @@ static ssize_t ra_fetch(void *ud, void *buf, size_t len, uint64_t off, size_t sk
         return got < 0 ? got : (ssize_t)len;
     }
     s3_cache *c = sr->s->cache;
-    uint64_t from, at;
-    size_t n, k, fetched = 0;
-    if (s3_cache_fill(c, sr->tag, off, buf, len, &from, &n))
+    s3_span gap[4];
+    size_t n_gaps, fetched = 0;
+    if (s3_cache_fill_gaps(c, sr->tag, off, buf, len, gap, 4, &n_gaps))
         return (ssize_t)len;
-    /* A span that starts before the readers' bytes and runs past them:
-     * what the cache lacks before them (a chunk nobody read, such as
-     * another file's) is a GET of its own, so that the chunks they read
-     * and kept are not asked for again (the first 7.7 MB of a cold read of
-     * gpt2-medium's safetensors, before its config.json's chunk). */
-    uint64_t mine = off + skip;
-    if (from < mine && from + n > mine) {
-        if (!s3_cache_fill(c, sr->tag, from, (uint8_t *)buf + (from - off), (size_t)(mine - from),
-                           &at, &k)) {
-            ssize_t got = get_range_told(sr, (uint8_t *)buf + (at - off), k, at, seg,
-                                         (size_t)(at - off), err);
-            if (got != (ssize_t)k)
-                return got < 0 ? got : -EIO;
-            fetched = k;
-        }
-        size_t rest = (size_t)(from + n - mine);
-        if (s3_cache_fill(c, sr->tag, mine, (uint8_t *)buf + skip, rest, &at, &k))
-            k = 0;
-        from = at, n = k;
+    /* A GET for each span the cache lacks, so that the chunks the readers
+     * read and kept are not asked for again when one before them was never
+     * read (another file's: the first 7.7 MB of a cold read of
+     * gpt2-medium's safetensors, before its config.json's chunk, were);
+     * spans less than 2 MiB apart are one GET, the bytes between costing
+     * less than a request (about 1.9 ms here, 2 MB at curl's speed). What
+     * lies before a GET's span is in buf already. */
+    for (size_t i = 0; i < n_gaps;) {
+        uint64_t from = gap[i].off, to = from + gap[i].len;
+        while (++i < n_gaps && gap[i].off - to < (2u << 20))
+            to = gap[i].off + gap[i].len;
+        size_t n = (size_t)(to - from);
+        ssize_t got = get_range_told(sr, (uint8_t *)buf + (from - off), n, from, seg,
+                                     (size_t)(from - off), err);
+        if (got != (ssize_t)n)
+            return got < 0 ? got : -EIO;
+        fetched += n;
     }
-    /* What lies before the span the cache lacks is in buf already. */
-    ssize_t got = n ? get_range_told(sr, (uint8_t *)buf + (from - off), n, from, seg,
-                                     (size_t)(from - off), err)
-                    : 0;
-    if (got != (ssize_t)n)
-        return got < 0 ? got : -EIO;
-    s3_cache_keep(c, sr->tag, off, buf, len, fetched + n);
+    s3_cache_keep(c, sr->tag, off, buf, len, fetched);
     return (ssize_t)len;
 }
 
