@@ -1152,8 +1152,22 @@ Test(s3_live, ranged_reads_and_a_replaced_object)
     cr_assert_eq(r->ops->read_at(r, buf, 16, 7, &err), 3);
     cr_assert_eq(memcmp(buf, "789", 3), 0);
     cr_assert_eq(r->ops->read_at(r, buf, 4, 10, &err), 0);
-    /* Replaced under the reader: never the new bytes, a clean -ESTALE. */
-    live_put("rd/obj", "abcdefghij");
+    r->ops->close(r);
+    /* Replaced under the reader: never the new bytes. What the open's GET
+     * brought (the last 64 KiB) reads as it was; the rest is a clean
+     * -ESTALE. */
+    size_t big = 100000;
+    char *text = malloc(big + 1);
+    cr_assert_not_null(text);
+    memset(text, 'o', big);
+    text[big] = 0;
+    live_put("rd/obj", text);
+    cr_assert_eq(live->ops->open_read(live, "rd/obj", &r, &err), 0, "%s", err.msg);
+    memset(text, 'n', big);
+    live_put("rd/obj", text);
+    free(text);
+    cr_assert_eq(r->ops->read_at(r, buf, 4, big - 4, &err), 4, "%s", err.msg);
+    cr_assert_eq(memcmp(buf, "oooo", 4), 0);
     cr_assert_eq(r->ops->read_at(r, buf, 4, 0, &err), -ESTALE);
     cr_assert(strstr(err.msg, "replaced"), "%s", err.msg);
     cr_assert(strstr(err.msg, "rd/obj"), "%s", err.msg);
@@ -1691,6 +1705,10 @@ typedef struct fake_s3 {
      * (NULL: not listed, the name p/mp): a pack the packer writes. */
     const char *mp_name;
     uint8_t *part_data[FAKE_PARTS], *mp_data;
+    /* Ranged GETs of the object: how many, and the ranges (the first 64). */
+    unsigned mp_gets;
+    uint64_t got_from[64], got_to[64];
+    int no_suffix; /* a suffix range (bytes=-N) answered 416, as by a gateway without them */
 } fake_s3;
 
 static void fake_send_len(int fd, int status, const char *etag, size_t len, const char *body)
@@ -1712,14 +1730,23 @@ static void fake_send(int fd, int status, const char *etag, const char *body)
     fake_send_len(fd, status, etag, strlen(body), body);
 }
 
-/* A 206 of bytes a..b of the object (If-Match not looked at). */
+/* A 206 of bytes a..b of the object, or of its last N bytes (bytes=-N),
+ * noted (If-Match not looked at). */
 static void fake_send_range(fake_s3 *f, int fd, const char *range)
 {
-    unsigned long long a = 0, b = 0;
-    if (sscanf(range, "bytes=%llu-%llu", &a, &b) != 2 || b < a || b >= f->mp_size) {
+    unsigned long long a = 0, b = 0, last = 0;
+    if (!f->no_suffix && f->mp_size && sscanf(range, "bytes=-%llu", &last) == 1 && last)
+        a = last < f->mp_size ? f->mp_size - last : 0, b = f->mp_size - 1;
+    else if (range[6] == '-' || sscanf(range, "bytes=%llu-%llu", &a, &b) != 2 || b < a ||
+             b >= f->mp_size) {
         fake_send(fd, 416, NULL, "");
         return;
     }
+    if (f->mp_gets < 64) {
+        f->got_from[f->mp_gets] = a;
+        f->got_to[f->mp_gets] = b + 1;
+    }
+    f->mp_gets++;
     char head[512];
     int n = snprintf(head, sizeof head,
                      "HTTP/1.1 206 X\r\nContent-Length: %llu\r\nConnection: close\r\n"
@@ -2045,17 +2072,24 @@ static void fake_lose_answers(fake_s3 *f, int n)
     pthread_mutex_unlock(&f->mu);
 }
 
-static ckpt_store *fake_store_retrying(const fake_s3 *f, unsigned retry_seconds)
+/* cache_dir: NULL for none. */
+static ckpt_store *fake_store_with(const fake_s3 *f, unsigned retry_seconds, const char *cache_dir)
 {
     setenv("AWS_ACCESS_KEY_ID", "A", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "S", 1);
     char endpoint[64];
     snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d", f->port);
-    ckpt_store_opts o = {.endpoint = endpoint, .retry_seconds = retry_seconds};
+    ckpt_store_opts o = {
+        .endpoint = endpoint, .retry_seconds = retry_seconds, .cache_dir = cache_dir};
     ckpt_store *s;
     ckpt_err err = {0};
     cr_assert_eq(ckpt_store_open("s3://bucket/p", &o, &s, &err), 0, "%s", err.msg);
     return s;
+}
+
+static ckpt_store *fake_store_retrying(const fake_s3 *f, unsigned retry_seconds)
+{
+    return fake_store_with(f, retry_seconds, NULL);
 }
 
 static ckpt_store *fake_store(const fake_s3 *f)
@@ -2905,6 +2939,186 @@ Test(s3_fake, listings_that_do_not_advance_fail, .init = clean_env, .fini = drop
     cr_assert(strstr(err.msg, "repeats its markers"), "%s", err.msg);
     ckpt_store_free(s);
     fake_stop(&f);
+}
+
+/* big.tpack in the fake: a pack of one 24 MiB file of noise (w.bin) and
+ * n_small files of one byte with long names, whose records make the index
+ * larger than the open's first GET; w.bin's chunks first unless
+ * small_first. */
+static void fake_put_pack(fake_s3 *f, const char *dir, unsigned n_small, int small_first)
+{
+    char *path = tu_join(dir, "big.tpack");
+    ckpt_write_opts o = {.level = 1, .threads = 1};
+    ckpt_writer *w;
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_writer_open(path, NULL, &o, &w, &err), 0, "%s", err.msg);
+    for (unsigned i = 0; small_first && i < n_small; i++)
+        cr_assert_eq(
+            ckpt_writer_add_reader(w, "a.json", noise_read, NULL, 1, 0644, 0, 0, NULL, &err), 0,
+            "%s", err.msg);
+    cr_assert_eq(
+        ckpt_writer_add_reader(w, "w.bin", noise_read, NULL, 24u << 20, 0644, 0, 0, "w.bin", &err),
+        0, "%s", err.msg);
+    for (unsigned i = 0; !small_first && i < n_small; i++) {
+        char name[160];
+        snprintf(name, sizeof name, "small/%0120u", i);
+        cr_assert_eq(ckpt_writer_add_reader(w, name, noise_read, NULL, 1, 0644, 0, 0, name, &err),
+                     0, "%s", err.msg);
+    }
+    cr_assert_eq(ckpt_writer_finish(w, NULL, &err), 0, "%s", err.msg);
+    size_t len;
+    uint8_t *bytes = tu_read_file(path, &len);
+    free(path);
+    pthread_mutex_lock(&f->mu);
+    f->mp_name = "big.tpack";
+    f->mp_data = bytes;
+    f->mp_size = len;
+    f->mp_exists = 1;
+    snprintf(f->mp_etag, sizeof f->mp_etag, "\"%s\"", "0123456789abcdef0123456789abcdef");
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* Opens big.tpack from the fake and reads w.bin in order, 1 MiB at a
+ * time, as a loader does (the readahead starts after 8 MiB); checks its
+ * bytes. The GETs the open made: *open_gets. cache_dir: NULL for none. */
+static void read_big(fake_s3 *f, const char *cache_dir, unsigned *open_gets)
+{
+    ckpt_store *s = fake_store_with(f, 5, cache_dir);
+    ckpt_pack *p;
+    ckpt_err err = {0};
+    cr_assert_eq(ckpt_pack_open_in(s, "big.tpack", NULL, &p, &err), 0, "%s", err.msg);
+    *open_gets = fake_snapshot(f).mp_gets;
+    long fi = ckpt_file_find(p, "w.bin");
+    cr_assert_geq(fi, 0);
+    uint8_t *buf = malloc(1u << 20), *want = malloc(1u << 20);
+    cr_assert(buf && want);
+    for (uint64_t off = 0; off < (24u << 20); off += 1u << 20) {
+        cr_assert_eq(ckpt_file_pread(p, (size_t)fi, buf, 1u << 20, off, &err), 1 << 20, "%s",
+                     err.msg);
+        noise_read(NULL, want, 1u << 20, off);
+        cr_assert(!memcmp(buf, want, 1u << 20), "w.bin differs at %llu", (unsigned long long)off);
+    }
+    free(buf);
+    free(want);
+    ckpt_close(p);
+    ckpt_store_free(s);
+}
+
+/* The ranges the fake was asked for lie apart (no byte asked twice) and,
+ * with the bytes not asked for (the small files, never read, are asked for
+ * by the last readahead segment), make up the object: *asked bytes. */
+static void ranges_apart(fake_s3 *f, uint64_t *asked)
+{
+    fake_s3 snap = fake_snapshot(f);
+    cr_assert_leq(snap.mp_gets, 64);
+    *asked = 0;
+    for (unsigned i = 0; i < snap.mp_gets; i++) {
+        *asked += snap.got_to[i] - snap.got_from[i];
+        for (unsigned j = 0; j < i; j++)
+            cr_assert(snap.got_to[i] <= snap.got_from[j] || snap.got_to[j] <= snap.got_from[i],
+                      "bytes %llu-%llu asked for twice (GETs %u and %u)",
+                      (unsigned long long)snap.got_from[i], (unsigned long long)snap.got_to[i] - 1,
+                      j, i);
+    }
+}
+
+/* A cold open and read of a pack on S3 asks for each byte once: the
+ * open's first GET, of the object's last 64 KiB, fixes its identity and
+ * holds the footer and the index, and the last readahead segment takes
+ * them from it. Before, the open made a HEAD and three GETs (header,
+ * footer, index), and the last segment fetched the index and footer
+ * again (54 KB of a 475 MB pack). */
+Test(s3_fake, a_cold_open_and_read_asks_for_each_byte_once, .init = clean_env, .fini = drop_home,
+     .timeout = 60)
+{
+    char *dir = tu_mkdtemp();
+    fake_s3 f;
+    fake_start(&f);
+    fake_put_pack(&f, dir, 0, 0);
+    unsigned open_gets;
+    read_big(&f, NULL, &open_gets);
+    uint64_t asked;
+    ranges_apart(&f, &asked);
+    fake_s3 snap = fake_snapshot(&f);
+    cr_assert_eq(snap.mp_heads, 0, "no HEAD: the first GET fixes the identity");
+    cr_assert_eq(open_gets, 2, "the open's GETs: the tail (footer, index) and the header, not %u",
+                 open_gets);
+    cr_assert_eq(asked, snap.mp_size, "asked for %llu bytes of a %llu-byte pack",
+                 (unsigned long long)asked, (unsigned long long)snap.mp_size);
+    fake_stop(&f);
+    tu_rm_rf(dir);
+    free(dir);
+}
+
+/* An index larger than the open's first GET: its first bytes are one GET
+ * more, kept with the tail, so they are not asked for again either. */
+Test(s3_fake, a_large_index_is_asked_for_once, .init = clean_env, .fini = drop_home, .timeout = 60)
+{
+    char *dir = tu_mkdtemp();
+    fake_s3 f;
+    fake_start(&f);
+    fake_put_pack(&f, dir, 600, 0);
+    unsigned open_gets;
+    read_big(&f, NULL, &open_gets);
+    uint64_t asked;
+    ranges_apart(&f, &asked);
+    fake_s3 snap = fake_snapshot(&f);
+    cr_assert_eq(open_gets, 3, "the open's GETs: the tail, the header, the index's start, not %u",
+                 open_gets);
+    cr_assert_gt(snap.got_to[0] - snap.got_from[0], 0);
+    cr_assert_eq(asked, snap.mp_size, "asked for %llu bytes of a %llu-byte pack",
+                 (unsigned long long)asked, (unsigned long long)snap.mp_size);
+    fake_stop(&f);
+    tu_rm_rf(dir);
+    free(dir);
+}
+
+/* With a cache_dir, the first readahead segment holds the chunks the
+ * stream read before it started, kept in the cache, and before them one
+ * nobody read (a.json's): the GET that fills the segment asked for all
+ * of them again, from a.json's chunk on (7.7 MB of a cold read of
+ * gpt2-medium's safetensors, before its config.json's chunk). Now that
+ * chunk is a GET of its own and no byte is asked for twice. */
+Test(s3_fake, a_cached_segment_asks_again_for_no_chunk_the_stream_read, .init = clean_env,
+     .fini = drop_home, .timeout = 60)
+{
+    char *dir = tu_mkdtemp();
+    char *cache = tu_join(dir, "cache");
+    fake_s3 f;
+    fake_start(&f);
+    fake_put_pack(&f, dir, 1, 1);
+    unsigned open_gets;
+    read_big(&f, cache, &open_gets);
+    uint64_t asked;
+    ranges_apart(&f, &asked);
+    fake_s3 snap = fake_snapshot(&f);
+    cr_assert_eq(snap.mp_heads, 1, "with a cache_dir the open is a HEAD");
+    cr_assert_eq(asked, snap.mp_size, "asked for %llu bytes of a %llu-byte pack",
+                 (unsigned long long)asked, (unsigned long long)snap.mp_size);
+    fake_stop(&f);
+    tu_rm_rf(dir);
+    free(cache);
+    free(dir);
+}
+
+/* A gateway that answers no suffix range (416): the open falls back to
+ * a HEAD and reads as before. */
+Test(s3_fake, an_open_without_suffix_ranges_falls_back_to_a_head, .init = clean_env,
+     .fini = drop_home, .timeout = 60)
+{
+    char *dir = tu_mkdtemp();
+    fake_s3 f;
+    fake_start(&f);
+    fake_put_pack(&f, dir, 0, 0);
+    pthread_mutex_lock(&f.mu);
+    f.no_suffix = 1;
+    pthread_mutex_unlock(&f.mu);
+    unsigned open_gets;
+    read_big(&f, NULL, &open_gets);
+    cr_assert_eq(fake_snapshot(&f).mp_heads, 1);
+    fake_stop(&f);
+    tu_rm_rf(dir);
+    free(dir);
 }
 
 /* A secret that is part of the placeholder ("dacte" in "[redacted]") looped

@@ -630,3 +630,38 @@ Test(s3_cache, a_segment_is_filled_from_the_entries_of_its_chunks)
     free(out);
     s3_cache_free(c);
 }
+
+/* The spans a segment lacks, one by one: a chunk before those a stream
+ * read (another file's, never read) is a span of its own, not the start
+ * of one that takes in the chunks held after it; past max, the last span
+ * takes in the rest. */
+Test(s3_cache, the_gaps_a_segment_lacks_are_told_one_by_one)
+{
+    s3_cache *c = open_cache(0);
+    char tag[S3_CACHE_TAG_LEN];
+    tag_of("\"e1\"", tag);
+    uint8_t *in = malloc(SEG), *out = malloc(SEG);
+    fill(in, SEG, 0);
+    /* Held: [64K, 1M) and [2M, 3M); lacking: [0, 64K), [1M, 2M), [3M, 4M). */
+    s3_cache_put(c, tag, 64u << 10, in + (64u << 10), (1u << 20) - (64u << 10));
+    s3_cache_put(c, tag, 2u << 20, in + (2u << 20), 1u << 20);
+    s3_span g[3];
+    size_t n;
+    memset(out, 0, SEG);
+    cr_assert_eq(s3_cache_fill_gaps(c, tag, 0, out, SEG, g, 3, &n), 0);
+    cr_assert_eq(n, 3);
+    uint64_t want[3][2] = {{0, 64u << 10}, {1u << 20, 1u << 20}, {3u << 20, SEG - (3u << 20)}};
+    for (size_t i = 0; i < 3; i++)
+        cr_assert(g[i].off == want[i][0] && g[i].len == want[i][1], "gap %zu: %llu+%zu", i,
+                  (unsigned long long)g[i].off, g[i].len);
+    cr_assert_eq(memcmp(out + (64u << 10), in + (64u << 10), (1u << 20) - (64u << 10)), 0);
+    cr_assert_eq(memcmp(out + (2u << 20), in + (2u << 20), 1u << 20), 0);
+    /* Two at most: the second runs to the last byte lacking. */
+    cr_assert_eq(s3_cache_fill_gaps(c, tag, 0, out, SEG, g, 2, &n), 0);
+    cr_assert_eq(n, 2);
+    cr_assert(g[1].off == 1u << 20 && g[1].len == SEG - (1u << 20), "%llu+%zu",
+              (unsigned long long)g[1].off, g[1].len);
+    free(in);
+    free(out);
+    s3_cache_free(c);
+}

@@ -26,7 +26,8 @@ enum { NONE, CUT, HANG };
  * (etag_after from then on, the object replaced behind a gateway that
  * ignores If-Match), one connection per request. The fault_at-th segment
  * GET, or every one from fault_off, sends cut_after bytes of its body, then
- * closes (CUT) or waits until stop (HANG). Every GET's Range is noted. */
+ * closes (CUT) or waits until stop (HANG). Every GET's Range is noted; a
+ * suffix range (bytes=-N) is served as a gateway serves it. */
 typedef struct srv {
     int port, stop;
     pthread_t th;
@@ -97,9 +98,11 @@ static void serve(srv *s, int fd)
         send_all(fd, head, (size_t)n);
         return;
     }
-    unsigned long long a, b;
-    if (strncmp(req, "GET ", 4) || !r || sscanf(r + 15, "%llu-%llu", &a, &b) != 2 || a > b ||
-        b >= s->size)
+    unsigned long long a, b; /* bytes=-b: the last b bytes (the open's GET) */
+    if (r && !strncmp(req, "GET ", 4) && r[15] == '-' && sscanf(r + 16, "%llu", &b) == 1 && b)
+        a = b < s->size ? s->size - b : 0, b = s->size - 1;
+    else if (strncmp(req, "GET ", 4) || !r || sscanf(r + 15, "%llu-%llu", &a, &b) != 2 || a > b ||
+             b >= s->size)
         return;
     int fault = NONE;
     pthread_mutex_lock(&s->mu);

@@ -336,6 +336,15 @@ int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t l
  * Counts one hit or one miss. Thread-safe. */
 int s3_cache_fill(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len,
                   uint64_t *miss_off, size_t *miss_len);
+/* s3_cache_fill, telling the spans it lacks rather than one span from the
+ * first byte lacking to the last: up to max of them, left to right, in
+ * gaps (*n_gaps; 0 when it returns 1), the last taking in any beyond. */
+typedef struct s3_span {
+    uint64_t off;
+    size_t len;
+} s3_span;
+int s3_cache_fill_gaps(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len,
+                       s3_span *gaps, size_t max, size_t *n_gaps);
 /* 1 when s3_cache_get of the range would find its files (it may still
  * find them damaged), without reading them or counting anything. */
 int s3_cache_holds(s3_cache *c, const char *tag, uint64_t off, size_t len, uint64_t seg,

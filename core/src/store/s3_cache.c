@@ -593,15 +593,14 @@ static struct known *overlapping(s3_cache *c, const char *tag, uint64_t off, siz
     return v;
 }
 
-int s3_cache_fill(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len,
-                  uint64_t *miss_off, size_t *miss_len)
+int s3_cache_fill_gaps(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len,
+                       s3_span *gaps, size_t max, size_t *n_gaps)
 {
-    *miss_off = off;
-    *miss_len = len;
+    *n_gaps = 0;
     int whole = load(c, tag, off, buf, len);
     size_t n = 0;
     struct known *v = whole ? NULL : overlapping(c, tag, off, len, &n);
-    uint64_t end = off + len, lo = end, hi = off;
+    uint64_t end = off + len;
     uint8_t *scratch = NULL;
     /* Left to right: from the entry that reaches furthest past at, or a
      * gap up to the next entry; an entry that fails its CRCs is dropped
@@ -617,8 +616,10 @@ int s3_cache_fill(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t 
                 next = v[i].off;
         }
         if (best == n) {
-            lo = at < lo ? at : lo;
-            hi = next;
+            s3_span *g = &gaps[*n_gaps - (*n_gaps == max)];
+            if (*n_gaps < max)
+                g->off = at, ++*n_gaps;
+            g->len = (size_t)(next - g->off); /* the last one takes in the rest */
             at = next;
             continue;
         }
@@ -631,16 +632,22 @@ int s3_cache_fill(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t 
     }
     free(scratch);
     free(v);
-    if (!whole && lo == end)
+    if (!whole && !*n_gaps)
         whole = 1; /* every byte from the entries of its parts */
     __atomic_add_fetch(whole ? &c->hits : &c->misses, 1, __ATOMIC_RELAXED);
-    if (whole) {
+    if (whole)
         __atomic_add_fetch(&c->hit_bytes, len, __ATOMIC_RELAXED);
-        *miss_len = 0;
-    } else {
-        *miss_off = lo;
-        *miss_len = (size_t)(hi - lo);
-    }
+    return whole;
+}
+
+int s3_cache_fill(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len,
+                  uint64_t *miss_off, size_t *miss_len)
+{
+    s3_span g = {off, 0};
+    size_t n;
+    int whole = s3_cache_fill_gaps(c, tag, off, buf, len, &g, 1, &n);
+    *miss_off = g.off;
+    *miss_len = g.len;
     return whole;
 }
 
