@@ -603,26 +603,27 @@ Test(s3_cache, a_segment_is_filled_from_the_entries_of_its_chunks)
     uint64_t at[] = {0, 1u << 20, 7u << 19}, len[] = {1u << 20, 3u << 19, 3u << 19};
     for (int i = 0; i < 3; i++)
         s3_cache_put(c, tag, at[i], in + at[i], len[i]);
-    uint64_t from;
+    s3_span gap;
     size_t n;
     memset(out, 0, SEG);
-    cr_assert_eq(s3_cache_fill(c, tag, 0, out, SEG, &from, &n), 0);
-    cr_assert_eq(from, 5u << 19);
-    cr_assert_eq(n, 1u << 20, "%zu bytes to fetch", n);
+    cr_assert_eq(s3_cache_fill_gaps(c, tag, 0, out, SEG, &gap, 1, &n), 0);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(gap.off, 5u << 19);
+    cr_assert_eq(gap.len, 1u << 20, "%zu bytes to fetch", gap.len);
     cr_assert_eq(memcmp(out, in, 5u << 19), 0);
     cr_assert_eq(memcmp(out + (7u << 19), in + (7u << 19), 1u << 19), 0);
     /* Once the gap is held as well, the segment is all the cache's. */
     s3_cache_put(c, tag, 5u << 19, in + (5u << 19), 1u << 20);
     memset(out, 0, SEG);
-    cr_assert_eq(s3_cache_fill(c, tag, 0, out, SEG, &from, &n), 1);
+    cr_assert_eq(s3_cache_fill_gaps(c, tag, 0, out, SEG, &gap, 1, &n), 1);
     cr_assert_eq(n, 0);
     cr_assert_eq(memcmp(out, in, SEG), 0);
     /* A flipped byte in the second chunk: its part is fetched again. */
     entry_path(tag, 1u << 20, 3u << 19, path);
     flip_byte(path, 3u << 19);
-    cr_assert_eq(s3_cache_fill(c, tag, 0, out, SEG, &from, &n), 0);
-    cr_assert_eq(from, 1u << 20);
-    cr_assert_eq(n, 3u << 19);
+    cr_assert_eq(s3_cache_fill_gaps(c, tag, 0, out, SEG, &gap, 1, &n), 0);
+    cr_assert_eq(gap.off, 1u << 20);
+    cr_assert_eq(gap.len, 3u << 19);
     ckpt_store_cache_stats st = stats(c);
     cr_assert_eq(st.hits, 1);
     cr_assert_eq(st.misses, 2);

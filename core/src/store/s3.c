@@ -195,23 +195,14 @@ static ssize_t read_uncached_ahead(s3_reader *sr, void *buf, size_t len, uint64_
     return get_and_keep(sr, buf, len, off, err);
 }
 
-/* As reader_borrow, into buf, for the part of a read before the tail;
- * what it fetched joins the tail (the rest of a pack's index). */
+static ssize_t reader_read_at(store_reader *r, void *buf, size_t len, uint64_t off, ckpt_err *err);
+
+/* The part of a read before the tail, read as any other (its range ends
+ * where the tail begins); what it brought joins the tail (the rest of a
+ * pack's index). */
 static ssize_t read_copied(s3_reader *sr, void *buf, size_t len, uint64_t off, ckpt_err *err)
 {
-    const void *data;
-    void *hold = NULL;
-    int ra = sr->ra ? s3_ra_borrow(sr->ra, buf, len, off, &data, &hold, err) : 0;
-    if (ra < 0)
-        return ra;
-    if (ra == 1) {
-        if (hold) {
-            memcpy(buf, data, len);
-            s3_ra_release(sr->ra, hold);
-        }
-        return (ssize_t)len;
-    }
-    ssize_t got = read_uncached_ahead(sr, buf, len, off, err);
+    ssize_t got = reader_read_at(&sr->base, buf, len, off, err);
     if (got == (ssize_t)len)
         tail_join(sr, buf, len, off);
     return got;
@@ -431,6 +422,14 @@ static const store_reader_ops reader_ops = {.read_at = reader_read_at,
                                             .release = reader_release,
                                             .read_run = reader_read_run};
 
+/* The identity the open fixes, from the answer that told the size. */
+static void set_id(s3_reader *r, uint64_t size, const s3_resp *rs)
+{
+    r->base.id.size = size;
+    r->base.id.mtime_sec = rs->last_modified;
+    snprintf(r->base.id.etag, sizeof r->base.id.etag, "%s", rs->etag);
+}
+
 /* The open's GET of the object's last TAIL_GUESS bytes (a suffix range,
  * which every S3 API serves): 1 with the identity fixed and the bytes
  * held as the tail, 0 when the answer is not one to use (416 for an
@@ -468,9 +467,7 @@ static int open_by_tail(s3_reader *r, ckpt_err *err)
     else
         rc = s3_fail(err, s->http, r->base.name, "open", &rs);
     if (rc == 1) {
-        r->base.id.size = size;
-        r->base.id.mtime_sec = rs.last_modified;
-        snprintf(r->base.id.etag, sizeof r->base.id.etag, "%s", rs.etag);
+        set_id(r, size, &rs);
         uint8_t *fit = realloc(buf, rs.dst_got ? rs.dst_got : 1);
         r->tail = fit ? fit : buf;
         r->tail_off = a;
@@ -489,9 +486,7 @@ static int open_by_head(s3_reader *r, ckpt_err *err)
     s3_resp rs;
     int rc = s3_request(s->http, &rq, &rs);
     if (rc == 0 && rs.status == 200 && rs.has_length) {
-        r->base.id.size = rs.content_length;
-        r->base.id.mtime_sec = rs.last_modified;
-        snprintf(r->base.id.etag, sizeof r->base.id.etag, "%s", rs.etag);
+        set_id(r, rs.content_length, &rs);
     } else if (rc == 0 && rs.status == 200) {
         rc = ckpt_fail(err, -EIO, "%s: the server gave no Content-Length", r->base.name);
     } else {

@@ -332,13 +332,9 @@ int s3_cache_get(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t l
 /* 1 and buf filled when [off, off + len) is cached: its own entry, or
  * the entries of its parts (a segment whose chunks were cached one by one
  * before the readahead started). Else 0, buf holding what the cache has
- * and [*miss_off, + *miss_len) spanning what it lacks, the bytes to fetch.
- * Counts one hit or one miss. Thread-safe. */
-int s3_cache_fill(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len,
-                  uint64_t *miss_off, size_t *miss_len);
-/* s3_cache_fill, telling the spans it lacks rather than one span from the
- * first byte lacking to the last: up to max of them, left to right, in
- * gaps (*n_gaps; 0 when it returns 1), the last taking in any beyond. */
+ * and gaps the spans it lacks, the bytes to fetch: up to max of them,
+ * left to right (*n_gaps; 0 when it returns 1), the last taking in any
+ * beyond. Counts one hit or one miss. Thread-safe. */
 typedef struct s3_span {
     uint64_t off;
     size_t len;
@@ -352,7 +348,7 @@ int s3_cache_holds(s3_cache *c, const char *tag, uint64_t off, size_t len, uint6
 /* Keeps a range just read from the store; failures only cost a later miss. */
 void s3_cache_put(s3_cache *c, const char *tag, uint64_t off, const void *buf, size_t len);
 /* The same, for a range of which fetched bytes came from the store (the
- * rest from the cache: s3_cache_fill). */
+ * rest from the cache: s3_cache_fill_gaps). */
 void s3_cache_keep(s3_cache *c, const char *tag, uint64_t off, const void *buf, size_t len,
                    size_t fetched);
 void s3_cache_stats(s3_cache *c, ckpt_store_cache_stats *out);

@@ -640,17 +640,6 @@ int s3_cache_fill_gaps(s3_cache *c, const char *tag, uint64_t off, void *buf, si
     return whole;
 }
 
-int s3_cache_fill(s3_cache *c, const char *tag, uint64_t off, void *buf, size_t len,
-                  uint64_t *miss_off, size_t *miss_len)
-{
-    s3_span g = {off, 0};
-    size_t n;
-    int whole = s3_cache_fill_gaps(c, tag, off, buf, len, &g, 1, &n);
-    *miss_off = g.off;
-    *miss_len = g.len;
-    return whole;
-}
-
 /* Room for a put of need disk bytes, taken before it writes: 1, or 0
  * when the bound cannot make room (everything held is being written).
  * Several puts of 4 MiB segments at once, each counted only once written,
