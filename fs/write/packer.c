@@ -272,8 +272,6 @@ static int write_pack(const packer_job *job, const char *pack, const char *tmp, 
         rc = ckpt_fail(err, -ENOMEM, "checkpoint '%s': out of memory", job->name);
     if (rc == 0)
         ckpt_writer_set_sibling_reader(w, read_sibling, (void *)job);
-    if (rc == 0 && job->pack_id)
-        ckpt_writer_pack_id(w, job->pack_id);
     if (rc == 0 && job->commit_sent)
         ckpt_writer_commit_flag(w, job->commit_sent);
     if (rc == 0 && job->trying) {

@@ -61,7 +61,6 @@ typedef struct packer_job {
      * which cannot tell). */
     const uint8_t (*tried)[16];
     size_t n_tried, n_tried_old;
-    uint8_t *pack_id; /* NULL, or 16 bytes: the id of the pack this run writes, once known */
     /* NULL, or set to 1 once this run sent the store the request that
      * makes its pack: a try that failed before cannot have made it. */
     int *commit_sent;

@@ -172,7 +172,6 @@ static void pack_one(wtable *t, wckpt *c)
     size_t n_tried = c->dir.n_tried, n_tried_old = n_tried - c->tries_current;
     memcpy(tried, c->dir.tried, sizeof tried);
     pthread_mutex_unlock(&c->lock);
-    uint8_t pack_id[16] = {0};
     int commit_sent = 0, found_earlier = 0;
     ckpt_err err = {0};
     if (rc || !name) {
@@ -204,7 +203,6 @@ static void pack_one(wtable *t, wckpt *c)
             .tried = tried,
             .n_tried = n_tried,
             .n_tried_old = n_tried_old,
-            .pack_id = t->opts.store ? pack_id : NULL,
             .commit_sent = &commit_sent,
             .found_earlier = &found_earlier,
             .trying = t->opts.store ? note_trying : NULL,
@@ -267,7 +265,7 @@ static void pack_one(wtable *t, wckpt *c)
         pthread_mutex_lock(&c->lock);
         c->dir.has_trying = 0;
         if (commit_sent)
-            stage_note_try(&c->dir, pack_id);
+            stage_note_try(&c->dir, c->dir.trying);
         pthread_mutex_unlock(&c->lock);
         pthread_mutex_unlock(&c->save_lock);
         if (__atomic_load_n(&c->cancel_pack, __ATOMIC_RELAXED))
@@ -282,11 +280,12 @@ static void pack_one(wtable *t, wckpt *c)
          * that finds this pack under the name knows it for its own
          * (packer_run). A try that never sent it made nothing, and is not
          * kept: tries failing at once through an outage would push out
-         * the one that counts. */
+         * the one that counts. Its id is the one note_trying kept: a
+         * commit is sent only after that. */
         pthread_mutex_lock(&c->lock);
         c->dir.has_trying = 0;
         if (commit_sent) {
-            stage_note_try(&c->dir, pack_id);
+            stage_note_try(&c->dir, c->dir.trying);
             if (c->tries_current < c->dir.n_tried)
                 c->tries_current++;
         }
