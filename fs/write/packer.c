@@ -138,7 +138,7 @@ static int earlier_try(const packer_job *job, const char *pack, ckpt_err *err)
     }
     for (size_t i = 0; rc == 0 && i < job->n_tried; i++)
         if (memcmp(info.pack_id, job->tried[i], 16) == 0)
-            return i < job->n_tried_old ? OURS_OLD : OURS;
+            return job->n_tried - i <= job->n_tried_current ? OURS : OURS_OLD;
     if (rc < 0 && rc != -ENOENT)
         *err = perr;
     return rc == -ENOENT ? GONE : NOT_OURS;

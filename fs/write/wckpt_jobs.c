@@ -169,7 +169,7 @@ static void pack_one(wtable *t, wckpt *c)
     int replaces = c->dir.replaces;
     /* dir.tried changes only here, under both locks. */
     uint8_t tried[STAGE_TRIED_MAX][16];
-    size_t n_tried = c->dir.n_tried, n_tried_old = n_tried - c->tries_current;
+    size_t n_tried = c->dir.n_tried, n_tried_current = c->tries_current;
     memcpy(tried, c->dir.tried, sizeof tried);
     pthread_mutex_unlock(&c->lock);
     int commit_sent = 0, found_earlier = 0;
@@ -202,7 +202,7 @@ static void pack_one(wtable *t, wckpt *c)
             .cancel_one = &c->cancel_pack,
             .tried = tried,
             .n_tried = n_tried,
-            .n_tried_old = n_tried_old,
+            .n_tried_current = n_tried_current,
             .commit_sent = &commit_sent,
             .found_earlier = &found_earlier,
             .trying = t->opts.store ? note_trying : NULL,

@@ -2384,6 +2384,7 @@ Test(s3_fake, a_pack_whose_complete_took_unanswered_is_known_by_its_retry, .init
     memcpy(tried[0], first, 16);
     job.tried = tried;
     job.n_tried = 1;
+    job.n_tried_current = 1;
     job.progress_ud = again;
     err = (ckpt_err){0};
     cr_assert_eq(packer_run(&job, &err), 0, "%s", err.msg);
@@ -2399,7 +2400,7 @@ Test(s3_fake, a_pack_whose_complete_took_unanswered_is_known_by_its_retry, .init
 
     /* Our try, but of the checkpoint before a change: packed again. */
     memcpy(tried[0], first, 16);
-    job.n_tried_old = 1;
+    job.n_tried_current = 0;
     err = (ckpt_err){0};
     cr_assert_eq(packer_run(&job, &err), 0, "%s", err.msg);
     header_id(&f, in_store);
