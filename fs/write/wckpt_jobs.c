@@ -260,12 +260,12 @@ static void pack_one(wtable *t, wckpt *c)
             t->pin_successor(t->successor_ud, c);
     } else if (rc == -ECANCELED) {
         /* Stopped: a later record tells no try under way (one written to
-         * since must not be taken for this try's pack). */
+         * since must not be taken for this try's pack). Nothing to keep as
+         * tried: the stop is polled while files are read, before the
+         * commit is sent, and no request of the commit ends in -ECANCELED. */
         pthread_mutex_lock(&c->save_lock);
         pthread_mutex_lock(&c->lock);
         c->dir.has_trying = 0;
-        if (commit_sent)
-            stage_note_try(&c->dir, c->dir.trying);
         pthread_mutex_unlock(&c->lock);
         pthread_mutex_unlock(&c->save_lock);
         if (__atomic_load_n(&c->cancel_pack, __ATOMIC_RELAXED))
