@@ -592,7 +592,7 @@ int wtable_commit(wtable *t, wckpt *c)
     pthread_mutex_lock(&c->save_lock);
     /* No try is under way until the packer notes one (note_trying). */
     pthread_mutex_lock(&c->lock);
-    c->dir.has_trying = 0;
+    stage_end_try(&c->dir, 0);
     pthread_mutex_unlock(&c->lock);
     /* The namespace first: a record saying "packing" promises it. */
     if (rc == 0)

@@ -265,7 +265,7 @@ static void pack_one(wtable *t, wckpt *c)
          * commit is sent, and no request of the commit ends in -ECANCELED. */
         pthread_mutex_lock(&c->save_lock);
         pthread_mutex_lock(&c->lock);
-        c->dir.has_trying = 0;
+        stage_end_try(&c->dir, 0);
         pthread_mutex_unlock(&c->lock);
         pthread_mutex_unlock(&c->save_lock);
         if (__atomic_load_n(&c->cancel_pack, __ATOMIC_RELAXED))
@@ -280,15 +280,12 @@ static void pack_one(wtable *t, wckpt *c)
          * that finds this pack under the name knows it for its own
          * (packer_run). A try that never sent it made nothing, and is not
          * kept: tries failing at once through an outage would push out
-         * the one that counts. Its id is the one note_trying kept: a
-         * commit is sent only after that. */
+         * the one that counts. A commit is sent only after note_trying,
+         * so a try is under way when it was. */
         pthread_mutex_lock(&c->lock);
-        c->dir.has_trying = 0;
-        if (commit_sent) {
-            stage_note_try(&c->dir, c->dir.trying);
-            if (c->tries_current < c->dir.n_tried)
-                c->tries_current++;
-        }
+        stage_end_try(&c->dir, commit_sent);
+        if (commit_sent && c->tries_current < c->dir.n_tried)
+            c->tries_current++;
         pthread_mutex_unlock(&c->lock);
         if (stage_write_record(&t->root, &c->dir, name ? name : c->name, STAGE_FAILED, err.msg,
                                &rec_err) != 0) {

@@ -219,9 +219,7 @@ static int recover_one(void *ud, const char *sid)
      * have taken unseen (no pack listed: a listing failing at mount), and
      * a later record must not go on saying "trying" it, or a crash then
      * takes that older pack for a newer commit. */
-    if (d.has_trying)
-        stage_note_try(&d, d.trying);
-    d.has_trying = 0;
+    stage_end_try(&d, 1);
     wckpt *c = wc_wckpt_new(t, rec.name);
     if (!c) {
         fslog_err("staging %s: out of memory", sid);
