@@ -147,8 +147,7 @@ static int earlier_try(const packer_job *job, const char *pack, ckpt_err *err)
 int packer_run(const packer_job *job, ckpt_err *err)
 {
     char pack[BACKING_PATH_MAX + 64], tmp[BACKING_PATH_MAX + 64];
-    if (snprintf(pack, sizeof pack, "%s%s", job->name,
-                 job->is_file ? BACKING_FILE_SUFFIX : BACKING_PACK_SUFFIX) >= (int)sizeof pack ||
+    if (backing_pack_name(job->name, job->is_file, pack, sizeof pack) != 0 ||
         packer_tmp_name(job->name, tmp, sizeof tmp) != 0)
         return ckpt_fail(err, -ENAMETOOLONG, "checkpoint '%s': name too long", job->name);
     if (job->remote) {
