@@ -342,7 +342,7 @@ int wtable_has_below(wtable *t, const char *path)
 static int name_free(wtable *t, const char *name)
 {
     if (!wtable_name_ok(name))
-        return strlen(backing_base(name)) + SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
+        return strlen(backing_base(name)) + BACKING_SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
     return wc_by_name(t, name) || wc_pack_exists(t, name) ? -EEXIST : 0;
 }
 
@@ -665,7 +665,7 @@ static int rename_writable(wtable *t, wckpt *c, const char *to, int replaces)
 int wtable_rename(wtable *t, const char *from, const char *to, int noreplace)
 {
     if (!wtable_name_ok(to))
-        return strlen(backing_base(to)) + SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
+        return strlen(backing_base(to)) + BACKING_SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
     if (strcmp(from, to) == 0)
         return 0;
     unpack_name(t, from, "renamed");
