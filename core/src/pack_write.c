@@ -1381,7 +1381,7 @@ void ckpt_writer_pack_id(const ckpt_writer *w, uint8_t out[16])
 
 void ckpt_writer_commit_flag(ckpt_writer *w, int *sent)
 {
-    w->commit_sent = sent;
+    w->out->commit_sent = sent; /* the upload sends the commit: it sets the flag */
 }
 
 void writer_sibling_reader(const ckpt_writer *w, ckpt_sibling_fn *fn, void **ud)
@@ -1588,7 +1588,6 @@ int ckpt_writer_finish(ckpt_writer *w, ckpt_write_stats *stats, ckpt_err *err)
     /* Local: fsync, rename over the final name, fsync the directory. A
      * failed commit leaves no pack, unless only the directory fsync failed:
      * then the pack is complete and in place, its durability in doubt. */
-    w->out->commit_sent = w->commit_sent;
     rc = w->out->ops->commit(w->out, err);
     w->out = NULL;
     if (rc < 0) {

@@ -198,7 +198,6 @@ struct ckpt_writer {
     /* ckpt_writer_set_sibling_reader: siblings of files added by reader */
     ckpt_sibling_fn sibling_fn;
     void *sibling_ud;
-    int *commit_sent; /* ckpt_writer_commit_flag */
 };
 
 /* The pipeline's producer side (pack_write.c). */

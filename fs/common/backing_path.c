@@ -39,6 +39,16 @@ int backing_path_ok(const char *path)
     }
 }
 
+int backing_pack_name(const char *path, int is_file, char *out, size_t cap)
+{
+    size_t n = strlen(path);
+    if (n + BACKING_SUFFIX_LEN >= cap)
+        return -ENAMETOOLONG;
+    memcpy(out, path, n);
+    memcpy(out + n, is_file ? BACKING_FILE_SUFFIX : BACKING_PACK_SUFFIX, BACKING_SUFFIX_LEN + 1);
+    return 0;
+}
+
 const char *backing_base(const char *path)
 {
     const char *slash = strrchr(path, '/');

@@ -31,6 +31,11 @@ int backing_path_ok(const char *path);
 /* Is this one component of such a path? */
 int backing_name_ok(const char *name);
 
+/* The pack of checkpoint path, path.tfile (is_file) or path.tpack, into
+ * out (cap bytes); -ENAMETOOLONG. The one place these names are made, for
+ * files of the backing directory and objects of a store alike. */
+int backing_pack_name(const char *path, int is_file, char *out, size_t cap);
+
 /* The last component of path (path itself when it has no '/'). */
 const char *backing_base(const char *path);
 /* The directory part of path ("" when none) into out; -ENAMETOOLONG. */

@@ -275,11 +275,8 @@ static int same_file(const struct stat *a, const struct stat *b)
  * NAME.tfile) fits. */
 static int pack_file_name(const char *name, int is_file, char *out, size_t out_len)
 {
-    size_t len = strlen(name);
-    if (!backing_path_ok(name) || len + SUFFIX_LEN >= out_len)
+    if (!backing_path_ok(name) || backing_pack_name(name, is_file, out, out_len) != 0)
         return -ENOENT;
-    memcpy(out, name, len);
-    memcpy(out + len, is_file ? BACKING_FILE_SUFFIX : BACKING_PACK_SUFFIX, SUFFIX_LEN + 1);
     return 0;
 }
 

@@ -138,7 +138,7 @@ static int earlier_try(const packer_job *job, const char *pack, ckpt_err *err)
     }
     for (size_t i = 0; rc == 0 && i < job->n_tried; i++)
         if (memcmp(info.pack_id, job->tried[i], 16) == 0)
-            return i < job->n_tried_old ? OURS_OLD : OURS;
+            return job->n_tried - i <= job->n_tried_current ? OURS : OURS_OLD;
     if (rc < 0 && rc != -ENOENT)
         *err = perr;
     return rc == -ENOENT ? GONE : NOT_OURS;
@@ -147,8 +147,7 @@ static int earlier_try(const packer_job *job, const char *pack, ckpt_err *err)
 int packer_run(const packer_job *job, ckpt_err *err)
 {
     char pack[BACKING_PATH_MAX + 64], tmp[BACKING_PATH_MAX + 64];
-    if (snprintf(pack, sizeof pack, "%s%s", job->name,
-                 job->is_file ? BACKING_FILE_SUFFIX : BACKING_PACK_SUFFIX) >= (int)sizeof pack ||
+    if (backing_pack_name(job->name, job->is_file, pack, sizeof pack) != 0 ||
         packer_tmp_name(job->name, tmp, sizeof tmp) != 0)
         return ckpt_fail(err, -ENAMETOOLONG, "checkpoint '%s': name too long", job->name);
     if (job->remote) {
@@ -272,8 +271,6 @@ static int write_pack(const packer_job *job, const char *pack, const char *tmp, 
         rc = ckpt_fail(err, -ENOMEM, "checkpoint '%s': out of memory", job->name);
     if (rc == 0)
         ckpt_writer_set_sibling_reader(w, read_sibling, (void *)job);
-    if (rc == 0 && job->pack_id)
-        ckpt_writer_pack_id(w, job->pack_id);
     if (rc == 0 && job->commit_sent)
         ckpt_writer_commit_flag(w, job->commit_sent);
     if (rc == 0 && job->trying) {

@@ -56,12 +56,11 @@ typedef struct packer_job {
      * CompleteMultipartUpload and the HEADs judging it all unanswered):
      * the pack ids of this checkpoint's earlier failed tries, a pack
      * under the name carrying one of them being this checkpoint's own:
-     * taken as this commit, or replaced when of the first n_tried_old
-     * (tries of the checkpoint before a change, or before a restart,
-     * which cannot tell). */
+     * taken as this commit when of the last n_tried_current (tries of the
+     * checkpoint as it is now), else replaced (tries of the checkpoint
+     * before a change, or before a restart, which cannot tell). */
     const uint8_t (*tried)[16];
-    size_t n_tried, n_tried_old;
-    uint8_t *pack_id; /* NULL, or 16 bytes: the id of the pack this run writes, once known */
+    size_t n_tried, n_tried_current;
     /* NULL, or set to 1 once this run sent the store the request that
      * makes its pack: a try that failed before cannot have made it. */
     int *commit_sent;

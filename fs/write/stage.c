@@ -301,6 +301,13 @@ void stage_note_try(stage_dir *d, const uint8_t id[16])
     memcpy(d->tried[d->n_tried - 1], id, 16);
 }
 
+void stage_end_try(stage_dir *d, int may_have_made)
+{
+    if (d->has_trying && may_have_made)
+        stage_note_try(d, d->trying);
+    d->has_trying = 0;
+}
+
 int stage_write_record(stage_root *r, stage_dir *d, const char *name, stage_state state,
                        const char *error, ckpt_err *err)
 {

@@ -83,6 +83,10 @@ typedef struct stage_dir {
 
 /* Keeps id as the newest of d's tries, the oldest let go when full. */
 void stage_note_try(stage_dir *d, const uint8_t id[16]);
+/* Ends the try under way, if any: kept as tried (stage_note_try) when its
+ * pack may have been made, else let go; either way d's next record names
+ * no try under way. */
+void stage_end_try(stage_dir *d, int may_have_made);
 
 typedef struct stage_record {
     char *name;

@@ -91,11 +91,11 @@ int wc_backing_kind(wtable *t, const char *name)
     int kind = 0;
     if (fstatat(dir, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
         kind = WC_NAMESPACE;
-    snprintf(file, sizeof file, "%s" PACK_SUFFIX, base);
-    if (!kind && fstatat(dir, file, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    if (!kind && backing_pack_name(base, 0, file, sizeof file) == 0 &&
+        fstatat(dir, file, &st, AT_SYMLINK_NOFOLLOW) == 0)
         kind = WC_PACK_DIR;
-    snprintf(file, sizeof file, "%s" BACKING_FILE_SUFFIX, base);
-    if (!kind && fstatat(dir, file, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    if (!kind && backing_pack_name(base, 1, file, sizeof file) == 0 &&
+        fstatat(dir, file, &st, AT_SYMLINK_NOFOLLOW) == 0)
         kind = WC_PACK_FILE;
     close(dir);
     return kind;
@@ -592,7 +592,7 @@ int wtable_commit(wtable *t, wckpt *c)
     pthread_mutex_lock(&c->save_lock);
     /* No try is under way until the packer notes one (note_trying). */
     pthread_mutex_lock(&c->lock);
-    c->dir.has_trying = 0;
+    stage_end_try(&c->dir, 0);
     pthread_mutex_unlock(&c->lock);
     /* The namespace first: a record saying "packing" promises it. */
     if (rc == 0)

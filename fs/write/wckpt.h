@@ -131,7 +131,7 @@ typedef struct wckpt {
      * time up to PACK_RETRY_MAX. */
     double pack_retry_at, pack_retry_wait;
     /* Of dir.tried, how many of the newest packed what the checkpoint is
-     * now (none after a change, or a restart). */
+     * now (none after a change, or a restart): packer_job.n_tried_current. */
     unsigned tries_current;
 
     /* Namespace saves: a generation per change, written without the lock. */

@@ -9,9 +9,6 @@
 
 #include "wckpt.h"
 
-#define PACK_SUFFIX ".tpack"
-#define SUFFIX_LEN (sizeof PACK_SUFFIX - 1)
-
 double wc_now_mono(void);
 struct timespec wc_now_real(void);
 /* What BACKING holds under a checkpoint path: nothing (0), a namespace

@@ -169,10 +169,9 @@ static void pack_one(wtable *t, wckpt *c)
     int replaces = c->dir.replaces;
     /* dir.tried changes only here, under both locks. */
     uint8_t tried[STAGE_TRIED_MAX][16];
-    size_t n_tried = c->dir.n_tried, n_tried_old = n_tried - c->tries_current;
+    size_t n_tried = c->dir.n_tried, n_tried_current = c->tries_current;
     memcpy(tried, c->dir.tried, sizeof tried);
     pthread_mutex_unlock(&c->lock);
-    uint8_t pack_id[16] = {0};
     int commit_sent = 0, found_earlier = 0;
     ckpt_err err = {0};
     if (rc || !name) {
@@ -203,8 +202,7 @@ static void pack_one(wtable *t, wckpt *c)
             .cancel_one = &c->cancel_pack,
             .tried = tried,
             .n_tried = n_tried,
-            .n_tried_old = n_tried_old,
-            .pack_id = t->opts.store ? pack_id : NULL,
+            .n_tried_current = n_tried_current,
             .commit_sent = &commit_sent,
             .found_earlier = &found_earlier,
             .trying = t->opts.store ? note_trying : NULL,
@@ -262,12 +260,12 @@ static void pack_one(wtable *t, wckpt *c)
             t->pin_successor(t->successor_ud, c);
     } else if (rc == -ECANCELED) {
         /* Stopped: a later record tells no try under way (one written to
-         * since must not be taken for this try's pack). */
+         * since must not be taken for this try's pack). Nothing to keep as
+         * tried: the stop is polled while files are read, before the
+         * commit is sent, and no request of the commit ends in -ECANCELED. */
         pthread_mutex_lock(&c->save_lock);
         pthread_mutex_lock(&c->lock);
-        c->dir.has_trying = 0;
-        if (commit_sent)
-            stage_note_try(&c->dir, pack_id);
+        stage_end_try(&c->dir, 0);
         pthread_mutex_unlock(&c->lock);
         pthread_mutex_unlock(&c->save_lock);
         if (__atomic_load_n(&c->cancel_pack, __ATOMIC_RELAXED))
@@ -282,14 +280,12 @@ static void pack_one(wtable *t, wckpt *c)
          * that finds this pack under the name knows it for its own
          * (packer_run). A try that never sent it made nothing, and is not
          * kept: tries failing at once through an outage would push out
-         * the one that counts. */
+         * the one that counts. A commit is sent only after note_trying,
+         * so a try is under way when it was. */
         pthread_mutex_lock(&c->lock);
-        c->dir.has_trying = 0;
-        if (commit_sent) {
-            stage_note_try(&c->dir, pack_id);
-            if (c->tries_current < c->dir.n_tried)
-                c->tries_current++;
-        }
+        stage_end_try(&c->dir, commit_sent);
+        if (commit_sent && c->tries_current < c->dir.n_tried)
+            c->tries_current++;
         pthread_mutex_unlock(&c->lock);
         if (stage_write_record(&t->root, &c->dir, name ? name : c->name, STAGE_FAILED, err.msg,
                                &rec_err) != 0) {

@@ -26,8 +26,9 @@ static int ns_name_ok(const char *path)
     size_t len = strlen(base);
     if (!backing_path_ok(path))
         return 0;
-    return len <= SUFFIX_LEN || (strcmp(base + len - SUFFIX_LEN, PACK_SUFFIX) != 0 &&
-                                 strcmp(base + len - SUFFIX_LEN, BACKING_FILE_SUFFIX) != 0);
+    return len <= BACKING_SUFFIX_LEN ||
+           (strcmp(base + len - BACKING_SUFFIX_LEN, BACKING_PACK_SUFFIX) != 0 &&
+            strcmp(base + len - BACKING_SUFFIX_LEN, BACKING_FILE_SUFFIX) != 0);
 }
 
 /* Any writable checkpoint at or below path (t->lock held)? */
@@ -86,8 +87,8 @@ int wtable_ns_mkdir(wtable *t, const char *path, uint32_t mode)
         if (backing_path_ok(path))
             fslog_warn("mkdir '%s': a directory above checkpoints cannot end in %s or %s (those "
                        "are packs in the backing directory)",
-                       path, PACK_SUFFIX, BACKING_FILE_SUFFIX);
-        return strlen(backing_base(path)) + SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
+                       path, BACKING_PACK_SUFFIX, BACKING_FILE_SUFFIX);
+        return strlen(backing_base(path)) + BACKING_SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
     }
     pthread_mutex_lock(&t->lock);
     int rc = wc_by_name(t, path) || wc_pack_exists(t, path) ? -EEXIST : 0;
@@ -115,7 +116,7 @@ int wtable_ns_rmdir(wtable *t, const char *path)
 int wtable_ns_rename(wtable *t, const char *from, const char *to, int noreplace)
 {
     if (!ns_name_ok(to))
-        return strlen(backing_base(to)) + SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
+        return strlen(backing_base(to)) + BACKING_SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
     if (backing_is_below(to, from))
         return strcmp(from, to) == 0 ? 0 : -EINVAL;
     pthread_mutex_lock(&t->lock);

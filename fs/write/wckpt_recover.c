@@ -147,10 +147,10 @@ static int packed_by_record(wtable *t, const stage_record *rec, int kind)
     if (!rec->has_trying || (kind == WC_PACK_FILE) != (rec->is_file != 0))
         return 0;
     char pack[BACKING_PATH_MAX + 64];
-    snprintf(pack, sizeof pack, "%s%s", rec->name,
-             rec->is_file ? BACKING_FILE_SUFFIX : BACKING_PACK_SUFFIX);
     ckpt_pack_info info;
     ckpt_err err = {0};
+    if (backing_pack_name(rec->name, rec->is_file, pack, sizeof pack) != 0)
+        return 0; /* never: a valid name fits */
     if (ckpt_probe_in(t->store, pack, &info, &err) < 0) {
         fslog_warn("checkpoint '%s': %s", rec->name, err.msg);
         return 0;
@@ -219,9 +219,7 @@ static int recover_one(void *ud, const char *sid)
      * have taken unseen (no pack listed: a listing failing at mount), and
      * a later record must not go on saying "trying" it, or a crash then
      * takes that older pack for a newer commit. */
-    if (d.has_trying)
-        stage_note_try(&d, d.trying);
-    d.has_trying = 0;
+    stage_end_try(&d, 1);
     wckpt *c = wc_wckpt_new(t, rec.name);
     if (!c) {
         fslog_err("staging %s: out of memory", sid);

@@ -24,7 +24,8 @@
 int wc_open_base(wtable *t, const char *name, int is_file, ckpt_pack **out, ckpt_err *err)
 {
     char object[BACKING_PATH_MAX + NAME_MAX + 2];
-    snprintf(object, sizeof object, "%s%s", name, is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
+    if (backing_pack_name(name, is_file, object, sizeof object) != 0)
+        return ckpt_fail(err, -ENAMETOOLONG, "checkpoint '%s': name too long", name);
     /* Through the store, local too: it follows no link in any component
      * (as the read side opens packs), and every message of the pack, a
      * damaged chunk met while packing the next generation included, names

@@ -342,7 +342,7 @@ int wtable_has_below(wtable *t, const char *path)
 static int name_free(wtable *t, const char *name)
 {
     if (!wtable_name_ok(name))
-        return strlen(backing_base(name)) + SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
+        return strlen(backing_base(name)) + BACKING_SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
     return wc_by_name(t, name) || wc_pack_exists(t, name) ? -EEXIST : 0;
 }
 
@@ -553,23 +553,16 @@ int wtable_unlink_file(wtable *t, const char *name)
     return rc;
 }
 
-/* name.tpack (or .tfile) into out. */
-static void pack_file(const char *name, int is_file, char *out, size_t cap)
-{
-    snprintf(out, cap, "%s%s", backing_base(name), is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
-}
-
 int wtable_remove_pack(wtable *t, const char *name, int is_file, const ckpt_object_id *want)
 {
-    char file[NAME_MAX + 1];
-    if (!wtable_name_ok(name))
+    char file[NAME_MAX + 1], object[BACKING_PATH_MAX + NAME_MAX + 2];
+    if (!wtable_name_ok(name) ||
+        backing_pack_name(backing_base(name), is_file, file, sizeof file) ||
+        backing_pack_name(name, is_file, object, sizeof object))
         return -ENOENT;
-    pack_file(name, is_file, file, sizeof file);
     int rc;
     if (t->opts.store) {
-        char object[BACKING_PATH_MAX + NAME_MAX + 2];
         ckpt_err err = {0};
-        snprintf(object, sizeof object, "%s%s", name, is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
         rc = ckpt_store_remove_if(t->store, object, want, &err);
         if (rc == -ESTALE)
             fslog_warn("checkpoint '%s': %s", name, err.msg);
@@ -586,9 +579,8 @@ int wtable_remove_pack(wtable *t, const char *name, int is_file, const ckpt_obje
     }
     /* On a store, backing_path is the staging directory: name the object. */
     if (rc == 0)
-        fslog_info("checkpoint '%s' deleted (%s/%s%s removed)", name,
-                   t->opts.store ? ckpt_store_where(t->store) : t->backing_path, name,
-                   is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX);
+        fslog_info("checkpoint '%s' deleted (%s/%s removed)", name,
+                   t->opts.store ? ckpt_store_where(t->store) : t->backing_path, object);
     return rc;
 }
 
@@ -596,10 +588,10 @@ int wtable_remove_pack(wtable *t, const char *name, int is_file, const ckpt_obje
  * both names for a moment). */
 static int rename_object(wtable *t, const char *from, const char *to, int is_file, int replace)
 {
-    const char *suffix = is_file ? BACKING_FILE_SUFFIX : PACK_SUFFIX;
     char a[BACKING_PATH_MAX + NAME_MAX + 2], b[BACKING_PATH_MAX + NAME_MAX + 2];
-    snprintf(a, sizeof a, "%s%s", from, suffix);
-    snprintf(b, sizeof b, "%s%s", to, suffix);
+    if (backing_pack_name(from, is_file, a, sizeof a) ||
+        backing_pack_name(to, is_file, b, sizeof b))
+        return -ENAMETOOLONG;
     if (!replace && wc_backing_kind(t, to))
         return -EEXIST;
     ckpt_err err = {0};
@@ -617,11 +609,12 @@ static int rename_object(wtable *t, const char *from, const char *to, int is_fil
  * replace; both directories fsynced. */
 static int rename_pack(wtable *t, const char *from, const char *to, int is_file, int replace)
 {
-    char a[NAME_MAX + 1], b[NAME_MAX + 1];
-    pack_file(from, is_file, a, sizeof a);
-    pack_file(to, is_file, b, sizeof b);
     if (t->opts.store)
         return rename_object(t, from, to, is_file, replace);
+    char a[NAME_MAX + 1], b[NAME_MAX + 1];
+    if (backing_pack_name(backing_base(from), is_file, a, sizeof a) ||
+        backing_pack_name(backing_base(to), is_file, b, sizeof b))
+        return -ENAMETOOLONG;
     int fd_a = backing_open_parent(t->backing_fd, from, 0);
     int fd_b = fd_a < 0 ? fd_a : backing_open_parent(t->backing_fd, to, 0);
     int rc = fd_a < 0 ? fd_a : fd_b < 0 ? fd_b : 0;
@@ -672,7 +665,7 @@ static int rename_writable(wtable *t, wckpt *c, const char *to, int replaces)
 int wtable_rename(wtable *t, const char *from, const char *to, int noreplace)
 {
     if (!wtable_name_ok(to))
-        return strlen(backing_base(to)) + SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
+        return strlen(backing_base(to)) + BACKING_SUFFIX_LEN > NAME_MAX ? -ENAMETOOLONG : -EINVAL;
     if (strcmp(from, to) == 0)
         return 0;
     unpack_name(t, from, "renamed");

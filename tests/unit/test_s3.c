@@ -2317,8 +2317,16 @@ static ssize_t noise_read(void *ud, void *buf, size_t len, uint64_t off)
     return (ssize_t)len;
 }
 
+/* The packer's trying callback: keeps the try's pack id in ud. */
+static int keep_pack_id(void *ud, const uint8_t id[16], ckpt_err *err)
+{
+    memcpy(ud, id, 16);
+    return 0;
+}
+
 /* The packer's job for checkpoint "mp" of s: one file of 9 MiB, its
- * chunks copied from a local pack in dir (*base: ckpt_close it). */
+ * chunks copied from a local pack in dir (*base: ckpt_close it), each
+ * run's pack id kept in pack_id. */
 static packer_job mp_job(ckpt_store *s, const char *dir, ckpt_pack **base, packer_file *file,
                          uint8_t pack_id[16])
 {
@@ -2342,7 +2350,8 @@ static packer_job mp_job(ckpt_store *s, const char *dir, ckpt_pack **base, packe
                         .files = file,
                         .n_files = 1,
                         .threads = 1,
-                        .pack_id = pack_id};
+                        .progress_ud = pack_id,
+                        .trying = keep_pack_id};
 }
 
 static void header_id(fake_s3 *f, uint8_t out[16])
@@ -2409,7 +2418,8 @@ Test(s3_fake, a_pack_whose_complete_took_unanswered_is_known_by_its_retry, .init
     memcpy(tried[0], first, 16);
     job.tried = tried;
     job.n_tried = 1;
-    job.pack_id = again;
+    job.n_tried_current = 1;
+    job.progress_ud = again;
     err = (ckpt_err){0};
     cr_assert_eq(packer_run(&job, &err), 0, "%s", err.msg);
     fake_s3 snap = fake_snapshot(&f);
@@ -2424,7 +2434,7 @@ Test(s3_fake, a_pack_whose_complete_took_unanswered_is_known_by_its_retry, .init
 
     /* Our try, but of the checkpoint before a change: packed again. */
     memcpy(tried[0], first, 16);
-    job.n_tried_old = 1;
+    job.n_tried_current = 0;
     err = (ckpt_err){0};
     cr_assert_eq(packer_run(&job, &err), 0, "%s", err.msg);
     header_id(&f, in_store);

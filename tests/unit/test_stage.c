@@ -584,6 +584,29 @@ Test(stage, tried_pack_ids_roundtrip)
     stage_root_close(&r);
 }
 
+/* The end of a try: kept as the newest tried only when its pack may have
+ * been made; either way no try is under way after it. */
+Test(stage, a_try_ends_kept_as_tried_only_when_it_may_have_made_its_pack)
+{
+    stage_dir d = {0};
+    uint8_t id[16];
+    memset(id, 0xa0, sizeof id);
+    stage_note_try(&d, id);
+    memset(d.trying, 0x5c, sizeof d.trying);
+    d.has_trying = 1;
+    stage_end_try(&d, 0);
+    cr_assert_eq(d.has_trying, 0);
+    cr_assert_eq(d.n_tried, 1u, "a try that made nothing is not kept");
+    d.has_trying = 1;
+    stage_end_try(&d, 1);
+    cr_assert_eq(d.has_trying, 0);
+    cr_assert_eq(d.n_tried, 2u);
+    memset(id, 0x5c, sizeof id);
+    cr_assert_eq(memcmp(d.tried[1], id, 16), 0, "kept as the newest");
+    stage_end_try(&d, 1);
+    cr_assert_eq(d.n_tried, 2u, "no try under way: nothing kept");
+}
+
 static int count_sid(void *ud, const char *sid)
 {
     (*(int *)ud)++;

@@ -11,6 +11,7 @@
 
 #include "common.h"
 
+#include "common/backing_path.h"
 #include "common/fslog.h"
 #include "write/packer.h"
 #include "write/stage.h"
@@ -1294,4 +1295,19 @@ Test(wckpt, commit_under_a_write_that_fails_is_refused)
     cr_assert_eq(s, WST_FAILED, "state %s", wstate_name(s));
     tu_assert_contains(c->error, "write failed");
     close_table(&t);
+}
+
+/* A checkpoint's pack name, as the packer, recovery, reopen, delete and
+ * rename (and the read side) make it: NAME.tpack or NAME.tfile, refused
+ * rather than cut short when it does not fit. */
+Test(wckpt, pack_names_are_whole_or_refused)
+{
+    char out[16];
+    cr_assert_eq(backing_pack_name("run1/ck", 0, out, sizeof out), 0);
+    cr_assert_str_eq(out, "run1/ck.tpack");
+    cr_assert_eq(backing_pack_name("run1/ck", 1, out, sizeof out), 0);
+    cr_assert_str_eq(out, "run1/ck.tfile");
+    cr_assert_eq(backing_pack_name("123456789", 0, out, sizeof out), 0, "15 bytes and its NUL");
+    cr_assert_str_eq(out, "123456789.tpack");
+    cr_assert_eq(backing_pack_name("1234567890", 0, out, sizeof out), -ENAMETOOLONG);
 }

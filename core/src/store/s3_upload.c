@@ -401,6 +401,15 @@ static void up_abort(store_upload *su)
     up_free(u);
 }
 
+/* After the request that makes the object (the PUT, or the Complete):
+ * one refused unsent while the gateway is down (no attempt) committed
+ * nothing, and a try per refusal would push out the one that did. */
+static void note_sent(s3_up *u, const s3_resp *rs)
+{
+    if (u->base.commit_sent && rs->attempts > 0)
+        *u->base.commit_sent = 1;
+}
+
 static int put_whole(s3_up *u, ckpt_err *err)
 {
     s3_req rq = {.method = "PUT",
@@ -410,10 +419,7 @@ static int put_whole(s3_up *u, ckpt_err *err)
                  .body_len = u->cur.len};
     s3_resp rs;
     int rc = s3_request(u->s->http, &rq, &rs);
-    /* Refused unsent while the gateway is down (no attempt): nothing was
-     * committed, and a try per refusal would push out the one that was. */
-    if (u->base.commit_sent && rs.attempts > 0)
-        *u->base.commit_sent = 1;
+    note_sent(u, &rs);
     if (rc < 0 || rs.status != 200)
         rc = s3_fail(err, u->s->http, u->shown, "upload", &rs);
     s3_resp_free(&rs);
@@ -515,10 +521,7 @@ static int complete(s3_up *u, ckpt_err *err)
                  .body_len = len};
     s3_resp rs;
     int rc = s3_request(u->s->http, &rq, &rs);
-    /* Refused unsent while the gateway is down (no attempt): nothing was
-     * committed, and a try per refusal would push out the one that was. */
-    if (u->base.commit_sent && rs.attempts > 0)
-        *u->base.commit_sent = 1;
+    note_sent(u, &rs);
     if (rc == 0 && rs.status == 200 && !rs.overflow) {
         s3_error e;
         int r = s3_xml_complete(rs.body, rs.body_len, "CompleteMultipartUploadResult", &e, err);
