@@ -512,6 +512,7 @@ Test(s3_retry, what_is_retried)
 {
     cr_assert(s3_retryable(500, 0));
     cr_assert(s3_retryable(503, 0));
+    cr_assert_not(s3_retryable(501, 0)); /* Not Implemented: no try will be */
     cr_assert(s3_retryable(429, 0));
     cr_assert(s3_retryable(0, CURLE_COULDNT_CONNECT));
     cr_assert(s3_retryable(0, CURLE_RECV_ERROR));
@@ -1708,7 +1709,14 @@ typedef struct fake_s3 {
     /* Ranged GETs of the object: how many, and the ranges (the first 64). */
     unsigned mp_gets;
     uint64_t got_from[64], got_to[64];
-    int no_suffix; /* a suffix range (bytes=-N) answered 416, as by a gateway without them */
+    /* A suffix range (bytes=-N): answered with this status (416, 400, 501:
+     * gateways without them; 0: served), and counted; served without an
+     * ETag, or with this Content-Range instead of the true one (and no
+     * body). */
+    int suffix_status;
+    unsigned suffix_asks;
+    int suffix_no_etag;
+    const char *suffix_range;
 } fake_s3;
 
 static void fake_send_len(int fd, int status, const char *etag, size_t len, const char *body)
@@ -1735,7 +1743,13 @@ static void fake_send(int fd, int status, const char *etag, const char *body)
 static void fake_send_range(fake_s3 *f, int fd, const char *range)
 {
     unsigned long long a = 0, b = 0, last = 0;
-    if (!f->no_suffix && f->mp_size && sscanf(range, "bytes=-%llu", &last) == 1 && last)
+    int suffix = f->mp_size && sscanf(range, "bytes=-%llu", &last) == 1 && last;
+    f->suffix_asks += suffix;
+    if (suffix && f->suffix_status) {
+        fake_send(fd, f->suffix_status, NULL, "");
+        return;
+    }
+    if (suffix)
         a = last < f->mp_size ? f->mp_size - last : 0, b = f->mp_size - 1;
     else if (range[6] == '-' || sscanf(range, "bytes=%llu-%llu", &a, &b) != 2 || b < a ||
              b >= f->mp_size) {
@@ -1747,11 +1761,17 @@ static void fake_send_range(fake_s3 *f, int fd, const char *range)
         f->got_to[f->mp_gets] = b + 1;
     }
     f->mp_gets++;
-    char head[512];
+    if (suffix && f->suffix_range)
+        b = a - 1; /* an empty body, as the range given claims */
+    char head[512], cr[96];
+    snprintf(cr, sizeof cr, "bytes %llu-%llu/%llu", a, b, (unsigned long long)f->mp_size);
     int n = snprintf(head, sizeof head,
                      "HTTP/1.1 206 X\r\nContent-Length: %llu\r\nConnection: close\r\n"
-                     "ETag: %s\r\nContent-Range: bytes %llu-%llu/%llu\r\n\r\n",
-                     b - a + 1, f->mp_etag, a, b, (unsigned long long)f->mp_size);
+                     "%s%s%sContent-Range: %s\r\n\r\n",
+                     b - a + 1, suffix && f->suffix_no_etag ? "" : "ETag: ",
+                     suffix && f->suffix_no_etag ? "" : f->mp_etag,
+                     suffix && f->suffix_no_etag ? "" : "\r\n",
+                     suffix && f->suffix_range ? f->suffix_range : cr);
     const uint8_t *parts[2] = {(const uint8_t *)head, f->mp_data + a};
     size_t lens[2] = {(size_t)n, (size_t)(b - a + 1)};
     for (int i = 0; i < 2; i++)
@@ -3111,24 +3131,77 @@ Test(s3_fake, a_cached_segment_asks_again_for_no_chunk_the_stream_read, .init = 
     free(dir);
 }
 
-/* A gateway that answers no suffix range (416): the open falls back to
- * a HEAD and reads as before. */
-Test(s3_fake, an_open_without_suffix_ranges_falls_back_to_a_head, .init = clean_env,
-     .fini = drop_home, .timeout = 60)
+/* An open whose suffix GET is not to be used falls back to a HEAD and
+ * reads the pack whole; the suffix range was asked once (not retried). */
+static void open_falls_back(void (*set)(fake_s3 *))
 {
     char *dir = tu_mkdtemp();
     fake_s3 f;
     fake_start(&f);
     fake_put_pack(&f, dir, 0, 0);
     pthread_mutex_lock(&f.mu);
-    f.no_suffix = 1;
+    set(&f);
     pthread_mutex_unlock(&f.mu);
     unsigned open_gets;
     read_big(&f, NULL, &open_gets);
-    cr_assert_eq(fake_snapshot(&f).mp_heads, 1);
+    fake_s3 snap = fake_snapshot(&f);
+    cr_assert_eq(snap.mp_heads, 1);
+    cr_assert_eq(snap.suffix_asks, 1, "the suffix range asked %u times", snap.suffix_asks);
     fake_stop(&f);
     tu_rm_rf(dir);
     free(dir);
+}
+
+static void answer_416(fake_s3 *f)
+{
+    f->suffix_status = 416;
+}
+static void answer_400(fake_s3 *f)
+{
+    f->suffix_status = 400;
+}
+static void answer_501(fake_s3 *f)
+{
+    f->suffix_status = 501;
+}
+static void no_etag(fake_s3 *f)
+{
+    f->suffix_no_etag = 1;
+}
+static void wrapped_range(fake_s3 *f)
+{
+    f->suffix_range = "bytes 0-18446744073709551615/0";
+}
+static void signed_range(fake_s3 *f)
+{
+    f->suffix_range = "bytes -1--1/-1";
+}
+
+/* Gateways without suffix ranges: 416, or a refusal as a bad request or
+ * one not implemented (before, 400 failed the open and 501 was retried
+ * for 30 s, then failed it). */
+Test(s3_fake, an_open_without_suffix_ranges_falls_back_to_a_head, .init = clean_env,
+     .fini = drop_home, .timeout = 60)
+{
+    open_falls_back(answer_416);
+    open_falls_back(answer_400);
+    open_falls_back(answer_501);
+}
+
+/* A suffix answer without an ETag would leave the reads unpinned, and the
+ * listing's ETag unmatched: the HEAD's is taken. */
+Test(s3_fake, a_suffix_answer_without_an_etag_falls_back_to_a_head, .init = clean_env,
+     .fini = drop_home, .timeout = 60)
+{
+    open_falls_back(no_etag);
+}
+
+/* A Content-Range whose numbers wrap or carry a sign is no range. */
+Test(s3_fake, a_suffix_answer_with_a_bad_content_range_falls_back_to_a_head, .init = clean_env,
+     .fini = drop_home, .timeout = 60)
+{
+    open_falls_back(wrapped_range);
+    open_falls_back(signed_range);
 }
 
 /* A secret that is part of the placeholder ("dacte" in "[redacted]") looped

@@ -36,6 +36,7 @@
  * s3_xml.c, s3_config.c and s3_upload.c. */
 #include "s3.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <sodium.h>
@@ -430,12 +431,46 @@ static void set_id(s3_reader *r, uint64_t size, const s3_resp *rs)
     snprintf(r->base.id.etag, sizeof r->base.id.etag, "%s", rs->etag);
 }
 
-/* The open's GET of the object's last TAIL_GUESS bytes (a suffix range,
- * which every S3 API serves): 1 with the identity fixed and the bytes
- * held as the tail, 0 when the answer is not one to use (416 for an
- * empty object, a 200 of more than asked: a gateway that ignores
- * ranges), for a HEAD to fix the identity instead; -errno naming the
- * object when it cannot be read. */
+/* A decimal number of digits alone at *p (no sign, no space, no wrap),
+ * p moved past it; -1 when there is none. */
+static int decimal(const char **p, uint64_t *v)
+{
+    const char *s = *p;
+    uint64_t x = 0;
+    if (!isdigit((unsigned char)*s))
+        return -1;
+    for (; isdigit((unsigned char)*s); s++) {
+        if (x > (UINT64_MAX - 9) / 10)
+            return -1;
+        x = x * 10 + (uint64_t)(*s - '0');
+    }
+    *p = s;
+    *v = x;
+    return 0;
+}
+
+/* The range of a 206 to a suffix GET of at most max bytes, "bytes
+ * A-B/SIZE" ending at the object's last byte; -1 for anything else. */
+static int suffix_range(const char *cr, uint64_t max, uint64_t *a, uint64_t *size)
+{
+    uint64_t b;
+    if (strncmp(cr, "bytes ", 6) != 0)
+        return -1;
+    cr += 6;
+    if (decimal(&cr, a) < 0 || *cr++ != '-' || decimal(&cr, &b) < 0 || *cr++ != '/' ||
+        decimal(&cr, size) < 0 || *cr)
+        return -1;
+    return *a <= b && *size && b == *size - 1 && *size - *a <= max ? 0 : -1;
+}
+
+/* The open's GET of the object's last TAIL_GUESS bytes (a suffix range):
+ * 1 with the identity fixed and the bytes held as the tail, 0 when the
+ * answer is not one to use, for a HEAD to fix the identity instead: 416
+ * (an empty object), a 200 of more than asked (a gateway that ignores
+ * ranges), an answer without an ETag (the HEAD may carry one: reads are
+ * pinned to it), and a refusal of the range itself (another 4xx than
+ * 401, 403 and 404, or 501, from a gateway without suffix ranges);
+ * -errno naming the object when it cannot be read. */
 static int open_by_tail(s3_reader *r, ckpt_err *err)
 {
     s3_store *s = r->s;
@@ -453,16 +488,16 @@ static int open_by_tail(s3_reader *r, ckpt_err *err)
                  .dst_len = TAIL_GUESS};
     s3_resp rs;
     int rc = s3_request(s->http, &rq, &rs);
-    unsigned long long a = 0, b = 0, size = 0;
-    int end = 0;
-    if (rc == 0 && rs.status == 206 && !rs.overflow &&
-        sscanf(rs.content_range, "bytes %llu-%llu/%llu%n", &a, &b, &size, &end) == 3 &&
-        !rs.content_range[end] && a <= b && b + 1 == size && rs.dst_got == b - a + 1)
+    uint64_t a = 0, size = 0;
+    int refused = rs.status == 501 || (rs.status >= 400 && rs.status < 500 && rs.status != 401 &&
+                                       rs.status != 403 && rs.status != 404);
+    if (rc == 0 && rs.status == 206 && !rs.overflow && rs.etag[0] &&
+        suffix_range(rs.content_range, TAIL_GUESS, &a, &size) == 0 && rs.dst_got == size - a)
         rc = 1;
-    else if (rc == 0 && rs.status == 200 && !rs.overflow && rs.has_length &&
+    else if (rc == 0 && rs.status == 200 && !rs.overflow && rs.etag[0] && rs.has_length &&
              rs.content_length == rs.dst_got)
         rc = 1, size = rs.dst_got; /* the whole object, a = 0 */
-    else if (rc == 0 && (rs.status == 416 || (rs.status >= 200 && rs.status < 300)))
+    else if (rc == 0 && (refused || (rs.status >= 200 && rs.status < 300)))
         rc = 0;
     else
         rc = s3_fail(err, s->http, r->base.name, "open", &rs);

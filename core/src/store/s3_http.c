@@ -85,7 +85,9 @@ static void curl_init(void)
 
 int s3_retryable(long status, int curl_code)
 {
-    if (status >= 500 || status == 429 || status == 408)
+    /* 501: the server does not implement what was asked; asking again
+     * does not make it. */
+    if ((status >= 500 && status != 501) || status == 429 || status == 408)
         return 1;
     if (status != 0)
         return 0;
