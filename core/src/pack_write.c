@@ -1047,8 +1047,6 @@ static void stop_threads(ckpt_writer *w)
  * pending, one per big file added while the lanes lag behind. */
 static int lanes_submit(ckpt_writer *w, hash_job *j, uint64_t size, int open_file)
 {
-    if (size < WRITER_LANE_MIN_BYTES)
-        return 0;
     if (!w->lanes) {
         unsigned n = w->n_threads < LANE_MAX ? w->n_threads : LANE_MAX;
         w->lanes = hash_lanes_start(n ? n : 1, w->chunk_size);
@@ -1063,11 +1061,14 @@ static int lanes_submit(ckpt_writer *w, hash_job *j, uint64_t size, int open_fil
     return 1;
 }
 
-/* A job that reads the file again through read(ud, ...) where read is set,
- * else through a descriptor of its own (fd dup'd); NULL if there is no
- * memory or no descriptor. */
-static hash_job *new_job(int fd, ckpt_read_fn read, void *ud)
+/* A job that reads the file of size bytes again through read(ud, ...)
+ * where read is set, else through a descriptor of its own (fd dup'd);
+ * NULL for a file too small for a lane (no descriptor is dup'd for it),
+ * or if there is no memory or no descriptor. */
+static hash_job *new_job(int fd, ckpt_read_fn read, void *ud, uint64_t size)
 {
+    if (size < WRITER_LANE_MIN_BYTES)
+        return NULL;
     hash_job *j = calloc(1, sizeof *j);
     if (!j)
         return NULL;
@@ -1119,15 +1120,14 @@ static hash_job *prehash_job(ckpt_writer *w, hash_job *j, uint64_t size)
     return j;
 }
 
-/* A small file's job is not made at all: no descriptor is dup'd for it. */
 hash_job *writer_prehash(ckpt_writer *w, int fd, uint64_t size)
 {
-    return size < WRITER_LANE_MIN_BYTES ? NULL : prehash_job(w, new_job(fd, NULL, NULL), size);
+    return prehash_job(w, new_job(fd, NULL, NULL, size), size);
 }
 
 hash_job *writer_prehash_reader(ckpt_writer *w, ckpt_read_fn read, void *ud, uint64_t size)
 {
-    return size < WRITER_LANE_MIN_BYTES ? NULL : prehash_job(w, new_job(-1, read, ud), size);
+    return prehash_job(w, new_job(-1, read, ud, size), size);
 }
 
 int writer_file_adopt(ckpt_writer *w, hash_job *j, uint64_t size)
@@ -1144,12 +1144,12 @@ int writer_file_adopt(ckpt_writer *w, hash_job *j, uint64_t size)
 
 int writer_file_rehash(ckpt_writer *w, int fd, uint64_t size)
 {
-    return rehash_job(w, new_job(fd, NULL, NULL), size);
+    return rehash_job(w, new_job(fd, NULL, NULL, size), size);
 }
 
 int writer_file_rehash_reader(ckpt_writer *w, ckpt_read_fn read, void *ud, uint64_t size)
 {
-    return rehash_job(w, new_job(-1, read, ud), size);
+    return rehash_job(w, new_job(-1, read, ud, size), size);
 }
 
 /* Frees everything; an unfinished pack is abandoned and its temporary file
