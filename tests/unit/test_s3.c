@@ -3077,8 +3077,8 @@ Test(s3_fake, a_large_index_is_asked_for_once, .init = clean_env, .fini = drop_h
     fake_s3 snap = fake_snapshot(&f);
     cr_assert_eq(open_gets, 3, "the open's GETs: the tail, the header, the index's start, not %u",
                  open_gets);
-    cr_assert_eq(snap.got_from[0], snap.mp_size - (64u << 10), "the first GET is the tail, from %llu",
-                 (unsigned long long)snap.got_from[0]);
+    cr_assert_eq(snap.got_from[0], snap.mp_size - (64u << 10),
+                 "the first GET is the tail, from %llu", (unsigned long long)snap.got_from[0]);
     cr_assert_eq(snap.got_to[0], snap.mp_size, "the first GET is the tail, up to %llu",
                  (unsigned long long)snap.got_to[0]);
     cr_assert_eq(asked, snap.mp_size, "asked for %llu bytes of a %llu-byte pack",
