@@ -12,24 +12,27 @@
 #   BINDIR       a directory with ckpt and ckptfs (build/bin, or a carried
 #                build's bin/); the first one's ckpt-gen makes the input
 #   --rounds N   turns of each build (default 3)
-#   --threads L  thread counts, e.g. "1 16" (default: nproc)
+#   --threads L  thread counts, e.g. 1,16 or scale (default: nproc)
 #   --preset P   ckpt-gen preset (default gpt2-xl, 3.1 GB)
 #   --shards N   files of the checkpoint (default 4)
 #   --stages L   of pack verify unpack cat background (default: all)
 set -euo pipefail
-rounds=3 threads=$(nproc) preset=gpt2-xl shards=4 stages="pack verify unpack cat background"
+BENCH_NAME=bench-ab
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+rounds=3 preset=gpt2-xl shards=4 stages="pack verify unpack cat background"
+mapfile -t threads_list < <(thread_counts all)
 while [ $# -gt 0 ]; do
     case $1 in
     --rounds) rounds=$2; shift 2 ;;
-    --threads) threads=$2; shift 2 ;;
     --preset) preset=$2; shift 2 ;;
     --shards) shards=$2; shift 2 ;;
     --stages) stages=$2; shift 2 ;;
-    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+    --threads | -h | --help) bench_common_opt "$@"; shift "$BENCH_SHIFT" ;;
     *) break ;;
     esac
 done
-[ $# -ge 2 ] || { sed -n '2,19p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { bench_usage >&2; exit 2; }
 work=$1
 shift
 builds=("$@")
@@ -37,6 +40,7 @@ for b in "${builds[@]}"; do
     [ -x "$b/ckpt" ] || { echo "bench-ab: no $b/ckpt" >&2; exit 2; }
 done
 mkdir -p "$work"
+BENCH_LOG=$work/stderr.log
 src=$work/src-$preset-$shards key=$work/key log=$work/times.tsv
 [ -d "$src" ] || "${builds[0]}/ckpt-gen" "$src" --preset "$preset" --shards "$shards" >/dev/null
 [ -f "$key" ] || "${builds[0]}/ckpt" keygen -o "$key" >/dev/null 2>&1
@@ -53,19 +57,16 @@ timed() {
 }
 
 background() { # BINDIR THREADS LABEL: copy into a mount, then ckpt commit --wait
-    local b=$1 t=$2 label=$3 mnt=$work/mnt back=$work/back pid i
-    rm -rf "$back" && mkdir -p "$back" "$mnt"
-    "$b/ckptfs" -f -o "commit_delay=3600,threads=$t,key_file=$key" "$back" "$mnt" </dev/null >/dev/null 2>>"$work/stderr.log" &
-    pid=$!
-    for i in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done
+    local b=$1 t=$2 label=$3 mnt=$work/mnt back=$work/back
+    rm -rf "$back" && mkdir -p "$back"
+    start_daemon "$mnt" "$b/ckptfs" -f -o "commit_delay=3600,threads=$t,key_file=$key" "$back" "$mnt"
     mkdir "$mnt/ck" && cp -r "$src/." "$mnt/ck/"
     timed "$label" "$b/ckpt" commit --wait --quiet "$mnt/ck"
-    fusermount3 -u "$mnt" 2>/dev/null || umount "$mnt"
-    wait "$pid" || true
+    stop_mount "$mnt"
     rm -rf "$back"
 }
 
-for t in $threads; do
+for t in "${threads_list[@]}"; do
     for r in $(seq "$rounds"); do
         for i in "${!builds[@]}"; do
             b=${builds[$i]} p=$work/b$i.tpack
@@ -78,9 +79,8 @@ for t in $threads; do
                 rm -rf "$work/un"
             fi
             if [[ " $stages " = *" cat "* ]]; then
-                f=$("$b/ckpt" ls "$p" --key-file "$key" 2>/dev/null | awk '/safetensors/ { print $NF; exit }')
-                [ -n "$f" ] && timed "cat $t $i" sh -c '"$1" cat "$2" "$3" --threads "$4" --key-file "$5" >/dev/null' \
-                    _ "$b/ckpt" "$p" "$f" "$t" "$key"
+                f=$("$b/ckpt" ls "$p" --key-file "$key" 2>/dev/null | awk '/\.safetensors$/ { print $NF; exit }')
+                [ -n "$f" ] && timed "cat $t $i" "$b/ckpt" cat "$p" "$f" --threads "$t" --key-file "$key"
             fi
             if [[ " $stages " = *" background "* ]] && [ "$(id -u)" = 0 ] && [ -e /dev/fuse ]; then
                 background "$b" "$t" "background $t $i"
@@ -90,6 +90,5 @@ for t in $threads; do
 done
 echo "median wall s of each stage, thread count and build (0 = the first given)"
 cut -d' ' -f1-3 "$log" | sort -u -k1,1 -k2,2n -k3,3n | while read -r st t i; do
-    awk -v s="$st" -v t="$t" -v i="$i" '$1 == s && $2 == t && $3 == i { print $4 }' "$log" | sort -g |
-        awk -v k="$st $t build$i" '{ v[NR] = $1 } END { printf "%s %s\n", k, (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+    echo "$st $t build$i $(awk -v s="$st" -v t="$t" -v i="$i" '$1 == s && $2 == t && $3 == i { print $4 }' "$log" | median)"
 done

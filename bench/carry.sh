@@ -8,8 +8,9 @@
 #
 # Usage: bench/carry.sh OUT.tar.xz NAME=BINDIR [NAME=BINDIR...]
 #   e.g. bench/carry.sh /tmp/kit.tar.xz new=build/bin old=/tmp/old/bin
-# There: tar -C DIR -xJf kit.tar.xz; B=DIR/new bench/bench-ab.sh ... or
-# bench/bench-ab.sh WORK DIR/new DIR/old.
+# There: tar -C DIR -xJf kit.tar.xz; PATH=DIR/sbin:$PATH (where the
+# machine has no fusermount3 of its own);
+# bench/bench-ab.sh WORK DIR/new/bin DIR/old/bin.
 set -euo pipefail
 [ $# -ge 2 ] || { sed -n '2,13p' "$0" >&2; exit 2; }
 out=$1

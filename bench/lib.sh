@@ -156,7 +156,10 @@ stop_mount() {
     LAST_HWM_KIB=0
     if [ -n "$pid" ]; then LAST_HWM_KIB=$(hwm_kib "$pid"); fi
     if mountpoint -q "$mnt" 2>/dev/null; then
-        fusermount3 -u "$mnt" 2>/dev/null || { sleep 0.5; fusermount3 -u "$mnt" 2>/dev/null; } || true
+        # umount where fusermount3 is missing (a lent machine), or the wait
+        # below would hang on a daemon that is still mounted
+        fusermount3 -u "$mnt" 2>/dev/null || { sleep 0.5; fusermount3 -u "$mnt" 2>/dev/null; } ||
+            umount "$mnt" 2>/dev/null || true
     fi
     if [ -n "$pid" ]; then wait "$pid" 2>/dev/null || true; fi
     unset "bench_pid_of[$mnt]"

@@ -64,7 +64,8 @@ Test(lanes_ahead, a_files_bytes_leave_the_window_with_its_slot)
 }
 
 /* One file over the byte bound still goes ahead, alone; small files never
- * do; no more than AHEAD_FILES files past the one being added. */
+ * do; the window holds AHEAD_FILES files, the one being added among
+ * them. */
 Test(lanes_ahead, the_window_is_bounded_in_files_not_for_one_big_file)
 {
     uint64_t size[AHEAD_FILES + 3];

@@ -1706,7 +1706,9 @@ typedef struct fake_s3 {
      * (NULL: not listed, the name p/mp): a pack the packer writes. */
     const char *mp_name;
     uint8_t *part_data[FAKE_PARTS], *mp_data;
-    /* Ranged GETs of the object: how many, and the ranges (the first 64). */
+    /* Ranged GETs of the object: how many, and the ranges (the first 64):
+     * got_to is exclusive, one past the last byte (unlike srv.to in
+     * test_s3_ra_gets.c, the last byte itself). */
     unsigned mp_gets;
     uint64_t got_from[64], got_to[64];
     /* A suffix range (bytes=-N): answered with this status (416, 400, 501:
@@ -2972,9 +2974,9 @@ Test(s3_fake, listings_that_do_not_advance_fail, .init = clean_env, .fini = drop
 }
 
 /* big.tpack in the fake: a pack of one 24 MiB file of noise (w.bin) and
- * n_small files of one byte with long names, whose records make the index
- * larger than the open's first GET; w.bin's chunks first unless
- * small_first. */
+ * n_small files of one byte. small_first: they come before w.bin, each
+ * named a.json (a chunk nobody reads); else after it, with long names
+ * whose records make the index larger than the open's first GET. */
 static void fake_put_pack(fake_s3 *f, const char *dir, unsigned n_small, int small_first)
 {
     char *path = tu_join(dir, "big.tpack");
@@ -3095,7 +3097,10 @@ Test(s3_fake, a_large_index_is_asked_for_once, .init = clean_env, .fini = drop_h
     fake_s3 snap = fake_snapshot(&f);
     cr_assert_eq(open_gets, 3, "the open's GETs: the tail, the header, the index's start, not %u",
                  open_gets);
-    cr_assert_gt(snap.got_to[0] - snap.got_from[0], 0);
+    cr_assert_eq(snap.got_from[0], snap.mp_size - (64u << 10),
+                 "the first GET is the tail, from %llu", (unsigned long long)snap.got_from[0]);
+    cr_assert_eq(snap.got_to[0], snap.mp_size, "the first GET is the tail, up to %llu",
+                 (unsigned long long)snap.got_to[0]);
     cr_assert_eq(asked, snap.mp_size, "asked for %llu bytes of a %llu-byte pack",
                  (unsigned long long)asked, (unsigned long long)snap.mp_size);
     fake_stop(&f);
@@ -3108,7 +3113,9 @@ Test(s3_fake, a_large_index_is_asked_for_once, .init = clean_env, .fini = drop_h
  * nobody read (a.json's): the GET that fills the segment asked for all
  * of them again, from a.json's chunk on (7.7 MB of a cold read of
  * gpt2-medium's safetensors, before its config.json's chunk). Now that
- * chunk is a GET of its own and no byte is asked for twice. */
+ * chunk is a GET of its own and no byte is asked for twice, as the chunks
+ * the stream read put 2 MiB or more between it and the rest: spans nearer
+ * than that are joined into one GET on purpose. */
 Test(s3_fake, a_cached_segment_asks_again_for_no_chunk_the_stream_read, .init = clean_env,
      .fini = drop_home, .timeout = 60)
 {

@@ -40,6 +40,8 @@ typedef struct srv {
     size_t cut_after;
     const char *etag_after;
     int cut;
+    /* The first 64 GETs' ranges: to is the last byte, inclusive as in the
+     * Range header (got_to in test_s3.c is one past it). */
     uint64_t from[64], to[64];
     unsigned n_gets;
     uint64_t sent; /* bytes of bodies sent */

@@ -9,9 +9,12 @@
  *   read     a GET of the object's last 64 KiB at open fixes the identity
  *            (ETag, size, Last-Modified) and brings a pack's footer and
  *            index with it, held by the reader (HEAD with a cache_dir,
- *            which holds those bytes); every read is one ranged GET
- *            carrying If-Match: ETag, so a
+ *            which holds those bytes); every read those bytes do not
+ *            serve is one ranged GET carrying If-Match: ETag, so a
  *            replaced object fails with -ESTALE (412), never mixes versions;
+ *            reads they serve (the last 64 KiB: index, footer, last chunks;
+ *            a whole pack under 64 KiB) keep returning the opened
+ *            generation, consistent, not mixed;
  *            each answer is checked: 206, the Content-Range asked for, the
  *            exact length; a sequential reader is served from segments
  *            fetched ahead in parallel (s3_readahead.c) by the same GETs,
