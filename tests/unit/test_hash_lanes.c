@@ -25,24 +25,40 @@ static char *big_file(const char *name, uint32_t seed, uint8_t **bytes)
     return path;
 }
 
-Test(hash_lanes, several_big_files_get_their_own_digests)
+/* A writer into pack at compression level 1 on threads workers. */
+static ckpt_writer *writer_with(const char *pack, unsigned threads)
 {
-    uint8_t *a, *b, want[32];
-    char *pa = big_file("a.bin", 1, &a), *pb = big_file("b.bin", 2, &b);
-    char *pack = tu_join(dir, "p.tpack");
-    ckpt_write_opts o = {.level = 1, .threads = 3};
+    ckpt_write_opts o = {.level = 1, .threads = threads};
     ckpt_writer *w;
     ckpt_err e = {0};
     cr_assert_eq(ckpt_writer_open(pack, NULL, &o, &w, &e), 0, "%s", e.msg);
+    return w;
+}
+
+/* The pack's file name carries the SHA-256 of bytes. */
+static void has_digest(ckpt_pack *p, const char *name, const uint8_t *bytes, size_t size)
+{
+    uint8_t want[32];
+    tu_sha256(bytes, size, want);
+    long k = ckpt_file_find(p, name);
+    cr_assert_geq(k, 0, "%s", name);
+    cr_assert_arr_eq(ckpt_file_at(p, (size_t)k)->sha256, want, 32, "%s", name);
+}
+
+Test(hash_lanes, several_big_files_get_their_own_digests)
+{
+    uint8_t *a, *b;
+    char *pa = big_file("a.bin", 1, &a), *pb = big_file("b.bin", 2, &b);
+    char *pack = tu_join(dir, "p.tpack");
+    ckpt_writer *w = writer_with(pack, 3);
+    ckpt_err e = {0};
     cr_assert_eq(ckpt_writer_add_path(w, "a.bin", pa, &e), 0, "%s", e.msg);
     cr_assert_eq(ckpt_writer_add_path(w, "b.bin", pb, &e), 0, "%s", e.msg);
     cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
     ckpt_pack *p;
     cr_assert_eq(ckpt_open(pack, NULL, &p, &e), 0, "%s", e.msg);
-    tu_sha256(a, BIG, want);
-    cr_assert_arr_eq(ckpt_file_at(p, (size_t)ckpt_file_find(p, "a.bin"))->sha256, want, 32);
-    tu_sha256(b, BIG, want);
-    cr_assert_arr_eq(ckpt_file_at(p, (size_t)ckpt_file_find(p, "b.bin"))->sha256, want, 32);
+    has_digest(p, "a.bin", a, BIG);
+    has_digest(p, "b.bin", b, BIG);
     cr_assert_eq(ckpt_verify(p, 2, NULL, NULL, NULL, NULL, &e), 0, "%s", e.msg);
     ckpt_close(p);
     free(a);
@@ -110,14 +126,12 @@ static ssize_t shared_read(void *ud, void *buf, size_t len, uint64_t off)
  * digest is right) and is read from several threads at once. */
 Test(hash_lanes, a_shared_reader_gets_a_lane_and_the_right_digest)
 {
-    uint8_t *a = malloc(BIG), want[32];
+    uint8_t *a = malloc(BIG);
     tu_fill_pattern(a, BIG, 3);
     shared_src s = {a, NULL, 0, 0};
     char *pack = tu_join(dir, "p.tpack");
-    ckpt_write_opts o = {.level = 1, .threads = 4};
-    ckpt_writer *w;
+    ckpt_writer *w = writer_with(pack, 4);
     ckpt_err e = {0};
-    cr_assert_eq(ckpt_writer_open(pack, NULL, &o, &w, &e), 0, "%s", e.msg);
     cr_assert_eq(
         ckpt_writer_add_reader_shared(w, "a.bin", shared_read, &s, BIG, 0644, 0, 0, NULL, &e), 0,
         "%s", e.msg);
@@ -128,8 +142,7 @@ Test(hash_lanes, a_shared_reader_gets_a_lane_and_the_right_digest)
                   (unsigned long long)s.served);
     ckpt_pack *p;
     cr_assert_eq(ckpt_open(pack, NULL, &p, &e), 0, "%s", e.msg);
-    tu_sha256(a, BIG, want);
-    cr_assert_arr_eq(ckpt_file_at(p, 0)->sha256, want, 32);
+    has_digest(p, "a.bin", a, BIG);
     cr_assert_eq(ckpt_verify(p, 2, NULL, NULL, NULL, NULL, &e), 0, "%s", e.msg);
     ckpt_close(p);
     free(a);
@@ -363,14 +376,12 @@ static ssize_t held_read(void *ud, void *buf, size_t len, uint64_t off)
  * the open file, whose own job was not queued ahead, still gets a lane. */
 Test(hash_lanes, the_open_file_gets_a_lane_when_later_files_fill_the_queue)
 {
-    uint8_t *a = malloc(BIG), want[32];
+    uint8_t *a = malloc(BIG);
     tu_fill_pattern(a, BIG, 5);
     shared_src s = {a, NULL, 0, 0};
     char *pack = tu_join(dir, "p.tpack");
-    ckpt_write_opts o = {.level = 1, .threads = 2};
-    ckpt_writer *w;
+    ckpt_writer *w = writer_with(pack, 2);
     ckpt_err e = {0};
-    cr_assert_eq(ckpt_writer_open(pack, NULL, &o, &w, &e), 0, "%s", e.msg);
     int queued = 0;
     for (int i = 0; i < 16; i++)
         queued += writer_prehash_reader(w, held_read, NULL, WRITER_LANE_MIN_BYTES) != NULL;
@@ -388,8 +399,7 @@ Test(hash_lanes, the_open_file_gets_a_lane_when_later_files_fill_the_queue)
     cr_assert_geq(s.served, BIG, "the lane read the file");
     ckpt_pack *p;
     cr_assert_eq(ckpt_open(pack, NULL, &p, &e), 0, "%s", e.msg);
-    tu_sha256(a, BIG, want);
-    cr_assert_arr_eq(ckpt_file_at(p, 0)->sha256, want, 32);
+    has_digest(p, "a.bin", a, BIG);
     ckpt_close(p);
     free(a);
     free(pack);
@@ -401,13 +411,11 @@ Test(hash_lanes, the_open_file_gets_a_lane_when_later_files_fill_the_queue)
  * and so never more than 16 descriptors. */
 Test(hash_lanes, the_open_files_descriptor_takes_the_last_place_and_no_more)
 {
-    uint8_t *a, *b, want[32];
+    uint8_t *a, *b;
     char *pa = big_file("a.bin", 6, &a), *pb = big_file("b.bin", 7, &b);
     char *pack = tu_join(dir, "p.tpack");
-    ckpt_write_opts o = {.level = 1, .threads = 2};
-    ckpt_writer *w;
+    ckpt_writer *w = writer_with(pack, 2);
     ckpt_err e = {0};
-    cr_assert_eq(ckpt_writer_open(pack, NULL, &o, &w, &e), 0, "%s", e.msg);
     int queued = 0;
     for (int i = 0; i < 16; i++)
         queued += writer_prehash_reader(w, held_read, NULL, WRITER_LANE_MIN_BYTES) != NULL;
@@ -434,11 +442,8 @@ Test(hash_lanes, the_open_files_descriptor_takes_the_last_place_and_no_more)
     cr_assert_eq(ckpt_writer_finish(w, NULL, &e), 0, "%s", e.msg);
     ckpt_pack *p;
     cr_assert_eq(ckpt_open(pack, NULL, &p, &e), 0, "%s", e.msg);
-    for (int i = 0; i < 2; i++) {
-        tu_sha256(bytes[i], BIG, want);
-        cr_assert_arr_eq(ckpt_file_at(p, (size_t)ckpt_file_find(p, i ? "b.bin" : "a.bin"))->sha256,
-                         want, 32);
-    }
+    for (int i = 0; i < 2; i++)
+        has_digest(p, i ? "b.bin" : "a.bin", bytes[i], BIG);
     ckpt_close(p);
     free(a);
     free(b);

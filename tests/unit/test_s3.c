@@ -3054,6 +3054,19 @@ static void ranges_apart(fake_s3 *f, uint64_t *asked)
     }
 }
 
+/* A fake gateway started with a pack of extra small files more (in dir),
+ * read whole by a cold open without a cache_dir: the open's GETs, the
+ * bytes asked (no byte twice), and the fake as it ended. */
+static fake_s3 cold_read(fake_s3 *f, const char *dir, unsigned extra, unsigned *open_gets,
+                         uint64_t *asked)
+{
+    fake_start(f);
+    fake_put_pack(f, dir, extra, 0);
+    read_big(f, NULL, open_gets);
+    ranges_apart(f, asked);
+    return fake_snapshot(f);
+}
+
 /* A cold open and read of a pack on S3 asks for each byte once: the
  * open's first GET, of the object's last 64 KiB, fixes its identity and
  * holds the footer and the index, and the last readahead segment takes
@@ -3065,13 +3078,9 @@ Test(s3_fake, a_cold_open_and_read_asks_for_each_byte_once, .init = clean_env, .
 {
     char *dir = tu_mkdtemp();
     fake_s3 f;
-    fake_start(&f);
-    fake_put_pack(&f, dir, 0, 0);
     unsigned open_gets;
-    read_big(&f, NULL, &open_gets);
     uint64_t asked;
-    ranges_apart(&f, &asked);
-    fake_s3 snap = fake_snapshot(&f);
+    fake_s3 snap = cold_read(&f, dir, 0, &open_gets, &asked);
     cr_assert_eq(snap.mp_heads, 0, "no HEAD: the first GET fixes the identity");
     cr_assert_eq(open_gets, 2, "the open's GETs: the tail (footer, index) and the header, not %u",
                  open_gets);
@@ -3088,13 +3097,9 @@ Test(s3_fake, a_large_index_is_asked_for_once, .init = clean_env, .fini = drop_h
 {
     char *dir = tu_mkdtemp();
     fake_s3 f;
-    fake_start(&f);
-    fake_put_pack(&f, dir, 600, 0);
     unsigned open_gets;
-    read_big(&f, NULL, &open_gets);
     uint64_t asked;
-    ranges_apart(&f, &asked);
-    fake_s3 snap = fake_snapshot(&f);
+    fake_s3 snap = cold_read(&f, dir, 600, &open_gets, &asked);
     cr_assert_eq(open_gets, 3, "the open's GETs: the tail, the header, the index's start, not %u",
                  open_gets);
     cr_assert_eq(snap.got_from[0], snap.mp_size - (64u << 10),
